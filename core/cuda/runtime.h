@@ -1,0 +1,23 @@
+// core/cuda/runtime.h: the few CUDA runtime calls the rest of core needs, callable from code
+// compiled without nvcc. Without a CUDA build every function reports "no CUDA".
+#ifndef SATDAR_CORE_CUDA_RUNTIME_H_
+#define SATDAR_CORE_CUDA_RUNTIME_H_
+
+#include <cstddef>
+
+#include "absl/status/statusor.h"
+
+namespace satdar::core::cuda {
+
+bool BuiltWithCuda();
+// Number of visible GPUs; 0 when there is no driver or no device.
+int DeviceCount();
+absl::StatusOr<void*> Malloc(size_t bytes, int device);
+void Free(void* ptr);
+absl::Status CopyToDevice(void* dst, const void* src, size_t bytes);
+absl::Status CopyToHost(void* dst, const void* src, size_t bytes);
+absl::Status Synchronize();
+
+}  // namespace satdar::core::cuda
+
+#endif  // SATDAR_CORE_CUDA_RUNTIME_H_

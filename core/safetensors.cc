@@ -1,0 +1,209 @@
+#include "core/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "core/file_util.h"
+#include "nlohmann/json.hpp"
+
+namespace satdar::core {
+
+namespace {
+using Json = nlohmann::json;
+
+// Header sizes above this are rejected as corrupt (the reference implementation uses 100 MB).
+constexpr uint64_t kMaxHeaderBytes = 100u << 20;
+
+absl::Status Bad(const std::string& path, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat(path, ": ", what));
+}
+}  // namespace
+
+SafetensorsFile::SafetensorsFile(SafetensorsFile&& o) { *this = std::move(o); }
+
+SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& o) {
+  if (this != &o) {
+    if (map_ != nullptr) ::munmap(map_, map_size_);
+    path_ = std::move(o.path_);
+    map_ = o.map_;
+    map_size_ = o.map_size_;
+    data_ = o.data_;
+    data_size_ = o.data_size_;
+    entries_ = std::move(o.entries_);
+    index_ = std::move(o.index_);
+    metadata_ = std::move(o.metadata_);
+    o.map_ = nullptr;
+    o.map_size_ = 0;
+  }
+  return *this;
+}
+
+SafetensorsFile::~SafetensorsFile() {
+  if (map_ != nullptr) ::munmap(map_, map_size_);
+}
+
+absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
+  SafetensorsFile f;
+  f.path_ = path;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    std::string msg = absl::StrCat("cannot open ", path, ": ", std::strerror(errno));
+    return errno == ENOENT ? absl::NotFoundError(msg) : absl::InvalidArgumentError(msg);
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return Bad(path, "not a regular file");
+  }
+  size_t size = static_cast<size_t>(st.st_size);
+  if (size < 8) {
+    ::close(fd);
+    return Bad(path, absl::StrCat("truncated safetensors file: ", size,
+                                  " bytes, less than the 8-byte header length"));
+  }
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (map == MAP_FAILED) return Bad(path, absl::StrCat("cannot mmap: ", std::strerror(errno)));
+  f.map_ = map;
+  f.map_size_ = size;
+  const char* base = static_cast<const char*>(map);
+  uint64_t header_len;
+  std::memcpy(&header_len, base, 8);  // little-endian host
+  if (header_len > kMaxHeaderBytes || header_len > size - 8) {
+    return Bad(path, absl::StrCat("truncated safetensors file: header length ", header_len,
+                                  " but only ", size - 8, " bytes follow"));
+  }
+  f.data_ = base + 8 + header_len;
+  f.data_size_ = size - 8 - header_len;
+  Json header = Json::parse(base + 8, base + 8 + header_len, nullptr, /*allow_exceptions=*/false);
+  if (header.is_discarded() || !header.is_object()) {
+    return Bad(path, "safetensors header is not a JSON object");
+  }
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    const std::string& name = it.key();
+    const Json& v = it.value();
+    if (name == "__metadata__") {
+      if (!v.is_object()) return Bad(path, "__metadata__ is not an object");
+      for (auto m = v.begin(); m != v.end(); ++m) {
+        if (!m.value().is_string()) {
+          return Bad(path, absl::StrCat("__metadata__ value '", m.key(), "' is not a string"));
+        }
+        f.metadata_[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    std::string where = absl::StrCat("tensor '", name, "'");
+    if (!v.is_object()) return Bad(path, absl::StrCat(where, ": entry is not an object"));
+    auto dt = v.find("dtype");
+    auto sh = v.find("shape");
+    auto off = v.find("data_offsets");
+    if (dt == v.end() || !dt->is_string()) return Bad(path, where + ": missing dtype");
+    if (sh == v.end() || !sh->is_array()) return Bad(path, where + ": missing shape");
+    if (off == v.end() || !off->is_array() || off->size() != 2) {
+      return Bad(path, where + ": data_offsets must be [begin, end]");
+    }
+    SafetensorsEntry e;
+    e.name = name;
+    auto dtype = ParseDType(dt->get<std::string>());
+    if (!dtype.ok()) {
+      return Bad(path, absl::StrCat(where, ": unknown dtype '", dt->get<std::string>(), "'"));
+    }
+    e.dtype = *dtype;
+    for (const Json& d : *sh) {
+      if (!d.is_number_unsigned()) return Bad(path, where + ": shape entries must be >= 0");
+      e.shape.push_back(d.get<int64_t>());
+    }
+    if (!(*off)[0].is_number_unsigned() || !(*off)[1].is_number_unsigned()) {
+      return Bad(path, where + ": data_offsets must be non-negative integers");
+    }
+    e.begin = (*off)[0].get<size_t>();
+    e.end = (*off)[1].get<size_t>();
+    if (e.end < e.begin || e.end > f.data_size_) {
+      return Bad(path, absl::StrCat(where, ": data_offsets [", e.begin, ", ", e.end,
+                                    "] out of range (data section is ", f.data_size_,
+                                    " bytes; truncated file?)"));
+    }
+    size_t expect = static_cast<size_t>(NumElements(e.shape)) * DTypeSize(e.dtype);
+    if (e.end - e.begin != expect) {
+      return Bad(path, absl::StrCat(where, ": ", e.end - e.begin, " bytes for shape ",
+                                    ShapeString(e.shape), " of ", DTypeName(e.dtype),
+                                    " (expected ", expect, ")"));
+    }
+    f.entries_.push_back(std::move(e));
+  }
+  std::sort(f.entries_.begin(), f.entries_.end(),
+            [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
+              return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+            });
+  for (size_t i = 1; i < f.entries_.size(); ++i) {
+    const auto& a = f.entries_[i - 1];
+    const auto& b = f.entries_[i];
+    if (b.begin < a.end) {
+      return Bad(path, absl::StrCat("tensors '", a.name, "' and '", b.name,
+                                    "' have overlapping data_offsets"));
+    }
+  }
+  for (size_t i = 0; i < f.entries_.size(); ++i) f.index_[f.entries_[i].name] = i;
+  return f;
+}
+
+const SafetensorsEntry* SafetensorsFile::Find(const std::string& name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &entries_[it->second];
+}
+
+absl::Status SafetensorsFile::ReadFloats(const std::string& name, const Shape& expected,
+                                         DType dtype, void* out) const {
+  const SafetensorsEntry* e = Find(name);
+  if (e == nullptr) return Bad(path_, absl::StrCat("missing tensor '", name, "'"));
+  if (e->shape != expected) {
+    return Bad(path_, absl::StrCat("tensor '", name, "' has shape ", ShapeString(e->shape),
+                                   ", expected ", ShapeString(expected)));
+  }
+  if (!IsFloating(e->dtype)) {
+    return Bad(path_, absl::StrCat("tensor '", name, "' has dtype ", DTypeName(e->dtype),
+                                   ", expected a floating dtype (F32, F64 or BF16)"));
+  }
+  ConvertFloats(data(*e), e->dtype, out, dtype, static_cast<size_t>(NumElements(expected)));
+  return absl::OkStatus();
+}
+
+absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorRef>& tensors,
+                              const std::map<std::string, std::string>& metadata) {
+  Json header = Json::object();
+  if (!metadata.empty()) {
+    Json meta = Json::object();
+    for (const auto& [k, v] : metadata) meta[k] = v;
+    header["__metadata__"] = meta;
+  }
+  size_t offset = 0;
+  for (const TensorRef& t : tensors) {
+    size_t bytes = static_cast<size_t>(NumElements(t.shape)) * DTypeSize(t.dtype);
+    header[t.name] = {{"dtype", DTypeName(t.dtype)},
+                      {"shape", t.shape},
+                      {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string text = header.dump();
+  // Pad the header with spaces so the data section starts 8-byte aligned.
+  while ((8 + text.size()) % 8 != 0) text.push_back(' ');
+  uint64_t len = text.size();
+  AtomicFileWriter writer;
+  SATDAR_RETURN_IF_ERROR(writer.Open(path));
+  SATDAR_RETURN_IF_ERROR(writer.Append(&len, 8));
+  SATDAR_RETURN_IF_ERROR(writer.Append(text.data(), text.size()));
+  for (const TensorRef& t : tensors) {
+    size_t bytes = static_cast<size_t>(NumElements(t.shape)) * DTypeSize(t.dtype);
+    SATDAR_RETURN_IF_ERROR(writer.Append(t.data, bytes));
+  }
+  return writer.Commit();
+}
+
+}  // namespace satdar::core

@@ -1,0 +1,76 @@
+"""Project macros: one place for our copts, and the nvcc rule for .cu files.
+
+satdar_cc_library / satdar_cc_binary / satdar_cc_test wrap the native rules with the project's
+warning flags (warnings are errors in our code; system headers stay quiet).
+satdar_cuda_library compiles .cu files with nvcc for sm_80 and sm_90 when the toolkit was
+detected (see cuda_configure.bzl); without it, it is a header-only library and code that uses
+it sees no SATDAR_WITH_CUDA define.
+"""
+
+load("@local_cuda//:defs.bzl", "CUDA_ENABLED", "CUDA_ROOT")
+
+SATDAR_COPTS = [
+    "-Wall",
+    "-Wextra",
+    "-Werror",
+    "-Wno-sign-compare",
+    "-Wno-unused-parameter",
+    "-fno-exceptions",
+]
+
+def satdar_cc_library(name, copts = [], **kwargs):
+    native.cc_library(name = name, copts = SATDAR_COPTS + copts, **kwargs)
+
+def satdar_cc_binary(name, copts = [], **kwargs):
+    native.cc_binary(name = name, copts = SATDAR_COPTS + copts, **kwargs)
+
+def satdar_cc_test(name, copts = [], deps = [], **kwargs):
+    native.cc_test(
+        name = name,
+        copts = SATDAR_COPTS + copts,
+        deps = deps + ["@system//:gtest_main"],
+        **kwargs
+    )
+
+def cuda_enabled():
+    return CUDA_ENABLED
+
+NVCC_FLAGS = " ".join([
+    "-O3",
+    "-std=c++17",
+    "-Xcompiler -fPIC",
+    "-Xcompiler -Wall",
+    "--expt-relaxed-constexpr",
+    "-gencode arch=compute_80,code=sm_80",
+    "-gencode arch=compute_90,code=sm_90",
+    "-I.",
+])
+
+def satdar_cuda_library(name, srcs = [], hdrs = [], deps = [], **kwargs):
+    """Kernels: .cu sources compiled by nvcc into a cc_library (only when CUDA is enabled).
+
+    A .cu file holds __global__ kernels and host launchers with plain C++ signatures (no Abseil
+    in device code); the .cc code that calls them is compiled by g++ and guarded by
+    SATDAR_WITH_CUDA. Without the toolkit this is an empty library.
+    """
+    if not CUDA_ENABLED:
+        native.cc_library(name = name, hdrs = hdrs, deps = deps, **kwargs)
+        return
+    objs = []
+    for src in srcs:
+        obj = name + "_" + src.replace("/", "_").replace(".cu", ".o")
+        native.genrule(
+            name = obj + "_nvcc",
+            srcs = [src] + hdrs,
+            outs = [obj],
+            cmd = "%s/bin/nvcc %s -c $(location %s) -o $@" % (CUDA_ROOT, NVCC_FLAGS, src),
+            message = "nvcc " + src,
+        )
+        objs.append(obj)
+    native.cc_library(
+        name = name,
+        srcs = objs,
+        hdrs = hdrs,
+        deps = deps + ["@local_cuda//:cudart"],
+        **kwargs
+    )
