@@ -1,0 +1,242 @@
+#include "model/config.h"
+
+#include <set>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/check.h"
+#include "core/file_util.h"
+#include "nlohmann/json.hpp"
+
+namespace satdar::model {
+
+namespace {
+using Json = nlohmann::json;
+
+// Reads typed fields out of one JSON object, remembering the first error.
+class FieldReader {
+ public:
+  FieldReader(const Json& object, std::string source, std::string prefix)
+      : object_(object), source_(std::move(source)), prefix_(std::move(prefix)) {}
+
+  void Int(const char* name, int* out, bool required, int min_value) {
+    seen_.insert(name);
+    auto it = object_.find(name);
+    if (it == object_.end() || it->is_null()) {
+      if (required) Fail(name, "is required");
+      return;
+    }
+    if (!it->is_number_integer()) return Fail(name, "must be an integer");
+    int64_t v = it->get<int64_t>();
+    if (v < min_value || v > (1ll << 31) - 1) {
+      return Fail(name, absl::StrCat("must be >= ", min_value, ", got ", v));
+    }
+    *out = static_cast<int>(v);
+  }
+  void Double(const char* name, double* out, double min_exclusive) {
+    seen_.insert(name);
+    auto it = object_.find(name);
+    if (it == object_.end() || it->is_null()) return;
+    if (!it->is_number()) return Fail(name, "must be a number");
+    double v = it->get<double>();
+    if (!(v > min_exclusive)) return Fail(name, absl::StrCat("must be > ", min_exclusive));
+    *out = v;
+  }
+  void NonNegative(const char* name, double* out) {
+    seen_.insert(name);
+    auto it = object_.find(name);
+    if (it == object_.end() || it->is_null()) return;
+    if (!it->is_number() || it->get<double>() < 0) return Fail(name, "must be a number >= 0");
+    *out = it->get<double>();
+  }
+  void Bool(const char* name, bool* out) {
+    seen_.insert(name);
+    auto it = object_.find(name);
+    if (it == object_.end() || it->is_null()) return;
+    if (!it->is_boolean()) return Fail(name, "must be true or false");
+    *out = it->get<bool>();
+  }
+  void Enum(const char* name, std::string* out, const std::vector<std::string>& allowed) {
+    seen_.insert(name);
+    auto it = object_.find(name);
+    if (it == object_.end() || it->is_null()) return;
+    if (!it->is_string()) return Fail(name, "must be a string");
+    std::string v = it->get<std::string>();
+    for (const auto& a : allowed) {
+      if (v == a) {
+        *out = v;
+        return;
+      }
+    }
+    Fail(name, absl::StrCat("must be one of \"", absl::StrJoin(allowed, "\", \""), "\", got \"",
+                            v, "\""));
+  }
+  void Skip(const char* name) { seen_.insert(name); }
+  void RejectUnknown() {
+    for (auto it = object_.begin(); it != object_.end(); ++it) {
+      if (!seen_.count(it.key())) Fail(it.key().c_str(), "is not a known config field");
+    }
+  }
+  void Fail(const std::string& name, const std::string& what) {
+    if (status_.ok()) {
+      status_ = absl::InvalidArgumentError(
+          absl::StrCat(source_, ": field \"", prefix_, name, "\" ", what));
+    }
+  }
+  const absl::Status& status() const { return status_; }
+
+ private:
+  const Json& object_;
+  std::string source_;
+  std::string prefix_;
+  std::set<std::string> seen_;
+  absl::Status status_;
+};
+
+absl::Status Invalid(const std::string& source, const std::string& field, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat(source, ": field \"", field, "\" ", what));
+}
+
+absl::Status Validate(const ModelConfig& c, const std::string& src) {
+  if (c.hidden_size % c.num_attention_heads != 0) {
+    return Invalid(src, "num_attention_heads",
+                   absl::StrCat("must divide hidden_size (", c.hidden_size, " % ",
+                                c.num_attention_heads, " != 0)"));
+  }
+  if (c.num_attention_heads % c.num_key_value_heads != 0) {
+    return Invalid(src, "num_key_value_heads",
+                   absl::StrCat("must divide num_attention_heads (", c.num_attention_heads, " % ",
+                                c.num_key_value_heads, " != 0)"));
+  }
+  if (c.head_size() % 2 != 0) {
+    return Invalid(src, "num_attention_heads",
+                   absl::StrCat("gives an odd head size ", c.head_size(),
+                                "; rotary embeddings need an even head size"));
+  }
+  if (!c.moe.has_value() && c.intermediate_size < 1) {
+    return Invalid(src, "intermediate_size", "is required for a dense MLP");
+  }
+  if (c.value_residual != "none" && c.num_hidden_layers < 2) {
+    return Invalid(src, "value_residual",
+                   "needs at least 2 layers (layer 1 only produces V1); num_hidden_layers is " +
+                       std::to_string(c.num_hidden_layers));
+  }
+  if (c.residual == "attnres" && c.block_size > 1 && c.block_size % 2 != 0) {
+    return Invalid(src, "block_size",
+                   absl::StrCat("must be 1 (full) or even for attnres, got ", c.block_size));
+  }
+  if (c.residual == "dar" && c.block_size != 0 && (c.block_size < 2 || c.block_size % 2 != 0)) {
+    return Invalid(src, "block_size",
+                   absl::StrCat("must be even and >= 2 for dar (2 = Full DAR), got ",
+                                c.block_size));
+  }
+  if (c.moe.has_value()) {
+    const MoeConfig& m = *c.moe;
+    if (m.top_k > m.num_experts) {
+      return Invalid(src, "moe.top_k",
+                     absl::StrCat("(", m.top_k, ") must not exceed moe.num_experts (",
+                                  m.num_experts, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+}  // namespace
+
+absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text,
+                                             const std::string& source) {
+  Json j = Json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": not valid JSON"));
+  }
+  if (!j.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": config must be a JSON object"));
+  }
+  ModelConfig c;
+  FieldReader r(j, source, "");
+  r.Int("vocab_size", &c.vocab_size, true, 2);
+  r.Int("hidden_size", &c.hidden_size, true, 2);
+  r.Int("intermediate_size", &c.intermediate_size, false, 1);
+  r.Int("num_hidden_layers", &c.num_hidden_layers, true, 1);
+  r.Int("num_attention_heads", &c.num_attention_heads, true, 1);
+  r.Int("num_key_value_heads", &c.num_key_value_heads, false, 1);
+  r.Int("max_position_embeddings", &c.max_position_embeddings, false, 1);
+  r.Double("rope_theta", &c.rope_theta, 0.0);
+  r.Double("rms_norm_eps", &c.rms_norm_eps, 0.0);
+  r.Bool("tie_word_embeddings", &c.tie_word_embeddings);
+  r.Bool("qk_norm", &c.qk_norm);
+  r.Double("initializer_range", &c.initializer_range, 0.0);
+  r.Enum("value_residual", &c.value_residual, {"none", "resformer", "satformer"});
+  r.Enum("resformer_mode", &c.resformer_mode, {"fixed", "learnable_plus"});
+  r.Enum("residual", &c.residual,
+         {"standard", "attnres", "dar", "hc", "mhc", "denseformer", "muddformer"});
+  r.Int("block_size", &c.block_size, false, 1);
+  r.Enum("dar_variant", &c.dar_variant, {"cross", "self_kv", "cross_v", "fixed_kv"});
+  r.Int("hc_streams", &c.hc_streams, false, 1);
+  r.Skip("moe");
+  r.RejectUnknown();
+  SATDAR_RETURN_IF_ERROR(r.status());
+  auto moe = j.find("moe");
+  if (moe != j.end() && !moe->is_null()) {
+    if (!moe->is_object()) return Invalid(source, "moe", "must be null or an object");
+    MoeConfig m;
+    FieldReader mr(*moe, source, "moe.");
+    mr.Int("num_experts", &m.num_experts, true, 1);
+    mr.Int("top_k", &m.top_k, true, 1);
+    mr.Int("expert_intermediate_size", &m.expert_intermediate_size, true, 1);
+    mr.Int("num_shared_experts", &m.num_shared_experts, false, 0);
+    mr.NonNegative("router_aux_loss_coef", &m.router_aux_loss_coef);
+    mr.NonNegative("router_z_loss_coef", &m.router_z_loss_coef);
+    mr.Bool("norm_topk_prob", &m.norm_topk_prob);
+    mr.RejectUnknown();
+    SATDAR_RETURN_IF_ERROR(mr.status());
+    c.moe = m;
+  }
+  if (c.num_key_value_heads == 0) c.num_key_value_heads = c.num_attention_heads;
+  SATDAR_RETURN_IF_ERROR(Validate(c, source));
+  return c;
+}
+
+absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& path) {
+  auto text = core::ReadFileToString(path);
+  if (!text.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--config: ", text.status().message()));
+  }
+  return ParseModelConfig(*text, path);
+}
+
+std::string ModelConfigToJson(const ModelConfig& c) {
+  Json j = {{"vocab_size", c.vocab_size},
+            {"hidden_size", c.hidden_size},
+            {"intermediate_size", c.intermediate_size},
+            {"num_hidden_layers", c.num_hidden_layers},
+            {"num_attention_heads", c.num_attention_heads},
+            {"num_key_value_heads", c.num_key_value_heads},
+            {"max_position_embeddings", c.max_position_embeddings},
+            {"rope_theta", c.rope_theta},
+            {"rms_norm_eps", c.rms_norm_eps},
+            {"tie_word_embeddings", c.tie_word_embeddings},
+            {"qk_norm", c.qk_norm},
+            {"initializer_range", c.initializer_range},
+            {"value_residual", c.value_residual},
+            {"resformer_mode", c.resformer_mode},
+            {"residual", c.residual},
+            {"dar_variant", c.dar_variant},
+            {"hc_streams", c.hc_streams}};
+  if (c.block_size > 0) j["block_size"] = c.block_size;
+  if (c.moe.has_value()) {
+    const MoeConfig& m = *c.moe;
+    j["moe"] = {{"num_experts", m.num_experts},
+                {"top_k", m.top_k},
+                {"expert_intermediate_size", m.expert_intermediate_size},
+                {"num_shared_experts", m.num_shared_experts},
+                {"router_aux_loss_coef", m.router_aux_loss_coef},
+                {"router_z_loss_coef", m.router_z_loss_coef},
+                {"norm_topk_prob", m.norm_topk_prob}};
+  } else {
+    j["moe"] = nullptr;
+  }
+  return j.dump(2);
+}
+
+}  // namespace satdar::model

@@ -1,0 +1,44 @@
+// model/model.h: what the trainer and `satdar grad` see of a model.
+//
+//   SATDAR_ASSIGN_OR_RETURN(auto model, CreateModel<float>(config, &pool));
+//   model->params().Initialize(params, seed);
+//   double loss = model->Forward(params, tokens, B, T);   // tokens (B, T+1)
+//   model->Backward(params, grads, 1.0);                   // grads += d loss / d params
+//
+// A model keeps the activations of its last Forward for the Backward that follows. T is the
+// compute type (float, or double for gradient checks and `satdar grad --dtype f64`).
+#ifndef SATDAR_MODEL_MODEL_H_
+#define SATDAR_MODEL_MODEL_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "core/thread_pool.h"
+#include "model/config.h"
+#include "model/param_table.h"
+
+namespace satdar::model {
+
+template <typename T>
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const ParamTable& params() const = 0;
+  virtual const ModelConfig& config() const = 0;
+  // tokens (B, T+1): inputs are tokens[:, :T], targets tokens[:, 1:]. Every id must be in
+  // [0, vocab_size) (checked by the caller). Returns the mean loss over the B*T positions.
+  virtual double Forward(const T* params, const int32_t* tokens, int b, int t) = 0;
+  // grads (params().size()) += loss_scale * d(loss)/d(params) for the last Forward.
+  virtual void Backward(const T* params, T* grads, double loss_scale) = 0;
+};
+
+// The registry (model/registry.cc): builds the model that `config` describes, or says
+// which config field names a design this build does not have.
+template <typename T>
+absl::StatusOr<std::unique_ptr<Model<T>>> CreateModel(const ModelConfig& config,
+                                                      core::ThreadPool* pool);
+
+}  // namespace satdar::model
+
+#endif  // SATDAR_MODEL_MODEL_H_
