@@ -1,0 +1,88 @@
+#include "data/corpus.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cctype>
+
+#include "absl/strings/str_cat.h"
+#include "core/file_util.h"
+
+namespace satdar::data {
+
+absl::StatusOr<CorpusFormat> ParseCorpusFormat(const std::string& name) {
+  if (name == "auto") return CorpusFormat::kAuto;
+  if (name == "text") return CorpusFormat::kText;
+  if (name == "brown") return CorpusFormat::kBrown;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--data-format: expected auto, text or brown, got '", name, "'"));
+}
+
+std::string StripBrownTags(const std::string& tagged) {
+  std::string out;
+  size_t pos = 0;
+  while (pos < tagged.size()) {
+    size_t eol = tagged.find('\n', pos);
+    if (eol == std::string::npos) eol = tagged.size();
+    bool any = false;
+    size_t i = pos;
+    while (i < eol) {
+      while (i < eol && (tagged[i] == ' ' || tagged[i] == '\t' || tagged[i] == '\r')) ++i;
+      size_t start = i;
+      while (i < eol && tagged[i] != ' ' && tagged[i] != '\t' && tagged[i] != '\r') ++i;
+      if (i == start) continue;
+      std::string token = tagged.substr(start, i - start);
+      size_t slash = token.rfind('/');
+      if (slash != std::string::npos && slash > 0) token.resize(slash);
+      if (any) out.push_back(' ');
+      out += token;
+      any = true;
+    }
+    if (any) out.push_back('\n');
+    pos = eol + 1;
+  }
+  return out;
+}
+
+absl::StatusOr<Corpus> LoadCorpus(const std::string& dir, CorpusFormat format) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("--data: cannot open folder ", dir));
+  }
+  std::vector<std::string> names;
+  while (struct dirent* e = ::readdir(d)) {
+    std::string name = e->d_name;
+    if (name.empty() || name[0] == '.') continue;
+    struct stat st;
+    if (::stat((dir + "/" + name).c_str(), &st) == 0 && S_ISREG(st.st_mode)) names.push_back(name);
+  }
+  ::closedir(d);
+  std::sort(names.begin(), names.end());
+  if (format == CorpusFormat::kAuto) {
+    bool brown = std::find(names.begin(), names.end(), "cats.txt") != names.end();
+    format = brown ? CorpusFormat::kBrown : CorpusFormat::kText;
+  }
+  Corpus corpus;
+  corpus.format = format;
+  for (const std::string& name : names) {
+    if (format == CorpusFormat::kBrown) {
+      // Corpus files are c<genre letter><two digits>; skip the index and licence files.
+      bool text_file = name.size() == 4 && name[0] == 'c' && name[1] >= 'a' && name[1] <= 'r' &&
+                       std::isdigit(static_cast<unsigned char>(name[2])) &&
+                       std::isdigit(static_cast<unsigned char>(name[3]));
+      if (!text_file) continue;
+    }
+    auto text = core::ReadFileToString(dir + "/" + name);
+    if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat("--data: ", text.status().message()));
+    std::string clean = format == CorpusFormat::kBrown ? StripBrownTags(*text) : *text;
+    corpus.bytes.insert(corpus.bytes.end(), clean.begin(), clean.end());
+    ++corpus.num_files;
+  }
+  if (corpus.bytes.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("--data: no text found in ", dir));
+  }
+  return corpus;
+}
+
+}  // namespace satdar::data

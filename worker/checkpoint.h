@@ -1,0 +1,60 @@
+// worker/checkpoint.h: complete training checkpoints in one safetensors file.
+//
+// DIR/ckpt_<step, 8 digits>.safetensors holds every parameter under its MODELS.md name (so
+// the file loads into PyTorch as weights), the AdamW moments as optimizer.exp_avg.<name> and
+// optimizer.exp_avg_sq.<name>, and metadata: format, step, seed, data position (sequences
+// consumed), the model config, the training dtype and a checksum of the data section. The
+// file is written to a temporary name, fsynced and renamed, so a name that exists is complete.
+#ifndef SATDAR_WORKER_CHECKPOINT_H_
+#define SATDAR_WORKER_CHECKPOINT_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/param_table.h"
+
+namespace satdar::worker {
+
+inline constexpr char kCheckpointFormat[] = "satdar-checkpoint-v1";
+
+struct CheckpointInfo {
+  int64_t step = 0;
+  uint64_t seed = 0;
+  int64_t data_position = 0;  // sequences consumed by all data-parallel ranks
+  std::string config_json;    // canonical model config
+  std::string trainer_json;   // hyperparameters that must match on resume
+};
+
+template <typename T>
+struct OptimizerBuffers {
+  std::vector<T>* params;
+  std::vector<T>* exp_avg;
+  std::vector<T>* exp_avg_sq;
+};
+
+std::string CheckpointPath(const std::string& dir, int64_t step);
+
+template <typename T>
+absl::Status SaveCheckpoint(const std::string& dir, const CheckpointInfo& info,
+                            const model::ParamTable& table, const OptimizerBuffers<T>& buffers);
+
+// Newest complete checkpoint in dir, or "" when there is none (or dir does not exist).
+absl::StatusOr<std::string> FindLatestCheckpoint(const std::string& dir);
+
+// Verifies format, model config (against config_json), checksum, dtype and every tensor's
+// shape, then fills the buffers.
+template <typename T>
+absl::StatusOr<CheckpointInfo> LoadCheckpoint(const std::string& path,
+                                              const std::string& config_json,
+                                              const model::ParamTable& table,
+                                              const OptimizerBuffers<T>& buffers);
+
+// Removes all but the newest `keep` checkpoints in dir.
+absl::Status PruneCheckpoints(const std::string& dir, int keep);
+
+}  // namespace satdar::worker
+
+#endif  // SATDAR_WORKER_CHECKPOINT_H_

@@ -1,0 +1,311 @@
+#include "worker/cli.h"
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/check.h"
+#include "core/device.h"
+#include "core/ops/gemm.h"
+#include "core/safetensors.h"
+#include "model/model.h"
+#include "worker/flags.h"
+#include "worker/trainer.h"
+
+namespace satdar::worker {
+
+namespace {
+
+constexpr char kVersion[] = "satdar 0.1.0";
+
+void PrintUsage() {
+  std::fprintf(stderr,
+               "%s: distributed training for SATFormer, DAR and their baselines\n"
+               "usage: satdar <command> [flags]\n"
+               "commands:\n"
+               "  grad    one forward and backward pass; writes the loss and every gradient\n"
+               "  train   train a model (synthetic tokens or a folder of text)\n"
+               "  version print the version\n"
+               "run 'satdar <command> --help' for the flags of a command\n",
+               kVersion);
+}
+
+bool WantsHelp(const std::vector<std::string>& args) {
+  for (const auto& a : args) {
+    if (a == "--help" || a == "-h") return true;
+  }
+  return false;
+}
+
+// --- satdar grad -------------------------------------------------------------------------
+
+// Token batch (B, T+1) from a safetensors file, checked against the vocabulary.
+absl::StatusOr<std::vector<int32_t>> LoadTokens(const std::string& path, int vocab, int* b,
+                                                int* t) {
+  auto file = core::SafetensorsFile::Open(path);
+  if (!file.ok()) return absl::InvalidArgumentError(absl::StrCat("--tokens: ", file.status().message()));
+  const core::SafetensorsEntry* e = file->Find("tokens");
+  if (e == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tokens: ", path, " has no tensor named 'tokens'"));
+  }
+  if (e->dtype != core::DType::kI32 && e->dtype != core::DType::kI64) {
+    return absl::InvalidArgumentError(absl::StrCat("--tokens: ", path, ": tensor 'tokens' has dtype ",
+                                                   core::DTypeName(e->dtype),
+                                                   ", expected I32 or I64"));
+  }
+  if (e->shape.size() != 2 || e->shape[0] < 1 || e->shape[1] < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tokens: ", path, ": tensor 'tokens' has shape ", core::ShapeString(e->shape),
+        ", expected [B, T+1] with B >= 1 and T >= 1"));
+  }
+  *b = static_cast<int>(e->shape[0]);
+  *t = static_cast<int>(e->shape[1] - 1);
+  std::vector<int32_t> tokens(e->shape[0] * e->shape[1]);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    int64_t v = e->dtype == core::DType::kI32 ? static_cast<const int32_t*>(file->data(*e))[i]
+                                              : static_cast<const int64_t*>(file->data(*e))[i];
+    if (v < 0 || v >= vocab) {
+      return absl::InvalidArgumentError(absl::StrCat("--tokens: ", path, ": token id ", v,
+                                                     " at flat index ", i,
+                                                     " is outside [0, vocab_size=", vocab, ")"));
+    }
+    tokens[i] = static_cast<int32_t>(v);
+  }
+  return tokens;
+}
+
+template <typename T>
+absl::Status RunGradTyped(const model::ModelConfig& config, const FlagSet& flags, int threads) {
+  core::cpu::InitBlas();
+  core::ThreadPool pool(threads);
+  SATDAR_ASSIGN_OR_RETURN(auto model, model::CreateModel<T>(config, &pool));
+  const model::ParamTable& table = model->params();
+  const std::string wpath = flags.Get("--weights");
+  auto weights = core::SafetensorsFile::Open(wpath);
+  if (!weights.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--weights: ", weights.status().message()));
+  }
+  for (const auto& e : weights->entries()) {
+    if (table.Find(e.name) == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--weights: ", wpath, ": tensor '", e.name, "' is not a parameter of this config"));
+    }
+  }
+  std::vector<T> params(table.size()), grads(table.size(), T(0));
+  for (const auto& spec : table.specs()) {
+    absl::Status s = weights->ReadFloats(spec.name, spec.shape, core::DTypeOf<T>::value,
+                                         params.data() + spec.offset);
+    if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("--weights: ", s.message()));
+  }
+  int b, t;
+  SATDAR_ASSIGN_OR_RETURN(std::vector<int32_t> tokens,
+                          LoadTokens(flags.Get("--tokens"), config.vocab_size, &b, &t));
+  if (t > config.max_position_embeddings) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tokens: sequence length ", t, " exceeds max_position_embeddings ",
+        config.max_position_embeddings));
+  }
+  double loss = model->Forward(params.data(), tokens.data(), b, t);
+  model->Backward(params.data(), grads.data(), 1.0);
+  T loss_t = static_cast<T>(loss);
+  std::vector<core::TensorRef> out;
+  out.push_back({"loss", core::DTypeOf<T>::value, {1}, &loss_t});
+  for (const auto& spec : table.specs()) {
+    out.push_back({"grad." + spec.name, core::DTypeOf<T>::value, spec.shape,
+                   grads.data() + spec.offset});
+  }
+  absl::Status s = core::WriteSafetensors(flags.Get("--out"), out, {});
+  if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("--out: ", s.message()));
+  return absl::OkStatus();
+}
+
+absl::Status RunGrad(const std::vector<std::string>& args) {
+  FlagSet flags("grad");
+  flags.Define("--config", "model config JSON", true);
+  flags.Define("--weights", "weights (safetensors)", true);
+  flags.Define("--tokens", "token batch (safetensors with 'tokens' [B, T+1])", true);
+  flags.Define("--out", "where to write loss and grad.<name> (safetensors)", true);
+  flags.Define("--dtype", "f32 or f64", false, "f32");
+  flags.Define("--threads", "CPU threads", false, "1");
+  if (WantsHelp(args)) {
+    std::fprintf(stdout, "%s", flags.Usage().c_str());
+    return absl::OkStatus();
+  }
+  SATDAR_RETURN_IF_ERROR(flags.Parse(args));
+  SATDAR_ASSIGN_OR_RETURN(int64_t threads, flags.GetInt("--threads", 1));
+  std::string dtype = flags.Get("--dtype");
+  if (dtype != "f32" && dtype != "f64") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("satdar grad: flag --dtype must be f32 or f64, got '", dtype, "'"));
+  }
+  SATDAR_ASSIGN_OR_RETURN(model::ModelConfig config, model::LoadModelConfig(flags.Get("--config")));
+  return dtype == "f64" ? RunGradTyped<double>(config, flags, static_cast<int>(threads))
+                        : RunGradTyped<float>(config, flags, static_cast<int>(threads));
+}
+
+// --- satdar train ------------------------------------------------------------------------
+
+absl::Status RunTrain(const std::vector<std::string>& args) {
+  FlagSet flags("train");
+  flags.Define("--config", "model config JSON", true);
+  flags.Define("--steps", "optimizer steps", true);
+  flags.Define("--batch-size", "sequences per optimizer step", true);
+  flags.Define("--seq-len", "tokens per sequence", true);
+  flags.Define("--data", "folder of text files (byte-level tokens; Brown corpus detected)");
+  flags.Define("--data-format", "auto, text or brown", false, "auto");
+  flags.DefineBool("--synthetic-data", "train on uniformly random tokens");
+  flags.Define("--microbatches", "micro-batches per step (gradient accumulation)", false, "1");
+  flags.Define("--threads", "CPU threads", false, "1");
+  flags.Define("--seed", "initial weights and data order", false, "0");
+  flags.Define("--dtype", "f32 or f64", false, "f32");
+  flags.Define("--device", "cpu or cuda", false, "cpu");
+  flags.Define("--lr", "peak learning rate", false, "1e-3");
+  flags.Define("--min-lr-ratio", "final learning rate as a fraction of peak", false, "0.1");
+  flags.Define("--warmup-steps", "linear warmup steps [default: steps/10]");
+  flags.Define("--weight-decay", "AdamW weight decay (all parameters)", false, "0.1");
+  flags.Define("--beta1", "AdamW beta1", false, "0.9");
+  flags.Define("--beta2", "AdamW beta2", false, "0.95");
+  flags.Define("--eps", "AdamW epsilon", false, "1e-8");
+  flags.Define("--grad-clip", "global gradient-norm clip (0 = off)", false, "1.0");
+  flags.Define("--log-jsonl", "append one JSON object per step");
+  flags.Define("--summary-json", "write a summary at the end");
+  flags.Define("--log-every", "console line every N steps", false, "1");
+  flags.Define("--checkpoint-dir", "folder for checkpoints");
+  flags.Define("--checkpoint-every", "checkpoint every N steps (and at the end)", false, "0");
+  flags.Define("--keep-checkpoints", "newest checkpoints kept", false, "3");
+  flags.DefineBool("--resume", "continue from the newest checkpoint in --checkpoint-dir");
+  flags.DefineBool("--quiet", "no console output");
+  if (WantsHelp(args)) {
+    std::fprintf(stdout, "%s", flags.Usage().c_str());
+    return absl::OkStatus();
+  }
+  SATDAR_RETURN_IF_ERROR(flags.Parse(args));
+  TrainOptions o;
+  SATDAR_ASSIGN_OR_RETURN(o.steps, flags.GetInt("--steps", 1));
+  SATDAR_ASSIGN_OR_RETURN(int64_t batch, flags.GetInt("--batch-size", 1));
+  SATDAR_ASSIGN_OR_RETURN(int64_t seq, flags.GetInt("--seq-len", 1));
+  SATDAR_ASSIGN_OR_RETURN(int64_t micro, flags.GetInt("--microbatches", 1));
+  SATDAR_ASSIGN_OR_RETURN(int64_t threads, flags.GetInt("--threads", 1));
+  SATDAR_ASSIGN_OR_RETURN(int64_t seed, flags.GetInt("--seed", 0));
+  SATDAR_ASSIGN_OR_RETURN(o.lr, flags.GetDouble("--lr", 0.0, false));
+  SATDAR_ASSIGN_OR_RETURN(o.min_lr_ratio, flags.GetDouble("--min-lr-ratio", 0.0));
+  SATDAR_ASSIGN_OR_RETURN(o.weight_decay, flags.GetDouble("--weight-decay", 0.0));
+  SATDAR_ASSIGN_OR_RETURN(o.beta1, flags.GetDouble("--beta1", 0.0));
+  SATDAR_ASSIGN_OR_RETURN(o.beta2, flags.GetDouble("--beta2", 0.0));
+  SATDAR_ASSIGN_OR_RETURN(o.eps, flags.GetDouble("--eps", 0.0, false));
+  SATDAR_ASSIGN_OR_RETURN(o.grad_clip, flags.GetDouble("--grad-clip", 0.0));
+  SATDAR_ASSIGN_OR_RETURN(o.log_every, flags.GetInt("--log-every", 1));
+  SATDAR_ASSIGN_OR_RETURN(o.checkpoint_every, flags.GetInt("--checkpoint-every", 0));
+  SATDAR_ASSIGN_OR_RETURN(int64_t keep, flags.GetInt("--keep-checkpoints", 1));
+  o.batch_size = static_cast<int>(batch);
+  o.seq_len = static_cast<int>(seq);
+  o.microbatches = static_cast<int>(micro);
+  o.threads = static_cast<int>(threads);
+  o.seed = static_cast<uint64_t>(seed);
+  o.keep_checkpoints = static_cast<int>(keep);
+  if (o.beta1 >= 1.0 || o.beta2 >= 1.0) {
+    return absl::InvalidArgumentError("satdar train: --beta1 and --beta2 must be < 1");
+  }
+  if (o.min_lr_ratio > 1.0) {
+    return absl::InvalidArgumentError("satdar train: --min-lr-ratio must be <= 1");
+  }
+  if (flags.Has("--warmup-steps")) {
+    SATDAR_ASSIGN_OR_RETURN(o.warmup_steps, flags.GetInt("--warmup-steps", 0));
+  } else {
+    o.warmup_steps = o.steps / 10;
+  }
+  if (o.batch_size % o.microbatches != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("satdar train: --batch-size ", o.batch_size,
+                                                   " is not divisible by --microbatches ",
+                                                   o.microbatches));
+  }
+  o.synthetic_data = flags.GetBool("--synthetic-data");
+  o.data_dir = flags.Get("--data");
+  o.data_format = flags.Get("--data-format");
+  if (o.synthetic_data == flags.Has("--data")) {
+    return absl::InvalidArgumentError(
+        "satdar train: give exactly one of --data DIR or --synthetic-data");
+  }
+  std::string dtype = flags.Get("--dtype");
+  if (dtype != "f32" && dtype != "f64") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("satdar train: flag --dtype must be f32 or f64, got '", dtype, "'"));
+  }
+  o.f64 = dtype == "f64";
+  SATDAR_ASSIGN_OR_RETURN(core::Device device, core::ParseDevice(flags.Get("--device")));
+  SATDAR_RETURN_IF_ERROR(core::CheckDeviceAvailable(device));
+  if (device.type != core::DeviceType::kCpu) {
+    return absl::InvalidArgumentError(
+        "--device cuda: the CUDA training path is not part of this build yet; use --device cpu");
+  }
+  o.log_jsonl = flags.Get("--log-jsonl");
+  o.summary_json = flags.Get("--summary-json");
+  o.checkpoint_dir = flags.Get("--checkpoint-dir");
+  o.resume = flags.GetBool("--resume");
+  o.quiet = flags.GetBool("--quiet");
+  if ((o.resume || o.checkpoint_every > 0) && o.checkpoint_dir.empty()) {
+    return absl::InvalidArgumentError(
+        "satdar train: --resume and --checkpoint-every need --checkpoint-dir");
+  }
+  SATDAR_ASSIGN_OR_RETURN(o.config, model::LoadModelConfig(flags.Get("--config")));
+  if (o.seq_len > o.config.max_position_embeddings) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "satdar train: --seq-len ", o.seq_len, " exceeds max_position_embeddings ",
+        o.config.max_position_embeddings, " of ", flags.Get("--config")));
+  }
+  auto summary = Train(o);
+  if (!summary.ok()) return summary.status();
+  if (!o.quiet) {
+    std::printf("done: %lld steps, final loss %.4f, %.0f tokens/s, peak RSS %.1f MiB\n",
+                static_cast<long long>(summary->steps), summary->final_loss,
+                summary->tokens_per_second, summary->peak_rss_bytes / 1048576.0);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int ExitCodeFor(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kOk: return 0;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kAlreadyExists: return 2;
+    default: return 1;
+  }
+}
+
+int Main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    PrintUsage();
+    return args.empty() ? 2 : 0;
+  }
+  std::string command = args[0];
+  args.erase(args.begin());
+  absl::Status status;
+  if (command == "grad") {
+    status = RunGrad(args);
+  } else if (command == "train") {
+    status = RunTrain(args);
+  } else if (command == "version" || command == "--version") {
+    std::printf("%s (%s)\n", kVersion, core::BuiltWithCuda() ? "CUDA build" : "CPU-only build");
+    return 0;
+  } else {
+    std::fprintf(stderr, "satdar: unknown command '%s'\n", command.c_str());
+    PrintUsage();
+    return 2;
+  }
+  if (!status.ok()) {
+    std::fprintf(stderr, "satdar %s: error: %s\n", command.c_str(),
+                 std::string(status.message()).c_str());
+    return ExitCodeFor(status);
+  }
+  return 0;
+}
+
+}  // namespace satdar::worker

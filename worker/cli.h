@@ -1,0 +1,22 @@
+// worker/cli.h: the `satdar` command line (shared spec INTERFACES.md).
+//
+//   satdar grad  --config C --weights W --tokens B --out G [--dtype f32|f64] [--threads N]
+//   satdar train --config C --steps N --batch-size B --seq-len T
+//                (--data DIR | --synthetic-data) [...]
+//
+// Exit codes: 0 success; 2 bad usage or bad input (the message names the flag, file or
+// field); 1 any other failure.
+#ifndef SATDAR_WORKER_CLI_H_
+#define SATDAR_WORKER_CLI_H_
+
+#include "absl/status/status.h"
+
+namespace satdar::worker {
+
+int Main(int argc, char** argv);
+// 2 for errors caused by the user's input, 1 otherwise.
+int ExitCodeFor(const absl::Status& status);
+
+}  // namespace satdar::worker
+
+#endif  // SATDAR_WORKER_CLI_H_

@@ -1,0 +1,61 @@
+// worker/flags.h: a small command-line flag parser for the satdar subcommands.
+//
+//   FlagSet flags("train");
+//   flags.Define("--steps", "optimizer steps", /*required=*/true);
+//   flags.DefineBool("--resume", "continue from the newest checkpoint");
+//   SATDAR_RETURN_IF_ERROR(flags.Parse(args));
+//   SATDAR_ASSIGN_OR_RETURN(int steps, flags.GetInt("--steps", 1));
+//
+// Accepts "--name value" and "--name=value". Unknown flags, missing values, missing required
+// flags and malformed numbers are InvalidArgument errors that name the flag.
+#ifndef SATDAR_WORKER_FLAGS_H_
+#define SATDAR_WORKER_FLAGS_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace satdar::worker {
+
+class FlagSet {
+ public:
+  explicit FlagSet(std::string command) : command_(std::move(command)) {}
+
+  void Define(const std::string& name, const std::string& help, bool required = false,
+              const std::string& default_value = "");
+  void DefineBool(const std::string& name, const std::string& help);
+  // For flags that take several values (--input a b c): all values up to the next flag.
+  void DefineList(const std::string& name, const std::string& help, bool required = false);
+
+  absl::Status Parse(const std::vector<std::string>& args);
+
+  bool Has(const std::string& name) const;  // given on the command line
+  std::string Get(const std::string& name) const;
+  bool GetBool(const std::string& name) const;
+  std::vector<std::string> GetList(const std::string& name) const;
+  absl::StatusOr<int64_t> GetInt(const std::string& name, int64_t min_value) const;
+  absl::StatusOr<double> GetDouble(const std::string& name, double min_value,
+                                   bool min_inclusive = true) const;
+
+  std::string Usage() const;
+
+ private:
+  struct Flag {
+    std::string help;
+    bool required = false;
+    bool is_bool = false;
+    bool is_list = false;
+    std::string default_value;
+  };
+  std::string command_;
+  std::vector<std::string> order_;
+  std::map<std::string, Flag> flags_;
+  std::map<std::string, std::vector<std::string>> values_;
+};
+
+}  // namespace satdar::worker
+
+#endif  // SATDAR_WORKER_FLAGS_H_

@@ -1,0 +1,240 @@
+#include "worker/trainer.h"
+
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/check.h"
+#include "core/file_util.h"
+#include "core/ops/adamw.h"
+#include "core/ops/gemm.h"
+#include "core/thread_pool.h"
+#include "data/batches.h"
+#include "data/corpus.h"
+#include "model/model.h"
+#include "nlohmann/json.hpp"
+#include "worker/checkpoint.h"
+
+namespace satdar::worker {
+
+namespace {
+
+using Json = nlohmann::json;
+
+int64_t PeakRssBytes() {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<int64_t>(ru.ru_maxrss) * 1024;
+}
+
+// Hyperparameters that must be the same for a resumed run to continue the same trajectory.
+std::string TrainerJson(const TrainOptions& o) {
+  Json j = {{"steps", o.steps},           {"batch_size", o.batch_size},
+            {"seq_len", o.seq_len},       {"microbatches", o.microbatches},
+            {"lr", o.lr},                 {"min_lr_ratio", o.min_lr_ratio},
+            {"warmup_steps", o.warmup_steps}, {"weight_decay", o.weight_decay},
+            {"beta1", o.beta1},           {"beta2", o.beta2},
+            {"eps", o.eps},               {"grad_clip", o.grad_clip},
+            {"synthetic_data", o.synthetic_data}, {"data_dir", o.data_dir}};
+  return j.dump();
+}
+
+// Appends lines to a file, creating it.
+class JsonlWriter {
+ public:
+  absl::Status Open(const std::string& path) {
+    file_ = std::fopen(path.c_str(), "a");
+    if (file_ == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("--log-jsonl: cannot open ", path));
+    }
+    return absl::OkStatus();
+  }
+  void Write(const Json& j) {
+    if (file_ == nullptr) return;
+    std::fprintf(file_, "%s\n", j.dump().c_str());
+    std::fflush(file_);
+  }
+  ~JsonlWriter() {
+    if (file_ != nullptr) std::fclose(file_);
+  }
+
+ private:
+  FILE* file_ = nullptr;
+};
+
+template <typename T>
+absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& o) {
+  core::cpu::InitBlas();
+  core::ThreadPool pool(o.threads);
+  SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<model::Model<T>> model,
+                          model::CreateModel<T>(o.config, &pool));
+  const model::ParamTable& table = model->params();
+  const int64_t n = table.size();
+
+  // Data.
+  std::unique_ptr<data::BatchSource> source;
+  data::Corpus corpus;
+  if (o.synthetic_data) {
+    source = std::make_unique<data::SyntheticBatches>(o.seed, o.config.vocab_size);
+  } else {
+    SATDAR_ASSIGN_OR_RETURN(data::CorpusFormat format, data::ParseCorpusFormat(o.data_format));
+    SATDAR_ASSIGN_OR_RETURN(corpus, data::LoadCorpus(o.data_dir, format));
+    if (o.config.vocab_size < 256) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--data: byte-level text needs vocab_size >= 256, the config has ",
+          o.config.vocab_size));
+    }
+    if (corpus.bytes.size() < static_cast<size_t>(o.seq_len) + 2) {
+      return absl::InvalidArgumentError(absl::StrCat("--data: ", o.data_dir, " holds ",
+                                                     corpus.bytes.size(),
+                                                     " bytes, fewer than --seq-len + 1"));
+    }
+    source = std::make_unique<data::CorpusWindows>(o.seed, &corpus.bytes);
+    if (!o.quiet) {
+      std::printf("data: %s, %d files, %zu bytes (%s, byte-level tokens)\n", o.data_dir.c_str(),
+                  corpus.num_files, corpus.bytes.size(),
+                  corpus.format == data::CorpusFormat::kBrown ? "Brown corpus, tags stripped"
+                                                              : "plain text");
+    }
+  }
+
+  // State: flat parameter, gradient and moment buffers carved by the param table.
+  std::vector<T> params(n), grads(n), exp_avg(n, T(0)), exp_avg_sq(n, T(0));
+  table.Initialize(params.data(), o.seed);
+  OptimizerBuffers<T> buffers{&params, &exp_avg, &exp_avg_sq};
+  int64_t start_step = 0;
+  const std::string config_json = model::ModelConfigToJson(o.config);
+  const std::string trainer_json = TrainerJson(o);
+  if (o.resume) {
+    SATDAR_ASSIGN_OR_RETURN(std::string latest, FindLatestCheckpoint(o.checkpoint_dir));
+    if (latest.empty()) {
+      if (!o.quiet) std::printf("resume: no checkpoint in %s, starting at step 0\n",
+                                o.checkpoint_dir.c_str());
+    } else {
+      SATDAR_ASSIGN_OR_RETURN(CheckpointInfo info, LoadCheckpoint<T>(latest, config_json, table, buffers));
+      if (info.trainer_json != trainer_json || info.seed != o.seed) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--resume: checkpoint ", latest,
+            " was written with different training flags or --seed (", info.trainer_json,
+            ", seed ", info.seed, "); resume with the same flags"));
+      }
+      start_step = info.step;
+      if (!o.quiet) std::printf("resume: %s (step %lld)\n", latest.c_str(),
+                                static_cast<long long>(start_step));
+    }
+  }
+
+  JsonlWriter log;
+  if (!o.log_jsonl.empty()) SATDAR_RETURN_IF_ERROR(log.Open(o.log_jsonl));
+  if (!o.quiet) {
+    std::printf("model: %s residual, %lld parameters; batch %d x %d tokens, %d micro-batch(es), "
+                "%d thread(s), %s\n",
+                o.config.residual.c_str(), static_cast<long long>(n), o.batch_size, o.seq_len,
+                o.microbatches, o.threads, o.f64 ? "f64" : "f32");
+    std::fflush(stdout);
+  }
+
+  const int micro = o.batch_size / o.microbatches;
+  std::vector<int32_t> tokens(static_cast<size_t>(micro) * (o.seq_len + 1));
+  TrainSummary summary;
+  double timed_seconds = 0;
+  int64_t timed_tokens = 0;
+  const int64_t tokens_per_step = static_cast<int64_t>(o.batch_size) * o.seq_len;
+  for (int64_t step = start_step + 1; step <= o.steps; ++step) {
+    auto t0 = std::chrono::steady_clock::now();
+    std::fill(grads.begin(), grads.end(), T(0));
+    double loss = 0;
+    for (int mb = 0; mb < o.microbatches; ++mb) {
+      source->Batch(step, static_cast<int64_t>(mb) * micro, micro, o.seq_len, tokens.data());
+      loss += model->Forward(params.data(), tokens.data(), micro, o.seq_len);
+      model->Backward(params.data(), grads.data(), 1.0 / o.microbatches);
+    }
+    loss /= o.microbatches;
+    if (!std::isfinite(loss)) {
+      return absl::InternalError(absl::StrCat("step ", step, ": loss is ", loss,
+                                              "; lower --lr or check the data"));
+    }
+    double sq = 0;
+    for (int64_t i = 0; i < n; ++i) sq += static_cast<double>(grads[i]) * grads[i];
+    double grad_norm = std::sqrt(sq);
+    core::AdamWParams hp;
+    hp.lr = LearningRate(o, step);
+    hp.beta1 = o.beta1;
+    hp.beta2 = o.beta2;
+    hp.eps = o.eps;
+    hp.weight_decay = o.weight_decay;
+    hp.step = step;
+    hp.grad_scale = (o.grad_clip > 0 && grad_norm > o.grad_clip) ? o.grad_clip / grad_norm : 1.0;
+    core::cpu::AdamWUpdate(params.data(), grads.data(), exp_avg.data(), exp_avg_sq.data(), n, hp,
+                           &pool);
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    double tps = tokens_per_step / seconds;
+    // The first step of a process pays for allocation; it is left out of the average.
+    if (step > start_step + 1 || o.steps == start_step + 1) {
+      timed_seconds += seconds;
+      timed_tokens += tokens_per_step;
+    }
+    summary.final_loss = loss;
+    log.Write(Json{{"step", step},
+                   {"loss", loss},
+                   {"lr", hp.lr},
+                   {"grad_norm", grad_norm},
+                   {"tokens", step * tokens_per_step},
+                   {"tokens_per_second", tps},
+                   {"step_seconds", seconds}});
+    if (!o.quiet && (step % o.log_every == 0 || step == o.steps || step == start_step + 1)) {
+      std::printf("step %5lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s\n",
+                  static_cast<long long>(step), static_cast<long long>(o.steps), loss, hp.lr,
+                  grad_norm, tps);
+      std::fflush(stdout);
+    }
+    bool last = step == o.steps;
+    if (!o.checkpoint_dir.empty() &&
+        ((o.checkpoint_every > 0 && step % o.checkpoint_every == 0) || last)) {
+      CheckpointInfo info{step, o.seed, step * o.batch_size, config_json, trainer_json};
+      SATDAR_RETURN_IF_ERROR(SaveCheckpoint<T>(o.checkpoint_dir, info, table, buffers));
+      SATDAR_RETURN_IF_ERROR(PruneCheckpoints(o.checkpoint_dir, o.keep_checkpoints));
+    }
+  }
+  summary.steps = o.steps;
+  summary.tokens_per_second = timed_seconds > 0 ? timed_tokens / timed_seconds : 0;
+  summary.peak_rss_bytes = PeakRssBytes();
+  if (!o.summary_json.empty()) {
+    Json j = {{"steps", summary.steps},
+              {"final_loss", summary.final_loss},
+              {"tokens_per_second", summary.tokens_per_second},
+              {"peak_rss_bytes", summary.peak_rss_bytes},
+              {"parameters", n},
+              {"threads", o.threads}};
+    absl::Status s = core::WriteFileAtomically(o.summary_json, j.dump(2) + "\n");
+    if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("--summary-json: ", s.message()));
+  }
+  return summary;
+}
+
+}  // namespace
+
+double LearningRate(const TrainOptions& o, int64_t step) {
+  if (o.warmup_steps > 0 && step <= o.warmup_steps) {
+    return o.lr * static_cast<double>(step) / o.warmup_steps;
+  }
+  double min_lr = o.lr * o.min_lr_ratio;
+  int64_t decay = o.steps - o.warmup_steps;
+  if (decay <= 0) return o.lr;
+  double progress = static_cast<double>(step - o.warmup_steps) / decay;
+  progress = std::min(1.0, std::max(0.0, progress));
+  return min_lr + (o.lr - min_lr) * 0.5 * (1.0 + std::cos(M_PI * progress));
+}
+
+absl::StatusOr<TrainSummary> Train(const TrainOptions& options) {
+  return options.f64 ? TrainTyped<double>(options) : TrainTyped<float>(options);
+}
+
+}  // namespace satdar::worker

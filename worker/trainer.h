@@ -1,0 +1,65 @@
+// worker/trainer.h: the training loop of `satdar train` on one process.
+//
+// Each optimizer step splits the batch into micro-batches, accumulates gradients over them,
+// clips by global norm, applies AdamW under a linear-warmup + cosine schedule (to
+// min_lr_ratio of peak), logs, and checkpoints. Everything a step computes is a pure function
+// of (config, seed, step, flags, thread count), which is what makes --resume exact.
+#ifndef SATDAR_WORKER_TRAINER_H_
+#define SATDAR_WORKER_TRAINER_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "model/config.h"
+
+namespace satdar::worker {
+
+struct TrainOptions {
+  model::ModelConfig config;
+  int64_t steps = 0;
+  int batch_size = 0;  // sequences per optimizer step
+  int seq_len = 0;
+  int microbatches = 1;
+  int threads = 1;
+  uint64_t seed = 0;
+  bool f64 = false;  // train in double precision (tests)
+  // Data: synthetic tokens, or a folder of text (byte-level tokens).
+  bool synthetic_data = false;
+  std::string data_dir;
+  std::string data_format = "auto";
+  // Optimizer and schedule.
+  double lr = 1e-3;
+  double min_lr_ratio = 0.1;
+  int64_t warmup_steps = 0;
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double grad_clip = 1.0;  // 0 disables clipping
+  // Output.
+  std::string log_jsonl;
+  std::string summary_json;
+  int64_t log_every = 1;  // console lines
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0;
+  int keep_checkpoints = 3;
+  bool resume = false;
+  bool quiet = false;
+};
+
+struct TrainSummary {
+  int64_t steps = 0;
+  double final_loss = 0;
+  double tokens_per_second = 0;
+  int64_t peak_rss_bytes = 0;
+};
+
+// Learning rate at 1-based step s.
+double LearningRate(const TrainOptions& options, int64_t step);
+
+absl::StatusOr<TrainSummary> Train(const TrainOptions& options);
+
+}  // namespace satdar::worker
+
+#endif  // SATDAR_WORKER_TRAINER_H_
