@@ -27,6 +27,7 @@ void PrintUsage() {
                "commands:\n"
                "  grad    one forward and backward pass; writes the loss and every gradient\n"
                "  train   train a model (synthetic tokens or a folder of text)\n"
+               "  init    write a model's initial weights (safetensors, MODELS.md names)\n"
                "  version print the version\n"
                "run 'satdar <command> --help' for the flags of a command\n",
                kVersion);
@@ -144,6 +145,45 @@ absl::Status RunGrad(const std::vector<std::string>& args) {
   SATDAR_ASSIGN_OR_RETURN(model::ModelConfig config, model::LoadModelConfig(flags.Get("--config")));
   return dtype == "f64" ? RunGradTyped<double>(config, flags, static_cast<int>(threads))
                         : RunGradTyped<float>(config, flags, static_cast<int>(threads));
+}
+
+// --- satdar init ------------------------------------------------------------------------
+
+absl::Status RunInit(const std::vector<std::string>& args) {
+  FlagSet flags("init");
+  flags.Define("--config", "model config JSON", true);
+  flags.Define("--out", "where to write the initial weights (safetensors)", true);
+  flags.Define("--seed", "initialisation seed", false, "0");
+  flags.Define("--dtype", "f32 or f64", false, "f32");
+  if (WantsHelp(args)) {
+    std::fprintf(stdout, "%s", flags.Usage().c_str());
+    return absl::OkStatus();
+  }
+  SATDAR_RETURN_IF_ERROR(flags.Parse(args));
+  SATDAR_ASSIGN_OR_RETURN(int64_t seed, flags.GetInt("--seed", 0));
+  std::string dtype = flags.Get("--dtype");
+  if (dtype != "f32" && dtype != "f64") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("satdar init: flag --dtype must be f32 or f64, got '", dtype, "'"));
+  }
+  SATDAR_ASSIGN_OR_RETURN(model::ModelConfig config, model::LoadModelConfig(flags.Get("--config")));
+  core::ThreadPool pool(1);
+  SATDAR_ASSIGN_OR_RETURN(auto model, model::CreateModel<double>(config, &pool));
+  const model::ParamTable& table = model->params();
+  std::vector<double> params(table.size());
+  table.Initialize(params.data(), static_cast<uint64_t>(seed));
+  std::vector<float> params32(params.begin(), params.end());
+  const bool f64 = dtype == "f64";
+  std::vector<core::TensorRef> out;
+  for (const auto& spec : table.specs()) {
+    const void* p = f64 ? static_cast<const void*>(params.data() + spec.offset)
+                        : static_cast<const void*>(params32.data() + spec.offset);
+    out.push_back({spec.name, f64 ? core::DType::kF64 : core::DType::kF32, spec.shape, p});
+  }
+  absl::Status s = core::WriteSafetensors(flags.Get("--out"), out,
+                                          {{"config", model::ModelConfigToJson(config)}});
+  if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("--out: ", s.message()));
+  return absl::OkStatus();
 }
 
 // --- satdar train ------------------------------------------------------------------------
@@ -292,6 +332,8 @@ int Main(int argc, char** argv) {
     status = RunGrad(args);
   } else if (command == "train") {
     status = RunTrain(args);
+  } else if (command == "init") {
+    status = RunInit(args);
   } else if (command == "version" || command == "--version") {
     std::printf("%s (%s)\n", kVersion, core::BuiltWithCuda() ? "CUDA build" : "CPU-only build");
     return 0;

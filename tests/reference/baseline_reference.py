@@ -66,10 +66,13 @@ _OUTPUT_DTYPES = {'f64': torch.float64, 'f32': torch.float32}
 # Safetensors
 # ---------------------------------------------------------------------------
 
-# Safetensors dtype name -> (torch dtype, little-endian numpy dtype).
+# Safetensors dtype name -> (torch dtype, little-endian numpy dtype of the
+# stored bits). numpy has no bfloat16, so BF16 travels as raw int16 bits.
 _ST_DTYPES = {
     'F64': (torch.float64, np.dtype('<f8')),
     'F32': (torch.float32, np.dtype('<f4')),
+    'F16': (torch.float16, np.dtype('<f2')),
+    'BF16': (torch.bfloat16, np.dtype('<i2')),
     'I64': (torch.int64, np.dtype('<i8')),
     'I32': (torch.int32, np.dtype('<i4')),
 }
@@ -103,8 +106,11 @@ def write_safetensors(path: str, tensors: Mapping[str, torch.Tensor],
         if tensor.dtype not in _ST_NAMES:
             raise ValueError(f'{name}: unsupported dtype {tensor.dtype}')
         st_name = _ST_NAMES[tensor.dtype]
-        array = tensor.detach().cpu().contiguous().numpy()
-        blob = array.astype(_ST_DTYPES[st_name][1], copy=False).tobytes()
+        tensor = tensor.detach().cpu().contiguous()
+        if tensor.dtype == torch.bfloat16:
+            tensor = tensor.view(torch.int16)
+        blob = tensor.numpy().astype(_ST_DTYPES[st_name][1],
+                                     copy=False).tobytes()
         header[name] = {'dtype': st_name, 'shape': list(tensor.shape),
                         'data_offsets': [offset, offset + len(blob)]}
         blobs.append(blob)
@@ -174,7 +180,11 @@ def read_safetensors(path: str
         spans.append((begin, end, name))
         array = np.frombuffer(data, dtype=np_dtype, count=math.prod(shape),
                               offset=begin).reshape(shape)
-        tensors[name] = torch.from_numpy(array.copy()).to(torch_dtype)
+        tensor = torch.from_numpy(array.astype(array.dtype.newbyteorder('='),
+                                                copy=True))
+        if torch_dtype == torch.bfloat16:
+            tensor = tensor.view(torch.bfloat16)
+        tensors[name] = tensor
     spans.sort()
     for (_, prev_end, prev), (begin, _, name) in zip(spans, spans[1:]):
         if begin < prev_end:
@@ -608,6 +618,8 @@ def _check_safetensors_round_trip(workdir: str) -> str:
         i64=torch.tensor([[-(2**40), 3], [2**62, 0]], dtype=torch.int64),
         i32=torch.tensor([1, -2, 2**31 - 1], dtype=torch.int32),
         scalar=torch.tensor(2.5, dtype=torch.float64),
+        f16=torch.tensor([0.5, -65504.0], dtype=torch.float16),
+        bf16=torch.tensor([1.0, -3.0e38, 2.0**-130], dtype=torch.bfloat16),
         empty=torch.zeros(0, 4, dtype=torch.float32))
     path = os.path.join(workdir, 'round_trip.safetensors')
     write_safetensors(path, tensors, metadata={'format': 'pt', 'k': 'v'})
@@ -744,7 +756,8 @@ def _check_against_fake_satdar(workdir: str) -> str:
         flags = []
         with contextlib.redirect_stdout(log):
             print(f'--- fake satdar, mode {mode}')
-            for case in CASES:
+            # Every case for the faithful fake; one for each broken one.
+            for case in CASES if mode == 'exact' else CASES[:1]:
                 flags += check_case(case, satdar, workdir, threads=1,
                                     timeout=600)
         outcomes[mode] = flags
@@ -754,7 +767,7 @@ def _check_against_fake_satdar(workdir: str) -> str:
         if flags != [expected[mode]] * len(flags):
             raise AssertionError(f'mode {mode}: outcomes {flags}\n'
                                  f'{log.getvalue()}')
-    return 'faithful fake passes every case; broken fakes fail every case'
+    return 'faithful fake passes every case; broken fakes fail'
 
 
 SELF_TESTS: Tuple[Tuple[str, Callable[[str], str]], ...] = (

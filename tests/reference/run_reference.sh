@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Runs the independent PyTorch reference of the baseline against `satdar grad`.
+# Needs Debian's python3-torch (scripts/setup.sh installs it) at /usr/bin/python3.
+set -u
+SATDAR=$(realpath "$1")
+HERE=$(dirname "$(realpath "${BASH_SOURCE[0]}")")
+if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
+  echo "torch is not importable by /usr/bin/python3: run scripts/setup.sh (installs python3-torch)"
+  exit 1
+fi
+WORK=$(mktemp -d "${TEST_TMPDIR:-/tmp}/ref.XXXXXX")
+exec /usr/bin/python3 "$HERE/baseline_reference.py" --satdar "$SATDAR" --workdir "$WORK"
