@@ -19,6 +19,7 @@ Needs only torch (Debian's python3-torch 1.13 at /usr/bin/python3).
 """
 
 import argparse
+import ctypes
 import json
 import os
 import platform
@@ -68,6 +69,28 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     return args
 
 
+def set_threads(threads: int) -> Optional[int]:
+    """Limits torch, and the OpenBLAS it may call, to `threads` threads.
+
+    torch.set_num_threads covers OpenMP (and MKL), but Debian's torch calls
+    OpenBLAS for matrix products, whose own thread pool is sized to all
+    cores and ignores torch's setting; cap it too when it is loaded.
+
+    Args:
+        threads: the thread count.
+
+    Returns:
+        OpenBLAS's thread count after the call, or None if not in use.
+    """
+    torch.set_num_threads(threads)
+    try:
+        openblas = ctypes.CDLL('libopenblas.so.0')
+        openblas.openblas_set_num_threads(threads)
+        return openblas.openblas_get_num_threads()
+    except (OSError, AttributeError):
+        return None
+
+
 def build_model(args: argparse.Namespace) -> torch_model.CausalLM:
     """The float32 baseline model at the flag shape, initialised N(0, 0.02)."""
     config = torch_model.ModelConfig(
@@ -88,7 +111,7 @@ def build_model(args: argparse.Namespace) -> torch_model.CausalLM:
 
 def train(args: argparse.Namespace) -> Dict[str, object]:
     """Runs the training loop; returns the summary."""
-    torch.set_num_threads(args.threads)
+    openblas_threads = set_threads(args.threads)
     torch.manual_seed(args.seed)
     model = build_model(args)
     model.train()
@@ -125,6 +148,7 @@ def train(args: argparse.Namespace) -> Dict[str, object]:
         'timed_steps': timed_steps,
         'elapsed_seconds': elapsed,
         'threads': args.threads,
+        'openblas_threads': openblas_threads,
         'parameters': sum(p.numel() for p in model.parameters()),
         'torch_version': torch.__version__,
         'machine': platform.machine(),

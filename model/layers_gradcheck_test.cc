@@ -29,32 +29,35 @@ TEST_P(LayersGradcheck, Attention) {
   AttentionDims d{2, 5, 8, 4, 2, 2, qk_norm, 1e-6};
   const int n = d.rows(), qd = d.nh * d.hs, kd = d.nkv * d.hs;
   Vec x = RandomVector(n * d.c, 1), r = RandomVector(n * d.c, 2);
-  Vec wq = RandomVector(qd * d.c, 3, 0.5), wk = RandomVector(kd * d.c, 4, 0.5),
-      wv = RandomVector(kd * d.c, 5, 0.5), wo = RandomVector(d.c * qd, 6, 0.5),
+  // q, k and v stacked in one buffer, as the param table lays them out.
+  Vec wqkv = RandomVector((qd + 2 * kd) * d.c, 3, 0.5), wo = RandomVector(d.c * qd, 6, 0.5),
       qn = RandomVector(d.hs, 7, 0.2, 1.0), kn = RandomVector(d.hs, 8, 0.2, 1.0);
   std::vector<double> cos, sin;
   core::cpu::RopeTables(&cos, &sin, d.t, d.hs, 10000.0);
-  AttentionWeights<double> w{wq.data(), wk.data(), wv.data(), wo.data(), qn.data(), kn.data()};
+  double* q0 = wqkv.data();
+  AttentionWeights<double> w{q0, q0 + qd * d.c, q0 + (qd + kd) * d.c, wo.data(), qn.data(),
+                             kn.data()};
   AttentionActs<double> acts;
   acts.Resize(d);
+  AttentionScratch<double> scratch;
+  scratch.Resize(d);
   Vec out(n * d.c);
   auto loss = [&] {
-    AttentionLayerForward(out.data(), &acts, x.data(), w, d, cos.data(), sin.data(), &pool_);
+    AttentionLayerForward(out.data(), &acts, x.data(), w, d, cos.data(), sin.data(), &scratch,
+                          &pool_);
     return Dot(out, r);
   };
   loss();
-  Vec dx(x.size(), 0.0), gq(wq.size(), 0.0), gk(wk.size(), 0.0), gv(wv.size(), 0.0),
-      go(wo.size(), 0.0), gqn(qn.size(), 0.0), gkn(kn.size(), 0.0);
-  AttentionWeights<double> g{gq.data(), gk.data(), gv.data(), go.data(), gqn.data(), gkn.data()};
-  AttentionScratch<double> scratch;
-  scratch.Resize(d);
+  Vec dx(x.size(), 0.0), gqkv(wqkv.size(), 0.0), go(wo.size(), 0.0), gqn(qn.size(), 0.0),
+      gkn(kn.size(), 0.0);
+  double* g0 = gqkv.data();
+  AttentionWeights<double> g{g0, g0 + qd * d.c, g0 + (qd + kd) * d.c, go.data(), gqn.data(),
+                             gkn.data()};
   AttentionLayerBackward(dx.data(), g, r.data(), acts, x.data(), w, d, cos.data(), sin.data(),
                          &scratch, &pool_);
   const double tol = 1e-7;
   EXPECT_LT(GradError(&x, dx, loss), tol);
-  EXPECT_LT(GradError(&wq, gq, loss), tol);
-  EXPECT_LT(GradError(&wk, gk, loss), tol);
-  EXPECT_LT(GradError(&wv, gv, loss), tol);
+  EXPECT_LT(GradError(&wqkv, gqkv, loss), tol);
   EXPECT_LT(GradError(&wo, go, loss), tol);
   if (qk_norm) {
     EXPECT_LT(GradError(&qn, gqn, loss), tol);
@@ -69,9 +72,9 @@ TEST(MlpGradcheck, SwigluMlp) {
   core::ThreadPool pool(2);
   MlpDims d{6, 5, 7};
   Vec z = RandomVector(d.rows * d.c, 1), r = RandomVector(d.rows * d.c, 2);
-  Vec wg = RandomVector(d.f * d.c, 3, 0.5), wu = RandomVector(d.f * d.c, 4, 0.5),
-      wd = RandomVector(d.c * d.f, 5, 0.5);
-  MlpWeights<double> w{wg.data(), wu.data(), wd.data()};
+  // gate_proj and up_proj stacked in one buffer, as the param table lays them out.
+  Vec wgu = RandomVector(2 * d.f * d.c, 3, 0.5), wd = RandomVector(d.c * d.f, 5, 0.5);
+  MlpWeights<double> w{wgu.data(), wgu.data() + d.f * d.c, wd.data()};
   MlpActs<double> acts;
   acts.Resize(d);
   Vec out(d.rows * d.c);
@@ -80,14 +83,13 @@ TEST(MlpGradcheck, SwigluMlp) {
     return Dot(out, r);
   };
   loss();
-  Vec dz(z.size(), 0.0), gg(wg.size(), 0.0), gu(wu.size(), 0.0), gd(wd.size(), 0.0);
-  MlpWeights<double> g{gg.data(), gu.data(), gd.data()};
+  Vec dz(z.size(), 0.0), ggu(wgu.size(), 0.0), gd(wd.size(), 0.0);
+  MlpWeights<double> g{ggu.data(), ggu.data() + d.f * d.c, gd.data()};
   MlpScratch<double> scratch;
   scratch.Resize(d);
   MlpBackward(dz.data(), g, r.data(), acts, z.data(), w, d, &scratch, &pool);
   EXPECT_LT(GradError(&z, dz, loss), 1e-7);
-  EXPECT_LT(GradError(&wg, gg, loss), 1e-7);
-  EXPECT_LT(GradError(&wu, gu, loss), 1e-7);
+  EXPECT_LT(GradError(&wgu, ggu, loss), 1e-7);
   EXPECT_LT(GradError(&wd, gd, loss), 1e-7);
 }
 

@@ -128,7 +128,7 @@ double Transformer<T>::Forward(const T* params, const int32_t* tokens, int b, in
     const T* h = residual_[i].data();
     cpu::RmsNormForward(a.ln1.data(), a.ln1_rstd.data(), h, lp.ln1, n, d, c.rms_norm_eps, pool_);
     AttentionLayerForward(dsub_.data(), &a.attn, a.ln1.data(), lp.attn, adims_, cos_.data(),
-                          sin_.data(), pool_);
+                          sin_.data(), &ascratch_, pool_);
     for (size_t j = 0; j < a.mid.size(); ++j) a.mid[j] = h[j] + dsub_[j];
     cpu::RmsNormForward(a.ln2.data(), a.ln2_rstd.data(), a.mid.data(), lp.ln2, n, d,
                         c.rms_norm_eps, pool_);

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -5,6 +6,12 @@
 #include "core/ops/gemm.h"
 
 namespace satdar::core::cpu {
+
+namespace {
+// Query rows are processed in blocks; block [r0, r1) only needs keys [0, r1), so the upper
+// triangle of the score matrix is never computed.
+constexpr int kRowBlock = 64;
+}  // namespace
 
 template <typename T>
 void AttentionForward(T* out, T* probs, const T* q, const T* k, const T* v, int b, int t, int nh,
@@ -18,25 +25,31 @@ void AttentionForward(T* out, T* probs, const T* q, const T* k, const T* v, int 
       const T* qh = q + static_cast<int64_t>(bi) * t * qs + h * hs;
       const T* kh = k + static_cast<int64_t>(bi) * t * ks + g * hs;
       const T* vh = v + static_cast<int64_t>(bi) * t * ks + g * hs;
+      T* oh = out + static_cast<int64_t>(bi) * t * qs + h * hs;
       T* p = probs + i * t * t;
-      // S = Q K^T (T,T); only the lower triangle is used.
-      Gemm<T>(false, true, t, t, hs, scale, qh, qs, kh, ks, T(0), p, t);
-      for (int r = 0; r < t; ++r) {
-        T* row = p + static_cast<int64_t>(r) * t;
-        T mx = row[0];
-        for (int j = 1; j <= r; ++j) mx = row[j] > mx ? row[j] : mx;
-        T sum = 0;
-        for (int j = 0; j <= r; ++j) {
-          row[j] = std::exp(row[j] - mx);
-          sum += row[j];
+      for (int r0 = 0; r0 < t; r0 += kRowBlock) {
+        const int r1 = std::min(t, r0 + kRowBlock), rows = r1 - r0;
+        // S[r0:r1, 0:r1] = scale * Q[r0:r1] K[0:r1]^T
+        T* pb = p + static_cast<int64_t>(r0) * t;
+        Gemm<T>(false, true, rows, r1, hs, scale, qh + static_cast<int64_t>(r0) * qs, qs, kh, ks,
+                T(0), pb, t);
+        for (int r = r0; r < r1; ++r) {
+          T* row = p + static_cast<int64_t>(r) * t;
+          T mx = row[0];
+          for (int j = 1; j <= r; ++j) mx = row[j] > mx ? row[j] : mx;
+          T sum = 0;
+          for (int j = 0; j <= r; ++j) {
+            row[j] = std::exp(row[j] - mx);
+            sum += row[j];
+          }
+          T inv = T(1) / sum;
+          for (int j = 0; j <= r; ++j) row[j] *= inv;
+          for (int j = r + 1; j < t; ++j) row[j] = 0;
         }
-        T inv = T(1) / sum;
-        for (int j = 0; j <= r; ++j) row[j] *= inv;
-        for (int j = r + 1; j < t; ++j) row[j] = 0;
+        // O[r0:r1] = P[r0:r1, 0:r1] V[0:r1]
+        Gemm<T>(false, false, rows, hs, r1, T(1), pb, t, vh, ks, T(0),
+                oh + static_cast<int64_t>(r0) * qs, qs);
       }
-      // O = P V (T,HS)
-      Gemm<T>(false, false, t, hs, t, T(1), p, t, vh, ks, T(0),
-              out + static_cast<int64_t>(bi) * t * qs + h * hs, qs);
     }
   });
 }
@@ -49,29 +62,36 @@ void AttentionBackward(T* dq, T* dk, T* dv, const T* dout, const T* probs, const
   const int qs = nh * hs, ks = nkv * hs;
   // One task per (batch, KV head): the query heads of a group all write the same dk/dv.
   pool->ParallelFor(static_cast<int64_t>(b) * nkv, [&](int64_t i0, int64_t i1) {
-    std::vector<T> dp(static_cast<size_t>(t) * t);
+    std::vector<T> dp(static_cast<size_t>(kRowBlock) * t);
     for (int64_t i = i0; i < i1; ++i) {
       int bi = static_cast<int>(i / nkv), g = static_cast<int>(i % nkv);
       int64_t kv_off = static_cast<int64_t>(bi) * t * ks + g * hs;
       for (int h = g * group; h < (g + 1) * group; ++h) {
         int64_t q_off = static_cast<int64_t>(bi) * t * qs + h * hs;
         const T* p = probs + (static_cast<int64_t>(bi) * nh + h) * t * t;
-        // dV += P^T dO
-        Gemm<T>(true, false, t, hs, t, T(1), p, t, dout + q_off, qs, T(1), dv + kv_off, ks);
-        // dP = dO V^T
-        Gemm<T>(false, true, t, t, hs, T(1), dout + q_off, qs, v + kv_off, ks, T(0), dp.data(), t);
-        // dS = scale * P * (dP - rowsum(P * dP))
-        for (int r = 0; r < t; ++r) {
-          const T* pr = p + static_cast<int64_t>(r) * t;
-          T* dr = dp.data() + static_cast<int64_t>(r) * t;
-          T dot = 0;
-          for (int j = 0; j <= r; ++j) dot += pr[j] * dr[j];
-          for (int j = 0; j <= r; ++j) dr[j] = scale * pr[j] * (dr[j] - dot);
-          for (int j = r + 1; j < t; ++j) dr[j] = 0;
+        for (int r0 = 0; r0 < t; r0 += kRowBlock) {
+          const int r1 = std::min(t, r0 + kRowBlock), rows = r1 - r0;
+          const T* pb = p + static_cast<int64_t>(r0) * t;
+          const T* dob = dout + q_off + static_cast<int64_t>(r0) * qs;
+          // dV[0:r1] += P[r0:r1, 0:r1]^T dO[r0:r1]
+          Gemm<T>(true, false, r1, hs, rows, T(1), pb, t, dob, qs, T(1), dv + kv_off, ks);
+          // dP[r0:r1, 0:r1] = dO[r0:r1] V[0:r1]^T
+          Gemm<T>(false, true, rows, r1, hs, T(1), dob, qs, v + kv_off, ks, T(0), dp.data(), t);
+          // dS = scale * P * (dP - rowsum(P * dP)), causal part only
+          for (int r = r0; r < r1; ++r) {
+            const T* pr = p + static_cast<int64_t>(r) * t;
+            T* dr = dp.data() + static_cast<int64_t>(r - r0) * t;
+            T dot = 0;
+            for (int j = 0; j <= r; ++j) dot += pr[j] * dr[j];
+            for (int j = 0; j <= r; ++j) dr[j] = scale * pr[j] * (dr[j] - dot);
+            for (int j = r + 1; j < r1; ++j) dr[j] = 0;
+          }
+          // dQ[r0:r1] += dS K[0:r1] ; dK[0:r1] += dS^T Q[r0:r1]
+          Gemm<T>(false, false, rows, hs, r1, T(1), dp.data(), t, k + kv_off, ks, T(1),
+                  dq + q_off + static_cast<int64_t>(r0) * qs, qs);
+          Gemm<T>(true, false, r1, hs, rows, T(1), dp.data(), t,
+                  q + q_off + static_cast<int64_t>(r0) * qs, qs, T(1), dk + kv_off, ks);
         }
-        // dQ += dS K ; dK += dS^T Q
-        Gemm<T>(false, false, t, hs, t, T(1), dp.data(), t, k + kv_off, ks, T(1), dq + q_off, qs);
-        Gemm<T>(true, false, t, hs, t, T(1), dp.data(), t, q + q_off, qs, T(1), dk + kv_off, ks);
       }
     }
   });

@@ -126,6 +126,34 @@ TEST_F(OpsGradcheck, AttentionGqa) {
   EXPECT_LT(GradError(&v, dv, loss), kTol);
 }
 
+TEST_F(OpsGradcheck, AttentionAcrossRowBlocks) {
+  // T larger than the kernel's 64-row block, not a multiple of it.
+  const int b = 1, t = 70, nh = 2, nkv = 1, hs = 2;
+  Vec q = RandomVector(b * t * nh * hs, 19), k = RandomVector(b * t * nkv * hs, 20),
+      v = RandomVector(b * t * nkv * hs, 21), r = RandomVector(b * t * nh * hs, 22);
+  Vec out(b * t * nh * hs), probs(b * nh * t * t);
+  auto loss = [&] {
+    AttentionForward(out.data(), probs.data(), q.data(), k.data(), v.data(), b, t, nh, nkv, hs,
+                     &pool_);
+    return Dot(out, r);
+  };
+  loss();
+  for (int h = 0; h < nh; ++h) {
+    for (int row = 0; row < t; ++row) {
+      double sum = 0;
+      for (int j = 0; j < t; ++j) sum += probs[(h * t + row) * t + j];
+      ASSERT_NEAR(sum, 1.0, 1e-12);
+      ASSERT_EQ(probs[(h * t + row) * t + t - 1], row == t - 1 ? probs[(h * t + row) * t + t - 1] : 0.0);
+    }
+  }
+  Vec dq(q.size(), 0.0), dk(k.size(), 0.0), dv(v.size(), 0.0);
+  AttentionBackward(dq.data(), dk.data(), dv.data(), r.data(), probs.data(), q.data(), k.data(),
+                    v.data(), b, t, nh, nkv, hs, &pool_);
+  EXPECT_LT(GradError(&q, dq, loss), kTol);
+  EXPECT_LT(GradError(&k, dk, loss), kTol);
+  EXPECT_LT(GradError(&v, dv, loss), kTol);
+}
+
 TEST_F(OpsGradcheck, AttentionIsCausal) {
   // Changing the last token's k/v must not change earlier outputs.
   const int b = 1, t = 4, nh = 2, nkv = 1, hs = 2;
@@ -145,17 +173,18 @@ TEST_F(OpsGradcheck, AttentionIsCausal) {
 }
 
 TEST_F(OpsGradcheck, Swiglu) {
-  const int n = 37;
-  Vec g = RandomVector(n, 13, 2.0), u = RandomVector(n, 14), r = RandomVector(n, 15);
-  Vec out(n);
+  const int n = 5, f = 7;
+  Vec gu = RandomVector(n * 2 * f, 13, 2.0), r = RandomVector(n * f, 15);
+  Vec out(n * f);
   auto loss = [&] {
-    SwigluForward(out.data(), g.data(), u.data(), n, &pool_);
+    SwigluForward(out.data(), gu.data(), n, f, &pool_);
     return Dot(out, r);
   };
-  Vec dg(n), du(n);
-  SwigluBackward(dg.data(), du.data(), r.data(), g.data(), u.data(), n, &pool_);
-  EXPECT_LT(GradError(&g, dg, loss), kTol);
-  EXPECT_LT(GradError(&u, du, loss), kTol);
+  loss();
+  EXPECT_NEAR(out[f + 2], gu[2 * f + 2] / (1 + std::exp(-gu[2 * f + 2])) * gu[3 * f + 2], 1e-15);
+  Vec dgu(n * 2 * f);
+  SwigluBackward(dgu.data(), r.data(), gu.data(), n, f, &pool_);
+  EXPECT_LT(GradError(&gu, dgu, loss), kTol);
 }
 
 TEST_F(OpsGradcheck, Embedding) {

@@ -1,4 +1,5 @@
-// core/ops/swiglu.h: act = silu(gate) * up, elementwise over N values.
+// core/ops/swiglu.h: act = silu(gate) * up over rows that hold [gate | up] side by side
+// (the output of one fused GEMM with the gate and up weights stacked).
 #ifndef SATDAR_CORE_OPS_SWIGLU_H_
 #define SATDAR_CORE_OPS_SWIGLU_H_
 
@@ -8,14 +9,13 @@
 
 namespace satdar::core::cpu {
 
-// out, gate, up: (N) (for the MLP, N = B*T*F).
+// out (N,F); gate_up (N,2F): gate = columns [0,F), up = [F,2F).
 template <typename T>
-void SwigluForward(T* out, const T* gate, const T* up, int64_t n, ThreadPool* pool);
+void SwigluForward(T* out, const T* gate_up, int n, int f, ThreadPool* pool);
 
-// dgate, dup: (N), overwritten (not accumulated).
+// dgate_up (N,2F) overwritten (not accumulated); dout (N,F).
 template <typename T>
-void SwigluBackward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, int64_t n,
-                    ThreadPool* pool);
+void SwigluBackward(T* dgate_up, const T* dout, const T* gate_up, int n, int f, ThreadPool* pool);
 
 }  // namespace satdar::core::cpu
 

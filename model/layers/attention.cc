@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/check.h"
 #include "core/ops/attention.h"
 #include "core/ops/matmul.h"
 #include "core/ops/rmsnorm.h"
@@ -28,6 +29,7 @@ void AttentionActs<T>::Resize(const AttentionDims& d) {
 template <typename T>
 void AttentionScratch<T>::Resize(const AttentionDims& d) {
   size_t n = d.rows();
+  qkv.resize(n * (d.nh + 2 * d.nkv) * d.hs);
   datt.resize(n * d.nh * d.hs);
   dq.resize(n * d.nh * d.hs);
   dk.resize(n * d.nkv * d.hs);
@@ -35,14 +37,60 @@ void AttentionScratch<T>::Resize(const AttentionDims& d) {
   dk_normed.resize(n * d.nkv * d.hs);
 }
 
+namespace {
+
+// Rows of (B*T, qd + 2 kd) <-> three contiguous (B*T, qd), (B*T, kd), (B*T, kd) arrays.
+template <typename T>
+void SplitQkv(T* q, T* k, T* v, const T* qkv, int n, int qd, int kd, core::ThreadPool* pool) {
+  const int64_t w = qd + 2 * kd;
+  pool->ParallelFor(
+      n,
+      [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          const T* src = qkv + r * w;
+          std::copy(src, src + qd, q + r * qd);
+          std::copy(src + qd, src + qd + kd, k + r * kd);
+          std::copy(src + qd + kd, src + w, v + r * kd);
+        }
+      },
+      64);
+}
+
+template <typename T>
+void JoinQkv(T* qkv, const T* q, const T* k, const T* v, int n, int qd, int kd,
+             core::ThreadPool* pool) {
+  const int64_t w = qd + 2 * kd;
+  pool->ParallelFor(
+      n,
+      [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          T* dst = qkv + r * w;
+          std::copy(q + r * qd, q + (r + 1) * qd, dst);
+          std::copy(k + r * kd, k + (r + 1) * kd, dst + qd);
+          std::copy(v + r * kd, v + (r + 1) * kd, dst + qd + kd);
+        }
+      },
+      64);
+}
+
+template <typename T>
+void CheckStacked(const AttentionWeights<T>& w, const AttentionDims& d) {
+  const int64_t qsize = static_cast<int64_t>(d.nh) * d.hs * d.c;
+  const int64_t ksize = static_cast<int64_t>(d.nkv) * d.hs * d.c;
+  SATDAR_CHECK(w.wk == w.wq + qsize && w.wv == w.wk + ksize) << "q/k/v weights not stacked";
+}
+
+}  // namespace
+
 template <typename T>
 void AttentionLayerForward(T* out, AttentionActs<T>* acts, const T* x,
                            const AttentionWeights<T>& w, const AttentionDims& d, const T* cos,
-                           const T* sin, core::ThreadPool* pool) {
+                           const T* sin, AttentionScratch<T>* s, core::ThreadPool* pool) {
   const int n = d.rows(), qd = d.nh * d.hs, kd = d.nkv * d.hs;
-  cpu::MatmulForward(acts->q_raw.data(), x, w.wq, n, qd, d.c, pool);
-  cpu::MatmulForward(acts->k_raw.data(), x, w.wk, n, kd, d.c, pool);
-  cpu::MatmulForward(acts->v.data(), x, w.wv, n, kd, d.c, pool);
+  CheckStacked(w, d);
+  cpu::MatmulForward(s->qkv.data(), x, w.wq, n, qd + 2 * kd, d.c, pool);
+  SplitQkv(acts->q_raw.data(), acts->k_raw.data(), acts->v.data(), s->qkv.data(), n, qd, kd,
+           pool);
   if (d.qk_norm) {
     cpu::RmsNormForward(acts->q.data(), acts->q_rstd.data(), acts->q_raw.data(), w.q_norm,
                         n * d.nh, d.hs, d.eps, pool);
@@ -89,9 +137,9 @@ void AttentionLayerBackward(T* dx, const AttentionWeights<T>& g, const T* dout,
                          acts.k_rstd.data(), n * d.nkv, d.hs, pool);
     dk_raw = s->dk.data();
   }
-  cpu::MatmulBackward(dx, g.wq, dq_raw, x, w.wq, n, qd, d.c, pool);
-  cpu::MatmulBackward(dx, g.wk, dk_raw, x, w.wk, n, kd, d.c, pool);
-  cpu::MatmulBackward(dx, g.wv, s->dv.data(), x, w.wv, n, kd, d.c, pool);
+  CheckStacked(g, d);
+  JoinQkv(s->qkv.data(), dq_raw, dk_raw, s->dv.data(), n, qd, kd, pool);
+  cpu::MatmulBackward(dx, g.wq, s->qkv.data(), x, w.wq, n, qd + 2 * kd, d.c, pool);
 }
 
 template struct AttentionActs<float>;
@@ -100,10 +148,12 @@ template struct AttentionScratch<float>;
 template struct AttentionScratch<double>;
 template void AttentionLayerForward<float>(float*, AttentionActs<float>*, const float*,
                                            const AttentionWeights<float>&, const AttentionDims&,
-                                           const float*, const float*, core::ThreadPool*);
+                                           const float*, const float*, AttentionScratch<float>*,
+                                           core::ThreadPool*);
 template void AttentionLayerForward<double>(double*, AttentionActs<double>*, const double*,
                                             const AttentionWeights<double>&, const AttentionDims&,
-                                            const double*, const double*, core::ThreadPool*);
+                                            const double*, const double*,
+                                            AttentionScratch<double>*, core::ThreadPool*);
 template void AttentionLayerBackward<float>(float*, const AttentionWeights<float>&, const float*,
                                             const AttentionActs<float>&, const float*,
                                             const AttentionWeights<float>&, const AttentionDims&,

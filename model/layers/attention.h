@@ -20,6 +20,8 @@ struct AttentionDims {
   int rows() const { return b * t; }
 };
 
+// REQUIRES: wk == wq + NH*HS*C and wv == wk + NKV*HS*C (the param table stores q, k and v
+// back to back), so the three projections run as one GEMM against the stacked weight.
 template <typename T>
 struct AttentionWeights {
   T* wq = nullptr;      // (NH*HS, C)
@@ -41,9 +43,10 @@ struct AttentionActs {
   void Resize(const AttentionDims& d);
 };
 
-// Shared scratch for backward (one per model).
+// Shared transient buffers (one per model).
 template <typename T>
 struct AttentionScratch {
+  std::vector<T> qkv;  // (B*T, (NH+2*NKV)*HS): fused projection output, or its gradient
   std::vector<T> datt, dq, dk, dv, dk_normed;
   void Resize(const AttentionDims& d);
 };
@@ -52,7 +55,7 @@ struct AttentionScratch {
 template <typename T>
 void AttentionLayerForward(T* out, AttentionActs<T>* acts, const T* x,
                            const AttentionWeights<T>& w, const AttentionDims& d, const T* cos,
-                           const T* sin, core::ThreadPool* pool);
+                           const T* sin, AttentionScratch<T>* scratch, core::ThreadPool* pool);
 
 // dx (B*T, C) += d/dx; weight gradients += into g. dout (B*T, C) is d loss / d out.
 template <typename T>

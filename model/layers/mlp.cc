@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/check.h"
 #include "core/ops/matmul.h"
 #include "core/ops/swiglu.h"
 
@@ -12,8 +13,7 @@ namespace cpu = core::cpu;
 template <typename T>
 void MlpActs<T>::Resize(const MlpDims& d) {
   size_t n = static_cast<size_t>(d.rows) * d.f;
-  gate.resize(n);
-  up.resize(n);
+  gate_up.resize(2 * n);
   act.resize(n);
 }
 
@@ -21,17 +21,15 @@ template <typename T>
 void MlpScratch<T>::Resize(const MlpDims& d) {
   size_t n = static_cast<size_t>(d.rows) * d.f;
   dact.resize(n);
-  dgate.resize(n);
-  dup.resize(n);
+  dgate_up.resize(2 * n);
 }
 
 template <typename T>
 void MlpForward(T* out, MlpActs<T>* acts, const T* z, const MlpWeights<T>& w, const MlpDims& d,
                 core::ThreadPool* pool) {
-  cpu::MatmulForward(acts->gate.data(), z, w.gate, d.rows, d.f, d.c, pool);
-  cpu::MatmulForward(acts->up.data(), z, w.up, d.rows, d.f, d.c, pool);
-  cpu::SwigluForward(acts->act.data(), acts->gate.data(), acts->up.data(),
-                     static_cast<int64_t>(d.rows) * d.f, pool);
+  SATDAR_CHECK(w.up == w.gate + static_cast<int64_t>(d.f) * d.c) << "gate/up not stacked";
+  cpu::MatmulForward(acts->gate_up.data(), z, w.gate, d.rows, 2 * d.f, d.c, pool);
+  cpu::SwigluForward(acts->act.data(), acts->gate_up.data(), d.rows, d.f, pool);
   cpu::MatmulForward(out, acts->act.data(), w.down, d.rows, d.c, d.f, pool);
 }
 
@@ -42,10 +40,9 @@ void MlpBackward(T* dz, const MlpWeights<T>& g, const T* dout, const MlpActs<T>&
   std::fill(s->dact.begin(), s->dact.end(), T(0));
   cpu::MatmulBackward(s->dact.data(), g.down, dout, acts.act.data(), w.down, d.rows, d.c, d.f,
                       pool);
-  cpu::SwigluBackward(s->dgate.data(), s->dup.data(), s->dact.data(), acts.gate.data(),
-                      acts.up.data(), static_cast<int64_t>(d.rows) * d.f, pool);
-  cpu::MatmulBackward(dz, g.gate, s->dgate.data(), z, w.gate, d.rows, d.f, d.c, pool);
-  cpu::MatmulBackward(dz, g.up, s->dup.data(), z, w.up, d.rows, d.f, d.c, pool);
+  cpu::SwigluBackward(s->dgate_up.data(), s->dact.data(), acts.gate_up.data(), d.rows, d.f, pool);
+  SATDAR_CHECK(g.up == g.gate + static_cast<int64_t>(d.f) * d.c) << "gate/up grads not stacked";
+  cpu::MatmulBackward(dz, g.gate, s->dgate_up.data(), z, w.gate, d.rows, 2 * d.f, d.c, pool);
 }
 
 template struct MlpActs<float>;

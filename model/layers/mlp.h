@@ -14,6 +14,8 @@ struct MlpDims {
   int f = 0;     // intermediate size
 };
 
+// REQUIRES: up == gate + F*C (the param table stores gate_proj and up_proj back to back), so
+// both projections run as one GEMM against the stacked (2F, C) weight.
 template <typename T>
 struct MlpWeights {
   T* gate = nullptr;  // (F, C)
@@ -23,13 +25,15 @@ struct MlpWeights {
 
 template <typename T>
 struct MlpActs {
-  std::vector<T> gate, up, act;  // (B*T, F) each
+  std::vector<T> gate_up;  // (B*T, 2F): [gate | up] per row
+  std::vector<T> act;      // (B*T, F)
   void Resize(const MlpDims& d);
 };
 
 template <typename T>
 struct MlpScratch {
-  std::vector<T> dact, dgate, dup;  // (B*T, F)
+  std::vector<T> dact;      // (B*T, F)
+  std::vector<T> dgate_up;  // (B*T, 2F)
   void Resize(const MlpDims& d);
 };
 

@@ -708,6 +708,39 @@ def _check_gradients_nontrivial(_: str) -> str:
     return f'smallest max|grad| over all tensors {smallest:.2e}'
 
 
+def _check_finite_differences(_: str) -> str:
+    """Autograd gradients (and their names) agree with central differences."""
+    checked, worst = 0, 0.0
+    for case in CASES[1:3]:  # One untied, one tied config.
+        config = torch_model.ModelConfig.from_dict(case.config)
+        weights = random_weights(config, case.seed)
+        tokens = random_tokens(config.vocab_size, case.seed, case.token_dtype)
+        grads = reference_grads(config, weights, tokens)
+        model = torch_model.CausalLM(config, dtype=torch.float64)
+        model.load_state_dict(weights)
+        params = dict(model.named_parameters())
+        picker = torch.Generator().manual_seed(case.seed)
+        step = 1e-5
+        for name, param in params.items():
+            flat = param.data.view(-1)
+            for _ in range(3):
+                i = int(torch.randint(flat.numel(), (1,), generator=picker))
+                saved = float(flat[i])
+                with torch.no_grad():
+                    flat[i] = saved + step
+                    up = float(model.loss(tokens))
+                    flat[i] = saved - step
+                    down = float(model.loss(tokens))
+                    flat[i] = saved
+                numeric = (up - down) / (2 * step)
+                analytic = float(grads['grad.' + name].view(-1)[i])
+                err = abs(numeric - analytic) / max(abs(analytic), 1e-3)
+                assert err < 1e-5, (case.name, name, i, numeric, analytic)
+                worst = max(worst, err)
+                checked += 1
+    return f'{checked} entries, worst relative difference {worst:.1e}'
+
+
 def _check_causality(_: str) -> str:
     config = torch_model.ModelConfig.from_dict(CASES[0].config)
     model = torch_model.CausalLM(config, dtype=torch.float64)
@@ -775,6 +808,7 @@ SELF_TESTS: Tuple[Tuple[str, Callable[[str], str]], ...] = (
     ('loss at uniform logits', _check_uniform_logits_loss),
     ('matches loop implementation', _check_naive_implementation),
     ('gradients finite and large', _check_gradients_nontrivial),
+    ('gradients match finite differences', _check_finite_differences),
     ('causal', _check_causality),
     ('rope', _check_rope),
     ('comparison vs fake satdar', _check_against_fake_satdar),

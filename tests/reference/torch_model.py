@@ -272,8 +272,11 @@ class Attention(nn.Module):
         q = q.reshape(b, n, rep, t, dh)
         k = k.unsqueeze(2)
         v = v.unsqueeze(2)
-        scores = torch.matmul(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(dh))
-        probs = torch.softmax(scores + mask, dim=-1)
+        # Scale and mask in place: autograd does not keep the product of
+        # matmul, and this spares two [B, H, T, T] temporaries.
+        scores = torch.matmul(q, k.transpose(-1, -2))
+        scores = scores.mul_(1.0 / math.sqrt(dh)).add_(mask)
+        probs = torch.softmax(scores, dim=-1)
         out = torch.matmul(probs, v)  # [B, N, rep, T, dh]
         out = out.reshape(b, h, t, dh).transpose(1, 2).reshape(b, t, h * dh)
         return self.o_proj(out)
