@@ -390,7 +390,8 @@ def naive_loss(config: torch_model.ModelConfig,
                 hidden[t] = hidden[t] + w[p + 'mlp.down_proj.weight'] @ (
                     silu * up)
         for t in range(seq):
-            logits = (lm_head @ norm(hidden[t], w['model.norm.weight'])).tolist()
+            final = norm(hidden[t], w['model.norm.weight'])
+            logits = (lm_head @ final).tolist()
             top = max(logits)
             log_z = top + math.log(sum(math.exp(x - top) for x in logits))
             total += log_z - logits[targets[t]]

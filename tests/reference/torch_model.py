@@ -195,7 +195,7 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor,
                sin: torch.Tensor) -> torch.Tensor:
-    """Rotates x [..., T, dh] with rope_tables: x * cos + rotate_half(x) * sin."""
+    """Rotates x [..., T, dh]: x * cos + rotate_half(x) * sin."""
     return x * cos + rotate_half(x) * sin
 
 
