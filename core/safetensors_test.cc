@@ -6,15 +6,13 @@
 #include <vector>
 
 #include "core/file_util.h"
+#include "core/testing/tmp_dir.h"
 #include "gtest/gtest.h"
 
 namespace satdar::core {
 namespace {
 
-std::string TmpPath(const std::string& name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return std::string(dir ? dir : "/tmp") + "/" + name;
-}
+std::string TmpPath(const std::string& name) { return testing::TestTmpDir("st") + "/" + name; }
 
 // Builds a raw safetensors file from a header string and a data section.
 void WriteRaw(const std::string& path, const std::string& header, const std::string& data) {

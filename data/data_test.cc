@@ -1,5 +1,3 @@
-#include <sys/stat.h>
-
 #include <set>
 #include <string>
 #include <vector>
@@ -7,17 +5,13 @@
 #include "core/file_util.h"
 #include "data/batches.h"
 #include "data/corpus.h"
+#include "core/testing/tmp_dir.h"
 #include "gtest/gtest.h"
 
 namespace satdar::data {
 namespace {
 
-std::string TmpDir(const std::string& name) {
-  const char* base = std::getenv("TEST_TMPDIR");
-  std::string dir = std::string(base ? base : "/tmp") + "/" + name;
-  ::mkdir(dir.c_str(), 0755);
-  return dir;
-}
+using core::testing::TestTmpDir;
 
 TEST(Corpus, StripsBrownTags) {
   EXPECT_EQ(StripBrownTags("\n\n\tThe/at Fulton/np-tl County/nn-tl said/vbd ./.\n\n"
@@ -26,7 +20,7 @@ TEST(Corpus, StripsBrownTags) {
 }
 
 TEST(Corpus, LoadsBrownFolderAndSkipsIndexFiles) {
-  std::string dir = TmpDir("brown");
+  std::string dir = TestTmpDir("brown");
   ASSERT_TRUE(core::WriteFileAtomically(dir + "/cats.txt", "ca01 news\n").ok());
   ASSERT_TRUE(core::WriteFileAtomically(dir + "/README", "readme text\n").ok());
   ASSERT_TRUE(core::WriteFileAtomically(dir + "/ca01", "\tA/at dog/nn ./.\n").ok());
@@ -39,7 +33,7 @@ TEST(Corpus, LoadsBrownFolderAndSkipsIndexFiles) {
 }
 
 TEST(Corpus, PlainTextAndErrors) {
-  std::string dir = TmpDir("plain");
+  std::string dir = TestTmpDir("plain");
   ASSERT_TRUE(core::WriteFileAtomically(dir + "/a.txt", "hello/world").ok());
   auto corpus = LoadCorpus(dir, CorpusFormat::kAuto);
   ASSERT_TRUE(corpus.ok());
@@ -48,7 +42,7 @@ TEST(Corpus, PlainTextAndErrors) {
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(missing.status().message().find("--data: cannot open folder /nonexistent/dir"),
             std::string::npos);
-  auto empty = LoadCorpus(TmpDir("empty"), CorpusFormat::kText);
+  auto empty = LoadCorpus(TestTmpDir("empty"), CorpusFormat::kText);
   EXPECT_NE(empty.status().message().find("no text found"), std::string::npos);
   EXPECT_FALSE(ParseCorpusFormat("xml").ok());
 }

@@ -2,14 +2,13 @@
 // checkpoint corruption and the learning-rate schedule.
 #include "worker/trainer.h"
 
-#include <sys/stat.h>
-
 #include <cmath>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include "core/file_util.h"
+#include "core/testing/tmp_dir.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "worker/checkpoint.h"
@@ -17,12 +16,7 @@
 namespace satdar::worker {
 namespace {
 
-std::string TmpDir(const std::string& name) {
-  const char* base = std::getenv("TEST_TMPDIR");
-  std::string dir = std::string(base ? base : "/tmp") + "/" + name;
-  ::mkdir(dir.c_str(), 0755);
-  return dir;
-}
+using core::testing::TestTmpDir;
 
 model::ModelConfig SmallConfig() {
   model::ModelConfig c;
@@ -44,7 +38,7 @@ TrainOptions Options(const std::string& name) {
   o.threads = 2;
   o.synthetic_data = true;
   o.quiet = true;
-  o.log_jsonl = TmpDir(name) + "/log.jsonl";
+  o.log_jsonl = TestTmpDir(name) + "/log.jsonl";
   std::remove(o.log_jsonl.c_str());
   return o;
 }
@@ -58,7 +52,7 @@ std::vector<nlohmann::json> ReadLog(const std::string& path) {
 }
 
 TEST(Trainer, LossFallsOnText) {
-  std::string dir = TmpDir("text");
+  std::string dir = TestTmpDir("text");
   std::string text;
   for (int i = 0; i < 200; ++i) text += "the quick brown fox jumps over the lazy dog. ";
   ASSERT_TRUE(core::WriteFileAtomically(dir + "/a.txt", text).ok());
@@ -86,14 +80,14 @@ TEST(Trainer, ResumeReproducesLossesExactly) {
   auto expected = ReadLog(full.log_jsonl);
 
   TrainOptions part = Options("part");
-  part.checkpoint_dir = TmpDir("ckpt");
+  part.checkpoint_dir = TestTmpDir("ckpt");
   part.checkpoint_every = 3;
   ASSERT_TRUE(Train(part).ok());
   // Simulate a crash after step 3: the step-6 checkpoint never happened.
   ASSERT_EQ(std::remove(CheckpointPath(part.checkpoint_dir, 6).c_str()), 0);
   TrainOptions resumed = part;
   resumed.resume = true;
-  resumed.log_jsonl = TmpDir("resumed") + "/log.jsonl";
+  resumed.log_jsonl = TestTmpDir("resumed") + "/log.jsonl";
   std::remove(resumed.log_jsonl.c_str());
   ASSERT_TRUE(Train(resumed).ok());
   auto got = ReadLog(resumed.log_jsonl);
@@ -107,7 +101,7 @@ TEST(Trainer, ResumeReproducesLossesExactly) {
 
 TEST(Trainer, ResumeRejectsChangedFlagsAndCorruption) {
   TrainOptions o = Options("guard");
-  o.checkpoint_dir = TmpDir("guard_ckpt");
+  o.checkpoint_dir = TestTmpDir("guard_ckpt");
   o.steps = 2;
   ASSERT_TRUE(Train(o).ok());
   TrainOptions changed = o;
@@ -141,7 +135,7 @@ TEST(Trainer, MicrobatchesMatchOneBatch) {
   ASSERT_TRUE(Train(one).ok());
   TrainOptions two = one;
   two.microbatches = 2;
-  two.log_jsonl = TmpDir("mb2") + "/log.jsonl";
+  two.log_jsonl = TestTmpDir("mb2") + "/log.jsonl";
   std::remove(two.log_jsonl.c_str());
   ASSERT_TRUE(Train(two).ok());
   auto a = ReadLog(one.log_jsonl), b = ReadLog(two.log_jsonl);
