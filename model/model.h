@@ -17,6 +17,8 @@
 #include "core/thread_pool.h"
 #include "model/config.h"
 #include "model/param_table.h"
+#include "model/value_residual.h"
+#include "nlohmann/json.hpp"
 
 namespace satdar::model {
 
@@ -31,6 +33,13 @@ class Model {
   virtual double Forward(const T* params, const int32_t* tokens, int b, int t) = 0;
   // grads (params().size()) += loss_scale * d(loss)/d(params) for the last Forward.
   virtual void Backward(const T* params, T* grads, double loss_scale) = 0;
+  // The cross-entropy part of the last Forward's loss (without auxiliary losses).
+  virtual double last_cross_entropy() const = 0;
+  // What the papers analyse (gates, depth weights, expert load), gathered since ResetStats.
+  virtual void AppendStats(nlohmann::json* stats) const = 0;
+  virtual void ResetStats() = 0;
+  // SATFormer's gate intervention; false when the model has no gates.
+  virtual bool SetGateAblation(GateAblation mode) = 0;
 };
 
 // The registry (model/registry.cc): builds the model that `config` describes, or says

@@ -5,13 +5,14 @@
 
 namespace satdar::model {
 
-void ParamTable::Add(const std::string& name, core::Shape shape, ParamInit init) {
+void ParamTable::Add(const std::string& name, core::Shape shape, ParamInit init, bool unused) {
   SATDAR_CHECK(index_.count(name) == 0) << "duplicate parameter " << name;
   ParamSpec spec;
   spec.name = name;
   spec.numel = core::NumElements(shape);
   spec.shape = std::move(shape);
   spec.init = init;
+  spec.unused = unused;
   spec.offset = size_;
   size_ += spec.numel;
   index_[name] = specs_.size();

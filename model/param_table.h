@@ -31,12 +31,15 @@ struct ParamSpec {
   ParamInit init;
   int64_t offset = 0;  // elements
   int64_t numel = 0;
+  // Kept for checkpoint compatibility but never read by the model (its gradient is 0):
+  // weight files may omit it (e.g. layer 0's ResFormer lambda2).
+  bool unused = false;
 };
 
 class ParamTable {
  public:
   // Appends a parameter after the previous one. Names must be unique.
-  void Add(const std::string& name, core::Shape shape, ParamInit init);
+  void Add(const std::string& name, core::Shape shape, ParamInit init, bool unused = false);
 
   const std::vector<ParamSpec>& specs() const { return specs_; }
   const ParamSpec* Find(const std::string& name) const;

@@ -2,9 +2,9 @@
 
 #include <vector>
 
+#include "core/check.h"
 #include "gtest/gtest.h"
 #include "model/model.h"
-#include "model/transformer.h"
 
 namespace satdar::model {
 namespace {
@@ -20,9 +20,15 @@ ModelConfig Config() {
   return c;
 }
 
+ParamTable BaselineTable(const ModelConfig& c) {
+  core::ThreadPool pool(1);
+  auto model = CreateModel<float>(c, &pool);
+  SATDAR_CHECK(model.ok()) << model.status();
+  return (*model)->params();
+}
+
 TEST(ParamTable, BaselineNamesAndShapes) {
-  ParamTable t;
-  AddTransformerParams(Config(), &t);
+  ParamTable t = BaselineTable(Config());
   const ParamSpec* q = t.Find("model.layers.1.self_attn.q_proj.weight");
   ASSERT_NE(q, nullptr);
   EXPECT_EQ(q->shape, (core::Shape{64, 64}));
@@ -44,15 +50,13 @@ TEST(ParamTable, UntiedHeadAndNoQkNorm) {
   ModelConfig c = Config();
   c.tie_word_embeddings = false;
   c.qk_norm = false;
-  ParamTable t;
-  AddTransformerParams(c, &t);
+  ParamTable t = BaselineTable(c);
   ASSERT_NE(t.Find("lm_head.weight"), nullptr);
   EXPECT_EQ(t.Find("model.layers.0.self_attn.q_norm.weight"), nullptr);
 }
 
 TEST(ParamTable, InitIsPureFunctionOfSeedNameIndex) {
-  ParamTable t;
-  AddTransformerParams(Config(), &t);
+  ParamTable t = BaselineTable(Config());
   std::vector<float> a(t.size()), b(t.size()), c(t.size());
   t.Initialize(a.data(), 5);
   t.Initialize(b.data(), 5);

@@ -1,33 +1,54 @@
-// model/registry.cc: the one list of model designs. A design is selected by the config's
-// (residual, value_residual, moe) fields; adding one is one line here plus its file group.
+// model/registry.cc: the one list of model designs. A config picks a residual topology
+// ("residual"), a value residual ("value_residual") and an FFN ("moe" null or not); each is
+// one line below, and no other switch in the code names a design.
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "model/decoder.h"
+#include "model/dense_ffn.h"
 #include "model/model.h"
-#include "model/transformer.h"
+#include "model/variants/resformer.h"
+#include "model/variants/satformer.h"
+#include "model/variants/standard.h"
 
 namespace satdar::model {
 
 namespace {
 
-template <typename T>
-struct Entry {
-  const char* residual;
-  const char* value_residual;
-  bool moe;
-  std::function<std::unique_ptr<Model<T>>(const ModelConfig&, core::ThreadPool*)> create;
-};
+template <typename P>
+using Maker = std::function<P(const ModelConfig&, core::ThreadPool*)>;
 
 template <typename T>
-std::vector<Entry<T>> Registry() {
-  return {
-      {"standard", "none", false,
-       [](const ModelConfig& c, core::ThreadPool* p) {
-         return std::make_unique<Transformer<T>>(c, p);
-       }},
+struct Registry {
+  std::vector<std::pair<std::string, Maker<std::unique_ptr<Topology<T>>>>> topologies = {
+      {"standard", MakeStandard<T>},
   };
+  std::vector<std::pair<std::string, Maker<std::unique_ptr<ValueResidual<T>>>>> value_residuals = {
+      {"none", [](const ModelConfig&, core::ThreadPool*) { return nullptr; }},
+      {"resformer", MakeResformer<T>},
+      {"satformer", MakeSatformer<T>},
+  };
+  std::vector<std::pair<bool, Maker<std::unique_ptr<Ffn<T>>>>> ffns = {
+      {false, MakeDenseFfn<T>},
+  };
+};
+
+template <typename V>
+const V* Find(const std::vector<std::pair<std::string, V>>& list, const std::string& key) {
+  for (const auto& [name, value] : list) {
+    if (name == key) return &value;
+  }
+  return nullptr;
+}
+
+template <typename V>
+std::string Names(const std::vector<std::pair<std::string, V>>& list) {
+  std::vector<std::string> names;
+  for (const auto& entry : list) names.push_back("\"" + entry.first + "\"");
+  return absl::StrJoin(names, ", ");
 }
 
 }  // namespace
@@ -35,20 +56,31 @@ std::vector<Entry<T>> Registry() {
 template <typename T>
 absl::StatusOr<std::unique_ptr<Model<T>>> CreateModel(const ModelConfig& config,
                                                       core::ThreadPool* pool) {
-  for (const Entry<T>& e : Registry<T>()) {
-    if (config.residual == e.residual && config.value_residual == e.value_residual &&
-        config.moe.has_value() == e.moe) {
-      return e.create(config, pool);
-    }
+  Registry<T> r;
+  const auto* topology = Find(r.topologies, config.residual);
+  if (topology == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config field \"residual\": \"", config.residual,
+        "\" is not available in this build (available: ", Names(r.topologies), ")"));
   }
-  std::string field = config.moe.has_value() ? "moe"
-                      : config.residual != "standard" ? "residual"
-                                                      : "value_residual";
-  return absl::InvalidArgumentError(absl::StrCat(
-      "config field \"", field, "\": residual=\"", config.residual, "\" value_residual=\"",
-      config.value_residual, "\"", config.moe.has_value() ? " with moe" : "",
-      " is not available in this build (available: residual=\"standard\", "
-      "value_residual=\"none\", moe=null)"));
+  const auto* value_residual = Find(r.value_residuals, config.value_residual);
+  if (value_residual == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config field \"value_residual\": \"", config.value_residual,
+        "\" is not available in this build (available: ", Names(r.value_residuals), ")"));
+  }
+  const Maker<std::unique_ptr<Ffn<T>>>* ffn = nullptr;
+  for (const auto& [is_moe, make] : r.ffns) {
+    if (is_moe == config.moe.has_value()) ffn = &make;
+  }
+  if (ffn == nullptr) {
+    return absl::InvalidArgumentError(
+        "config field \"moe\": the sparse MoE FFN is not available in this build");
+  }
+  auto branches = std::make_unique<Branches<T>>(config, pool, (*value_residual)(config, pool),
+                                                (*ffn)(config, pool));
+  return std::unique_ptr<Model<T>>(std::make_unique<DecoderModel<T>>(
+      config, pool, std::move(branches), (*topology)(config, pool)));
 }
 
 template absl::StatusOr<std::unique_ptr<Model<float>>> CreateModel<float>(const ModelConfig&,

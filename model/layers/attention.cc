@@ -17,11 +17,11 @@ void AttentionActs<T>::Resize(const AttentionDims& d) {
   size_t n = d.rows();
   q_raw.resize(n * d.nh * d.hs);
   k_raw.resize(n * d.nkv * d.hs);
+  v.resize(n * d.nkv * d.hs);
   q_rstd.resize(n * d.nh);
   k_rstd.resize(n * d.nkv);
   q.resize(n * d.nh * d.hs);
   k.resize(n * d.nkv * d.hs);
-  v.resize(n * d.nkv * d.hs);
   probs.resize(static_cast<size_t>(d.b) * d.nh * d.t * d.t);
   att.resize(n * d.nh * d.hs);
 }
@@ -33,8 +33,9 @@ void AttentionScratch<T>::Resize(const AttentionDims& d) {
   datt.resize(n * d.nh * d.hs);
   dq.resize(n * d.nh * d.hs);
   dk.resize(n * d.nkv * d.hs);
+  dq_raw.resize(n * d.nh * d.hs);
+  dk_raw.resize(n * d.nkv * d.hs);
   dv.resize(n * d.nkv * d.hs);
-  dk_normed.resize(n * d.nkv * d.hs);
 }
 
 namespace {
@@ -83,14 +84,27 @@ void CheckStacked(const AttentionWeights<T>& w, const AttentionDims& d) {
 }  // namespace
 
 template <typename T>
-void AttentionLayerForward(T* out, AttentionActs<T>* acts, const T* x,
-                           const AttentionWeights<T>& w, const AttentionDims& d, const T* cos,
-                           const T* sin, AttentionScratch<T>* s, core::ThreadPool* pool) {
+void AttentionProjectForward(AttentionActs<T>* acts, const T* xq, const T* xk, const T* xv,
+                             const AttentionWeights<T>& w, const AttentionDims& d,
+                             AttentionScratch<T>* s, core::ThreadPool* pool) {
   const int n = d.rows(), qd = d.nh * d.hs, kd = d.nkv * d.hs;
-  CheckStacked(w, d);
-  cpu::MatmulForward(s->qkv.data(), x, w.wq, n, qd + 2 * kd, d.c, pool);
-  SplitQkv(acts->q_raw.data(), acts->k_raw.data(), acts->v.data(), s->qkv.data(), n, qd, kd,
-           pool);
+  if (xq == xk && xk == xv) {
+    CheckStacked(w, d);
+    cpu::MatmulForward(s->qkv.data(), xq, w.wq, n, qd + 2 * kd, d.c, pool);
+    SplitQkv(acts->q_raw.data(), acts->k_raw.data(), acts->v.data(), s->qkv.data(), n, qd, kd,
+             pool);
+  } else {
+    cpu::MatmulForward(acts->q_raw.data(), xq, w.wq, n, qd, d.c, pool);
+    cpu::MatmulForward(acts->k_raw.data(), xk, w.wk, n, kd, d.c, pool);
+    cpu::MatmulForward(acts->v.data(), xv, w.wv, n, kd, d.c, pool);
+  }
+}
+
+template <typename T>
+void AttentionCoreForward(T* out, AttentionActs<T>* acts, const T* v, const AttentionWeights<T>& w,
+                          const AttentionDims& d, const T* cos, const T* sin,
+                          core::ThreadPool* pool) {
+  const int n = d.rows(), qd = d.nh * d.hs;
   if (d.qk_norm) {
     cpu::RmsNormForward(acts->q.data(), acts->q_rstd.data(), acts->q_raw.data(), w.q_norm,
                         n * d.nh, d.hs, d.eps, pool);
@@ -102,9 +116,64 @@ void AttentionLayerForward(T* out, AttentionActs<T>* acts, const T* x,
   }
   cpu::RopeForward(acts->q.data(), cos, sin, d.b, d.t, d.nh, d.hs, pool);
   cpu::RopeForward(acts->k.data(), cos, sin, d.b, d.t, d.nkv, d.hs, pool);
-  cpu::AttentionForward(acts->att.data(), acts->probs.data(), acts->q.data(), acts->k.data(),
-                        acts->v.data(), d.b, d.t, d.nh, d.nkv, d.hs, pool);
+  cpu::AttentionForward(acts->att.data(), acts->probs.data(), acts->q.data(), acts->k.data(), v,
+                        d.b, d.t, d.nh, d.nkv, d.hs, pool);
   cpu::MatmulForward(out, acts->att.data(), w.wo, n, d.c, qd, pool);
+}
+
+template <typename T>
+void AttentionCoreBackward(const AttentionWeights<T>& g, const T* dout, const AttentionActs<T>& acts,
+                           const T* v, const AttentionWeights<T>& w, const AttentionDims& d,
+                           const T* cos, const T* sin, AttentionScratch<T>* s,
+                           core::ThreadPool* pool) {
+  const int n = d.rows(), qd = d.nh * d.hs;
+  std::fill(s->datt.begin(), s->datt.end(), T(0));
+  cpu::MatmulBackward(s->datt.data(), g.wo, dout, acts.att.data(), w.wo, n, d.c, qd, pool);
+  std::fill(s->dq.begin(), s->dq.end(), T(0));
+  std::fill(s->dk.begin(), s->dk.end(), T(0));
+  std::fill(s->dv.begin(), s->dv.end(), T(0));
+  cpu::AttentionBackward(s->dq.data(), s->dk.data(), s->dv.data(), s->datt.data(),
+                         acts.probs.data(), acts.q.data(), acts.k.data(), v, d.b, d.t, d.nh,
+                         d.nkv, d.hs, pool);
+  cpu::RopeBackward(s->dq.data(), cos, sin, d.b, d.t, d.nh, d.hs, pool);
+  cpu::RopeBackward(s->dk.data(), cos, sin, d.b, d.t, d.nkv, d.hs, pool);
+  if (d.qk_norm) {
+    std::fill(s->dq_raw.begin(), s->dq_raw.end(), T(0));
+    std::fill(s->dk_raw.begin(), s->dk_raw.end(), T(0));
+    cpu::RmsNormBackward(s->dq_raw.data(), g.q_norm, s->dq.data(), acts.q_raw.data(), w.q_norm,
+                         acts.q_rstd.data(), n * d.nh, d.hs, pool);
+    cpu::RmsNormBackward(s->dk_raw.data(), g.k_norm, s->dk.data(), acts.k_raw.data(), w.k_norm,
+                         acts.k_rstd.data(), n * d.nkv, d.hs, pool);
+  } else {
+    std::copy(s->dq.begin(), s->dq.end(), s->dq_raw.begin());
+    std::copy(s->dk.begin(), s->dk.end(), s->dk_raw.begin());
+  }
+}
+
+template <typename T>
+void AttentionProjectBackward(T* dxq, T* dxk, T* dxv, const AttentionWeights<T>& g, const T* dv,
+                              const T* xq, const T* xk, const T* xv, const AttentionWeights<T>& w,
+                              const AttentionDims& d, AttentionScratch<T>* s,
+                              core::ThreadPool* pool) {
+  const int n = d.rows(), qd = d.nh * d.hs, kd = d.nkv * d.hs;
+  if (xq == xk && xk == xv) {
+    SATDAR_CHECK(dxq == dxk && dxk == dxv) << "one input needs one gradient";
+    CheckStacked(g, d);
+    JoinQkv(s->qkv.data(), s->dq_raw.data(), s->dk_raw.data(), dv, n, qd, kd, pool);
+    cpu::MatmulBackward(dxq, g.wq, s->qkv.data(), xq, w.wq, n, qd + 2 * kd, d.c, pool);
+  } else {
+    cpu::MatmulBackward(dxq, g.wq, s->dq_raw.data(), xq, w.wq, n, qd, d.c, pool);
+    cpu::MatmulBackward(dxk, g.wk, s->dk_raw.data(), xk, w.wk, n, kd, d.c, pool);
+    cpu::MatmulBackward(dxv, g.wv, dv, xv, w.wv, n, kd, d.c, pool);
+  }
+}
+
+template <typename T>
+void AttentionLayerForward(T* out, AttentionActs<T>* acts, const T* x,
+                           const AttentionWeights<T>& w, const AttentionDims& d, const T* cos,
+                           const T* sin, AttentionScratch<T>* s, core::ThreadPool* pool) {
+  AttentionProjectForward(acts, x, x, x, w, d, s, pool);
+  AttentionCoreForward(out, acts, acts->v.data(), w, d, cos, sin, pool);
 }
 
 template <typename T>
@@ -112,57 +181,39 @@ void AttentionLayerBackward(T* dx, const AttentionWeights<T>& g, const T* dout,
                             const AttentionActs<T>& acts, const T* x, const AttentionWeights<T>& w,
                             const AttentionDims& d, const T* cos, const T* sin,
                             AttentionScratch<T>* s, core::ThreadPool* pool) {
-  const int n = d.rows(), qd = d.nh * d.hs, kd = d.nkv * d.hs;
-  std::fill(s->datt.begin(), s->datt.end(), T(0));
-  cpu::MatmulBackward(s->datt.data(), g.wo, dout, acts.att.data(), w.wo, n, d.c, qd, pool);
-  std::fill(s->dq.begin(), s->dq.end(), T(0));
-  std::fill(s->dk.begin(), s->dk.end(), T(0));
-  std::fill(s->dv.begin(), s->dv.end(), T(0));
-  cpu::AttentionBackward(s->dq.data(), s->dk.data(), s->dv.data(), s->datt.data(),
-                         acts.probs.data(), acts.q.data(), acts.k.data(), acts.v.data(), d.b, d.t,
-                         d.nh, d.nkv, d.hs, pool);
-  cpu::RopeBackward(s->dq.data(), cos, sin, d.b, d.t, d.nh, d.hs, pool);
-  cpu::RopeBackward(s->dk.data(), cos, sin, d.b, d.t, d.nkv, d.hs, pool);
-  const T* dq_raw = s->dq.data();
-  const T* dk_raw = s->dk.data();
-  if (d.qk_norm) {
-    // The normed gradients go through the per-head norm; reuse datt as dq_raw.
-    std::fill(s->datt.begin(), s->datt.end(), T(0));
-    cpu::RmsNormBackward(s->datt.data(), g.q_norm, s->dq.data(), acts.q_raw.data(), w.q_norm,
-                         acts.q_rstd.data(), n * d.nh, d.hs, pool);
-    dq_raw = s->datt.data();
-    s->dk_normed.swap(s->dk);
-    std::fill(s->dk.begin(), s->dk.end(), T(0));
-    cpu::RmsNormBackward(s->dk.data(), g.k_norm, s->dk_normed.data(), acts.k_raw.data(), w.k_norm,
-                         acts.k_rstd.data(), n * d.nkv, d.hs, pool);
-    dk_raw = s->dk.data();
-  }
-  CheckStacked(g, d);
-  JoinQkv(s->qkv.data(), dq_raw, dk_raw, s->dv.data(), n, qd, kd, pool);
-  cpu::MatmulBackward(dx, g.wq, s->qkv.data(), x, w.wq, n, qd + 2 * kd, d.c, pool);
+  AttentionCoreBackward(g, dout, acts, acts.v.data(), w, d, cos, sin, s, pool);
+  AttentionProjectBackward(dx, dx, dx, g, s->dv.data(), x, x, x, w, d, s, pool);
 }
 
-template struct AttentionActs<float>;
-template struct AttentionActs<double>;
-template struct AttentionScratch<float>;
-template struct AttentionScratch<double>;
-template void AttentionLayerForward<float>(float*, AttentionActs<float>*, const float*,
-                                           const AttentionWeights<float>&, const AttentionDims&,
-                                           const float*, const float*, AttentionScratch<float>*,
-                                           core::ThreadPool*);
-template void AttentionLayerForward<double>(double*, AttentionActs<double>*, const double*,
-                                            const AttentionWeights<double>&, const AttentionDims&,
-                                            const double*, const double*,
-                                            AttentionScratch<double>*, core::ThreadPool*);
-template void AttentionLayerBackward<float>(float*, const AttentionWeights<float>&, const float*,
-                                            const AttentionActs<float>&, const float*,
-                                            const AttentionWeights<float>&, const AttentionDims&,
-                                            const float*, const float*, AttentionScratch<float>*,
-                                            core::ThreadPool*);
-template void AttentionLayerBackward<double>(double*, const AttentionWeights<double>&,
-                                             const double*, const AttentionActs<double>&,
-                                             const double*, const AttentionWeights<double>&,
-                                             const AttentionDims&, const double*, const double*,
-                                             AttentionScratch<double>*, core::ThreadPool*);
+#define SATDAR_INSTANTIATE(T)                                                                   \
+  template struct AttentionActs<T>;                                                             \
+  template struct AttentionScratch<T>;                                                          \
+  template void AttentionProjectForward<T>(AttentionActs<T>*, const T*, const T*, const T*,     \
+                                           const AttentionWeights<T>&, const AttentionDims&,    \
+                                           AttentionScratch<T>*, core::ThreadPool*);            \
+  template void AttentionCoreForward<T>(T*, AttentionActs<T>*, const T*,                        \
+                                        const AttentionWeights<T>&, const AttentionDims&,       \
+                                        const T*, const T*, core::ThreadPool*);                 \
+  template void AttentionCoreBackward<T>(const AttentionWeights<T>&, const T*,                  \
+                                         const AttentionActs<T>&, const T*,                     \
+                                         const AttentionWeights<T>&, const AttentionDims&,      \
+                                         const T*, const T*, AttentionScratch<T>*,              \
+                                         core::ThreadPool*);                                    \
+  template void AttentionProjectBackward<T>(T*, T*, T*, const AttentionWeights<T>&, const T*,   \
+                                            const T*, const T*, const T*,                       \
+                                            const AttentionWeights<T>&, const AttentionDims&,   \
+                                            AttentionScratch<T>*, core::ThreadPool*);           \
+  template void AttentionLayerForward<T>(T*, AttentionActs<T>*, const T*,                       \
+                                         const AttentionWeights<T>&, const AttentionDims&,      \
+                                         const T*, const T*, AttentionScratch<T>*,              \
+                                         core::ThreadPool*);                                    \
+  template void AttentionLayerBackward<T>(T*, const AttentionWeights<T>&, const T*,             \
+                                          const AttentionActs<T>&, const T*,                    \
+                                          const AttentionWeights<T>&, const AttentionDims&,     \
+                                          const T*, const T*, AttentionScratch<T>*,             \
+                                          core::ThreadPool*);
+SATDAR_INSTANTIATE(float)
+SATDAR_INSTANTIATE(double)
+#undef SATDAR_INSTANTIATE
 
 }  // namespace satdar::model

@@ -1,7 +1,10 @@
-// model/layers/attention.h: the attention sublayer of a Llama block, from the normed input x
-// to the sublayer output a = O Wo^T (MODELS.md section 2):
-//   Q = x Wq^T (B,T,NH,HS); K = x Wk^T, V = x Wv^T (B,T,NKV,HS)
-//   qk_norm: per-head RMSNorm of Q and K; RoPE on Q and K; causal softmax attention (GQA).
+// model/layers/attention.h: the attention sublayer of a Llama block, from normed inputs to the
+// sublayer output a = O Wo^T (MODELS.md section 2), in two stages so a value residual can
+// sit between them:
+//   Project: Q = xq Wq^T (B,T,NH,HS); K = xk Wk^T, V = xv Wv^T (B,T,NKV,HS)
+//            (one fused GEMM against the stacked weight when xq == xk == xv)
+//   Core:    qk_norm (per-head RMSNorm of Q and K), RoPE on Q and K, causal softmax attention
+//            over the given values (V, or V' of a value residual), output projection.
 #ifndef SATDAR_MODEL_LAYERS_ATTENTION_H_
 #define SATDAR_MODEL_LAYERS_ATTENTION_H_
 
@@ -21,7 +24,7 @@ struct AttentionDims {
 };
 
 // REQUIRES: wk == wq + NH*HS*C and wv == wk + NKV*HS*C (the param table stores q, k and v
-// back to back), so the three projections run as one GEMM against the stacked weight.
+// back to back), so the three projections can run as one GEMM against the stacked weight.
 template <typename T>
 struct AttentionWeights {
   T* wq = nullptr;      // (NH*HS, C)
@@ -35,29 +38,59 @@ struct AttentionWeights {
 // Saved activations of one attention sublayer.
 template <typename T>
 struct AttentionActs {
-  std::vector<T> q_raw, k_raw;    // projections before qk_norm (B*T*NH*HS), (B*T*NKV*HS)
-  std::vector<T> q_rstd, k_rstd;  // (B*T*NH), (B*T*NKV)
-  std::vector<T> q, k, v;         // what attention reads (normed, rotated)
-  std::vector<T> probs;           // (B,NH,T,T)
-  std::vector<T> att;             // attention output before Wo (B*T, NH*HS)
+  std::vector<T> q_raw, k_raw, v;  // projections (B*T, NH*HS), (B*T, NKV*HS), (B*T, NKV*HS)
+  std::vector<T> q_rstd, k_rstd;   // (B*T*NH), (B*T*NKV)
+  std::vector<T> q, k;             // what attention reads (normed, rotated)
+  std::vector<T> probs;            // (B,NH,T,T)
+  std::vector<T> att;              // attention output before Wo (B*T, NH*HS)
   void Resize(const AttentionDims& d);
 };
 
-// Shared transient buffers (one per model).
+// Transient buffers shared by every layer of a model.
 template <typename T>
 struct AttentionScratch {
-  std::vector<T> qkv;  // (B*T, (NH+2*NKV)*HS): fused projection output, or its gradient
-  std::vector<T> datt, dq, dk, dv, dk_normed;
+  std::vector<T> qkv;             // (B*T, (NH+2*NKV)*HS): fused projection output or gradient
+  std::vector<T> datt;            // (B*T, NH*HS)
+  std::vector<T> dq, dk;          // d/d(q, k) as attention read them
+  std::vector<T> dq_raw, dk_raw;  // d/d(raw projections)
+  std::vector<T> dv;              // d/d(the values attention read) (B*T, NKV*HS)
   void Resize(const AttentionDims& d);
 };
 
-// out (B*T, C) = attention sublayer of x (B*T, C).
+template <typename T>
+void AttentionProjectForward(AttentionActs<T>* acts, const T* xq, const T* xk, const T* xv,
+                             const AttentionWeights<T>& w, const AttentionDims& d,
+                             AttentionScratch<T>* scratch, core::ThreadPool* pool);
+
+// out (B*T, C); v (B*T, NKV*HS): the values attention reads (acts->v or a mixed V').
+template <typename T>
+void AttentionCoreForward(T* out, AttentionActs<T>* acts, const T* v, const AttentionWeights<T>& w,
+                          const AttentionDims& d, const T* cos, const T* sin,
+                          core::ThreadPool* pool);
+
+// From dout (B*T, C) to scratch->dq_raw, scratch->dk_raw and scratch->dv (all overwritten);
+// weight gradients += into g.
+template <typename T>
+void AttentionCoreBackward(const AttentionWeights<T>& g, const T* dout, const AttentionActs<T>& acts,
+                           const T* v, const AttentionWeights<T>& w, const AttentionDims& d,
+                           const T* cos, const T* sin, AttentionScratch<T>* scratch,
+                           core::ThreadPool* pool);
+
+// From scratch->dq_raw, scratch->dk_raw and dv (d/d raw V) to dxq, dxk, dxv (+=; they may
+// alias, and must when xq == xk == xv); weight gradients += into g.
+template <typename T>
+void AttentionProjectBackward(T* dxq, T* dxk, T* dxv, const AttentionWeights<T>& g, const T* dv,
+                              const T* xq, const T* xk, const T* xv, const AttentionWeights<T>& w,
+                              const AttentionDims& d, AttentionScratch<T>* scratch,
+                              core::ThreadPool* pool);
+
+// Both stages with one input and no value residual: out = attention sublayer of x.
 template <typename T>
 void AttentionLayerForward(T* out, AttentionActs<T>* acts, const T* x,
                            const AttentionWeights<T>& w, const AttentionDims& d, const T* cos,
                            const T* sin, AttentionScratch<T>* scratch, core::ThreadPool* pool);
 
-// dx (B*T, C) += d/dx; weight gradients += into g. dout (B*T, C) is d loss / d out.
+// dx (B*T, C) += d/dx; weight gradients += into g.
 template <typename T>
 void AttentionLayerBackward(T* dx, const AttentionWeights<T>& g, const T* dout,
                             const AttentionActs<T>& acts, const T* x, const AttentionWeights<T>& w,

@@ -1,0 +1,87 @@
+// model/branches.h: the 2L sublayer branches f_l of a decoder (MODELS.md section 2 and 4):
+// sublayer l = 2n-1 is block n's attention, l = 2n its FFN, each with its own pre-norm:
+//   f_l(u) = Attention(RMSNorm(u; input_layernorm))        (with the value residual, if any)
+//   f_l(u) = FFN(RMSNorm(u; post_attention_layernorm))     (dense SwiGLU or MoE)
+// Residual topologies (topology.h) decide what u is and where y = f_l(u) goes; the branches
+// are the same for all of them. Forward must visit l = 1..2L in order and Backward in
+// reverse, because layer 1's values V1 feed every later attention layer.
+#ifndef SATDAR_MODEL_BRANCHES_H_
+#define SATDAR_MODEL_BRANCHES_H_
+
+#include <memory>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "model/config.h"
+#include "model/ffn.h"
+#include "model/layers/attention.h"
+#include "model/param_table.h"
+#include "model/value_residual.h"
+#include "nlohmann/json.hpp"
+
+namespace satdar::model {
+
+template <typename T>
+class Branches {
+ public:
+  // value_residual may be null ("none").
+  Branches(const ModelConfig& config, core::ThreadPool* pool,
+           std::unique_ptr<ValueResidual<T>> value_residual, std::unique_ptr<Ffn<T>> ffn);
+
+  void AddGlobalParams(ParamTable* table);
+  // Block i's parameters: attention (q/k/v stacked), its value residual, FFN.
+  void AddLayerParams(int i, ParamTable* table);
+  void Bind(const ParamTable& table);
+  void Resize(int b, int t);
+  // The flat parameter and gradient buffers of the current step.
+  void SetParams(const T* params, T* grads);
+
+  // y (B*T, C) = f_l(u), l in 1..2L.
+  void Forward(int l, const T* u, T* y);
+  // du += d/du of <dy, f_l(u)>; u is the input given to Forward.
+  void Backward(int l, const T* u, const T* dy, T* du);
+
+  // Attention of block i from three already-normed inputs (MUDDFormer); y = attention.
+  void AttentionNormedForward(int i, const T* xq, const T* xk, const T* xv, T* y);
+  void AttentionNormedBackward(int i, const T* xq, const T* xk, const T* xv, const T* dy, T* dxq,
+                               T* dxk, T* dxv);
+  int64_t input_layernorm_offset(int i) const { return layers_[i].ln_attn; }
+
+  // Start of a backward pass: clears dV1 and records the loss scale for auxiliary losses.
+  void BeginBackward(double loss_scale);
+  // Sum of the FFNs' auxiliary losses in the last forward.
+  double aux_loss() const;
+
+  ValueResidual<T>* value_residual() { return value_residual_.get(); }
+  void AppendStats(nlohmann::json* stats) const;
+  void ResetStats();
+
+ private:
+  struct Layer {
+    int64_t ln_attn, wq, wk, wv, wo, q_norm, k_norm, ln_mlp;
+    std::vector<T> x_attn, rstd_attn;  // normed attention input (B*T, C), (B*T)
+    AttentionActs<T> attn;
+    std::vector<T> vmix;               // V' when a value residual mixes this layer
+    std::vector<T> z_mlp, rstd_mlp;    // normed FFN input
+    double aux = 0;
+  };
+  AttentionWeights<T> Weights(T* base, const Layer& layer) const;
+  const T* ValuesRead(int i) const;
+
+  ModelConfig config_;
+  core::ThreadPool* pool_;
+  std::unique_ptr<ValueResidual<T>> value_residual_;
+  std::unique_ptr<Ffn<T>> ffn_;
+  std::vector<Layer> layers_;
+  AttentionDims dims_;
+  std::vector<T> cos_, sin_;
+  AttentionScratch<T> scratch_;
+  std::vector<T> dx_, dv_raw_, dv1_;
+  const T* params_ = nullptr;
+  T* grads_ = nullptr;
+  double loss_scale_ = 1.0;
+};
+
+}  // namespace satdar::model
+
+#endif  // SATDAR_MODEL_BRANCHES_H_

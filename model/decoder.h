@@ -1,0 +1,51 @@
+// model/decoder.h: every model of the spec is this decoder: token embedding, a residual
+// topology over 2L branches (attention with an optional value residual, dense or MoE FFN),
+// the final RMSNorm, a tied or untied head and mean cross-entropy plus the FFNs' auxiliary
+// losses. The registry (registry.cc) picks the components from the config.
+#ifndef SATDAR_MODEL_DECODER_H_
+#define SATDAR_MODEL_DECODER_H_
+
+#include <memory>
+#include <vector>
+
+#include "model/branches.h"
+#include "model/model.h"
+#include "model/topology.h"
+
+namespace satdar::model {
+
+template <typename T>
+class DecoderModel : public Model<T> {
+ public:
+  DecoderModel(const ModelConfig& config, core::ThreadPool* pool,
+               std::unique_ptr<Branches<T>> branches, std::unique_ptr<Topology<T>> topology);
+
+  const ParamTable& params() const override { return table_; }
+  const ModelConfig& config() const override { return config_; }
+  double Forward(const T* params, const int32_t* tokens, int b, int t) override;
+  void Backward(const T* params, T* grads, double loss_scale) override;
+  double last_cross_entropy() const override { return cross_entropy_; }
+  void AppendStats(nlohmann::json* stats) const override;
+  void ResetStats() override;
+  bool SetGateAblation(GateAblation mode) override;
+
+ private:
+  void Resize(int b, int t);
+
+  ModelConfig config_;
+  core::ThreadPool* pool_;
+  std::unique_ptr<Branches<T>> branches_;
+  std::unique_ptr<Topology<T>> topology_;
+  ParamTable table_;
+  int64_t embed_off_, norm_off_, head_off_;
+  int b_ = 0, t_ = 0;
+  double cross_entropy_ = 0;
+  const T* params_ = nullptr;
+  std::vector<int32_t> inputs_, targets_;  // (B*T)
+  std::vector<T> h0_, x_final_, lnf_, lnf_rstd_, logits_, losses_;
+  std::vector<T> dnorm_, dx_final_, dh0_;
+};
+
+}  // namespace satdar::model
+
+#endif  // SATDAR_MODEL_DECODER_H_

@@ -1,0 +1,17 @@
+// model/dense_ffn.h: the dense SwiGLU MLP as an Ffn (MODELS.md section 2).
+#ifndef SATDAR_MODEL_DENSE_FFN_H_
+#define SATDAR_MODEL_DENSE_FFN_H_
+
+#include <memory>
+
+#include "core/thread_pool.h"
+#include "model/ffn.h"
+
+namespace satdar::model {
+
+template <typename T>
+std::unique_ptr<Ffn<T>> MakeDenseFfn(const ModelConfig& config, core::ThreadPool* pool);
+
+}  // namespace satdar::model
+
+#endif  // SATDAR_MODEL_DENSE_FFN_H_

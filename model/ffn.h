@@ -1,0 +1,31 @@
+// model/ffn.h: the feed-forward branch of each block, from the normed input z to its output:
+// the dense SwiGLU MLP (dense_ffn.cc) or the sparse MoE (variants/moe.cc).
+#ifndef SATDAR_MODEL_FFN_H_
+#define SATDAR_MODEL_FFN_H_
+
+#include "model/config.h"
+#include "model/param_table.h"
+#include "nlohmann/json.hpp"
+
+namespace satdar::model {
+
+template <typename T>
+class Ffn {
+ public:
+  virtual ~Ffn() = default;
+  // Layer i's parameters, added after its post_attention_layernorm.
+  virtual void AddLayerParams(int i, ParamTable* table) = 0;
+  virtual void Bind(const ParamTable& table) = 0;
+  virtual void Resize(int b, int t) = 0;
+  // out (B*T, C) = FFN_i(z), z (B*T, C). Returns layer i's auxiliary loss (0 when none).
+  virtual double Forward(int i, const T* params, const T* z, T* out) = 0;
+  // dz +=, parameter gradients +=. loss_scale multiplies the auxiliary losses' gradients.
+  virtual void Backward(int i, const T* params, T* grads, const T* z, const T* dout, T* dz,
+                        double loss_scale) = 0;
+  virtual void AppendStats(nlohmann::json* stats) const { (void)stats; }
+  virtual void ResetStats() {}
+};
+
+}  // namespace satdar::model
+
+#endif  // SATDAR_MODEL_FFN_H_

@@ -1,0 +1,50 @@
+// model/value_residual.h: how layer n >= 2 mixes its values V_n with layer 1's values V_1
+// before attention (MODELS.md section 3). Implementations: variants/satformer (a per-token,
+// per-KV-head ReLU gate) and variants/resformer (fixed or learnable scalars). Layer 1 only
+// produces V_1; every later layer reads it, and the gradients of V_1 from all of them are
+// summed before layer 1's backward runs.
+#ifndef SATDAR_MODEL_VALUE_RESIDUAL_H_
+#define SATDAR_MODEL_VALUE_RESIDUAL_H_
+
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "model/config.h"
+#include "model/param_table.h"
+#include "nlohmann/json.hpp"
+
+namespace satdar::model {
+
+// SATFormer's analysis intervention: replace every gate by 0, or by its mean.
+enum class GateAblation { kNone, kZero, kMean };
+
+template <typename T>
+class ValueResidual {
+ public:
+  virtual ~ValueResidual() = default;
+  virtual void AddGlobalParams(ParamTable* table) { (void)table; }
+  // Parameters of layer i (0-based), added right after that layer's attention weights.
+  virtual void AddLayerParams(int i, ParamTable* table) = 0;
+  // Called once the table is complete.
+  virtual void Bind(const ParamTable& table) = 0;
+  virtual void Resize(int rows) { (void)rows; }
+
+  // Layer i >= 1: vmix (N, NKV*HS) from v (layer i's V), v1 (layer 0's V) and x (N, C), the
+  // normed input the projections read.
+  virtual void Forward(int i, const T* params, const T* x, const T* v, const T* v1, T* vmix) = 0;
+  // dvmix -> dx +=, dv = (overwritten), dv1 +=, parameter gradients +=.
+  virtual void Backward(int i, const T* params, T* grads, const T* x, const T* v, const T* v1,
+                        const T* dvmix, T* dx, T* dv, T* dv1) = 0;
+  // Called once per Backward, after the last layer's (layer 1's) Backward.
+  virtual void FinishBackward(const T* params, T* grads) { (void)params, (void)grads; }
+
+  // Statistics gathered since the last ResetStats (for --log-jsonl).
+  virtual void AppendStats(nlohmann::json* stats) const { (void)stats; }
+  virtual void ResetStats() {}
+  // Only SATFormer has gates; others report false and ignore the call.
+  virtual bool SetGateAblation(GateAblation mode) { return mode == GateAblation::kNone; }
+};
+
+}  // namespace satdar::model
+
+#endif  // SATDAR_MODEL_VALUE_RESIDUAL_H_

@@ -1,0 +1,168 @@
+#include "model/variants/satformer.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "core/ops/matmul.h"
+
+namespace satdar::model {
+
+namespace {
+
+template <typename T>
+class Satformer : public ValueResidual<T> {
+ public:
+  Satformer(const ModelConfig& c, core::ThreadPool* pool)
+      : c_(c.hidden_size), nkv_(c.num_key_value_heads), hs_(c.head_size()),
+        layers_(c.num_hidden_layers), pool_(pool), offsets_(layers_, -1), alpha_(layers_),
+        gate_sum_(layers_, std::vector<double>(nkv_, 0.0)),
+        gate_zeros_(layers_, std::vector<int64_t>(nkv_, 0)), gate_count_(layers_, 0) {}
+
+  static std::string Name(int i) {
+    return absl::StrCat("model.layers.", i, ".self_attn.value_gate.weight");
+  }
+  void AddLayerParams(int i, ParamTable* table) override {
+    if (i >= 1) table->Add(Name(i), {nkv_, c_}, ParamInit::Normal(init_std_));
+  }
+  void Bind(const ParamTable& table) override {
+    for (int i = 1; i < layers_; ++i) offsets_[i] = table.Offset(Name(i));
+  }
+  void Resize(int rows) override {
+    rows_ = rows;
+    for (auto& a : alpha_) a.resize(static_cast<size_t>(rows) * nkv_);
+    dalpha_.resize(static_cast<size_t>(rows) * nkv_);
+  }
+
+  void Forward(int i, const T* params, const T* x, const T* v, const T* v1, T* vmix) override {
+    T* alpha = alpha_[i].data();
+    core::cpu::MatmulForward(alpha, x, params + offsets_[i], rows_, nkv_, c_, pool_);
+    const size_t n = static_cast<size_t>(rows_) * nkv_;
+    if (ablation_ == GateAblation::kZero) {
+      std::fill(alpha, alpha + n, T(0));
+    } else if (ablation_ == GateAblation::kMean) {
+      for (size_t j = 0; j < n; ++j) alpha[j] = static_cast<T>(MeanGate(i, j % nkv_));
+    } else {
+      for (size_t j = 0; j < n; ++j) alpha[j] = alpha[j] > T(0) ? alpha[j] : T(0);
+      // Statistics of the live gates, for logging and for the mean ablation.
+      for (size_t j = 0; j < n; ++j) {
+        gate_sum_[i][j % nkv_] += alpha[j];
+        gate_zeros_[i][j % nkv_] += alpha[j] == T(0);
+      }
+      gate_count_[i] += rows_;
+    }
+    pool_->ParallelFor(
+        rows_,
+        [&](int64_t r0, int64_t r1) {
+          for (int64_t r = r0; r < r1; ++r) {
+            for (int j = 0; j < nkv_; ++j) {
+              const T a = alpha[r * nkv_ + j];
+              const int64_t o = (r * nkv_ + j) * hs_;
+              for (int e = 0; e < hs_; ++e) vmix[o + e] = v[o + e] + a * v1[o + e];
+            }
+          }
+        },
+        16);
+  }
+
+  void Backward(int i, const T* params, T* grads, const T* x, const T* v, const T* v1,
+                const T* dvmix, T* dx, T* dv, T* dv1) override {
+    (void)v;
+    const T* alpha = alpha_[i].data();
+    T* dalpha = dalpha_.data();
+    pool_->ParallelFor(
+        rows_,
+        [&](int64_t r0, int64_t r1) {
+          for (int64_t r = r0; r < r1; ++r) {
+            for (int j = 0; j < nkv_; ++j) {
+              const T a = alpha[r * nkv_ + j];
+              const int64_t o = (r * nkv_ + j) * hs_;
+              T dot = 0;
+              for (int e = 0; e < hs_; ++e) {
+                dot += v1[o + e] * dvmix[o + e];
+                dv[o + e] = dvmix[o + e];
+                dv1[o + e] += a * dvmix[o + e];
+              }
+              // ReLU: no gradient through a closed gate.
+              dalpha[r * nkv_ + j] = a > T(0) ? dot : T(0);
+            }
+          }
+        },
+        16);
+    core::cpu::MatmulBackward(dx, grads + offsets_[i], dalpha, x, params + offsets_[i], rows_,
+                              nkv_, c_, pool_);
+  }
+
+  void AppendStats(nlohmann::json* stats) const override {
+    nlohmann::json mean = nlohmann::json::array(), zeros = nlohmann::json::array();
+    for (int i = 1; i < layers_; ++i) {
+      nlohmann::json m = nlohmann::json::array(), z = nlohmann::json::array();
+      for (int j = 0; j < nkv_; ++j) {
+        double count = static_cast<double>(std::max<int64_t>(gate_count_[i], 1));
+        m.push_back(gate_sum_[i][j] / count);
+        z.push_back(gate_zeros_[i][j] / count);
+      }
+      mean.push_back(m);
+      zeros.push_back(z);
+    }
+    (*stats)["satformer_gate_mean"] = mean;         // [layer 2..L][kv head]
+    (*stats)["satformer_gate_zero_fraction"] = zeros;
+  }
+
+  void ResetStats() override {
+    for (int i = 0; i < layers_; ++i) {
+      std::fill(gate_sum_[i].begin(), gate_sum_[i].end(), 0.0);
+      std::fill(gate_zeros_[i].begin(), gate_zeros_[i].end(), 0);
+      gate_count_[i] = 0;
+    }
+  }
+
+  bool SetGateAblation(GateAblation mode) override {
+    if (mode == GateAblation::kMean) {
+      // Freeze the means measured so far.
+      frozen_mean_.assign(layers_, std::vector<double>(nkv_, 0.0));
+      for (int i = 1; i < layers_; ++i) {
+        for (int j = 0; j < nkv_; ++j) frozen_mean_[i][j] = MeanGate(i, j);
+      }
+    }
+    ablation_ = mode;
+    return true;
+  }
+
+ private:
+  double MeanGate(int i, int j) const {
+    if (ablation_ == GateAblation::kMean && !frozen_mean_.empty()) return frozen_mean_[i][j];
+    return gate_count_[i] > 0 ? gate_sum_[i][j] / gate_count_[i] : 0.0;
+  }
+
+  const int c_, nkv_, hs_, layers_;
+  core::ThreadPool* pool_;
+  double init_std_ = 0.02;
+  int rows_ = 0;
+  std::vector<int64_t> offsets_;
+  std::vector<std::vector<T>> alpha_;  // per layer (B*T, NKV), after ReLU
+  std::vector<T> dalpha_;
+  std::vector<std::vector<double>> gate_sum_;
+  std::vector<std::vector<int64_t>> gate_zeros_;
+  std::vector<int64_t> gate_count_;
+  GateAblation ablation_ = GateAblation::kNone;
+  std::vector<std::vector<double>> frozen_mean_;
+
+ public:
+  void set_init_std(double s) { init_std_ = s; }
+};
+
+}  // namespace
+
+template <typename T>
+std::unique_ptr<ValueResidual<T>> MakeSatformer(const ModelConfig& config, core::ThreadPool* pool) {
+  auto s = std::make_unique<Satformer<T>>(config, pool);
+  s->set_init_std(config.initializer_range);
+  return s;
+}
+
+template std::unique_ptr<ValueResidual<float>> MakeSatformer<float>(const ModelConfig&,
+                                                                    core::ThreadPool*);
+template std::unique_ptr<ValueResidual<double>> MakeSatformer<double>(const ModelConfig&,
+                                                                      core::ThreadPool*);
+
+}  // namespace satdar::model

@@ -1,0 +1,17 @@
+// model/variants/standard.h: the baseline pre-norm residual, h' = h + f_{2n-1}(h),
+// h_n = h' + f_{2n}(h') (MODELS.md section 2).
+#ifndef SATDAR_MODEL_VARIANTS_STANDARD_H_
+#define SATDAR_MODEL_VARIANTS_STANDARD_H_
+
+#include <memory>
+
+#include "model/topology.h"
+
+namespace satdar::model {
+
+template <typename T>
+std::unique_ptr<Topology<T>> MakeStandard(const ModelConfig& config, core::ThreadPool* pool);
+
+}  // namespace satdar::model
+
+#endif  // SATDAR_MODEL_VARIANTS_STANDARD_H_
