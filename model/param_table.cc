@@ -11,7 +11,10 @@ void ParamTable::Add(const std::string& name, core::Shape shape, ParamInit init,
   spec.name = name;
   spec.numel = core::NumElements(shape);
   spec.shape = std::move(shape);
-  spec.init = init;
+  SATDAR_CHECK(init.kind != InitKind::kValues ||
+               static_cast<int64_t>(init.values.size()) == spec.numel)
+      << name << ": " << init.values.size() << " init values for " << spec.numel << " elements";
+  spec.init = std::move(init);
   spec.unused = unused;
   spec.offset = size_;
   size_ += spec.numel;
@@ -36,6 +39,8 @@ void ParamTable::Initialize(T* params, uint64_t seed) const {
     T* p = params + spec.offset;
     if (spec.init.kind == InitKind::kConstant) {
       for (int64_t i = 0; i < spec.numel; ++i) p[i] = static_cast<T>(spec.init.value);
+    } else if (spec.init.kind == InitKind::kValues) {
+      for (int64_t i = 0; i < spec.numel; ++i) p[i] = static_cast<T>(spec.init.values[i]);
     } else {
       uint64_t stream = core::HashString(spec.name);
       for (int64_t i = 0; i < spec.numel; ++i) {

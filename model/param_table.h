@@ -16,13 +16,15 @@
 
 namespace satdar::model {
 
-enum class InitKind { kNormal, kConstant };
+enum class InitKind { kNormal, kConstant, kValues };
 
 struct ParamInit {
   InitKind kind = InitKind::kNormal;
-  double value = 0.02;  // std for kNormal, the value for kConstant
-  static ParamInit Normal(double std) { return {InitKind::kNormal, std}; }
-  static ParamInit Constant(double v) { return {InitKind::kConstant, v}; }
+  double value = 0.02;          // std for kNormal, the value for kConstant
+  std::vector<double> values;   // every element, for kValues (identity matrices, one-hots)
+  static ParamInit Normal(double std) { return {InitKind::kNormal, std, {}}; }
+  static ParamInit Constant(double v) { return {InitKind::kConstant, v, {}}; }
+  static ParamInit Values(std::vector<double> v) { return {InitKind::kValues, 0.0, std::move(v)}; }
 };
 
 struct ParamSpec {

@@ -10,6 +10,8 @@
 #include "model/decoder.h"
 #include "model/dense_ffn.h"
 #include "model/model.h"
+#include "model/variants/attnres.h"
+#include "model/variants/dar.h"
 #include "model/variants/resformer.h"
 #include "model/variants/satformer.h"
 #include "model/variants/standard.h"
@@ -25,6 +27,8 @@ template <typename T>
 struct Registry {
   std::vector<std::pair<std::string, Maker<std::unique_ptr<Topology<T>>>>> topologies = {
       {"standard", MakeStandard<T>},
+      {"attnres", MakeAttnRes<T>},
+      {"dar", MakeDar<T>},
   };
   std::vector<std::pair<std::string, Maker<std::unique_ptr<ValueResidual<T>>>>> value_residuals = {
       {"none", [](const ModelConfig&, core::ThreadPool*) { return nullptr; }},

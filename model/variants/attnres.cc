@@ -1,0 +1,185 @@
+#include "model/variants/attnres.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "model/layers/depth_retrieval.h"
+
+namespace satdar::model {
+
+namespace {
+
+template <typename T>
+class AttnRes : public Topology<T> {
+ public:
+  AttnRes(const ModelConfig& c, core::ThreadPool* pool)
+      : sublayers_(2 * c.num_hidden_layers), block_(c.block_size > 0 ? c.block_size : 1),
+        d_(c.hidden_size), eps_(c.rms_norm_eps), pool_(pool), query_(sublayers_ + 1),
+        norm_(sublayers_ + 1), steps_(sublayers_ + 1) {}
+
+  // Sublayer l's parameters; index sublayers_ is the final readout.
+  static std::string Prefix(int l) {
+    if (l == 0) return "model.final_res";
+    return absl::StrCat("model.layers.", (l - 1) / 2, l % 2 == 1 ? ".attn_res" : ".mlp_res");
+  }
+  void AddLayerParams(int i, ParamTable* table) override {
+    for (int l : {2 * i + 1, 2 * i + 2}) AddRetrieval(Prefix(l), table);
+  }
+  void AddFinalParams(ParamTable* table) override { AddRetrieval(Prefix(0), table); }
+  void Bind(const ParamTable& table) override {
+    for (int l = 1; l <= sublayers_ + 1; ++l) {
+      std::string p = Prefix(l == sublayers_ + 1 ? 0 : l);
+      query_[l - 1] = table.Offset(p + ".query");
+      norm_[l - 1] = table.Offset(p + ".norm.weight");
+    }
+  }
+
+  void Resize(int rows) override {
+    rows_ = rows;
+    const size_t nc = static_cast<size_t>(rows) * d_;
+    const int max_sources = sublayers_ / block_ + 2;
+    sources_.assign(max_sources, std::vector<T>(nc));
+    dsources_.assign(max_sources, std::vector<T>(nc));
+    for (Step& s : steps_) {
+      s.u.resize(nc);
+      s.partial.resize(nc);
+      s.alpha.resize(static_cast<size_t>(rows) * max_sources);
+    }
+    partial_.resize(nc);
+    y_.resize(nc);
+    dpartial_.resize(nc);
+    du_.resize(nc);
+    dy_.resize(nc);
+    weight_sum_.assign(sublayers_ + 1, std::vector<double>(max_sources, 0.0));
+  }
+
+  void Forward(const T* params, const T* h0, Branches<T>* br, T* x_final) override {
+    std::copy(h0, h0 + partial_.size(), sources_[0].begin());
+    int m = 1;             // completed sources
+    bool has_p = false;    // partial sum non-empty
+    for (int l = 1; l <= sublayers_ + 1; ++l) {
+      Step& s = steps_[l - 1];
+      s.sources = m;
+      s.has_partial = has_p;
+      if (has_p) std::copy(partial_.begin(), partial_.end(), s.partial.begin());
+      T* u = l <= sublayers_ ? s.u.data() : x_final;
+      std::vector<const T*> x = Inputs(s);
+      DepthRetrievalForward(u, s.alpha.data(), x, x, params + query_[l - 1],
+                            params + norm_[l - 1], rows_, d_, eps_, pool_);
+      Accumulate(l - 1, s);
+      if (l > sublayers_) break;
+      br->Forward(l, u, y_.data());
+      if (has_p) {
+        for (size_t e = 0; e < y_.size(); ++e) partial_[e] += y_[e];
+      } else {
+        std::copy(y_.begin(), y_.end(), partial_.begin());
+        has_p = true;
+      }
+      if (l % block_ == 0) {
+        std::copy(partial_.begin(), partial_.end(), sources_[m++].begin());
+        has_p = false;
+      }
+    }
+  }
+
+  void Backward(const T* params, T* grads, const T* dx_final, Branches<T>* br, T* dh0) override {
+    for (auto& d : dsources_) std::fill(d.begin(), d.end(), T(0));
+    std::fill(dpartial_.begin(), dpartial_.end(), T(0));
+    // Final readout, then the sublayers in reverse. dpartial_ is d/d(partial sum) at the
+    // point the current step read it.
+    RetrievalBackward(sublayers_ + 1, params, grads, dx_final);
+    for (int l = sublayers_; l >= 1; --l) {
+      const Step& s = steps_[l - 1];
+      // d/d(partial after this sublayer): a completed block's source, or the running partial.
+      const T* dafter = l % block_ == 0 ? dsources_[s.sources].data() : dpartial_.data();
+      std::copy(dafter, dafter + dy_.size(), dy_.begin());
+      // partial_after = partial_before + y: both get the same gradient.
+      if (s.has_partial) {
+        std::copy(dy_.begin(), dy_.end(), dpartial_.begin());
+      } else {
+        std::fill(dpartial_.begin(), dpartial_.end(), T(0));
+      }
+      std::fill(du_.begin(), du_.end(), T(0));
+      br->Backward(l, s.u.data(), dy_.data(), du_.data());
+      RetrievalBackward(l, params, grads, du_.data());
+    }
+    std::copy(dsources_[0].begin(), dsources_[0].end(), dh0);
+  }
+
+  void AppendStats(nlohmann::json* stats) const override {
+    nlohmann::json all = nlohmann::json::array();
+    for (int l = 0; l <= sublayers_; ++l) {
+      nlohmann::json w = nlohmann::json::array();
+      const Step& s = steps_[l];
+      int count = s.sources + (s.has_partial ? 1 : 0);
+      for (int i = 0; i < count; ++i) w.push_back(weight_sum_[l][i] / std::max<int64_t>(tokens_, 1));
+      all.push_back(w);
+    }
+    // [sublayer 1..2L, final][source: embedding, blocks..., partial]
+    (*stats)["attnres_depth_weights"] = all;
+  }
+  void ResetStats() override {
+    for (auto& w : weight_sum_) std::fill(w.begin(), w.end(), 0.0);
+    tokens_ = 0;
+  }
+
+ private:
+  struct Step {
+    int sources = 0;
+    bool has_partial = false;
+    std::vector<T> u, partial, alpha;
+  };
+
+  void AddRetrieval(const std::string& prefix, ParamTable* table) {
+    table->Add(prefix + ".query", {d_}, ParamInit::Constant(0.0));
+    table->Add(prefix + ".norm.weight", {d_}, ParamInit::Constant(1.0));
+  }
+  std::vector<const T*> Inputs(const Step& s) const {
+    std::vector<const T*> x;
+    for (int i = 0; i < s.sources; ++i) x.push_back(sources_[i].data());
+    if (s.has_partial) x.push_back(s.partial.data());
+    return x;
+  }
+  void RetrievalBackward(int l, const T* params, T* grads, const T* dout) {
+    const Step& s = steps_[l - 1];
+    std::vector<T*> dx;
+    for (int i = 0; i < s.sources; ++i) dx.push_back(dsources_[i].data());
+    if (s.has_partial) dx.push_back(dpartial_.data());
+    DepthRetrievalBackward(dx, dx, grads + query_[l - 1], grads + norm_[l - 1], dout,
+                           s.alpha.data(), Inputs(s), Inputs(s), params + query_[l - 1],
+                           params + norm_[l - 1], rows_, d_, eps_, pool_);
+  }
+  void Accumulate(int index, const Step& s) {
+    const int count = s.sources + (s.has_partial ? 1 : 0);
+    for (int r = 0; r < rows_; ++r) {
+      for (int i = 0; i < count; ++i) weight_sum_[index][i] += s.alpha[r * count + i];
+    }
+    if (index == sublayers_) tokens_ += rows_;
+  }
+
+  const int sublayers_, block_, d_;
+  const double eps_;
+  core::ThreadPool* pool_;
+  std::vector<int64_t> query_, norm_;  // per sublayer 1..2L, then the final readout
+  std::vector<Step> steps_;
+  int rows_ = 0;
+  std::vector<std::vector<T>> sources_, dsources_;
+  std::vector<T> partial_, y_, dpartial_, du_, dy_;
+  std::vector<std::vector<double>> weight_sum_;
+  int64_t tokens_ = 0;
+};
+
+}  // namespace
+
+template <typename T>
+std::unique_ptr<Topology<T>> MakeAttnRes(const ModelConfig& config, core::ThreadPool* pool) {
+  return std::make_unique<AttnRes<T>>(config, pool);
+}
+
+template std::unique_ptr<Topology<float>> MakeAttnRes<float>(const ModelConfig&,
+                                                             core::ThreadPool*);
+template std::unique_ptr<Topology<double>> MakeAttnRes<double>(const ModelConfig&,
+                                                               core::ThreadPool*);
+
+}  // namespace satdar::model

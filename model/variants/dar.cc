@@ -1,0 +1,303 @@
+#include "model/variants/dar.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "model/layers/depth_retrieval.h"
+
+namespace satdar::model {
+
+namespace {
+
+double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+template <typename T>
+class Dar : public Topology<T> {
+ public:
+  Dar(const ModelConfig& c, core::ThreadPool* pool)
+      : sublayers_(2 * c.num_hidden_layers), block_(c.block_size > 0 ? c.block_size : 2),
+        d_(c.hidden_size), eps_(c.rms_norm_eps), pool_(pool), offsets_(sublayers_ + 1),
+        steps_(sublayers_ + 1) {
+    // (key stream, value stream) of target stream s, per variant.
+    if (c.dar_variant == "cross") route_ = {{{1, 0}, {0, 1}}};
+    if (c.dar_variant == "self_kv") route_ = {{{0, 0}, {1, 1}}};
+    if (c.dar_variant == "cross_v") route_ = {{{0, 1}, {1, 0}}};
+    if (c.dar_variant == "fixed_kv") route_ = {{{0, 1}, {0, 1}}};
+  }
+
+  static std::string Prefix(int l) {
+    if (l == 0) return "model.final_dar";
+    return absl::StrCat("model.layers.", (l - 1) / 2, l % 2 == 1 ? ".attn_dar" : ".mlp_dar");
+  }
+  void AddLayerParams(int i, ParamTable* table) override {
+    for (int l : {2 * i + 1, 2 * i + 2}) {
+      const std::string p = Prefix(l);
+      AddRetrieval(p, table);
+      table->Add(p + ".transport", {1}, ParamInit::Constant(2.0));
+      // +2 for the stream s == l % 2: attention (odd l) writes mainly to stream 1, MLP to 0.
+      table->Add(p + ".write", {2},
+                 ParamInit::Values({l % 2 == 0 ? 2.0 : -2.0, l % 2 == 1 ? 2.0 : -2.0}));
+    }
+  }
+  void AddFinalParams(ParamTable* table) override { AddRetrieval(Prefix(0), table); }
+  void Bind(const ParamTable& table) override {
+    for (int l = 1; l <= sublayers_ + 1; ++l) {
+      const std::string p = Prefix(l == sublayers_ + 1 ? 0 : l);
+      Offsets& o = offsets_[l - 1];
+      o.query = table.Offset(p + ".query");
+      o.norm = table.Offset(p + ".norm.weight");
+      o.mix = table.Offset(p + ".mix");
+      if (l <= sublayers_) {
+        o.transport = table.Offset(p + ".transport");
+        o.write = table.Offset(p + ".write");
+      }
+    }
+  }
+
+  void Resize(int rows) override {
+    rows_ = rows;
+    const size_t nc = static_cast<size_t>(rows) * d_;
+    const int max_sources = sublayers_ / block_ + 2;
+    for (int s = 0; s < 2; ++s) {
+      sources_[s].assign(max_sources, std::vector<T>(nc));
+      dsources_[s].assign(max_sources, std::vector<T>(nc));
+      partial_[s].resize(nc);
+      dpartial_[s].resize(nc);
+      dafter_[s].resize(nc);
+    }
+    for (Step& st : steps_) {
+      st.u.resize(nc);
+      st.y.resize(nc);
+      for (int s = 0; s < 2; ++s) {
+        st.r[s].resize(nc);
+        st.partial[s].resize(nc);
+        st.alpha[s].resize(static_cast<size_t>(rows) * max_sources);
+      }
+    }
+    du_.resize(nc);
+    dy_.resize(nc);
+    dr_.resize(nc);
+    weight_sum_.assign(sublayers_ + 1, {std::vector<double>(max_sources, 0.0),
+                                        std::vector<double>(max_sources, 0.0)});
+  }
+
+  void Forward(const T* params, const T* h0, Branches<T>* br, T* x_final) override {
+    for (int s = 0; s < 2; ++s) std::copy(h0, h0 + du_.size(), sources_[s][0].begin());
+    int m = 1;
+    bool has_p = false;
+    const size_t nc = du_.size();
+    for (int l = 1; l <= sublayers_ + 1; ++l) {
+      Step& st = steps_[l - 1];
+      const Offsets& o = offsets_[l - 1];
+      st.sources = m;
+      st.has_partial = has_p;
+      if (has_p) {
+        for (int s = 0; s < 2; ++s) std::copy(partial_[s].begin(), partial_[s].end(), st.partial[s].begin());
+      }
+      // Retrieve r^s for both streams, then mix.
+      for (int s = 0; s < 2; ++s) {
+        DepthRetrievalForward(st.r[s].data(), st.alpha[s].data(), Inputs(st, route_[s][0]),
+                              Inputs(st, route_[s][1]), params + o.query + s * d_,
+                              params + o.norm, rows_, d_, eps_, pool_);
+      }
+      double c0, c1;
+      Mix(params + o.mix, &c0, &c1);
+      T* u = l <= sublayers_ ? st.u.data() : x_final;
+      for (size_t e = 0; e < nc; ++e) u[e] = static_cast<T>(c0) * st.r[0][e] + static_cast<T>(c1) * st.r[1][e];
+      Accumulate(l - 1, st);
+      if (l > sublayers_) break;
+      br->Forward(l, u, st.y.data());
+      // Write: P0, P1 = rho P0 + (1-rho) P1 + b0 y, (1-rho) P0 + rho P1 + b1 y (empty P = 0).
+      const T rho = static_cast<T>(Sigmoid(params[o.transport]));
+      const T b0 = static_cast<T>(2 * Sigmoid(params[o.write]));
+      const T b1 = static_cast<T>(2 * Sigmoid(params[o.write + 1]));
+      const T* y = st.y.data();
+      for (size_t e = 0; e < nc; ++e) {
+        T p0 = has_p ? partial_[0][e] : T(0), p1 = has_p ? partial_[1][e] : T(0);
+        partial_[0][e] = rho * p0 + (T(1) - rho) * p1 + b0 * y[e];
+        partial_[1][e] = (T(1) - rho) * p0 + rho * p1 + b1 * y[e];
+      }
+      has_p = true;
+      if (l % block_ == 0) {
+        for (int s = 0; s < 2; ++s) std::copy(partial_[s].begin(), partial_[s].end(), sources_[s][m].begin());
+        ++m;
+        has_p = false;
+      }
+    }
+  }
+
+  void Backward(const T* params, T* grads, const T* dx_final, Branches<T>* br, T* dh0) override {
+    const size_t nc = du_.size();
+    for (int s = 0; s < 2; ++s) {
+      for (auto& d : dsources_[s]) std::fill(d.begin(), d.end(), T(0));
+      std::fill(dpartial_[s].begin(), dpartial_[s].end(), T(0));
+    }
+    RetrievalAndMixBackward(sublayers_ + 1, params, grads, dx_final);
+    for (int l = sublayers_; l >= 1; --l) {
+      const Step& st = steps_[l - 1];
+      const Offsets& o = offsets_[l - 1];
+      // d/d(partials after the write): a completed block's sources, or the running partials.
+      for (int s = 0; s < 2; ++s) {
+        const T* src = l % block_ == 0 ? dsources_[s][st.sources].data() : dpartial_[s].data();
+        std::copy(src, src + nc, dafter_[s].begin());
+      }
+      const double rho = Sigmoid(params[o.transport]);
+      const double sw0 = Sigmoid(params[o.write]), sw1 = Sigmoid(params[o.write + 1]);
+      const T b0 = static_cast<T>(2 * sw0), b1 = static_cast<T>(2 * sw1);
+      double db0 = 0, db1 = 0, drho = 0;
+      const T* y = st.y.data();
+      for (size_t e = 0; e < nc; ++e) {
+        const T g0 = dafter_[0][e], g1 = dafter_[1][e];
+        dy_[e] = b0 * g0 + b1 * g1;
+        db0 += static_cast<double>(y[e]) * g0;
+        db1 += static_cast<double>(y[e]) * g1;
+        if (st.has_partial) {
+          const T p0 = st.partial[0][e], p1 = st.partial[1][e];
+          drho += static_cast<double>(p0 - p1) * (g0 - g1);
+          dpartial_[0][e] = static_cast<T>(rho) * g0 + static_cast<T>(1 - rho) * g1;
+          dpartial_[1][e] = static_cast<T>(1 - rho) * g0 + static_cast<T>(rho) * g1;
+        } else {
+          dpartial_[0][e] = dpartial_[1][e] = 0;
+        }
+      }
+      grads[o.write] += static_cast<T>(db0 * 2 * sw0 * (1 - sw0));
+      grads[o.write + 1] += static_cast<T>(db1 * 2 * sw1 * (1 - sw1));
+      grads[o.transport] += static_cast<T>(drho * rho * (1 - rho));
+      std::fill(du_.begin(), du_.end(), T(0));
+      br->Backward(l, st.u.data(), dy_.data(), du_.data());
+      RetrievalAndMixBackward(l, params, grads, du_.data());
+    }
+    // Both streams start from h0.
+    for (size_t e = 0; e < nc; ++e) dh0[e] = dsources_[0][0][e] + dsources_[1][0][e];
+  }
+
+  void AppendStats(nlohmann::json* stats) const override {
+    nlohmann::json weights = nlohmann::json::array(), mix = nlohmann::json::array(),
+                   transport = nlohmann::json::array(), write = nlohmann::json::array();
+    for (int l = 0; l <= sublayers_; ++l) {
+      const Step& st = steps_[l];
+      const int count = st.sources + (st.has_partial ? 1 : 0);
+      nlohmann::json per_stream = nlohmann::json::array();
+      for (int s = 0; s < 2; ++s) {
+        nlohmann::json w = nlohmann::json::array();
+        for (int i = 0; i < count; ++i) w.push_back(weight_sum_[l][s][i] / std::max<int64_t>(tokens_, 1));
+        per_stream.push_back(w);
+      }
+      weights.push_back(per_stream);
+      if (last_params_ == nullptr) continue;
+      const Offsets& o = offsets_[l];
+      double c0, c1;
+      Mix(last_params_ + o.mix, &c0, &c1);
+      mix.push_back({c0, c1});
+      if (l < sublayers_) {
+        transport.push_back(Sigmoid(last_params_[o.transport]));
+        write.push_back({2 * Sigmoid(last_params_[o.write]), 2 * Sigmoid(last_params_[o.write + 1])});
+      }
+    }
+    // [sublayer 1..2L, final][stream][source]; mix [..][c0, c1]; write [..][beta0, beta1].
+    (*stats)["dar_depth_weights"] = weights;
+    (*stats)["dar_mix"] = mix;
+    (*stats)["dar_transport"] = transport;
+    (*stats)["dar_write"] = write;
+  }
+  void ResetStats() override {
+    for (auto& l : weight_sum_) {
+      for (auto& s : l) std::fill(s.begin(), s.end(), 0.0);
+    }
+    tokens_ = 0;
+  }
+
+ private:
+  struct Offsets {
+    int64_t query = -1, norm = -1, mix = -1, transport = -1, write = -1;
+  };
+  struct Step {
+    int sources = 0;
+    bool has_partial = false;
+    std::vector<T> u, y, r[2], partial[2], alpha[2];
+  };
+
+  void AddRetrieval(const std::string& p, ParamTable* table) {
+    table->Add(p + ".query", {2, d_}, ParamInit::Constant(0.0));
+    table->Add(p + ".norm.weight", {d_}, ParamInit::Constant(1.0));
+    table->Add(p + ".mix", {2}, ParamInit::Constant(0.0));
+  }
+  static void Mix(const T* a, double* c0, double* c1) {
+    const double m = std::max<double>(a[0], a[1]);
+    const double e0 = std::exp(a[0] - m), e1 = std::exp(a[1] - m);
+    *c0 = e0 / (e0 + e1);
+    *c1 = e1 / (e0 + e1);
+  }
+  std::vector<const T*> Inputs(const Step& st, int stream) const {
+    std::vector<const T*> x;
+    for (int i = 0; i < st.sources; ++i) x.push_back(sources_[stream][i].data());
+    if (st.has_partial) x.push_back(st.partial[stream].data());
+    return x;
+  }
+  std::vector<T*> Grads(const Step& st, int stream) {
+    std::vector<T*> x;
+    for (int i = 0; i < st.sources; ++i) x.push_back(dsources_[stream][i].data());
+    if (st.has_partial) x.push_back(dpartial_[stream].data());
+    return x;
+  }
+  // du is d/du of the mixed retrieval u = c0 r0 + c1 r1 at step l.
+  void RetrievalAndMixBackward(int l, const T* params, T* grads, const T* du) {
+    last_params_ = params;
+    const Step& st = steps_[l - 1];
+    const Offsets& o = offsets_[l - 1];
+    const size_t nc = du_.size();
+    double c[2];
+    Mix(params + o.mix, &c[0], &c[1]);
+    double dc[2] = {0, 0};
+    for (int s = 0; s < 2; ++s) {
+      for (size_t e = 0; e < nc; ++e) dc[s] += static_cast<double>(st.r[s][e]) * du[e];
+    }
+    const double dot = c[0] * dc[0] + c[1] * dc[1];
+    for (int s = 0; s < 2; ++s) grads[o.mix + s] += static_cast<T>(c[s] * (dc[s] - dot));
+    for (int s = 0; s < 2; ++s) {
+      for (size_t e = 0; e < nc; ++e) dr_[e] = static_cast<T>(c[s]) * du[e];
+      DepthRetrievalBackward(Grads(st, route_[s][0]), Grads(st, route_[s][1]),
+                             grads + o.query + s * d_, grads + o.norm, dr_.data(),
+                             st.alpha[s].data(), Inputs(st, route_[s][0]),
+                             Inputs(st, route_[s][1]), params + o.query + s * d_, params + o.norm,
+                             rows_, d_, eps_, pool_);
+    }
+  }
+  void Accumulate(int index, const Step& st) {
+    const int count = st.sources + (st.has_partial ? 1 : 0);
+    for (int s = 0; s < 2; ++s) {
+      for (int r = 0; r < rows_; ++r) {
+        for (int i = 0; i < count; ++i) weight_sum_[index][s][i] += st.alpha[s][r * count + i];
+      }
+    }
+    if (index == sublayers_) tokens_ += rows_;
+  }
+
+  const int sublayers_, block_, d_;
+  const double eps_;
+  core::ThreadPool* pool_;
+  std::array<std::array<int, 2>, 2> route_{};  // route_[s] = {key stream, value stream}
+  std::vector<Offsets> offsets_;
+  std::vector<Step> steps_;
+  int rows_ = 0;
+  std::vector<std::vector<T>> sources_[2], dsources_[2];
+  std::vector<T> partial_[2], dpartial_[2], dafter_[2], du_, dy_, dr_;
+  std::vector<std::array<std::vector<double>, 2>> weight_sum_;
+  int64_t tokens_ = 0;
+  const T* last_params_ = nullptr;
+};
+
+}  // namespace
+
+template <typename T>
+std::unique_ptr<Topology<T>> MakeDar(const ModelConfig& config, core::ThreadPool* pool) {
+  return std::make_unique<Dar<T>>(config, pool);
+}
+
+template std::unique_ptr<Topology<float>> MakeDar<float>(const ModelConfig&, core::ThreadPool*);
+template std::unique_ptr<Topology<double>> MakeDar<double>(const ModelConfig&, core::ThreadPool*);
+
+}  // namespace satdar::model

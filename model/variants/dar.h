@@ -1,0 +1,20 @@
+// model/variants/dar.h: Dual Attention Residuals (MODELS.md section 4). Two residual streams
+// keep their own depth histories; each retrieves with keys from the stream its variant names
+// (cross: the other stream) and values from another (cross: its own), the two retrievals are
+// mixed for the unchanged branch, and the branch output is written back through a 2x2
+// doubly-stochastic transport and per-stream write gates. Full DAR is block_size 2.
+#ifndef SATDAR_MODEL_VARIANTS_DAR_H_
+#define SATDAR_MODEL_VARIANTS_DAR_H_
+
+#include <memory>
+
+#include "model/topology.h"
+
+namespace satdar::model {
+
+template <typename T>
+std::unique_ptr<Topology<T>> MakeDar(const ModelConfig& config, core::ThreadPool* pool);
+
+}  // namespace satdar::model
+
+#endif  // SATDAR_MODEL_VARIANTS_DAR_H_

@@ -1,0 +1,503 @@
+#!/usr/bin/python3
+"""Checks `satdar grad` against the PyTorch reference on every model design.
+
+For small configs of every design (value residuals, residual topologies, MoE
+and compositions of them; see CASES) this script writes a config JSON,
+random float64 weights and a token batch to --workdir, runs `satdar grad` in
+f64 and f32, and compares the loss and every gradient with torch autograd in
+float64 (tests/reference/torch_model.py and the modules it uses).
+
+A case (config, dtype) passes when, for the loss and for every gradient,
+
+    max|satdar - ref| / max(max|ref|, 1e-30) <= 1e-9 (f64) or 1e-4 (f32)
+
+and the output holds exactly `loss` plus `grad.<name>` for every weight, in
+the requested dtype and with the weight's shape.
+
+The random weights keep clear of the points where the loss is not
+differentiable: they are redrawn until every SATFormer gate logit has
+|logit| > 1e-3 and, with MoE, every token's k-th and (k+1)-th router
+probabilities differ by more than 1e-3 relative (so no ties either).
+
+Usage:
+    /usr/bin/python3 designs_reference.py --satdar bazel-bin/satdar \
+        --workdir /tmp/ref [--threads 2] [--only NAME_SUBSTRING]
+    /usr/bin/python3 designs_reference.py --list
+    /usr/bin/python3 designs_reference.py --self-test
+
+Each case and dtype prints `PASS|FAIL case dtype: worst NAME rel_err X`; the
+last line is `N passed, M failed` and the exit status is 1 if any failed.
+--self-test checks the reference itself (designs_self_test.py) without the
+satdar binary.
+
+Needs only torch and numpy (Debian's python3-torch 1.13 at /usr/bin/python3).
+"""
+
+import argparse
+import collections
+import dataclasses
+import json
+import os
+import sys
+import tempfile
+from typing import Callable, Dict, List, Mapping, Optional, Tuple
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# pylint: disable=g-import-not-at-top,wrong-import-position
+import baseline_reference as base_ref
+import torch_model
+# pylint: enable=g-import-not-at-top,wrong-import-position
+
+# Batch shape of every case: tokens are [BATCH, SEQ_LEN + 1].
+BATCH = 2
+SEQ_LEN = 7
+
+# Random weights: matrices N(0, MATRIX_STD), norm gains 1 + GAIN_STD N(0, 1),
+# mixing parameters their documented init + MIXING_STD N(0, 1) (times a
+# per-parameter factor, see torch_layers.MixingModule.NOISE_SCALE).
+MATRIX_STD = 0.3
+GAIN_STD = 0.2
+MIXING_STD = 0.3
+
+# Non-differentiable points to keep clear of (see the module docstring).
+GATE_MARGIN = 1e-3
+ROUTER_MARGIN = 1e-3
+MAX_RESEEDS = 100
+
+TOLERANCES = base_ref.TOLERANCES
+OUTPUT_DTYPES = {'f64': torch.float64, 'f32': torch.float32}
+
+
+@dataclasses.dataclass
+class Case:
+    """One model config to check.
+
+    Attributes:
+        name: short identifier, used in file names and the report.
+        config: the config JSON object (MODELS.md section 1 fields).
+        seed: seed of the tokens and (before any reseeding) the weights.
+        token_dtype: dtype of the token tensor written for satdar.
+    """
+    name: str
+    config: Dict[str, object]
+    seed: int
+    token_dtype: torch.dtype = torch.int64
+
+
+def _config(vocab=48, hidden=32, ffn=40, layers=2, heads=4, kv_heads=4,
+            tied=True, qk_norm=True, **design):
+    """A small config JSON object; `design` adds the design fields."""
+    config = {
+        'vocab_size': vocab,
+        'hidden_size': hidden,
+        'intermediate_size': ffn,
+        'num_hidden_layers': layers,
+        'num_attention_heads': heads,
+        'num_key_value_heads': kv_heads,
+        'tie_word_embeddings': tied,
+        'qk_norm': qk_norm,
+        'max_position_embeddings': 64,
+    }
+    config.update(design)
+    return config
+
+
+def _moe(shared=0, norm=False, experts=4, top_k=2, dff=24):
+    return {'num_experts': experts, 'top_k': top_k,
+            'expert_intermediate_size': dff, 'num_shared_experts': shared,
+            'router_aux_loss_coef': 0.01, 'router_z_loss_coef': 0.001,
+            'norm_topk_prob': norm}
+
+
+_SAT = {'value_residual': 'satformer'}
+_PLUS = {'value_residual': 'resformer', 'resformer_mode': 'learnable_plus'}
+
+CASES = (
+    # Value residuals under the standard residual.
+    Case('satformer', _config(layers=3, **_SAT), 2001),
+    Case('satformer_gqa', _config(vocab=40, heads=4, kv_heads=2, tied=False,
+                                  **_SAT), 2002, torch.int32),
+    Case('resformer_fixed', _config(layers=3, kv_heads=2,
+                                    value_residual='resformer',
+                                    resformer_mode='fixed'), 2003),
+    Case('resformer_learnable_plus', _config(layers=3, **_PLUS), 2004),
+    # AttnRes: full (block_size absent), blocks, a trailing partial block.
+    Case('attnres_full', _config(residual='attnres'), 2101),
+    Case('attnres_block2', _config(vocab=64, hidden=16, heads=2, kv_heads=1,
+                                   residual='attnres', block_size=2), 2102),
+    Case('attnres_block4_partial', _config(layers=3, residual='attnres',
+                                           block_size=4), 2103, torch.int32),
+    # DAR, every variant.
+    Case('dar_cross_full', _config(residual='dar', dar_variant='cross'),
+         2201),
+    Case('dar_cross_block4', _config(layers=3, kv_heads=2, residual='dar',
+                                     dar_variant='cross', block_size=4),
+         2202),
+    Case('dar_self_kv', _config(tied=False, residual='dar',
+                                dar_variant='self_kv', block_size=2), 2203),
+    Case('dar_cross_v', _config(residual='dar', dar_variant='cross_v',
+                                block_size=4), 2204),
+    Case('dar_fixed_kv', _config(layers=3, qk_norm=False, residual='dar',
+                                 dar_variant='fixed_kv', block_size=2),
+         2205, torch.int32),
+    # Hyper-connections.
+    Case('hc_n4', _config(residual='hc', hc_streams=4), 2301),
+    Case('hc_n2', _config(layers=3, hidden=16, heads=2, kv_heads=2,
+                          residual='hc', hc_streams=2), 2302),
+    Case('mhc_n4', _config(residual='mhc', hc_streams=4), 2303),
+    Case('mhc_n3', _config(layers=3, kv_heads=2, tied=False, residual='mhc',
+                           hc_streams=3), 2304),
+    # Dense connections.
+    Case('denseformer', _config(layers=3, residual='denseformer'), 2401),
+    Case('muddformer', _config(layers=3, kv_heads=2,
+                               residual='muddformer'), 2402),
+    # MoE.
+    Case('moe_top2', _config(moe=_moe()), 2501),
+    Case('moe_shared_norm', _config(kv_heads=2, moe=_moe(shared=1,
+                                                         norm=True)), 2502),
+    # Compositions.
+    Case('satformer_dar_block4', _config(layers=3, residual='dar',
+                                         block_size=4, **_SAT), 2601),
+    Case('resformer_plus_attnres_block2', _config(
+        layers=3, residual='attnres', block_size=2, **_PLUS), 2602),
+    # The dar-moe-7b setting in miniature: cross DAR, blocks of two layers,
+    # top-2 of 4 experts, no shared experts, no renormalisation.
+    Case('dar_moe', _config(layers=4, kv_heads=2, residual='dar',
+                            dar_variant='cross', block_size=4, moe=_moe()),
+         2603),
+    Case('satformer_hc', _config(layers=3, residual='hc', hc_streams=4,
+                                 **_SAT), 2604),
+    Case('satformer_muddformer', _config(layers=3, kv_heads=2,
+                                         residual='muddformer', **_SAT),
+         2605),
+)
+
+# ---------------------------------------------------------------------------
+# Weights, tokens and the reference gradients
+# ---------------------------------------------------------------------------
+
+
+def build_model(config: torch_model.ModelConfig,
+                weights: Mapping[str, torch.Tensor],
+                dtype: torch.dtype = torch.float64) -> torch_model.CausalLM:
+    """The reference model holding `weights` (strict: every name, no more)."""
+    model = torch_model.CausalLM(config, dtype=dtype)
+    model.load_state_dict({k: v.to(dtype) for k, v in weights.items()},
+                          strict=True)
+    return model
+
+
+def random_tokens(vocab_size: int, seed: int,
+                  dtype: torch.dtype) -> torch.Tensor:
+    """Uniform random ids in [0, vocab_size), [BATCH, SEQ_LEN + 1]."""
+    generator = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(0, vocab_size, (BATCH, SEQ_LEN + 1),
+                           generator=generator, dtype=torch.int64)
+    return tokens.to(dtype)
+
+
+def draw_weights(config: torch_model.ModelConfig,
+                 seed: int) -> Dict[str, torch.Tensor]:
+    """One float64 draw of test weights (see MATRIX_STD and friends)."""
+    model = torch_model.CausalLM(config, dtype=torch.float64)
+    generator = torch.Generator().manual_seed(seed)
+    torch_model.init_weights(model, MATRIX_STD, generator,
+                             gain_std=GAIN_STD, mixing_std=MIXING_STD)
+    return collections.OrderedDict(
+        (name, p.detach().clone()) for name, p in model.named_parameters())
+
+
+def nondifferentiable_point(config: torch_model.ModelConfig,
+                            weights: Mapping[str, torch.Tensor],
+                            tokens: torch.Tensor) -> Optional[str]:
+    """Why the loss is (nearly) not differentiable at `weights`, or None.
+
+    Flags a SATFormer gate logit with |logit| <= GATE_MARGIN (the ReLU kink)
+    and, with MoE, a token whose k-th and (k+1)-th router probabilities are
+    within ROUTER_MARGIN (relative) of each other (the top-k boundary).
+    """
+    trace = {}
+    with torch.no_grad():
+        build_model(config, weights).loss(tokens, trace)
+    for logits in trace.get('gate_logits', []):
+        smallest = float(logits.abs().min())
+        if smallest <= GATE_MARGIN:
+            return f'gate logit {smallest:.1e} near the ReLU kink'
+    moe = config.moe
+    for probs in trace.get('router_probs', []):
+        if moe.top_k == moe.num_experts:
+            continue
+        ranked = probs.sort(dim=-1, descending=True).values
+        kth, next_one = ranked[..., moe.top_k - 1], ranked[..., moe.top_k]
+        gap = float(((kth - next_one) / kth).min())
+        if gap <= ROUTER_MARGIN:
+            return f'router top-k gap {gap:.1e} near a tie'
+    return None
+
+
+def random_weights(config: torch_model.ModelConfig, seed: int,
+                   tokens: torch.Tensor
+                   ) -> Tuple[Dict[str, torch.Tensor], int]:
+    """Test weights clear of non-differentiable points.
+
+    Args:
+        config: the model config.
+        seed: seed of the first draw; draw r uses seed + 100003 * r.
+        tokens: the batch the weights are checked on.
+
+    Returns:
+        (weights, number of redraws).
+
+    Raises:
+        RuntimeError: no draw within MAX_RESEEDS was clear.
+    """
+    for redraw in range(MAX_RESEEDS):
+        weights = draw_weights(config, seed + 100003 * redraw)
+        if nondifferentiable_point(config, weights, tokens) is None:
+            return weights, redraw
+    raise RuntimeError(f'no clear weights in {MAX_RESEEDS} draws')
+
+
+def reference_grads(config: torch_model.ModelConfig,
+                    weights: Mapping[str, torch.Tensor],
+                    tokens: torch.Tensor,
+                    dtype: torch.dtype = torch.float64
+                    ) -> Dict[str, torch.Tensor]:
+    """Loss and gradients by torch autograd, named like `satdar grad` output.
+
+    A parameter the loss does not use (layer 0's ResFormer lambda2) gets a
+    zero gradient.
+
+    Args:
+        config: the model config.
+        weights: name -> tensor (any float dtype).
+        tokens: [B, T+1] integer ids.
+        dtype: precision of the computation.
+
+    Returns:
+        `loss` ([1]) and `grad.<name>` for every weight, all of dtype.
+    """
+    model = build_model(config, weights, dtype)
+    loss = model.loss(tokens)
+    loss.backward()
+    result = collections.OrderedDict(loss=loss.detach().reshape(1))
+    for name, param in model.named_parameters():
+        grad = param.grad
+        result['grad.' + name] = (torch.zeros_like(param) if grad is None
+                                  else grad.detach().clone())
+    return result
+
+
+# ---------------------------------------------------------------------------
+# Running satdar and comparing
+# ---------------------------------------------------------------------------
+
+# runner(files, dtype, out_path) -> None on success, else an error message.
+Runner = Callable[[base_ref.CaseFiles, str, str], Optional[str]]
+
+
+def write_case(case: Case, workdir: str
+               ) -> Tuple[base_ref.CaseFiles, int]:
+    """Writes a case's config, weights and tokens; returns (paths, redraws)."""
+    config = torch_model.ModelConfig.from_dict(case.config)
+    files = base_ref.CaseFiles(
+        config=os.path.join(workdir, f'{case.name}.config.json'),
+        weights=os.path.join(workdir, f'{case.name}.weights.safetensors'),
+        tokens=os.path.join(workdir, f'{case.name}.tokens.safetensors'))
+    tokens = random_tokens(config.vocab_size, case.seed + 7919,
+                           case.token_dtype)
+    weights, redraws = random_weights(config, case.seed, tokens)
+    with open(files.config, 'w') as f:
+        json.dump(case.config, f, indent=2)
+        f.write('\n')
+    base_ref.write_safetensors(files.weights, weights,
+                               metadata={'format': 'pt'})
+    base_ref.write_safetensors(files.tokens, {'tokens': tokens})
+    return files, redraws
+
+
+def load_case(files: base_ref.CaseFiles
+              ) -> Tuple[torch_model.ModelConfig, Dict[str, torch.Tensor],
+                         torch.Tensor]:
+    """Reads a case back from its files: (config, weights, tokens)."""
+    with open(files.config) as f:
+        config = torch_model.ModelConfig.from_dict(json.load(f))
+    weights, _ = base_ref.read_safetensors(files.weights)
+    tokens, _ = base_ref.read_safetensors(files.tokens)
+    return config, weights, tokens['tokens']
+
+
+def satdar_runner(satdar: str, threads: int, timeout: float) -> Runner:
+    """A Runner invoking the satdar binary."""
+    def run(files, dtype, out):
+        return base_ref.run_satdar_grad(satdar, files, dtype, out, threads,
+                                        timeout)
+    return run
+
+
+def check_case(case: Case, runner: Runner, workdir: str) -> List[bool]:
+    """Runs one case in every dtype, prints a line each; returns pass flags."""
+    files, _ = write_case(case, workdir)
+    config, weights, tokens = load_case(files)
+    expected = reference_grads(config, weights, tokens)
+    outcomes = []
+    for dtype, tol in TOLERANCES.items():
+        out = os.path.join(workdir, f'{case.name}.grad.{dtype}.safetensors')
+        if os.path.exists(out):
+            os.remove(out)
+        error = runner(files, dtype, out)
+        if error is None:
+            try:
+                actual, _ = base_ref.read_safetensors(out)
+            except (OSError, ValueError) as e:
+                error = str(e)
+        if error is not None:
+            print(f'FAIL {case.name} {dtype}: {error}')
+            outcomes.append(False)
+            continue
+        result = base_ref.compare(actual, expected, OUTPUT_DTYPES[dtype])
+        ok = result.passed(tol)
+        name, err = result.worst()
+        print(f'{"PASS" if ok else "FAIL"} {case.name} {dtype}: '
+              f'worst {name} rel_err {err:.3e} (tol {tol:.0e})')
+        for problem in result.problems[:8]:
+            print(f'    {problem}')
+        if not ok:
+            bad = sorted(((e, n) for n, e in result.errors.items()
+                          if not e <= tol), reverse=True)
+            for e, n in bad[:8]:
+                print(f'    {n}: rel_err {e:.3e}')
+        outcomes.append(ok)
+    return outcomes
+
+
+def select_cases(only: Optional[str]) -> List[Case]:
+    """The cases whose name contains `only` (all when None)."""
+    return [c for c in CASES if only is None or only in c.name]
+
+
+# ---------------------------------------------------------------------------
+# A fake satdar built on the reference (for --self-test)
+# ---------------------------------------------------------------------------
+
+
+def fake_grads(files: base_ref.CaseFiles, dtype: str,
+               mode: str = 'exact') -> Dict[str, torch.Tensor]:
+    """What a faithful (or deliberately broken) satdar would write.
+
+    Computes in the requested precision, so its f32 output shows whether f32
+    arithmetic can meet the f32 tolerance on the case. mode 'perturb' spoils
+    the largest entry of one design gradient by 1e-3 relative, 'missing'
+    drops one gradient, 'extra' adds one.
+    """
+    config, weights, tokens = load_case(files)
+    grads = reference_grads(config, weights, tokens,
+                            dtype=OUTPUT_DTYPES[dtype])
+    victim = list(grads)[-1]
+    if mode == 'perturb':
+        flat = grads[victim].view(-1)
+        flat[flat.abs().argmax()] *= 1 + 1e-3
+    elif mode == 'missing':
+        del grads[victim]
+    elif mode == 'extra':
+        grads['grad.model.bogus'] = torch.zeros(1, dtype=grads['loss'].dtype)
+    return grads
+
+
+def fake_satdar_main(argv: List[str], mode: str = 'exact') -> int:
+    """`satdar grad` command line on top of fake_grads; returns exit status."""
+    parser = argparse.ArgumentParser(prog='fake-satdar')
+    parser.add_argument('command', choices=['grad'])
+    for flag in ('--config', '--weights', '--tokens', '--out'):
+        parser.add_argument(flag, required=True)
+    parser.add_argument('--dtype', choices=sorted(OUTPUT_DTYPES),
+                        default='f32')
+    parser.add_argument('--threads', type=int, default=1)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    files = base_ref.CaseFiles(args.config, args.weights, args.tokens)
+    base_ref.write_safetensors(args.out, fake_grads(files, args.dtype, mode))
+    return 0
+
+
+def write_fake_satdar(directory: str, mode: str) -> str:
+    """Writes an executable running fake_satdar_main; returns its path."""
+    path = os.path.join(directory, f'fake_designs_satdar_{mode}')
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(path, 'w') as f:
+        f.write(f'#!{sys.executable}\n'
+                'import sys\n'
+                f'sys.path.insert(0, {here!r})\n'
+                'import designs_reference\n'
+                'sys.exit(designs_reference.fake_satdar_main(\n'
+                f'    sys.argv[1:], mode={mode!r}))\n')
+    os.chmod(path, 0o755)
+    return path
+
+
+def in_process_runner(mode: str = 'exact') -> Runner:
+    """A Runner writing fake_grads directly, without a subprocess."""
+    def run(files, dtype, out):
+        base_ref.write_safetensors(out, fake_grads(files, dtype, mode))
+        return None
+    return run
+
+
+# ---------------------------------------------------------------------------
+# Main
+# ---------------------------------------------------------------------------
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split('\n\n', maxsplit=1)[0])
+    parser.add_argument('--satdar', help='path of the satdar binary')
+    parser.add_argument('--workdir',
+                        help='directory for inputs and outputs (created if '
+                        'missing; a temporary one for --self-test if unset)')
+    parser.add_argument('--threads', type=int, default=2,
+                        help='--threads passed to satdar (default 2)')
+    parser.add_argument('--timeout', type=float, default=600,
+                        help='seconds allowed per satdar run (default 600)')
+    parser.add_argument('--only', metavar='NAME_SUBSTRING',
+                        help='run only the cases whose name contains this')
+    parser.add_argument('--list', action='store_true',
+                        help='print the case names and exit')
+    parser.add_argument('--self-test', action='store_true',
+                        help='check the reference itself; satdar not needed')
+    args = parser.parse_args(argv)
+    cases = select_cases(args.only)
+    if args.list:
+        for case in cases:
+            print(case.name)
+        return 0
+    if not args.self_test and not (args.satdar and args.workdir):
+        parser.error('--satdar and --workdir are required (or --self-test '
+                     'or --list)')
+    if not cases:
+        parser.error(f'no case name contains {args.only!r}')
+    torch.set_num_threads(max(1, args.threads))
+
+    with tempfile.TemporaryDirectory(prefix='satdar_designs_') as tmp:
+        workdir = args.workdir or tmp
+        os.makedirs(workdir, exist_ok=True)
+        if args.self_test:
+            # pylint: disable=g-import-not-at-top
+            import designs_self_test
+            passed, failed = designs_self_test.run(workdir, cases)
+        else:
+            runner = satdar_runner(os.path.abspath(args.satdar),
+                                   args.threads, args.timeout)
+            outcomes = []
+            for case in cases:
+                outcomes += check_case(case, runner, workdir)
+            passed = sum(outcomes)
+            failed = len(outcomes) - passed
+    print(f'{passed} passed, {failed} failed')
+    return 1 if failed else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
