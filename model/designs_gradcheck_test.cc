@@ -78,7 +78,16 @@ INSTANTIATE_TEST_SUITE_P(
                                                "block_size": 4)"},
                       Design{"dar_fixed_kv", R"("residual": "dar", "dar_variant": "fixed_kv")"},
                       Design{"satformer_dar", R"("residual": "dar", "block_size": 4,
-                                                 "value_residual": "satformer")"}),
+                                                 "value_residual": "satformer")"},
+                      Design{"moe", R"("moe": {"num_experts": 4, "top_k": 2,
+                                               "expert_intermediate_size": 6})"},
+                      Design{"moe_shared_norm", R"("moe": {"num_experts": 4, "top_k": 2,
+                                 "expert_intermediate_size": 6, "num_shared_experts": 1,
+                                 "norm_topk_prob": true, "router_aux_loss_coef": 0.1,
+                                 "router_z_loss_coef": 0.05})"},
+                      Design{"dar_moe", R"("residual": "dar", "block_size": 4,
+                                           "moe": {"num_experts": 4, "top_k": 2,
+                                                   "expert_intermediate_size": 6})"}),
     [](const ::testing::TestParamInfo<Design>& info) { return info.param.name; });
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "model/model.h"
 #include "model/variants/attnres.h"
 #include "model/variants/dar.h"
+#include "model/variants/moe.h"
 #include "model/variants/resformer.h"
 #include "model/variants/satformer.h"
 #include "model/variants/standard.h"
@@ -37,6 +38,7 @@ struct Registry {
   };
   std::vector<std::pair<bool, Maker<std::unique_ptr<Ffn<T>>>>> ffns = {
       {false, MakeDenseFfn<T>},
+      {true, MakeMoe<T>},
   };
 };
 

@@ -1,0 +1,18 @@
+// model/variants/moe.h: the sparse MoE FFN (MODELS.md section 6): token-choice top-k routing
+// over SwiGLU experts, dropless, optional shared experts, sequence-wise aux loss and z-loss.
+#ifndef SATDAR_MODEL_VARIANTS_MOE_H_
+#define SATDAR_MODEL_VARIANTS_MOE_H_
+
+#include <memory>
+
+#include "core/thread_pool.h"
+#include "model/ffn.h"
+
+namespace satdar::model {
+
+template <typename T>
+std::unique_ptr<Ffn<T>> MakeMoe(const ModelConfig& config, core::ThreadPool* pool);
+
+}  // namespace satdar::model
+
+#endif  // SATDAR_MODEL_VARIANTS_MOE_H_
