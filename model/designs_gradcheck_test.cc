@@ -87,7 +87,16 @@ INSTANTIATE_TEST_SUITE_P(
                                  "router_z_loss_coef": 0.05})"},
                       Design{"dar_moe", R"("residual": "dar", "block_size": 4,
                                            "moe": {"num_experts": 4, "top_k": 2,
-                                                   "expert_intermediate_size": 6})"}),
+                                                   "expert_intermediate_size": 6})"},
+                      Design{"hc4", R"("residual": "hc")"},
+                      Design{"hc2_satformer", R"("residual": "hc", "hc_streams": 2,
+                                                 "value_residual": "satformer")"},
+                      Design{"mhc4", R"("residual": "mhc")"},
+                      Design{"mhc3", R"("residual": "mhc", "hc_streams": 3)"},
+                      Design{"denseformer", R"("residual": "denseformer")"},
+                      Design{"muddformer", R"("residual": "muddformer")"},
+                      Design{"muddformer_satformer", R"("residual": "muddformer",
+                                                        "value_residual": "satformer")"}),
     [](const ::testing::TestParamInfo<Design>& info) { return info.param.name; });
 
 }  // namespace

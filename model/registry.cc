@@ -12,7 +12,11 @@
 #include "model/model.h"
 #include "model/variants/attnres.h"
 #include "model/variants/dar.h"
+#include "model/variants/denseformer.h"
+#include "model/variants/hyper_connections.h"
+#include "model/variants/mhc.h"
 #include "model/variants/moe.h"
+#include "model/variants/muddformer.h"
 #include "model/variants/resformer.h"
 #include "model/variants/satformer.h"
 #include "model/variants/standard.h"
@@ -30,6 +34,10 @@ struct Registry {
       {"standard", MakeStandard<T>},
       {"attnres", MakeAttnRes<T>},
       {"dar", MakeDar<T>},
+      {"hc", MakeHc<T>},
+      {"mhc", MakeMhc<T>},
+      {"denseformer", MakeDenseFormer<T>},
+      {"muddformer", MakeMuddFormer<T>},
   };
   std::vector<std::pair<std::string, Maker<std::unique_ptr<ValueResidual<T>>>>> value_residuals = {
       {"none", [](const ModelConfig&, core::ThreadPool*) { return nullptr; }},

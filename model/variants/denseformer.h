@@ -1,0 +1,16 @@
+// model/variants/denseformer.h: DenseFormer depth-weighted averages (docs/MODELS.md).
+#ifndef SATDAR_MODEL_VARIANTS_DENSEFORMER_H_
+#define SATDAR_MODEL_VARIANTS_DENSEFORMER_H_
+
+#include <memory>
+
+#include "model/topology.h"
+
+namespace satdar::model {
+
+template <typename T>
+std::unique_ptr<Topology<T>> MakeDenseFormer(const ModelConfig& config, core::ThreadPool* pool);
+
+}  // namespace satdar::model
+
+#endif  // SATDAR_MODEL_VARIANTS_DENSEFORMER_H_

@@ -1,0 +1,16 @@
+// model/variants/mhc.h: manifold-constrained Hyper-Connections (mHC; docs/MODELS.md).
+#ifndef SATDAR_MODEL_VARIANTS_MHC_H_
+#define SATDAR_MODEL_VARIANTS_MHC_H_
+
+#include <memory>
+
+#include "model/topology.h"
+
+namespace satdar::model {
+
+template <typename T>
+std::unique_ptr<Topology<T>> MakeMhc(const ModelConfig& config, core::ThreadPool* pool);
+
+}  // namespace satdar::model
+
+#endif  // SATDAR_MODEL_VARIANTS_MHC_H_

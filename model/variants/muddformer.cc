@@ -1,0 +1,240 @@
+#include "model/variants/muddformer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/ops/matmul.h"
+#include "core/ops/rmsnorm.h"
+
+namespace satdar::model {
+
+namespace cpu = core::cpu;
+
+namespace {
+
+enum Way { kQ = 0, kK = 1, kV = 2, kR = 3 };
+
+// Block i reads four inputs (X^Q, X^K, X^V, X^R) made by the dynamic dense connection after
+// block i-1 over X_0..X_i (block 0 reads X_0 = h0 four times):
+//   X_A = X^R + Attn(q: RMSNorm(X^Q; input_layernorm), k: RMSNorm(X^K; mudd.k_norm),
+//                    v: RMSNorm(X^V; mudd.v_norm));  X_{i+1} = X_A + f_mlp(X_A)
+//   A = w2 gelu(w1 RMS(X_{i+1})) + static  (per token, [C, i+2]);  X^c = sum_j A[c, j] X_j
+// with C = 4 ways, or 1 (R only) after the last block, whose X^R is x_final.
+template <typename T>
+class MuddFormer : public Topology<T> {
+ public:
+  MuddFormer(const ModelConfig& c, core::ThreadPool* pool)
+      : layers_(c.num_hidden_layers), d_(c.hidden_size), eps_(c.rms_norm_eps),
+        std_(c.initializer_range), pool_(pool), blocks_(layers_) {}
+
+  int Ways(int i) const { return i + 1 < layers_ ? 4 : 1; }
+  static int Hidden(int ways, int sources) { return (ways * sources + 63) / 64 * 64; }
+  static std::string Prefix(int i) { return absl::StrCat("model.layers.", i, ".mudd"); }
+
+  void AddLayerParams(int i, ParamTable* table) override {
+    const int c = Ways(i), s = i + 2, k = Hidden(c, s);
+    std::vector<double> stat(c * s, 0.0);
+    for (int w = 0; w < c; ++w) stat[w * s + i + 1] = 1.0;  // starts as the baseline
+    const std::string p = Prefix(i);
+    table->Add(p + ".w1", {k, d_}, ParamInit::Normal(std_));
+    table->Add(p + ".w2", {c * s, k}, ParamInit::Constant(0.0));
+    table->Add(p + ".static", {c, s}, ParamInit::Values(stat));
+    table->Add(p + ".k_norm.weight", {d_}, ParamInit::Constant(1.0));
+    table->Add(p + ".v_norm.weight", {d_}, ParamInit::Constant(1.0));
+  }
+  void Bind(const ParamTable& table) override {
+    for (int i = 0; i < layers_; ++i) {
+      Block& b = blocks_[i];
+      const std::string p = Prefix(i);
+      b.w1 = table.Offset(p + ".w1");
+      b.w2 = table.Offset(p + ".w2");
+      b.stat = table.Offset(p + ".static");
+      b.k_norm = table.Offset(p + ".k_norm.weight");
+      b.v_norm = table.Offset(p + ".v_norm.weight");
+      b.ln_attn = table.Offset(absl::StrCat("model.layers.", i, ".input_layernorm.weight"));
+    }
+  }
+  void Resize(int rows) override {
+    rows_ = rows;
+    const size_t nc = static_cast<size_t>(rows) * d_;
+    x_.assign(layers_ + 1, std::vector<T>(nc));
+    dx_.assign(layers_ + 1, std::vector<T>(nc));
+    for (int i = 0; i < layers_; ++i) {
+      Block& b = blocks_[i];
+      const int c = Ways(i), s = i + 2, k = Hidden(c, s);
+      for (auto& w : b.ways) w.resize(nc);
+      for (auto& w : b.dways) w.resize(nc);
+      for (auto& v : b.normed) v.resize(nc);
+      for (auto& v : b.rstd) v.resize(rows);
+      b.xa.resize(nc);
+      b.r.resize(nc);
+      b.r_rstd.resize(rows);
+      b.h.resize(static_cast<size_t>(rows) * k);
+      b.g.resize(static_cast<size_t>(rows) * k);
+      b.a.resize(static_cast<size_t>(rows) * c * s);
+    }
+    y_.resize(nc);
+    dxa_.resize(nc);
+    dn_.resize(nc);
+    dr_.resize(nc);
+    for (auto& v : dnormed_) v.resize(nc);
+    dh_.resize(static_cast<size_t>(rows) * Hidden(4, layers_ + 1));
+    da_.resize(static_cast<size_t>(rows) * 4 * (layers_ + 1));
+  }
+
+  void Forward(const T* params, const T* h0, Branches<T>* br, T* x_final) override {
+    const size_t nc = y_.size();
+    T* p = const_cast<T*>(params);
+    std::copy(h0, h0 + nc, x_[0].begin());
+    for (int w = 0; w < 4; ++w) std::copy(h0, h0 + nc, blocks_[0].ways[w].begin());
+    for (int i = 0; i < layers_; ++i) {
+      Block& b = blocks_[i];
+      const int64_t norms[3] = {b.ln_attn, b.k_norm, b.v_norm};
+      for (int w = 0; w < 3; ++w) {
+        cpu::RmsNormForward(b.normed[w].data(), b.rstd[w].data(), b.ways[w].data(), p + norms[w],
+                            rows_, d_, eps_, pool_);
+      }
+      br->AttentionNormedForward(i, b.normed[kQ].data(), b.normed[kK].data(), b.normed[kV].data(),
+                                 y_.data());
+      for (size_t e = 0; e < nc; ++e) b.xa[e] = b.ways[kR][e] + y_[e];
+      br->Forward(2 * i + 2, b.xa.data(), y_.data());
+      for (size_t e = 0; e < nc; ++e) x_[i + 1][e] = b.xa[e] + y_[e];
+      DenseConnection(i, p, i + 1 < layers_ ? &blocks_[i + 1] : nullptr, x_final);
+    }
+  }
+
+  void Backward(const T* params, T* grads, const T* dx_final, Branches<T>* br, T* dh0) override {
+    const size_t nc = y_.size();
+    T* p = const_cast<T*>(params);
+    for (auto& d : dx_) std::fill(d.begin(), d.end(), T(0));
+    for (int i = layers_ - 1; i >= 0; --i) {
+      Block& b = blocks_[i];
+      // The connection after block i: its ways' gradients are those of block i+1's inputs.
+      std::vector<const T*> dways;
+      if (i + 1 < layers_) {
+        for (int w = 0; w < 4; ++w) dways.push_back(blocks_[i + 1].dways[w].data());
+      } else {
+        dways.push_back(dx_final);
+      }
+      DenseConnectionBackward(i, p, grads, dways);
+      // Block i: X_{i+1} = X_A + f_mlp(X_A); X_A = X^R + attention.
+      std::copy(dx_[i + 1].begin(), dx_[i + 1].end(), dxa_.begin());
+      br->Backward(2 * i + 2, b.xa.data(), dx_[i + 1].data(), dxa_.data());
+      std::copy(dxa_.begin(), dxa_.end(), b.dways[kR].begin());
+      for (auto& v : dnormed_) std::fill(v.begin(), v.end(), T(0));
+      br->AttentionNormedBackward(i, b.normed[kQ].data(), b.normed[kK].data(), b.normed[kV].data(),
+                                  dxa_.data(), dnormed_[kQ].data(), dnormed_[kK].data(),
+                                  dnormed_[kV].data());
+      const int64_t norms[3] = {b.ln_attn, b.k_norm, b.v_norm};
+      for (int w = 0; w < 3; ++w) {
+        std::fill(b.dways[w].begin(), b.dways[w].end(), T(0));
+        cpu::RmsNormBackward(b.dways[w].data(), grads + norms[w], dnormed_[w].data(),
+                             b.ways[w].data(), p + norms[w], b.rstd[w].data(), rows_, d_, pool_);
+      }
+    }
+    for (size_t e = 0; e < nc; ++e) {
+      T g = dx_[0][e];
+      for (int w = 0; w < 4; ++w) g += blocks_[0].dways[w][e];
+      dh0[e] = g;
+    }
+  }
+
+ private:
+  struct Block {
+    int64_t w1, w2, stat, k_norm, v_norm, ln_attn;
+    std::vector<T> ways[4], dways[4];  // this block's inputs X^Q, X^K, X^V, X^R and gradients
+    std::vector<T> normed[3], rstd[3];
+    std::vector<T> xa;                 // X_A
+    std::vector<T> r, r_rstd, h, g, a;  // the connection after this block
+  };
+
+  static T Gelu(T x) { return T(0.5) * x * (T(1) + std::erf(x / std::sqrt(T(2)))); }
+  static T GeluGrad(T x) {
+    return T(0.5) * (T(1) + std::erf(x / std::sqrt(T(2)))) +
+           x * std::exp(-x * x / 2) / std::sqrt(T(2) * T(M_PI));
+  }
+
+  // Ways of the connection after block i, written into next's inputs (or x_final).
+  void DenseConnection(int i, T* p, Block* next, T* x_final) {
+    Block& b = blocks_[i];
+    const int c = Ways(i), s = i + 2, k = Hidden(c, s);
+    std::vector<T> ones(d_, T(1));
+    cpu::RmsNormForward(b.r.data(), b.r_rstd.data(), x_[i + 1].data(), ones.data(), rows_, d_,
+                        eps_, pool_);
+    cpu::MatmulForward(b.h.data(), b.r.data(), p + b.w1, rows_, k, d_, pool_);
+    for (size_t e = 0; e < b.h.size(); ++e) b.g[e] = Gelu(b.h[e]);
+    cpu::MatmulForward(b.a.data(), b.g.data(), p + b.w2, rows_, c * s, k, pool_);
+    for (int r = 0; r < rows_; ++r) {
+      T* a = b.a.data() + static_cast<size_t>(r) * c * s;
+      for (int q = 0; q < c * s; ++q) a[q] += p[b.stat + q];
+      for (int w = 0; w < c; ++w) {
+        // With one way it is R (the final hidden state).
+        T* out = (next ? next->ways[w].data() : x_final) + static_cast<size_t>(r) * d_;
+        std::fill(out, out + d_, T(0));
+        for (int j = 0; j < s; ++j) {
+          const T* xj = x_[j].data() + static_cast<size_t>(r) * d_;
+          for (int e = 0; e < d_; ++e) out[e] += a[w * s + j] * xj[e];
+        }
+      }
+    }
+  }
+
+  void DenseConnectionBackward(int i, T* p, T* grads, const std::vector<const T*>& dways) {
+    Block& b = blocks_[i];
+    const int c = Ways(i), s = i + 2, k = Hidden(c, s);
+    for (int r = 0; r < rows_; ++r) {
+      const T* a = b.a.data() + static_cast<size_t>(r) * c * s;
+      T* da = da_.data() + static_cast<size_t>(r) * c * s;
+      for (int w = 0; w < c; ++w) {
+        const T* g = dways[w] + static_cast<size_t>(r) * d_;
+        for (int j = 0; j < s; ++j) {
+          const T* xj = x_[j].data() + static_cast<size_t>(r) * d_;
+          T* dxj = dx_[j].data() + static_cast<size_t>(r) * d_;
+          T dot = 0;
+          for (int e = 0; e < d_; ++e) {
+            dot += xj[e] * g[e];
+            dxj[e] += a[w * s + j] * g[e];
+          }
+          da[w * s + j] = dot;
+          grads[b.stat + w * s + j] += dot;
+        }
+      }
+    }
+    std::fill(dh_.begin(), dh_.begin() + static_cast<size_t>(rows_) * k, T(0));
+    cpu::MatmulBackward(dh_.data(), grads + b.w2, da_.data(), b.g.data(), p + b.w2, rows_, c * s,
+                        k, pool_);
+    for (size_t e = 0; e < static_cast<size_t>(rows_) * k; ++e) dh_[e] *= GeluGrad(b.h[e]);
+    std::fill(dr_.begin(), dr_.end(), T(0));
+    cpu::MatmulBackward(dr_.data(), grads + b.w1, dh_.data(), b.r.data(), p + b.w1, rows_, k, d_,
+                        pool_);
+    // RMS without a gain: the gain gradient is discarded.
+    std::vector<T> ones(d_, T(1)), dgain(d_, T(0));
+    cpu::RmsNormBackward(dx_[i + 1].data(), dgain.data(), dr_.data(), x_[i + 1].data(), ones.data(),
+                         b.r_rstd.data(), rows_, d_, pool_);
+  }
+
+  const int layers_, d_;
+  const double eps_, std_;
+  core::ThreadPool* pool_;
+  std::vector<Block> blocks_;
+  int rows_ = 0;
+  std::vector<std::vector<T>> x_, dx_;  // X_0..X_L and their gradients
+  std::vector<T> y_, dxa_, dn_, dr_, dh_, da_;
+  std::vector<T> dnormed_[3];
+};
+
+}  // namespace
+
+template <typename T>
+std::unique_ptr<Topology<T>> MakeMuddFormer(const ModelConfig& config, core::ThreadPool* pool) {
+  return std::make_unique<MuddFormer<T>>(config, pool);
+}
+
+template std::unique_ptr<Topology<float>> MakeMuddFormer<float>(const ModelConfig&,
+                                                                core::ThreadPool*);
+template std::unique_ptr<Topology<double>> MakeMuddFormer<double>(const ModelConfig&,
+                                                                  core::ThreadPool*);
+
+}  // namespace satdar::model
