@@ -138,5 +138,35 @@ expect_fail train_resume_no_dir "--resume and --checkpoint-every need --checkpoi
 "$SATDAR" grad --config config.json "${G[@]}" || { echo "FAIL good grad"; failed=$((failed + 1)); }
 [[ -s out.safetensors ]] && passed=$((passed + 1)) || { echo "FAIL no grad output"; failed=$((failed + 1)); }
 
+# Layer 0's ResFormer lambda2 is never read: weights may omit it, and then get no gradient.
+cat >resformer.json <<'JSON'
+{"vocab_size": 64, "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 2,
+ "num_attention_heads": 2, "value_residual": "resformer", "resformer_mode": "learnable_plus"}
+JSON
+"$SATDAR" init --config resformer.json --out resformer.safetensors
+python3 - <<'PY'
+import json, struct
+raw = open("resformer.safetensors", "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+header = json.loads(raw[8:8 + n])
+assert "model.layers.0.self_attn.lambda2" in header
+del header["model.layers.0.self_attn.lambda2"]
+h = json.dumps(header).encode()
+h += b" " * ((8 - (8 + len(h)) % 8) % 8)
+open("resformer_no_l0.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + raw[8 + n:])
+PY
+if "$SATDAR" grad --config resformer.json --weights resformer_no_l0.safetensors \
+     --tokens tokens.safetensors --out resformer_grad.safetensors &&
+   python3 -c "
+import json, struct, sys
+raw = open('resformer_grad.safetensors', 'rb').read()
+names = json.loads(raw[8:8 + struct.unpack('<Q', raw[:8])[0]])
+sys.exit(0 if 'grad.model.layers.0.self_attn.lambda2' not in names
+         and 'grad.model.layers.1.self_attn.lambda2' in names else 1)"; then
+  echo "ok   resformer_unused_lambda2_optional"; passed=$((passed + 1))
+else
+  echo "FAIL resformer_unused_lambda2_optional"; failed=$((failed + 1))
+fi
+
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]

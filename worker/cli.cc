@@ -96,7 +96,16 @@ absl::Status RunGradTyped(const model::ModelConfig& config, const FlagSet& flags
     }
   }
   std::vector<T> params(table.size()), grads(table.size(), T(0));
-  for (const auto& spec : table.specs()) {
+  // A parameter the model never reads (e.g. layer 0's ResFormer lambda2) may be absent: it
+  // keeps its init value and gets no grad.<name> entry.
+  table.Initialize(params.data(), 0);
+  std::vector<bool> present(table.specs().size(), true);
+  for (size_t k = 0; k < table.specs().size(); ++k) {
+    const model::ParamSpec& spec = table.specs()[k];
+    if (spec.unused && weights->Find(spec.name) == nullptr) {
+      present[k] = false;
+      continue;
+    }
     absl::Status s = weights->ReadFloats(spec.name, spec.shape, core::DTypeOf<T>::value,
                                          params.data() + spec.offset);
     if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("--weights: ", s.message()));
@@ -114,7 +123,9 @@ absl::Status RunGradTyped(const model::ModelConfig& config, const FlagSet& flags
   T loss_t = static_cast<T>(loss);
   std::vector<core::TensorRef> out;
   out.push_back({"loss", core::DTypeOf<T>::value, {1}, &loss_t});
-  for (const auto& spec : table.specs()) {
+  for (size_t k = 0; k < table.specs().size(); ++k) {
+    const model::ParamSpec& spec = table.specs()[k];
+    if (!present[k]) continue;
     out.push_back({"grad." + spec.name, core::DTypeOf<T>::value, spec.shape,
                    grads.data() + spec.offset});
   }

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs the independent PyTorch reference of the baseline against `satdar grad`.
+# Runs an independent PyTorch reference driver against `satdar grad`.
+# Usage: run_reference.sh PATH_TO_SATDAR DRIVER.py
 # Needs Debian's python3-torch (scripts/setup.sh installs it) at /usr/bin/python3.
 set -u
 SATDAR=$(realpath "$1")
@@ -9,4 +10,4 @@ if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
   exit 1
 fi
 WORK=$(mktemp -d "${TEST_TMPDIR:-/tmp}/ref.XXXXXX")
-exec /usr/bin/python3 "$HERE/baseline_reference.py" --satdar "$SATDAR" --workdir "$WORK"
+exec /usr/bin/python3 "$HERE/$2" --satdar "$SATDAR" --workdir "$WORK" --threads 2
