@@ -1,6 +1,8 @@
 #include "data/batches.h"
 
+#include "absl/strings/str_cat.h"
 #include "core/random.h"
+#include "data/corpus.h"
 
 namespace satdar::data {
 
@@ -27,6 +29,37 @@ void CorpusWindows::Sequence(int64_t step, int64_t j, int seq_len, int32_t* out)
   uint64_t span = tokens_->size() - (seq_len + 1) + 1;
   uint64_t start = core::RandomBits(seed_, stream, j) % span;
   for (int p = 0; p <= seq_len; ++p) out[p] = (*tokens_)[start + p];
+}
+
+absl::StatusOr<std::unique_ptr<BatchSource>> OpenBatchSource(const SourceOptions& o,
+                                                             std::string* description) {
+  if (o.synthetic) {
+    if (description) *description = absl::StrCat("synthetic tokens, vocab ", o.vocab_size);
+    return std::unique_ptr<BatchSource>(std::make_unique<SyntheticBatches>(o.seed, o.vocab_size));
+  }
+  auto format = ParseCorpusFormat(o.format);
+  if (!format.ok()) return format.status();
+  auto corpus = LoadCorpus(o.dir, *format);
+  if (!corpus.ok()) return corpus.status();
+  if (o.vocab_size < 256) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--data: byte-level text needs vocab_size >= 256, the config has ", o.vocab_size));
+  }
+  if (corpus->bytes.size() < static_cast<size_t>(o.seq_len) + 2) {
+    return absl::InvalidArgumentError(absl::StrCat("--data: ", o.dir, " holds ",
+                                                   corpus->bytes.size(),
+                                                   " bytes, fewer than --seq-len + 1"));
+  }
+  if (description) {
+    *description = absl::StrCat(o.dir, ", ", corpus->num_files, " files, ", corpus->bytes.size(),
+                                " bytes (",
+                                corpus->format == CorpusFormat::kBrown
+                                    ? "Brown corpus, tags stripped"
+                                    : "plain text",
+                                ", byte-level tokens)");
+  }
+  auto bytes = std::make_shared<const std::vector<uint8_t>>(std::move(corpus->bytes));
+  return std::unique_ptr<BatchSource>(std::make_unique<CorpusWindows>(o.seed, std::move(bytes)));
 }
 
 }  // namespace satdar::data

@@ -8,7 +8,11 @@
 #define SATDAR_DATA_BATCHES_H_
 
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
+
+#include "absl/status/statusor.h"
 
 namespace satdar::data {
 
@@ -35,15 +39,30 @@ class SyntheticBatches : public BatchSource {
 // Windows of seq_len + 1 bytes starting at keyed random offsets of a byte stream.
 class CorpusWindows : public BatchSource {
  public:
-  // REQUIRES: tokens.size() > seq_len + 1 (checked by the caller with a message).
-  CorpusWindows(uint64_t seed, const std::vector<uint8_t>* tokens)
-      : seed_(seed), tokens_(tokens) {}
+  // REQUIRES: tokens->size() > seq_len + 1 (checked by the caller with a message).
+  CorpusWindows(uint64_t seed, std::shared_ptr<const std::vector<uint8_t>> tokens)
+      : seed_(seed), tokens_(std::move(tokens)) {}
   void Sequence(int64_t step, int64_t j, int seq_len, int32_t* out) const override;
 
  private:
   uint64_t seed_;
-  const std::vector<uint8_t>* tokens_;
+  std::shared_ptr<const std::vector<uint8_t>> tokens_;
 };
+
+struct SourceOptions {
+  bool synthetic = false;
+  std::string dir;             // a folder of text (byte-level tokens) when not synthetic
+  std::string format = "auto";  // auto | text | brown
+  uint64_t seed = 0;
+  int vocab_size = 0;
+  int seq_len = 0;
+};
+
+// Synthetic tokens, or windows of the corpus in options.dir. Errors (a folder that cannot be
+// read, no text, a vocabulary too small for bytes, a corpus shorter than one sequence) are
+// InvalidArgument and name --data. `description` (optional) says what was loaded.
+absl::StatusOr<std::unique_ptr<BatchSource>> OpenBatchSource(const SourceOptions& options,
+                                                             std::string* description);
 
 }  // namespace satdar::data
 

@@ -70,9 +70,9 @@ TEST(Batches, PureFunctionOfSeedStepIndex) {
 }
 
 TEST(Batches, CorpusWindowsAreContiguousSlices) {
-  std::vector<uint8_t> bytes(1000);
-  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i % 251);
-  CorpusWindows w(1, &bytes);
+  auto bytes = std::make_shared<std::vector<uint8_t>>(1000);
+  for (size_t i = 0; i < bytes->size(); ++i) (*bytes)[i] = static_cast<uint8_t>(i % 251);
+  CorpusWindows w(1, bytes);
   std::set<int32_t> starts;
   std::vector<int32_t> seq(17);
   for (int j = 0; j < 50; ++j) {

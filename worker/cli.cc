@@ -8,11 +8,14 @@
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
 #include "core/device.h"
+#include "core/file_util.h"
 #include "core/ops/gemm.h"
 #include "core/safetensors.h"
 #include "model/model.h"
+#include "worker/eval.h"
 #include "worker/flags.h"
 #include "worker/trainer.h"
+#include "worker/weights.h"
 
 namespace satdar::worker {
 
@@ -28,6 +31,8 @@ void PrintUsage() {
                "  grad    one forward and backward pass; writes the loss and every gradient\n"
                "  train   train a model (synthetic tokens or a folder of text)\n"
                "  init    write a model's initial weights (safetensors, MODELS.md names)\n"
+               "  eval    loss of given weights; SATFormer gate ablation (--gate-ablation)\n"
+               "  info    parameter count (and list) of a config\n"
                "  version print the version\n"
                "run 'satdar <command> --help' for the flags of a command\n",
                kVersion);
@@ -84,32 +89,10 @@ absl::Status RunGradTyped(const model::ModelConfig& config, const FlagSet& flags
   core::ThreadPool pool(threads);
   SATDAR_ASSIGN_OR_RETURN(auto model, model::CreateModel<T>(config, &pool));
   const model::ParamTable& table = model->params();
-  const std::string wpath = flags.Get("--weights");
-  auto weights = core::SafetensorsFile::Open(wpath);
-  if (!weights.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--weights: ", weights.status().message()));
-  }
-  for (const auto& e : weights->entries()) {
-    if (table.Find(e.name) == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--weights: ", wpath, ": tensor '", e.name, "' is not a parameter of this config"));
-    }
-  }
-  std::vector<T> params(table.size()), grads(table.size(), T(0));
-  // A parameter the model never reads (e.g. layer 0's ResFormer lambda2) may be absent: it
-  // keeps its init value and gets no grad.<name> entry.
-  table.Initialize(params.data(), 0);
-  std::vector<bool> present(table.specs().size(), true);
-  for (size_t k = 0; k < table.specs().size(); ++k) {
-    const model::ParamSpec& spec = table.specs()[k];
-    if (spec.unused && weights->Find(spec.name) == nullptr) {
-      present[k] = false;
-      continue;
-    }
-    absl::Status s = weights->ReadFloats(spec.name, spec.shape, core::DTypeOf<T>::value,
-                                         params.data() + spec.offset);
-    if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("--weights: ", s.message()));
-  }
+  std::vector<T> params, grads(table.size(), T(0));
+  std::vector<bool> present;  // never-read parameters may be absent; they get no gradient
+  SATDAR_RETURN_IF_ERROR(
+      LoadWeights<T>("--weights", flags.Get("--weights"), table, &params, &present));
   int b, t;
   SATDAR_ASSIGN_OR_RETURN(std::vector<int32_t> tokens,
                           LoadTokens(flags.Get("--tokens"), config.vocab_size, &b, &t));
@@ -197,6 +180,111 @@ absl::Status RunInit(const std::vector<std::string>& args) {
   return absl::OkStatus();
 }
 
+// --- satdar eval ------------------------------------------------------------------------
+
+absl::Status RunEval(const std::vector<std::string>& args) {
+  FlagSet flags("eval");
+  flags.Define("--config", "model config JSON", true);
+  flags.Define("--weights", "weights or checkpoint (safetensors)", true);
+  flags.Define("--data", "folder of text files (byte-level tokens)");
+  flags.Define("--data-format", "auto, text or brown", false, "auto");
+  flags.DefineBool("--synthetic-data", "evaluate on uniformly random tokens");
+  flags.Define("--batch-size", "sequences per batch", false, "8");
+  flags.Define("--seq-len", "tokens per sequence", true);
+  flags.Define("--batches", "batches to average over", false, "8");
+  flags.Define("--seed", "data seed", false, "0");
+  flags.Define("--threads", "CPU threads", false, "1");
+  flags.Define("--dtype", "f32 or f64", false, "f32");
+  flags.Define("--gate-ablation", "none, zero or mean: SATFormer's gate intervention", false,
+               "none");
+  flags.Define("--json", "also write the result as JSON to this file");
+  if (WantsHelp(args)) {
+    std::fprintf(stdout, "%s", flags.Usage().c_str());
+    return absl::OkStatus();
+  }
+  SATDAR_RETURN_IF_ERROR(flags.Parse(args));
+  EvalOptions o;
+  SATDAR_ASSIGN_OR_RETURN(int64_t batch, flags.GetInt("--batch-size", 1));
+  SATDAR_ASSIGN_OR_RETURN(int64_t seq, flags.GetInt("--seq-len", 1));
+  SATDAR_ASSIGN_OR_RETURN(int64_t batches, flags.GetInt("--batches", 1));
+  SATDAR_ASSIGN_OR_RETURN(int64_t seed, flags.GetInt("--seed", 0));
+  SATDAR_ASSIGN_OR_RETURN(int64_t threads, flags.GetInt("--threads", 1));
+  o.batch_size = static_cast<int>(batch);
+  o.seq_len = static_cast<int>(seq);
+  o.batches = static_cast<int>(batches);
+  o.seed = static_cast<uint64_t>(seed);
+  o.threads = static_cast<int>(threads);
+  o.weights = flags.Get("--weights");
+  o.synthetic_data = flags.GetBool("--synthetic-data");
+  o.data_dir = flags.Get("--data");
+  o.data_format = flags.Get("--data-format");
+  if (o.synthetic_data == flags.Has("--data")) {
+    return absl::InvalidArgumentError(
+        "satdar eval: give exactly one of --data DIR or --synthetic-data");
+  }
+  std::string dtype = flags.Get("--dtype");
+  if (dtype != "f32" && dtype != "f64") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("satdar eval: flag --dtype must be f32 or f64, got '", dtype, "'"));
+  }
+  o.f64 = dtype == "f64";
+  o.gate_ablation = flags.Get("--gate-ablation");
+  if (o.gate_ablation != "none" && o.gate_ablation != "zero" && o.gate_ablation != "mean") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "satdar eval: flag --gate-ablation must be none, zero or mean, got '", o.gate_ablation,
+        "'"));
+  }
+  SATDAR_ASSIGN_OR_RETURN(o.config, model::LoadModelConfig(flags.Get("--config")));
+  if (o.seq_len > o.config.max_position_embeddings) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "satdar eval: --seq-len ", o.seq_len, " exceeds max_position_embeddings ",
+        o.config.max_position_embeddings));
+  }
+  SATDAR_ASSIGN_OR_RETURN(nlohmann::json result, Evaluate(o));
+  std::printf("loss %.6f over %lld tokens\n", result["loss"].get<double>(),
+              static_cast<long long>(result["tokens"].get<int64_t>()));
+  if (result.contains("ablated_loss")) {
+    std::printf("gates set to their %s: loss %.6f (change %+.6f)\n",
+                o.gate_ablation == "zero" ? "zero" : "mean",
+                result["ablated_loss"].get<double>(), result["loss_change"].get<double>());
+  }
+  if (flags.Has("--json")) {
+    absl::Status s = core::WriteFileAtomically(flags.Get("--json"), result.dump(2) + "\n");
+    if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("--json: ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
+// --- satdar info ------------------------------------------------------------------------
+
+absl::Status RunInfo(const std::vector<std::string>& args) {
+  FlagSet flags("info");
+  flags.Define("--config", "model config JSON", true);
+  flags.DefineBool("--params", "list every parameter with its shape");
+  if (WantsHelp(args)) {
+    std::fprintf(stdout, "%s", flags.Usage().c_str());
+    return absl::OkStatus();
+  }
+  SATDAR_RETURN_IF_ERROR(flags.Parse(args));
+  SATDAR_ASSIGN_OR_RETURN(model::ModelConfig config, model::LoadModelConfig(flags.Get("--config")));
+  core::ThreadPool pool(1);
+  SATDAR_ASSIGN_OR_RETURN(auto model, model::CreateModel<float>(config, &pool));
+  const model::ParamTable& table = model->params();
+  int64_t embedding = config.vocab_size * static_cast<int64_t>(config.hidden_size);
+  std::printf("%s: residual %s, value_residual %s, %s; %lld parameters (%.1fM; %.1fM without "
+              "the embedding)\n",
+              flags.Get("--config").c_str(), config.residual.c_str(),
+              config.value_residual.c_str(), config.moe ? "MoE FFN" : "dense FFN",
+              static_cast<long long>(table.size()), table.size() / 1e6,
+              (table.size() - embedding) / 1e6);
+  if (flags.GetBool("--params")) {
+    for (const auto& spec : table.specs()) {
+      std::printf("  %-60s %s\n", spec.name.c_str(), core::ShapeString(spec.shape).c_str());
+    }
+  }
+  return absl::OkStatus();
+}
+
 // --- satdar train ------------------------------------------------------------------------
 
 absl::Status RunTrain(const std::vector<std::string>& args) {
@@ -224,6 +312,9 @@ absl::Status RunTrain(const std::vector<std::string>& args) {
   flags.Define("--log-jsonl", "append one JSON object per step");
   flags.Define("--summary-json", "write a summary at the end");
   flags.Define("--log-every", "console line every N steps", false, "1");
+  flags.Define("--stats-every",
+               "add the analysis statistics to the --log-jsonl line every N steps (0 = never)",
+               false, "50");
   flags.Define("--checkpoint-dir", "folder for checkpoints");
   flags.Define("--checkpoint-every", "checkpoint every N steps (and at the end)", false, "0");
   flags.Define("--keep-checkpoints", "newest checkpoints kept", false, "3");
@@ -249,6 +340,7 @@ absl::Status RunTrain(const std::vector<std::string>& args) {
   SATDAR_ASSIGN_OR_RETURN(o.eps, flags.GetDouble("--eps", 0.0, false));
   SATDAR_ASSIGN_OR_RETURN(o.grad_clip, flags.GetDouble("--grad-clip", 0.0));
   SATDAR_ASSIGN_OR_RETURN(o.log_every, flags.GetInt("--log-every", 1));
+  SATDAR_ASSIGN_OR_RETURN(o.stats_every, flags.GetInt("--stats-every", 0));
   SATDAR_ASSIGN_OR_RETURN(o.checkpoint_every, flags.GetInt("--checkpoint-every", 0));
   SATDAR_ASSIGN_OR_RETURN(int64_t keep, flags.GetInt("--keep-checkpoints", 1));
   o.batch_size = static_cast<int>(batch);
@@ -345,6 +437,10 @@ int Main(int argc, char** argv) {
     status = RunTrain(args);
   } else if (command == "init") {
     status = RunInit(args);
+  } else if (command == "eval") {
+    status = RunEval(args);
+  } else if (command == "info") {
+    status = RunInfo(args);
   } else if (command == "version" || command == "--version") {
     std::printf("%s (%s)\n", kVersion, core::BuiltWithCuda() ? "CUDA build" : "CPU-only build");
     return 0;

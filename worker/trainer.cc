@@ -16,7 +16,6 @@
 #include "core/ops/gemm.h"
 #include "core/thread_pool.h"
 #include "data/batches.h"
-#include "data/corpus.h"
 #include "model/model.h"
 #include "nlohmann/json.hpp"
 #include "worker/checkpoint.h"
@@ -78,31 +77,13 @@ absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& o) {
   const int64_t n = table.size();
 
   // Data.
-  std::unique_ptr<data::BatchSource> source;
-  data::Corpus corpus;
-  if (o.synthetic_data) {
-    source = std::make_unique<data::SyntheticBatches>(o.seed, o.config.vocab_size);
-  } else {
-    SATDAR_ASSIGN_OR_RETURN(data::CorpusFormat format, data::ParseCorpusFormat(o.data_format));
-    SATDAR_ASSIGN_OR_RETURN(corpus, data::LoadCorpus(o.data_dir, format));
-    if (o.config.vocab_size < 256) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--data: byte-level text needs vocab_size >= 256, the config has ",
-          o.config.vocab_size));
-    }
-    if (corpus.bytes.size() < static_cast<size_t>(o.seq_len) + 2) {
-      return absl::InvalidArgumentError(absl::StrCat("--data: ", o.data_dir, " holds ",
-                                                     corpus.bytes.size(),
-                                                     " bytes, fewer than --seq-len + 1"));
-    }
-    source = std::make_unique<data::CorpusWindows>(o.seed, &corpus.bytes);
-    if (!o.quiet) {
-      std::printf("data: %s, %d files, %zu bytes (%s, byte-level tokens)\n", o.data_dir.c_str(),
-                  corpus.num_files, corpus.bytes.size(),
-                  corpus.format == data::CorpusFormat::kBrown ? "Brown corpus, tags stripped"
-                                                              : "plain text");
-    }
-  }
+  std::string data_description;
+  SATDAR_ASSIGN_OR_RETURN(
+      std::unique_ptr<data::BatchSource> source,
+      data::OpenBatchSource({o.synthetic_data, o.data_dir, o.data_format, o.seed,
+                             o.config.vocab_size, o.seq_len},
+                            &data_description));
+  if (!o.quiet) std::printf("data: %s\n", data_description.c_str());
 
   // State: flat parameter, gradient and moment buffers carved by the param table.
   std::vector<T> params(n), grads(n), exp_avg(n, T(0)), exp_avg_sq(n, T(0));
@@ -182,13 +163,20 @@ absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& o) {
       timed_tokens += tokens_per_step;
     }
     summary.final_loss = loss;
-    log.Write(Json{{"step", step},
-                   {"loss", loss},
-                   {"lr", hp.lr},
-                   {"grad_norm", grad_norm},
-                   {"tokens", step * tokens_per_step},
-                   {"tokens_per_second", tps},
-                   {"step_seconds", seconds}});
+    Json line = {{"step", step},
+                 {"loss", loss},
+                 {"lr", hp.lr},
+                 {"grad_norm", grad_norm},
+                 {"tokens", step * tokens_per_step},
+                 {"tokens_per_second", tps},
+                 {"step_seconds", seconds}};
+    if (o.stats_every > 0 && step % o.stats_every == 0) {
+      Json stats = Json::object();
+      model->AppendStats(&stats);
+      model->ResetStats();
+      line["stats"] = stats;
+    }
+    log.Write(line);
     if (!o.quiet && (step % o.log_every == 0 || step == o.steps || step == start_step + 1)) {
       std::printf("step %5lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s\n",
                   static_cast<long long>(step), static_cast<long long>(o.steps), loss, hp.lr,

@@ -41,6 +41,9 @@ struct TrainOptions {
   std::string log_jsonl;
   std::string summary_json;
   int64_t log_every = 1;  // console lines
+  // Every N steps the --log-jsonl line carries "stats": what the papers analyse (SATFormer
+  // gates, AttnRes/DAR depth weights and gates, MoE expert load) gathered since the last one.
+  int64_t stats_every = 0;
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0;
   int keep_checkpoints = 3;

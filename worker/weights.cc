@@ -1,0 +1,50 @@
+#include "worker/weights.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "core/safetensors.h"
+#include "worker/checkpoint.h"
+
+namespace satdar::worker {
+
+template <typename T>
+absl::Status LoadWeights(const std::string& flag, const std::string& path,
+                         const model::ParamTable& table, std::vector<T>* params,
+                         std::vector<bool>* present) {
+  auto file = core::SafetensorsFile::Open(path);
+  if (!file.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": ", file.status().message()));
+  }
+  auto format = file->metadata().find("format");
+  const bool checkpoint = format != file->metadata().end() && format->second == kCheckpointFormat;
+  for (const auto& e : file->entries()) {
+    if (checkpoint && absl::StartsWith(e.name, "optimizer.")) continue;
+    if (table.Find(e.name) == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          flag, ": ", path, ": tensor '", e.name, "' is not a parameter of this config"));
+    }
+  }
+  params->assign(table.size(), T(0));
+  table.Initialize(params->data(), 0);
+  present->assign(table.specs().size(), true);
+  for (size_t k = 0; k < table.specs().size(); ++k) {
+    const model::ParamSpec& spec = table.specs()[k];
+    if (spec.unused && file->Find(spec.name) == nullptr) {
+      (*present)[k] = false;
+      continue;
+    }
+    absl::Status s = file->ReadFloats(spec.name, spec.shape, core::DTypeOf<T>::value,
+                                      params->data() + spec.offset);
+    if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(flag, ": ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
+template absl::Status LoadWeights<float>(const std::string&, const std::string&,
+                                         const model::ParamTable&, std::vector<float>*,
+                                         std::vector<bool>*);
+template absl::Status LoadWeights<double>(const std::string&, const std::string&,
+                                          const model::ParamTable&, std::vector<double>*,
+                                          std::vector<bool>*);
+
+}  // namespace satdar::worker

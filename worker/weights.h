@@ -1,0 +1,25 @@
+// worker/weights.h: loads a model's parameters from a safetensors file by their MODELS.md
+// names: weights written by `satdar init`, PyTorch, or a training checkpoint (whose
+// optimizer.* tensors are skipped). Every parameter must be present with its exact shape,
+// except those the model never reads (ParamSpec::unused), which keep their init value.
+#ifndef SATDAR_WORKER_WEIGHTS_H_
+#define SATDAR_WORKER_WEIGHTS_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/param_table.h"
+
+namespace satdar::worker {
+
+// Fills params (table.size()); present[k] says whether table.specs()[k] was in the file.
+// Errors are InvalidArgument and name the flag, file and tensor.
+template <typename T>
+absl::Status LoadWeights(const std::string& flag, const std::string& path,
+                         const model::ParamTable& table, std::vector<T>* params,
+                         std::vector<bool>* present);
+
+}  // namespace satdar::worker
+
+#endif  // SATDAR_WORKER_WEIGHTS_H_
