@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Trains the ~20M-parameter baseline (configs/bench-20m.json: d=384, L=6, H=6, dff=1536,
+# Trains the ~20M-parameter baseline (configs/bench/transformer.json: d=384, L=6, H=6, dff=1536,
 # vocab 256) at T=256, B=8 for the same steps in satdar and in PyTorch 1.13 (eager, fp32,
 # bench/pytorch_baseline.py) with the same thread count, one after the other, and prints
 # tokens/s, peak RSS and the ratios. Both time the steps after the first (warm-up) step.
@@ -13,7 +13,7 @@ OUT=$(mktemp -d)
 bazel build //:satdar >/dev/null 2>&1 || bazel build //:satdar
 echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), $(date -u +%Y-%m-%d)"
 echo "satdar: $STEPS steps ..."
-bazel-bin/satdar train --config configs/bench-20m.json --synthetic-data --steps "$STEPS" \
+bazel-bin/satdar train --config configs/bench/transformer.json --synthetic-data --steps "$STEPS" \
   --batch-size 8 --seq-len 256 --threads "$THREADS" --quiet --summary-json "$OUT/satdar.json"
 echo "pytorch: $STEPS steps ..."
 /usr/bin/python3 bench/pytorch_baseline.py --hidden 384 --layers 6 --heads 6 --kv-heads 6 \
