@@ -9,6 +9,7 @@
 #ifndef SATDAR_CORE_THREAD_POOL_H_
 #define SATDAR_CORE_THREAD_POOL_H_
 
+#include <array>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -46,6 +47,27 @@ class ThreadPool {
   int pending_ = 0;
   bool stop_ = false;
 };
+
+// K sums over [0, n): f(begin, end, acc) adds its range's contributions into acc[0..K).
+// The range is cut into num_threads() chunks whose partial sums are added in chunk order, so
+// the result depends only on (n, num_threads), never on timing.
+template <int K, typename F>
+std::array<double, K> ParallelSum(ThreadPool* pool, int64_t n, const F& f) {
+  const int chunks = pool->num_threads();
+  std::vector<std::array<double, K>> partial(chunks);
+  pool->ParallelFor(chunks, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      partial[c].fill(0.0);
+      f(n * c / chunks, n * (c + 1) / chunks, partial[c].data());
+    }
+  });
+  std::array<double, K> total;
+  total.fill(0.0);
+  for (const auto& p : partial) {
+    for (int k = 0; k < K; ++k) total[k] += p[k];
+  }
+  return total;
+}
 
 }  // namespace satdar::core
 

@@ -26,6 +26,29 @@ void DepthRetrievalBackward(const std::vector<T*>& dkeys, const std::vector<T*>&
                             const T* w, const T* g, int n, int c, double eps,
                             core::ThreadPool* pool);
 
+// DAR's two retrievals in one pass over the sources (each source row is read once for both):
+// for s in {0, 1}, out[s] = sum_i softmax_i(w[s] . RMSNorm(X^{key[s]}_i; g)) X^{value[s]}_i,
+// where streams[t] lists stream t's sources. alpha[s] (N,S) is saved for backward.
+template <typename T>
+struct DualRetrieval {
+  const std::vector<const T*>* streams[2];
+  int key[2];
+  int value[2];
+  const T* w[2];  // (C) each
+  const T* g;     // (C), shared
+};
+
+template <typename T>
+void DualDepthRetrievalForward(T* const out[2], T* const alpha[2], const DualRetrieval<T>& r,
+                               int n, int c, double eps, core::ThreadPool* pool);
+
+// dstreams[t][i] (N,C) += (null entries skipped); dw[s], dg (C) += in a fixed order.
+template <typename T>
+void DualDepthRetrievalBackward(const std::vector<T*>* const dstreams[2], T* const dw[2], T* dg,
+                                const T* const dout[2], const T* const alpha[2],
+                                const DualRetrieval<T>& r, int n, int c, double eps,
+                                core::ThreadPool* pool);
+
 }  // namespace satdar::model
 
 #endif  // SATDAR_MODEL_LAYERS_DEPTH_RETRIEVAL_H_

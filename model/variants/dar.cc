@@ -79,7 +79,8 @@ class Dar : public Topology<T> {
     }
     du_.resize(nc);
     dy_.resize(nc);
-    dr_.resize(nc);
+    dr_[0].resize(nc);
+    dr_[1].resize(nc);
     weight_sum_.assign(sublayers_ + 1, {std::vector<double>(max_sources, 0.0),
                                         std::vector<double>(max_sources, 0.0)});
   }
@@ -97,16 +98,17 @@ class Dar : public Topology<T> {
       if (has_p) {
         for (int s = 0; s < 2; ++s) std::copy(partial_[s].begin(), partial_[s].end(), st.partial[s].begin());
       }
-      // Retrieve r^s for both streams, then mix.
-      for (int s = 0; s < 2; ++s) {
-        DepthRetrievalForward(st.r[s].data(), st.alpha[s].data(), Inputs(st, route_[s][0]),
-                              Inputs(st, route_[s][1]), params + o.query + s * d_,
-                              params + o.norm, rows_, d_, eps_, pool_);
-      }
+      // Retrieve r^s for both streams in one pass over the sources, then mix.
+      const std::vector<const T*> x0 = Inputs(st, 0), x1 = Inputs(st, 1);
+      T* const out[2] = {st.r[0].data(), st.r[1].data()};
+      T* const alpha[2] = {st.alpha[0].data(), st.alpha[1].data()};
+      DualDepthRetrievalForward(out, alpha, Route(params, o, &x0, &x1), rows_, d_, eps_, pool_);
       double c0, c1;
       Mix(params + o.mix, &c0, &c1);
       T* u = l <= sublayers_ ? st.u.data() : x_final;
-      for (size_t e = 0; e < nc; ++e) u[e] = static_cast<T>(c0) * st.r[0][e] + static_cast<T>(c1) * st.r[1][e];
+      const T* r0 = st.r[0].data();
+      const T* r1 = st.r[1].data();
+      Elementwise(nc, [&](size_t e) { u[e] = static_cast<T>(c0) * r0[e] + static_cast<T>(c1) * r1[e]; });
       Accumulate(l - 1, st);
       if (l > sublayers_) break;
       br->Forward(l, u, st.y.data());
@@ -115,11 +117,13 @@ class Dar : public Topology<T> {
       const T b0 = static_cast<T>(2 * Sigmoid(params[o.write]));
       const T b1 = static_cast<T>(2 * Sigmoid(params[o.write + 1]));
       const T* y = st.y.data();
-      for (size_t e = 0; e < nc; ++e) {
-        T p0 = has_p ? partial_[0][e] : T(0), p1 = has_p ? partial_[1][e] : T(0);
-        partial_[0][e] = rho * p0 + (T(1) - rho) * p1 + b0 * y[e];
-        partial_[1][e] = (T(1) - rho) * p0 + rho * p1 + b1 * y[e];
-      }
+      T* q0 = partial_[0].data();
+      T* q1 = partial_[1].data();
+      Elementwise(nc, [&](size_t e) {
+        const T p0 = has_p ? q0[e] : T(0), p1 = has_p ? q1[e] : T(0);
+        q0[e] = rho * p0 + (T(1) - rho) * p1 + b0 * y[e];
+        q1[e] = (T(1) - rho) * p0 + rho * p1 + b1 * y[e];
+      });
       has_p = true;
       if (l % block_ == 0) {
         for (int s = 0; s < 2; ++s) std::copy(partial_[s].begin(), partial_[s].end(), sources_[s][m].begin());
@@ -147,22 +151,24 @@ class Dar : public Topology<T> {
       const double rho = Sigmoid(params[o.transport]);
       const double sw0 = Sigmoid(params[o.write]), sw1 = Sigmoid(params[o.write + 1]);
       const T b0 = static_cast<T>(2 * sw0), b1 = static_cast<T>(2 * sw1);
-      double db0 = 0, db1 = 0, drho = 0;
       const T* y = st.y.data();
-      for (size_t e = 0; e < nc; ++e) {
-        const T g0 = dafter_[0][e], g1 = dafter_[1][e];
-        dy_[e] = b0 * g0 + b1 * g1;
-        db0 += static_cast<double>(y[e]) * g0;
-        db1 += static_cast<double>(y[e]) * g1;
-        if (st.has_partial) {
-          const T p0 = st.partial[0][e], p1 = st.partial[1][e];
-          drho += static_cast<double>(p0 - p1) * (g0 - g1);
-          dpartial_[0][e] = static_cast<T>(rho) * g0 + static_cast<T>(1 - rho) * g1;
-          dpartial_[1][e] = static_cast<T>(1 - rho) * g0 + static_cast<T>(rho) * g1;
-        } else {
-          dpartial_[0][e] = dpartial_[1][e] = 0;
+      const auto sums = core::ParallelSum<3>(pool_, nc, [&](int64_t e0, int64_t e1, double* acc) {
+        for (int64_t e = e0; e < e1; ++e) {
+          const T g0 = dafter_[0][e], g1 = dafter_[1][e];
+          dy_[e] = b0 * g0 + b1 * g1;
+          acc[0] += static_cast<double>(y[e]) * g0;
+          acc[1] += static_cast<double>(y[e]) * g1;
+          if (st.has_partial) {
+            const T p0 = st.partial[0][e], p1 = st.partial[1][e];
+            acc[2] += static_cast<double>(p0 - p1) * (g0 - g1);
+            dpartial_[0][e] = static_cast<T>(rho) * g0 + static_cast<T>(1 - rho) * g1;
+            dpartial_[1][e] = static_cast<T>(1 - rho) * g0 + static_cast<T>(rho) * g1;
+          } else {
+            dpartial_[0][e] = dpartial_[1][e] = 0;
+          }
         }
-      }
+      });
+      const double db0 = sums[0], db1 = sums[1], drho = sums[2];
       grads[o.write] += static_cast<T>(db0 * 2 * sw0 * (1 - sw0));
       grads[o.write + 1] += static_cast<T>(db1 * 2 * sw1 * (1 - sw1));
       grads[o.transport] += static_cast<T>(drho * rho * (1 - rho));
@@ -251,20 +257,48 @@ class Dar : public Topology<T> {
     const size_t nc = du_.size();
     double c[2];
     Mix(params + o.mix, &c[0], &c[1]);
-    double dc[2] = {0, 0};
-    for (int s = 0; s < 2; ++s) {
-      for (size_t e = 0; e < nc; ++e) dc[s] += static_cast<double>(st.r[s][e]) * du[e];
-    }
+    const T* r0 = st.r[0].data();
+    const T* r1 = st.r[1].data();
+    const auto dc = core::ParallelSum<2>(pool_, nc, [&](int64_t e0, int64_t e1, double* acc) {
+      for (int64_t e = e0; e < e1; ++e) {
+        acc[0] += static_cast<double>(r0[e]) * du[e];
+        acc[1] += static_cast<double>(r1[e]) * du[e];
+        dr_[0][e] = static_cast<T>(c[0]) * du[e];
+        dr_[1][e] = static_cast<T>(c[1]) * du[e];
+      }
+    });
     const double dot = c[0] * dc[0] + c[1] * dc[1];
     for (int s = 0; s < 2; ++s) grads[o.mix + s] += static_cast<T>(c[s] * (dc[s] - dot));
+    const std::vector<const T*> x0 = Inputs(st, 0), x1 = Inputs(st, 1);
+    const std::vector<T*> g0 = Grads(st, 0), g1 = Grads(st, 1);
+    const std::vector<T*>* const dstreams[2] = {&g0, &g1};
+    T* const dw[2] = {grads + o.query, grads + o.query + d_};
+    const T* const dout[2] = {dr_[0].data(), dr_[1].data()};
+    const T* const alpha[2] = {st.alpha[0].data(), st.alpha[1].data()};
+    DualDepthRetrievalBackward(dstreams, dw, grads + o.norm, dout, alpha,
+                               Route(params, o, &x0, &x1), rows_, d_, eps_, pool_);
+  }
+  DualRetrieval<T> Route(const T* params, const Offsets& o, const std::vector<const T*>* x0,
+                         const std::vector<const T*>* x1) const {
+    DualRetrieval<T> r;
+    r.streams[0] = x0;
+    r.streams[1] = x1;
     for (int s = 0; s < 2; ++s) {
-      for (size_t e = 0; e < nc; ++e) dr_[e] = static_cast<T>(c[s]) * du[e];
-      DepthRetrievalBackward(Grads(st, route_[s][0]), Grads(st, route_[s][1]),
-                             grads + o.query + s * d_, grads + o.norm, dr_.data(),
-                             st.alpha[s].data(), Inputs(st, route_[s][0]),
-                             Inputs(st, route_[s][1]), params + o.query + s * d_, params + o.norm,
-                             rows_, d_, eps_, pool_);
+      r.key[s] = route_[s][0];
+      r.value[s] = route_[s][1];
+      r.w[s] = params + o.query + s * d_;
     }
+    r.g = params + o.norm;
+    return r;
+  }
+  template <typename F>
+  void Elementwise(size_t n, const F& f) {
+    pool_->ParallelFor(
+        static_cast<int64_t>(n),
+        [&](int64_t e0, int64_t e1) {
+          for (int64_t e = e0; e < e1; ++e) f(static_cast<size_t>(e));
+        },
+        4096);
   }
   void Accumulate(int index, const Step& st) {
     const int count = st.sources + (st.has_partial ? 1 : 0);
@@ -284,7 +318,7 @@ class Dar : public Topology<T> {
   std::vector<Step> steps_;
   int rows_ = 0;
   std::vector<std::vector<T>> sources_[2], dsources_[2];
-  std::vector<T> partial_[2], dpartial_[2], dafter_[2], du_, dy_, dr_;
+  std::vector<T> partial_[2], dpartial_[2], dafter_[2], du_, dy_, dr_[2];
   std::vector<std::array<std::vector<double>, 2>> weight_sum_;
   int64_t tokens_ = 0;
   const T* last_params_ = nullptr;

@@ -33,8 +33,10 @@ import torch_layers
 import torch_moe
 import torch_topologies
 # Re-exported: scripts use them as torch_model.<name>.
-from torch_layers import (MLP, RMSNorm, apply_rope, causal_mask,  # pylint: disable=unused-import
-                          rms_norm, rope_tables, rotate_half)
+# pylint: disable=unused-import
+from torch_layers import (MLP, RMSNorm, apply_rope, causal_mask, rms_norm,
+                          rope_tables, rotate_half)
+# pylint: enable=unused-import
 from torch_moe import MoEConfig
 
 VALUE_RESIDUALS = ('none', 'resformer', 'satformer')

@@ -74,7 +74,7 @@ def _retrieve(query: torch.Tensor, keys: torch.Tensor,
 
 
 class AttnResRetrieval(torch_layers.MixingModule):
-    """`{attn,mlp}_res` / `final_res`: query [d] (init 0), norm [d] (init 1)."""
+    """`{attn,mlp}_res`, `final_res`: query [d] (init 0), norm [d] (init 1)."""
 
     def __init__(self, d: int, eps: float, dtype: torch.dtype):
         super().__init__()
@@ -240,12 +240,13 @@ class HyperConnection(torch_layers.MixingModule):
         self.alpha_scale.fill_(0.01)
         self.beta_scale.fill_(0.01)
 
-    def read(self, hyper: torch.Tensor
+    def read(self, hyper: torch.Tensor, trace: Optional[dict] = None
              ) -> Tuple[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
         """Sublayer input h_in from the hyper hidden state.
 
         Args:
             hyper: H, [n, B, T, d].
+            trace: unused (the interface of ManifoldHyperConnection.read).
 
         Returns:
             (h_in [B, T, d], (A_r [n(j), B, T, n(m)], B [n, B, T])), the
@@ -294,9 +295,15 @@ class ManifoldHyperConnection(torch_layers.MixingModule):
         self.base[:n] = -math.log(n - 1) if n > 1 else 0.0
         self.base[2 * n:] = (4.0 * torch.eye(n)).reshape(-1)
 
-    def coefficients(self, hyper: torch.Tensor, trace=None
+    def coefficients(self, hyper: torch.Tensor,
+                     trace: Optional[dict] = None
                      ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(pre [B, T, n], post [B, T, n], M [B, T, n(j), n(m)]) per token."""
+        """(pre [B, T, n], post [B, T, n], M [B, T, n(j), n(m)]) per token.
+
+        Args:
+            hyper: H, [n, B, T, d].
+            trace: if given, M is appended to trace['sinkhorn'].
+        """
         n = self.n
         x = hyper.permute(1, 2, 0, 3).flatten(2)  # vec(H) = [H_0 .. H_n-1]
         x = x.to(torch_layers.compute_dtype(x.dtype))
@@ -311,8 +318,8 @@ class ManifoldHyperConnection(torch_layers.MixingModule):
             trace.setdefault('sinkhorn', []).append(matrix.detach())
         return pre, post, matrix
 
-    def read(self, hyper: torch.Tensor, trace=None):
-        """(h_in [B, T, d], coefficients for write())."""
+    def read(self, hyper: torch.Tensor, trace: Optional[dict] = None):
+        """(h_in [B, T, d], coefficients for write()); see coefficients()."""
         pre, post, matrix = self.coefficients(hyper, trace)
         h_in = torch.einsum('btj,jbtd->btd', pre.to(hyper.dtype), hyper)
         return h_in, (post, matrix)
@@ -349,10 +356,7 @@ def run_hyper(layers: nn.ModuleList, h0: torch.Tensor, state: Any, n: int,
     hyper = h0.unsqueeze(0).expand(n, *h0.shape)
     for _, layer, kind in sublayers(layers):
         connection = getattr(layer, f'{kind}_{suffix}')
-        if suffix == 'mhc':
-            h_in, coefficients = connection.read(hyper, state.trace)
-        else:
-            h_in, coefficients = connection.read(hyper)
+        h_in, coefficients = connection.read(hyper, state.trace)
         y = layer_branch(layer, kind)(h_in, state)
         hyper = connection.write(hyper, y, coefficients)
     return hyper.sum(dim=0)
