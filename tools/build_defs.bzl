@@ -16,6 +16,9 @@ SATDAR_COPTS = [
     "-Wno-sign-compare",
     "-Wno-unused-parameter",
     "-fno-exceptions",
+    # `#pragma omp simd` on reduction loops (no OpenMP runtime): lets the compiler vectorise
+    # sums it may not reorder on its own; the order is fixed at compile time.
+    "-fopenmp-simd",
 ]
 
 def satdar_cc_library(name, copts = [], **kwargs):

@@ -15,6 +15,7 @@ void RmsNormForward(T* out, T* rstd, const T* inp, const T* weight, int n, int c
           const T* x = inp + r * c;
           T* y = out + r * c;
           T ss = 0;
+#pragma omp simd reduction(+ : ss)
           for (int i = 0; i < c; ++i) ss += x[i] * x[i];
           T s = T(1) / std::sqrt(ss / c + static_cast<T>(eps));
           rstd[r] = s;
@@ -42,6 +43,7 @@ void RmsNormBackward(T* dinp, T* dweight, const T* dout, const T* inp, const T* 
             T* dx = dinp + r * c;
             T s = rstd[r];
             T dot = 0;  // sum_j g_j dy_j x_j
+#pragma omp simd reduction(+ : dot)
             for (int i = 0; i < c; ++i) {
               dot += weight[i] * dy[i] * x[i];
               dw[i] += dy[i] * x[i] * s;

@@ -109,26 +109,29 @@ void DualDepthRetrievalForward(T* const out[2], T* const alpha[2], const DualRet
   pool->ParallelFor(
       n,
       [&](int64_t r0, int64_t r1) {
-        std::vector<T> rstd(2 * s), wg(2 * c);
+        std::vector<T> wg(2 * c), z(2 * s);
         for (int e = 0; e < c; ++e) {
           wg[e] = r.w[0][e] * r.g[e];
           wg[c + e] = r.w[1][e] * r.g[e];
         }
+        const T* __restrict wg0 = wg.data();
+        const T* __restrict wg1 = wg.data() + c;
         for (int64_t row = r0; row < r1; ++row) {
-          // One pass over every source row of both streams: norms and both streams' logits.
-          std::vector<T> z(2 * s, T(0));
+          // One pass over every source row of both streams: norms and both targets' logits.
           for (int i = 0; i < s; ++i) {
             for (int t = 0; t < 2; ++t) {
-              const T* x = (*r.streams[t])[i] + row * c;
+              if (r.key[0] != t && r.key[1] != t) continue;
+              const T* __restrict x = (*r.streams[t])[i] + row * c;
               T ss = 0, z0 = 0, z1 = 0;
+#pragma omp simd reduction(+ : ss, z0, z1)
               for (int e = 0; e < c; ++e) {
                 ss += x[e] * x[e];
-                z0 += wg[e] * x[e];
-                z1 += wg[c + e] * x[e];
+                z0 += wg0[e] * x[e];
+                z1 += wg1[e] * x[e];
               }
-              rstd[t * s + i] = T(1) / std::sqrt(ss / c + static_cast<T>(eps));
-              if (r.key[0] == t) z[i] = z0 * rstd[t * s + i];
-              if (r.key[1] == t) z[s + i] = z1 * rstd[t * s + i];
+              const T rs = T(1) / std::sqrt(ss / c + static_cast<T>(eps));
+              if (r.key[0] == t) z[i] = z0 * rs;
+              if (r.key[1] == t) z[s + i] = z1 * rs;
             }
           }
           for (int t = 0; t < 2; ++t) {
@@ -138,11 +141,13 @@ void DualDepthRetrievalForward(T* const out[2], T* const alpha[2], const DualRet
             T sum = 0;
             for (int i = 0; i < s; ++i) sum += a[i] = std::exp(z[t * s + i] - mx);
             for (int i = 0; i < s; ++i) a[i] /= sum;
-            T* o = out[t] + row * c;
+            T* __restrict o = out[t] + row * c;
             for (int e = 0; e < c; ++e) o[e] = 0;
             for (int i = 0; i < s; ++i) {
-              const T* v = (*r.streams[r.value[t]])[i] + row * c;
-              for (int e = 0; e < c; ++e) o[e] += a[i] * v[e];
+              const T* __restrict v = (*r.streams[r.value[t]])[i] + row * c;
+              const T ai = a[i];
+#pragma omp simd
+              for (int e = 0; e < c; ++e) o[e] += ai * v[e];
             }
           }
         }
@@ -157,70 +162,85 @@ void DualDepthRetrievalBackward(const std::vector<T*>* const dstreams[2], T* con
                                 core::ThreadPool* pool) {
   const int s = static_cast<int>(r.streams[0]->size());
   const int chunks = pool->num_threads();
-  // Per chunk: [dw0 | dw1 | dg].
-  std::vector<T> partial(static_cast<size_t>(chunks) * 3 * c, T(0));
+  // Per chunk: sums over rows and sources of (d/dz_0 * rstd) x and (d/dz_1 * rstd) x, which
+  // give dw_s = g * sum_s and dg = w_0 * sum_0 + w_1 * sum_1 at the end.
+  std::vector<T> partial(static_cast<size_t>(chunks) * 2 * c, T(0));
+  std::vector<T> wg(2 * c);
+  for (int e = 0; e < c; ++e) {
+    wg[e] = r.w[0][e] * r.g[e];
+    wg[c + e] = r.w[1][e] * r.g[e];
+  }
+  const T* __restrict wg0 = wg.data();
+  const T* __restrict wg1 = wg.data() + c;
   pool->ParallelFor(chunks, [&](int64_t c0, int64_t c1) {
-    std::vector<T> dz(2 * s), dxhat(c);
+    std::vector<T> dz(2 * s);
     for (int64_t chunk = c0; chunk < c1; ++chunk) {
-      T* pw[2] = {partial.data() + chunk * 3 * c, partial.data() + chunk * 3 * c + c};
-      T* pg = partial.data() + chunk * 3 * c + 2 * c;
+      T* __restrict acc0 = partial.data() + chunk * 2 * c;
+      T* __restrict acc1 = acc0 + c;
       const int64_t row0 = n * chunk / chunks, row1 = n * (chunk + 1) / chunks;
       for (int64_t row = row0; row < row1; ++row) {
-        // Softmax backward for both targets; the values' gradients.
+        // Softmax backward for both targets, and the values' gradients.
         for (int t = 0; t < 2; ++t) {
           const T* a = alpha[t] + row * s;
-          const T* d = dout[t] + row * c;
+          const T* __restrict d = dout[t] + row * c;
           T dot = 0;
           for (int i = 0; i < s; ++i) {
-            const T* v = (*r.streams[r.value[t]])[i] + row * c;
+            const T* __restrict v = (*r.streams[r.value[t]])[i] + row * c;
             T acc = 0;
+#pragma omp simd reduction(+ : acc)
             for (int e = 0; e < c; ++e) acc += v[e] * d[e];
             dz[t * s + i] = acc;
             dot += a[i] * acc;
           }
-          for (int i = 0; i < s; ++i) dz[t * s + i] = a[i] * (dz[t * s + i] - dot);
           for (int i = 0; i < s; ++i) {
+            dz[t * s + i] = a[i] * (dz[t * s + i] - dot);
             T* dv = (*dstreams[r.value[t]])[i];
             if (dv == nullptr) continue;
-            dv += row * c;
-            for (int e = 0; e < c; ++e) dv[e] += a[i] * d[e];
+            T* __restrict dvr = dv + row * c;
+            const T ai = a[i];
+#pragma omp simd
+            for (int e = 0; e < c; ++e) dvr[e] += ai * d[e];
           }
         }
-        // The keys: z_t,i = sum_e w_t,e g_e xhat_e over the key stream's source i.
+        // The keys: z_t,i = rstd * sum_e w_t,e g_e x_e over source i of the key stream.
         for (int i = 0; i < s; ++i) {
-          for (int k = 0; k < 2; ++k) {  // key stream k
+          for (int k = 0; k < 2; ++k) {
             const bool used0 = r.key[0] == k, used1 = r.key[1] == k;
             if (!used0 && !used1) continue;
-            const T* x = (*r.streams[k])[i] + row * c;
-            T ss = 0;
-            for (int e = 0; e < c; ++e) ss += x[e] * x[e];
+            const T* __restrict x = (*r.streams[k])[i] + row * c;
+            T ss = 0, q0 = 0, q1 = 0;
+#pragma omp simd reduction(+ : ss, q0, q1)
+            for (int e = 0; e < c; ++e) {
+              ss += x[e] * x[e];
+              q0 += wg0[e] * x[e];
+              q1 += wg1[e] * x[e];
+            }
             const T rs = T(1) / std::sqrt(ss / c + static_cast<T>(eps));
             const T d0 = used0 ? dz[i] : T(0), d1 = used1 ? dz[s + i] : T(0);
-            T proj = 0;
+            const T a0 = d0 * rs, a1 = d1 * rs;
+#pragma omp simd
             for (int e = 0; e < c; ++e) {
-              const T xh = x[e] * rs;
-              pw[0][e] += d0 * r.g[e] * xh;
-              pw[1][e] += d1 * r.g[e] * xh;
-              pg[e] += (d0 * r.w[0][e] + d1 * r.w[1][e]) * xh;
-              dxhat[e] = (d0 * r.w[0][e] + d1 * r.w[1][e]) * r.g[e];
-              proj += dxhat[e] * x[e];
+              acc0[e] += a0 * x[e];
+              acc1[e] += a1 * x[e];
             }
             T* dk = (*dstreams[k])[i];
             if (dk == nullptr) continue;
-            dk += row * c;
-            const T coef = proj * rs * rs * rs / c;
-            for (int e = 0; e < c; ++e) dk[e] += rs * dxhat[e] - coef * x[e];
+            // d/dx of rstd * (q . x): rstd * q - rstd^3 (q . x) x / C, with q = d0 wg0 + d1 wg1.
+            T* __restrict dkr = dk + row * c;
+            const T coef = (d0 * q0 + d1 * q1) * rs * rs * rs / c;
+#pragma omp simd
+            for (int e = 0; e < c; ++e) dkr[e] += rs * (d0 * wg0[e] + d1 * wg1[e]) - coef * x[e];
           }
         }
       }
     }
   });
   for (int chunk = 0; chunk < chunks; ++chunk) {
-    const T* p = partial.data() + static_cast<size_t>(chunk) * 3 * c;
+    const T* p = partial.data() + static_cast<size_t>(chunk) * 2 * c;
     for (int e = 0; e < c; ++e) {
-      dw[0][e] += p[e];
-      dw[1][e] += p[c + e];
-      dg[e] += p[2 * c + e];
+      dw[0][e] += r.g[e] * p[e];
+      dw[1][e] += r.g[e] * p[c + e];
+      dg[e] += r.w[0][e] * p[e] + r.w[1][e] * p[c + e];
     }
   }
 }

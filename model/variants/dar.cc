@@ -62,11 +62,10 @@ class Dar : public Topology<T> {
     const size_t nc = static_cast<size_t>(rows) * d_;
     const int max_sources = sublayers_ / block_ + 2;
     for (int s = 0; s < 2; ++s) {
-      sources_[s].assign(max_sources, std::vector<T>(nc));
+      h0_[s].resize(nc);
+      sources_[s].assign(max_sources, nullptr);
       dsources_[s].assign(max_sources, std::vector<T>(nc));
-      partial_[s].resize(nc);
       dpartial_[s].resize(nc);
-      dafter_[s].resize(nc);
     }
     for (Step& st : steps_) {
       st.u.resize(nc);
@@ -86,18 +85,19 @@ class Dar : public Topology<T> {
   }
 
   void Forward(const T* params, const T* h0, Branches<T>* br, T* x_final) override {
-    for (int s = 0; s < 2; ++s) std::copy(h0, h0 + du_.size(), sources_[s][0].begin());
+    const size_t nc = du_.size();
+    for (int s = 0; s < 2; ++s) {
+      std::copy(h0, h0 + nc, h0_[s].begin());
+      sources_[s][0] = h0_[s].data();
+    }
     int m = 1;
     bool has_p = false;
-    const size_t nc = du_.size();
     for (int l = 1; l <= sublayers_ + 1; ++l) {
+      // Step l reads the partials in st.partial, written there by step l-1's write.
       Step& st = steps_[l - 1];
       const Offsets& o = offsets_[l - 1];
       st.sources = m;
       st.has_partial = has_p;
-      if (has_p) {
-        for (int s = 0; s < 2; ++s) std::copy(partial_[s].begin(), partial_[s].end(), st.partial[s].begin());
-      }
       // Retrieve r^s for both streams in one pass over the sources, then mix.
       const std::vector<const T*> x0 = Inputs(st, 0), x1 = Inputs(st, 1);
       T* const out[2] = {st.r[0].data(), st.r[1].data()};
@@ -112,21 +112,26 @@ class Dar : public Topology<T> {
       Accumulate(l - 1, st);
       if (l > sublayers_) break;
       br->Forward(l, u, st.y.data());
-      // Write: P0, P1 = rho P0 + (1-rho) P1 + b0 y, (1-rho) P0 + rho P1 + b1 y (empty P = 0).
+      // Write: P0, P1 = rho P0 + (1-rho) P1 + b0 y, (1-rho) P0 + rho P1 + b1 y (empty P = 0),
+      // straight into the next step's partials.
       const T rho = static_cast<T>(Sigmoid(params[o.transport]));
       const T b0 = static_cast<T>(2 * Sigmoid(params[o.write]));
       const T b1 = static_cast<T>(2 * Sigmoid(params[o.write + 1]));
       const T* y = st.y.data();
-      T* q0 = partial_[0].data();
-      T* q1 = partial_[1].data();
+      const T* p0 = st.partial[0].data();
+      const T* p1 = st.partial[1].data();
+      T* q0 = steps_[l].partial[0].data();
+      T* q1 = steps_[l].partial[1].data();
       Elementwise(nc, [&](size_t e) {
-        const T p0 = has_p ? q0[e] : T(0), p1 = has_p ? q1[e] : T(0);
-        q0[e] = rho * p0 + (T(1) - rho) * p1 + b0 * y[e];
-        q1[e] = (T(1) - rho) * p0 + rho * p1 + b1 * y[e];
+        const T a = has_p ? p0[e] : T(0), b = has_p ? p1[e] : T(0);
+        q0[e] = rho * a + (T(1) - rho) * b + b0 * y[e];
+        q1[e] = (T(1) - rho) * a + rho * b + b1 * y[e];
       });
       has_p = true;
       if (l % block_ == 0) {
-        for (int s = 0; s < 2; ++s) std::copy(partial_[s].begin(), partial_[s].end(), sources_[s][m].begin());
+        // The completed block's entries stay where they were written (the next step has no
+        // partial, so nothing overwrites them).
+        for (int s = 0; s < 2; ++s) sources_[s][m] = steps_[l].partial[s].data();
         ++m;
         has_p = false;
       }
@@ -143,30 +148,37 @@ class Dar : public Topology<T> {
     for (int l = sublayers_; l >= 1; --l) {
       const Step& st = steps_[l - 1];
       const Offsets& o = offsets_[l - 1];
-      // d/d(partials after the write): a completed block's sources, or the running partials.
-      for (int s = 0; s < 2; ++s) {
-        const T* src = l % block_ == 0 ? dsources_[s][st.sources].data() : dpartial_[s].data();
-        std::copy(src, src + nc, dafter_[s].begin());
-      }
+      // d/d(partials after the write): a completed block's sources, or the running partials
+      // (read and overwritten element by element below).
+      const T* g0s = l % block_ == 0 ? dsources_[0][st.sources].data() : dpartial_[0].data();
+      const T* g1s = l % block_ == 0 ? dsources_[1][st.sources].data() : dpartial_[1].data();
       const double rho = Sigmoid(params[o.transport]);
       const double sw0 = Sigmoid(params[o.write]), sw1 = Sigmoid(params[o.write + 1]);
       const T b0 = static_cast<T>(2 * sw0), b1 = static_cast<T>(2 * sw1);
+      const T tr = static_cast<T>(rho);
       const T* y = st.y.data();
+      const T* p0 = st.partial[0].data();
+      const T* p1 = st.partial[1].data();
+      T* dp0 = dpartial_[0].data();
+      T* dp1 = dpartial_[1].data();
+      T* dy = dy_.data();
+      const bool has_p = st.has_partial;
       const auto sums = core::ParallelSum<3>(pool_, nc, [&](int64_t e0, int64_t e1, double* acc) {
+        double a0 = 0, a1 = 0, a2 = 0;
+#pragma omp simd reduction(+ : a0, a1, a2)
         for (int64_t e = e0; e < e1; ++e) {
-          const T g0 = dafter_[0][e], g1 = dafter_[1][e];
-          dy_[e] = b0 * g0 + b1 * g1;
-          acc[0] += static_cast<double>(y[e]) * g0;
-          acc[1] += static_cast<double>(y[e]) * g1;
-          if (st.has_partial) {
-            const T p0 = st.partial[0][e], p1 = st.partial[1][e];
-            acc[2] += static_cast<double>(p0 - p1) * (g0 - g1);
-            dpartial_[0][e] = static_cast<T>(rho) * g0 + static_cast<T>(1 - rho) * g1;
-            dpartial_[1][e] = static_cast<T>(1 - rho) * g0 + static_cast<T>(rho) * g1;
-          } else {
-            dpartial_[0][e] = dpartial_[1][e] = 0;
-          }
+          const T g0 = g0s[e], g1 = g1s[e];
+          dy[e] = b0 * g0 + b1 * g1;
+          a0 += static_cast<double>(y[e] * g0);
+          a1 += static_cast<double>(y[e] * g1);
+          const T pd = has_p ? p0[e] - p1[e] : T(0);
+          a2 += static_cast<double>(pd * (g0 - g1));
+          dp0[e] = has_p ? tr * g0 + (T(1) - tr) * g1 : T(0);
+          dp1[e] = has_p ? (T(1) - tr) * g0 + tr * g1 : T(0);
         }
+        acc[0] += a0;
+        acc[1] += a1;
+        acc[2] += a2;
       });
       const double db0 = sums[0], db1 = sums[1], drho = sums[2];
       grads[o.write] += static_cast<T>(db0 * 2 * sw0 * (1 - sw0));
@@ -239,7 +251,7 @@ class Dar : public Topology<T> {
   }
   std::vector<const T*> Inputs(const Step& st, int stream) const {
     std::vector<const T*> x;
-    for (int i = 0; i < st.sources; ++i) x.push_back(sources_[stream][i].data());
+    for (int i = 0; i < st.sources; ++i) x.push_back(sources_[stream][i]);
     if (st.has_partial) x.push_back(st.partial[stream].data());
     return x;
   }
@@ -259,13 +271,20 @@ class Dar : public Topology<T> {
     Mix(params + o.mix, &c[0], &c[1]);
     const T* r0 = st.r[0].data();
     const T* r1 = st.r[1].data();
+    T* dr0 = dr_[0].data();
+    T* dr1 = dr_[1].data();
+    const T c0 = static_cast<T>(c[0]), c1 = static_cast<T>(c[1]);
     const auto dc = core::ParallelSum<2>(pool_, nc, [&](int64_t e0, int64_t e1, double* acc) {
+      double a0 = 0, a1 = 0;
+#pragma omp simd reduction(+ : a0, a1)
       for (int64_t e = e0; e < e1; ++e) {
-        acc[0] += static_cast<double>(r0[e]) * du[e];
-        acc[1] += static_cast<double>(r1[e]) * du[e];
-        dr_[0][e] = static_cast<T>(c[0]) * du[e];
-        dr_[1][e] = static_cast<T>(c[1]) * du[e];
+        a0 += static_cast<double>(r0[e] * du[e]);
+        a1 += static_cast<double>(r1[e] * du[e]);
+        dr0[e] = c0 * du[e];
+        dr1[e] = c1 * du[e];
       }
+      acc[0] += a0;
+      acc[1] += a1;
     });
     const double dot = c[0] * dc[0] + c[1] * dc[1];
     for (int s = 0; s < 2; ++s) grads[o.mix + s] += static_cast<T>(c[s] * (dc[s] - dot));
@@ -317,8 +336,10 @@ class Dar : public Topology<T> {
   std::vector<Offsets> offsets_;
   std::vector<Step> steps_;
   int rows_ = 0;
-  std::vector<std::vector<T>> sources_[2], dsources_[2];
-  std::vector<T> partial_[2], dpartial_[2], dafter_[2], du_, dy_, dr_[2];
+  std::vector<T> h0_[2];                       // each stream's first source
+  std::vector<const T*> sources_[2];           // completed entries (h0_, or steps' partials)
+  std::vector<std::vector<T>> dsources_[2];
+  std::vector<T> dpartial_[2], du_, dy_, dr_[2];
   std::vector<std::array<std::vector<double>, 2>> weight_sum_;
   int64_t tokens_ = 0;
   const T* last_params_ = nullptr;
