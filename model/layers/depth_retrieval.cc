@@ -9,6 +9,9 @@ void DepthRetrievalForward(T* out, T* alpha, const std::vector<const T*>& keys,
                            const std::vector<const T*>& values, const T* w, const T* g, int n,
                            int c, double eps, core::ThreadPool* pool) {
   const int s = static_cast<int>(keys.size());
+  std::vector<T> wg(c);
+  for (int e = 0; e < c; ++e) wg[e] = w[e] * g[e];
+  const T* __restrict wgp = wg.data();
   pool->ParallelFor(
       n,
       [&](int64_t r0, int64_t r1) {
@@ -16,11 +19,12 @@ void DepthRetrievalForward(T* out, T* alpha, const std::vector<const T*>& keys,
           T* a = alpha + r * s;
           T mx = 0;
           for (int i = 0; i < s; ++i) {
-            const T* x = keys[i] + r * c;
+            const T* __restrict x = keys[i] + r * c;
             T ss = 0, z = 0;
+#pragma omp simd reduction(+ : ss, z)
             for (int e = 0; e < c; ++e) {
               ss += x[e] * x[e];
-              z += w[e] * g[e] * x[e];
+              z += wgp[e] * x[e];
             }
             a[i] = z / std::sqrt(ss / c + static_cast<T>(eps));
             mx = i == 0 || a[i] > mx ? a[i] : mx;
@@ -28,11 +32,13 @@ void DepthRetrievalForward(T* out, T* alpha, const std::vector<const T*>& keys,
           T sum = 0;
           for (int i = 0; i < s; ++i) sum += a[i] = std::exp(a[i] - mx);
           for (int i = 0; i < s; ++i) a[i] /= sum;
-          T* o = out + r * c;
+          T* __restrict o = out + r * c;
           for (int e = 0; e < c; ++e) o[e] = 0;
           for (int i = 0; i < s; ++i) {
-            const T* v = values[i] + r * c;
-            for (int e = 0; e < c; ++e) o[e] += a[i] * v[e];
+            const T* __restrict v = values[i] + r * c;
+            const T ai = a[i];
+#pragma omp simd
+            for (int e = 0; e < c; ++e) o[e] += ai * v[e];
           }
         }
       },
@@ -47,57 +53,63 @@ void DepthRetrievalBackward(const std::vector<T*>& dkeys, const std::vector<T*>&
                             core::ThreadPool* pool) {
   const int s = static_cast<int>(keys.size());
   const int chunks = pool->num_threads();
-  std::vector<T> partial(static_cast<size_t>(chunks) * 2 * c, T(0));  // [dw | dg] per chunk
+  // Per chunk: sum over rows and sources of (d/dz * rstd) x; dw = g * sum, dg = w * sum.
+  std::vector<T> partial(static_cast<size_t>(chunks) * c, T(0));
+  std::vector<T> wg(c);
+  for (int e = 0; e < c; ++e) wg[e] = w[e] * g[e];
+  const T* __restrict wgp = wg.data();
   pool->ParallelFor(chunks, [&](int64_t c0, int64_t c1) {
-    std::vector<T> da(s), dz(s), dxhat(c);
+    std::vector<T> dz(s);
     for (int64_t chunk = c0; chunk < c1; ++chunk) {
-      T* pw = partial.data() + chunk * 2 * c;
-      T* pg = pw + c;
+      T* __restrict acc = partial.data() + chunk * c;
       const int64_t row0 = n * chunk / chunks, row1 = n * (chunk + 1) / chunks;
       for (int64_t r = row0; r < row1; ++r) {
         const T* a = alpha + r * s;
-        const T* d = dout + r * c;
+        const T* __restrict d = dout + r * c;
         T dot = 0;
         for (int i = 0; i < s; ++i) {
-          const T* v = values[i] + r * c;
-          T acc = 0;
-          for (int e = 0; e < c; ++e) acc += v[e] * d[e];
-          da[i] = acc;
-          dot += a[i] * acc;
+          const T* __restrict v = values[i] + r * c;
+          T da = 0;
+#pragma omp simd reduction(+ : da)
+          for (int e = 0; e < c; ++e) da += v[e] * d[e];
+          dz[i] = da;
+          dot += a[i] * da;
         }
-        for (int i = 0; i < s; ++i) dz[i] = a[i] * (da[i] - dot);
         for (int i = 0; i < s; ++i) {
+          dz[i] = a[i] * (dz[i] - dot);
           if (dvalues[i] != nullptr) {
-            T* dv = dvalues[i] + r * c;
-            for (int e = 0; e < c; ++e) dv[e] += a[i] * d[e];
+            T* __restrict dv = dvalues[i] + r * c;
+            const T ai = a[i];
+#pragma omp simd
+            for (int e = 0; e < c; ++e) dv[e] += ai * d[e];
           }
-          const T* x = keys[i] + r * c;
-          T ss = 0;
-          for (int e = 0; e < c; ++e) ss += x[e] * x[e];
-          const T rs = T(1) / std::sqrt(ss / c + static_cast<T>(eps));
-          // z = sum_e w_e g_e xhat_e, xhat = x * rs.
-          T proj = 0;  // sum_e dxhat_e x_e
+          const T* __restrict x = keys[i] + r * c;
+          T ss = 0, q = 0;
+#pragma omp simd reduction(+ : ss, q)
           for (int e = 0; e < c; ++e) {
-            const T xh = x[e] * rs;
-            pw[e] += dz[i] * g[e] * xh;
-            pg[e] += dz[i] * w[e] * xh;
-            dxhat[e] = dz[i] * w[e] * g[e];
-            proj += dxhat[e] * x[e];
+            ss += x[e] * x[e];
+            q += wgp[e] * x[e];
           }
+          const T rs = T(1) / std::sqrt(ss / c + static_cast<T>(eps));
+          const T ar = dz[i] * rs;
+#pragma omp simd
+          for (int e = 0; e < c; ++e) acc[e] += ar * x[e];
           if (dkeys[i] != nullptr) {
-            T* dk = dkeys[i] + r * c;
-            const T coef = proj * rs * rs * rs / c;
-            for (int e = 0; e < c; ++e) dk[e] += rs * dxhat[e] - coef * x[e];
+            // d/dx of rstd * (wg . x): rstd * wg - rstd^3 (wg . x) x / C, times dz.
+            T* __restrict dk = dkeys[i] + r * c;
+            const T coef = dz[i] * q * rs * rs * rs / c;
+#pragma omp simd
+            for (int e = 0; e < c; ++e) dk[e] += ar * wgp[e] - coef * x[e];
           }
         }
       }
     }
   });
   for (int chunk = 0; chunk < chunks; ++chunk) {
-    const T* pw = partial.data() + static_cast<size_t>(chunk) * 2 * c;
+    const T* p = partial.data() + static_cast<size_t>(chunk) * c;
     for (int e = 0; e < c; ++e) {
-      dw[e] += pw[e];
-      dg[e] += pw[c + e];
+      dw[e] += g[e] * p[e];
+      dg[e] += w[e] * p[e];
     }
   }
 }

@@ -39,14 +39,14 @@ class AttnRes : public Topology<T> {
     rows_ = rows;
     const size_t nc = static_cast<size_t>(rows) * d_;
     const int max_sources = sublayers_ / block_ + 2;
-    sources_.assign(max_sources, std::vector<T>(nc));
+    h0_.resize(nc);
+    sources_.assign(max_sources, nullptr);
     dsources_.assign(max_sources, std::vector<T>(nc));
     for (Step& s : steps_) {
       s.u.resize(nc);
       s.partial.resize(nc);
       s.alpha.resize(static_cast<size_t>(rows) * max_sources);
     }
-    partial_.resize(nc);
     y_.resize(nc);
     dpartial_.resize(nc);
     du_.resize(nc);
@@ -55,14 +55,16 @@ class AttnRes : public Topology<T> {
   }
 
   void Forward(const T* params, const T* h0, Branches<T>* br, T* x_final) override {
-    std::copy(h0, h0 + partial_.size(), sources_[0].begin());
+    const size_t nc = y_.size();
+    std::copy(h0, h0 + nc, h0_.begin());
+    sources_[0] = h0_.data();
     int m = 1;             // completed sources
     bool has_p = false;    // partial sum non-empty
     for (int l = 1; l <= sublayers_ + 1; ++l) {
+      // Step l reads the partial sum in s.partial, written there by step l-1.
       Step& s = steps_[l - 1];
       s.sources = m;
       s.has_partial = has_p;
-      if (has_p) std::copy(partial_.begin(), partial_.end(), s.partial.begin());
       T* u = l <= sublayers_ ? s.u.data() : x_final;
       std::vector<const T*> x = Inputs(s);
       DepthRetrievalForward(u, s.alpha.data(), x, x, params + query_[l - 1],
@@ -70,14 +72,18 @@ class AttnRes : public Topology<T> {
       Accumulate(l - 1, s);
       if (l > sublayers_) break;
       br->Forward(l, u, y_.data());
-      if (has_p) {
-        for (size_t e = 0; e < y_.size(); ++e) partial_[e] += y_[e];
-      } else {
-        std::copy(y_.begin(), y_.end(), partial_.begin());
-        has_p = true;
-      }
+      const T* p = s.partial.data();
+      const T* y = y_.data();
+      T* q = steps_[l].partial.data();
+      pool_->ParallelFor(
+          static_cast<int64_t>(nc),
+          [&](int64_t e0, int64_t e1) {
+            for (int64_t e = e0; e < e1; ++e) q[e] = has_p ? p[e] + y[e] : y[e];
+          },
+          4096);
+      has_p = true;
       if (l % block_ == 0) {
-        std::copy(partial_.begin(), partial_.end(), sources_[m++].begin());
+        sources_[m++] = steps_[l].partial.data();  // the next step has no partial to overwrite it
         has_p = false;
       }
     }
@@ -137,7 +143,7 @@ class AttnRes : public Topology<T> {
   }
   std::vector<const T*> Inputs(const Step& s) const {
     std::vector<const T*> x;
-    for (int i = 0; i < s.sources; ++i) x.push_back(sources_[i].data());
+    for (int i = 0; i < s.sources; ++i) x.push_back(sources_[i]);
     if (s.has_partial) x.push_back(s.partial.data());
     return x;
   }
@@ -164,8 +170,10 @@ class AttnRes : public Topology<T> {
   std::vector<int64_t> query_, norm_;  // per sublayer 1..2L, then the final readout
   std::vector<Step> steps_;
   int rows_ = 0;
-  std::vector<std::vector<T>> sources_, dsources_;
-  std::vector<T> partial_, y_, dpartial_, du_, dy_;
+  std::vector<T> h0_;
+  std::vector<const T*> sources_;  // completed sources: h0_, or steps' partial buffers
+  std::vector<std::vector<T>> dsources_;
+  std::vector<T> y_, dpartial_, du_, dy_;
   std::vector<std::vector<double>> weight_sum_;
   int64_t tokens_ = 0;
 };
