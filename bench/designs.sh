@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Tokens/s and peak memory of every design at one CPU shape (configs/bench/*.json: d=384,
 # L=6, H=6, dff=1536, vocab 256; B=8, T=256, f32, random tokens), side by side with the
-# baseline. The designs run in rounds (every design once per round, in the same order) and each
-# reports its best round, which damps the drift of a shared machine.
+# baseline. The designs run in rounds (every design once per round, in the same order), and each
+# reports the median over all its timed steps (every step but a run's first) of all rounds:
+# a shared machine drifts by several percent within a minute, and the median of interleaved
+# samples resists that better than any one run's average.
 # Usage: bench/designs.sh [STEPS] [THREADS] [ROUNDS] [DESIGN ...]
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -22,23 +24,27 @@ for round in $(seq 1 "$ROUNDS"); do
   for design in "${DESIGNS[@]}"; do
     bazel-bin/satdar train --config "configs/bench/$design.json" --synthetic-data \
       --steps "$STEPS" --batch-size 8 --seq-len 256 --threads "$THREADS" --quiet \
-      --stats-every 0 --summary-json "$OUT/$design.$round.json"
+      --stats-every 0 --summary-json "$OUT/$design.$round.json" --log-jsonl "$OUT/$design.$round.jsonl"
   done
 done
 /usr/bin/python3 - "$OUT" "$ROUNDS" "${DESIGNS[@]}" <<'PY'
-import json, sys
+import json, statistics, sys
 out, rounds, designs = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-best = {}
+tps, rss, params = {}, {}, {}
 for d in designs:
-    runs = [json.load(open("%s/%s.%d.json" % (out, d, r))) for r in range(1, rounds + 1)]
-    best[d] = max(runs, key=lambda j: j["tokens_per_second"])
-base = best.get("transformer")
-print("| design | tokens/s | vs transformer | peak RSS MiB | parameters |")
+    samples = []
+    for r in range(1, rounds + 1):
+        steps = [json.loads(l) for l in open("%s/%s.%d.jsonl" % (out, d, r))]
+        samples += [s["tokens_per_second"] for s in steps[1:]]
+        summary = json.load(open("%s/%s.%d.json" % (out, d, r)))
+        rss[d] = max(rss.get(d, 0), summary["peak_rss_bytes"])
+        params[d] = summary["parameters"]
+    tps[d] = statistics.median(samples)
+base = tps.get("transformer")
+print("| design | tokens/s (median step) | vs transformer | peak RSS MiB | parameters |")
 print("|---|---|---|---|---|")
 for d in designs:
-    j = best[d]
-    ratio = "%.3f" % (j["tokens_per_second"] / base["tokens_per_second"]) if base else "-"
-    print("| %s | %.0f | %s | %.0f | %.2fM |" % (d, j["tokens_per_second"], ratio,
-                                                j["peak_rss_bytes"] / 1048576, j["parameters"] / 1e6))
+    ratio = "%.3f" % (tps[d] / base) if base else "-"
+    print("| %s | %.0f | %s | %.0f | %.2fM |" % (d, tps[d], ratio, rss[d] / 1048576, params[d] / 1e6))
 PY
 rm -rf "$OUT"

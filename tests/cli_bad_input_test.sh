@@ -134,6 +134,32 @@ expect_fail train_cuda "--device cuda" \
 expect_fail train_resume_no_dir "--resume and --checkpoint-every need --checkpoint-dir" \
   "$SATDAR" train --config config.json --steps 1 --batch-size 2 --seq-len 8 --synthetic-data --resume
 
+# Impossible design combinations are rejected at config load, naming the field.
+base='"vocab_size": 64, "hidden_size": 16, "intermediate_size": 32, "num_attention_heads": 2'
+echo "{$base, \"num_hidden_layers\": 2, \"residual\": \"dar\", \"block_size\": 3}" >dar_odd.json
+echo "{$base, \"num_hidden_layers\": 2, \"moe\": {\"num_experts\": 2, \"top_k\": 3, \"expert_intermediate_size\": 8}}" >topk.json
+echo "{$base, \"num_hidden_layers\": 1, \"value_residual\": \"satformer\"}" >vr_one_layer.json
+echo "{$base, \"num_hidden_layers\": 2, \"residual\": \"attnres\", \"block_size\": 5}" >attnres_odd.json
+expect_fail dar_odd_block 'field "block_size" must be even and >= 2 for dar' \
+  "$SATDAR" train --config dar_odd.json --steps 1 --batch-size 2 --seq-len 8 --synthetic-data
+expect_fail moe_top_k 'field "moe.top_k" (3) must not exceed moe.num_experts (2)' \
+  "$SATDAR" train --config topk.json --steps 1 --batch-size 2 --seq-len 8 --synthetic-data
+expect_fail value_residual_one_layer 'field "value_residual" needs at least 2 layers' \
+  "$SATDAR" grad --config vr_one_layer.json "${G[@]}"
+expect_fail attnres_odd_block 'field "block_size" must be 1 (full) or even for attnres' \
+  "$SATDAR" info --config attnres_odd.json
+expect_fail eval_ablation_without_gates 'gates exist only with "satformer"' \
+  "$SATDAR" eval --config config.json --weights weights.safetensors --synthetic-data \
+  --seq-len 8 --gate-ablation zero
+expect_fail eval_bad_ablation "flag --gate-ablation must be none, zero or mean, got 'half'" \
+  "$SATDAR" eval --config config.json --weights weights.safetensors --synthetic-data \
+  --seq-len 8 --gate-ablation half
+echo "{$base, \"num_hidden_layers\": 2, \"residual\": \"dar\"}" >dar_ok.json
+"$SATDAR" init --config dar_ok.json --out dar_weights.safetensors
+expect_fail eval_weights_of_other_model "dar_weights.safetensors: tensor 'model.layers.0.attn_dar" \
+  "$SATDAR" eval --config config.json --weights dar_weights.safetensors \
+  --synthetic-data --seq-len 8
+
 # And the good path works: grad writes every gradient.
 "$SATDAR" grad --config config.json "${G[@]}" || { echo "FAIL good grad"; failed=$((failed + 1)); }
 [[ -s out.safetensors ]] && passed=$((passed + 1)) || { echo "FAIL no grad output"; failed=$((failed + 1)); }
