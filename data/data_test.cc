@@ -50,14 +50,14 @@ TEST(Corpus, PlainTextAndErrors) {
 TEST(Batches, PureFunctionOfSeedStepIndex) {
   SyntheticBatches a(7, 256), b(7, 256), c(8, 256);
   std::vector<int32_t> x(4 * 9), y(4 * 9), z(4 * 9);
-  a.Batch(3, 0, 4, 8, x.data());
-  b.Batch(3, 0, 4, 8, y.data());
-  c.Batch(3, 0, 4, 8, z.data());
+  a.Batch(3, 0, 0, 4, 8, x.data());
+  b.Batch(3, 0, 0, 4, 8, y.data());
+  c.Batch(3, 0, 0, 4, 8, z.data());
   EXPECT_EQ(x, y);
   EXPECT_NE(x, z);
   // Sequence j does not depend on which batch slice asked for it.
   std::vector<int32_t> tail(2 * 9);
-  a.Batch(3, 2, 2, 8, tail.data());
+  a.Batch(3, 2, 0, 2, 8, tail.data());
   EXPECT_TRUE(std::equal(tail.begin(), tail.end(), x.begin() + 18));
   for (int32_t t : x) {
     EXPECT_GE(t, 0);
@@ -65,7 +65,7 @@ TEST(Batches, PureFunctionOfSeedStepIndex) {
   }
   // Different steps give different data.
   std::vector<int32_t> next(4 * 9);
-  a.Batch(4, 0, 4, 8, next.data());
+  a.Batch(4, 0, 0, 4, 8, next.data());
   EXPECT_NE(x, next);
 }
 
@@ -76,7 +76,7 @@ TEST(Batches, CorpusWindowsAreContiguousSlices) {
   std::set<int32_t> starts;
   std::vector<int32_t> seq(17);
   for (int j = 0; j < 50; ++j) {
-    w.Sequence(0, j, 16, seq.data());
+    w.Sequence(SampleKey{0, j, j}, 16, seq.data());
     for (int p = 1; p < 17; ++p) EXPECT_EQ(seq[p], (seq[p - 1] + 1) % 251);
     starts.insert(seq[0]);
   }

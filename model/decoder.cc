@@ -122,6 +122,25 @@ bool DecoderModel<T>::SetGateAblation(GateAblation mode) {
   return vr->SetGateAblation(mode);
 }
 
+template <typename T>
+void DecoderModel<T>::Predictions(std::vector<int32_t>* argmax) const {
+  const int n = b_ * t_, v = config_.vocab_size;
+  argmax->resize(n);
+  for (int r = 0; r < n; ++r) {
+    const T* row = logits_.data() + static_cast<size_t>(r) * v;
+    (*argmax)[r] = static_cast<int32_t>(std::max_element(row, row + v) - row);
+  }
+}
+
+template <typename T>
+bool DecoderModel<T>::GateValues(int layer, std::vector<double>* gates) const {
+  ValueResidual<T>* vr = branches_->value_residual();
+  const T* g = vr == nullptr ? nullptr : vr->gate_values(layer);
+  if (g == nullptr) return false;
+  gates->assign(g, g + static_cast<size_t>(b_) * t_ * config_.num_key_value_heads);
+  return true;
+}
+
 template class DecoderModel<float>;
 template class DecoderModel<double>;
 

@@ -28,6 +28,8 @@ class DecoderModel : public Model<T> {
   void AppendStats(nlohmann::json* stats) const override;
   void ResetStats() override;
   bool SetGateAblation(GateAblation mode) override;
+  void Predictions(std::vector<int32_t>* argmax) const override;
+  bool GateValues(int layer, std::vector<double>* gates) const override;
 
  private:
   void Resize(int b, int t);

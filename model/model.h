@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/thread_pool.h"
@@ -40,6 +41,10 @@ class Model {
   virtual void ResetStats() = 0;
   // SATFormer's gate intervention; false when the model has no gates.
   virtual bool SetGateAblation(GateAblation mode) = 0;
+  // After a Forward (before Backward): the argmax prediction at every position (B*T).
+  virtual void Predictions(std::vector<int32_t>* argmax) const = 0;
+  // After a Forward: layer i's SATFormer gates (B*T, NKV), or false when it has none.
+  virtual bool GateValues(int layer, std::vector<double>* gates) const = 0;
 };
 
 // The registry (model/registry.cc): builds the model that `config` describes, or says

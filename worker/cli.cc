@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "core/ops/gemm.h"
 #include "core/safetensors.h"
 #include "model/model.h"
+#include "data/prep.h"
 #include "worker/eval.h"
 #include "worker/flags.h"
 #include "worker/trainer.h"
@@ -29,7 +31,8 @@ void PrintUsage() {
                "usage: satdar <command> [flags]\n"
                "commands:\n"
                "  grad    one forward and backward pass; writes the loss and every gradient\n"
-               "  train   train a model (synthetic tokens or a folder of text)\n"
+               "  prep    text -> tokenizer + token shards + validation split (a dataset)\n"
+               "  train   train a model (a prepared dataset, raw text, MQAR or random tokens)\n"
                "  init    write a model's initial weights (safetensors, MODELS.md names)\n"
                "  eval    loss of given weights; SATFormer gate ablation (--gate-ablation)\n"
                "  info    parameter count (and list) of a config\n"
@@ -43,6 +46,36 @@ bool WantsHelp(const std::vector<std::string>& args) {
     if (a == "--help" || a == "-h") return true;
   }
   return false;
+}
+
+// --task and the MQAR flags, shared by train and eval.
+void DefineTaskFlags(FlagSet* flags) {
+  flags->Define("--task", "lm (the data) or mqar (multi-query associative recall)", false, "lm");
+  flags->Define("--mqar-keys", "MQAR: distinct key ids", false, "64");
+  flags->Define("--mqar-values", "MQAR: distinct value ids", false, "64");
+  flags->Define("--mqar-pairs", "MQAR: key-value pairs per sequence", false, "8");
+  flags->Define("--mqar-queries", "MQAR: queries per sequence", false, "8");
+}
+
+absl::StatusOr<std::optional<data::MqarOptions>> TaskFromFlags(const FlagSet& flags,
+                                                               const std::string& command) {
+  const std::string task = flags.Get("--task");
+  if (task != "lm" && task != "mqar") {
+    return absl::InvalidArgumentError(absl::StrCat("satdar ", command,
+                                                   ": flag --task must be lm or mqar, got '",
+                                                   task, "'"));
+  }
+  if (task == "lm") return std::optional<data::MqarOptions>();
+  data::MqarOptions m;
+  SATDAR_ASSIGN_OR_RETURN(int64_t keys, flags.GetInt("--mqar-keys", 1));
+  SATDAR_ASSIGN_OR_RETURN(int64_t values, flags.GetInt("--mqar-values", 1));
+  SATDAR_ASSIGN_OR_RETURN(int64_t pairs, flags.GetInt("--mqar-pairs", 1));
+  SATDAR_ASSIGN_OR_RETURN(int64_t queries, flags.GetInt("--mqar-queries", 1));
+  m.keys = static_cast<int>(keys);
+  m.values = static_cast<int>(values);
+  m.pairs = static_cast<int>(pairs);
+  m.queries = static_cast<int>(queries);
+  return std::optional<data::MqarOptions>(m);
 }
 
 // --- satdar grad -------------------------------------------------------------------------
@@ -197,6 +230,9 @@ absl::Status RunEval(const std::vector<std::string>& args) {
   flags.Define("--dtype", "f32 or f64", false, "f32");
   flags.Define("--gate-ablation", "none, zero or mean: SATFormer's gate intervention", false,
                "none");
+  flags.DefineBool("--gate-by-category",
+                   "SATFormer gates averaged by part-of-speech group (tagged Brown datasets)");
+  DefineTaskFlags(&flags);
   flags.Define("--json", "also write the result as JSON to this file");
   if (WantsHelp(args)) {
     std::fprintf(stdout, "%s", flags.Usage().c_str());
@@ -218,9 +254,11 @@ absl::Status RunEval(const std::vector<std::string>& args) {
   o.synthetic_data = flags.GetBool("--synthetic-data");
   o.data_dir = flags.Get("--data");
   o.data_format = flags.Get("--data-format");
-  if (o.synthetic_data == flags.Has("--data")) {
+  SATDAR_ASSIGN_OR_RETURN(o.mqar, TaskFromFlags(flags, "eval"));
+  o.gate_by_category = flags.GetBool("--gate-by-category");
+  if (!o.mqar.has_value() && o.synthetic_data == flags.Has("--data")) {
     return absl::InvalidArgumentError(
-        "satdar eval: give exactly one of --data DIR or --synthetic-data");
+        "satdar eval: give exactly one of --data DIR or --synthetic-data (or --task mqar)");
   }
   std::string dtype = flags.Get("--dtype");
   if (dtype != "f32" && dtype != "f64") {
@@ -243,6 +281,26 @@ absl::Status RunEval(const std::vector<std::string>& args) {
   SATDAR_ASSIGN_OR_RETURN(nlohmann::json result, Evaluate(o));
   std::printf("loss %.6f over %lld tokens\n", result["loss"].get<double>(),
               static_cast<long long>(result["tokens"].get<int64_t>()));
+  if (result.contains("mqar_accuracy")) {
+    std::printf("MQAR recall accuracy %.4f over %lld queries\n",
+                result["mqar_accuracy"].get<double>(),
+                static_cast<long long>(result["queries"].get<int64_t>()));
+  }
+  if (result.contains("gate_by_category")) {
+    // One row per layer and KV head: the mean gate of each part-of-speech group.
+    std::printf("mean SATFormer gate by part-of-speech group\nlayer head");
+    const auto& by = result["gate_by_category"];
+    for (const auto& [group, unused] : by.items()) std::printf(" %12s", group.c_str());
+    std::printf("\n");
+    const size_t layers = by.begin()->size();
+    for (size_t l = 0; l < layers; ++l) {
+      for (size_t h = 0; h < (*by.begin())[l].size(); ++h) {
+        std::printf("%5zu %4zu", l + 2, h);
+        for (const auto& [group, values] : by.items()) std::printf(" %12.4f", values[l][h].get<double>());
+        std::printf("\n");
+      }
+    }
+  }
   if (result.contains("ablated_loss")) {
     std::printf("gates set to their %s: loss %.6f (change %+.6f)\n",
                 o.gate_ablation == "zero" ? "zero" : "mean",
@@ -285,6 +343,51 @@ absl::Status RunInfo(const std::vector<std::string>& args) {
   return absl::OkStatus();
 }
 
+// --- satdar prep ------------------------------------------------------------------------
+
+absl::Status RunPrep(const std::vector<std::string>& args) {
+  FlagSet flags("prep");
+  flags.DefineList("--input", "text files or folders (the Brown corpus folder is detected)", true);
+  flags.Define("--out", "the dataset folder to create", true);
+  flags.Define("--vocab-size", "train a SentencePiece BPE tokenizer of this size");
+  flags.Define("--tokenizer", "use this SentencePiece .model instead of training one");
+  flags.Define("--val-fraction", "documents held out for validation", false, "0.01");
+  flags.Define("--format", "auto, text or brown", false, "auto");
+  flags.Define("--shard-tokens", "tokens per shard", false, "16777216");
+  flags.Define("--threads", "tokenizer training threads", false, "1");
+  flags.Define("--seed", "which documents are held out", false, "0");
+  flags.DefineBool("--quiet", "no progress output");
+  if (WantsHelp(args)) {
+    std::fprintf(stdout, "%s", flags.Usage().c_str());
+    return absl::OkStatus();
+  }
+  SATDAR_RETURN_IF_ERROR(flags.Parse(args));
+  data::PrepOptions o;
+  o.inputs = flags.GetList("--input");
+  o.out = flags.Get("--out");
+  if (flags.Has("--vocab-size")) {
+    SATDAR_ASSIGN_OR_RETURN(int64_t v, flags.GetInt("--vocab-size", 1));
+    o.vocab_size = static_cast<int>(v);
+  }
+  o.tokenizer = flags.Get("--tokenizer");
+  SATDAR_ASSIGN_OR_RETURN(o.val_fraction, flags.GetDouble("--val-fraction", 0.0));
+  o.format = flags.Get("--format");
+  SATDAR_ASSIGN_OR_RETURN(o.shard_tokens, flags.GetInt("--shard-tokens", 1));
+  SATDAR_ASSIGN_OR_RETURN(int64_t threads, flags.GetInt("--threads", 1));
+  SATDAR_ASSIGN_OR_RETURN(int64_t seed, flags.GetInt("--seed", 0));
+  o.threads = static_cast<int>(threads);
+  o.seed = static_cast<uint64_t>(seed);
+  o.progress = !flags.GetBool("--quiet");
+  SATDAR_ASSIGN_OR_RETURN(data::PrepSummary s, data::Prep(o));
+  std::printf("prep: %lld documents (%lld held out), %.1f MB of text -> %lld training and %lld "
+              "validation tokens in %d shard(s), vocabulary %d, %.1f s (%.2f MB/s)\n",
+              static_cast<long long>(s.documents), static_cast<long long>(s.val_documents),
+              s.bytes / 1e6, static_cast<long long>(s.train_tokens),
+              static_cast<long long>(s.val_tokens), s.shards, s.vocab_size, s.seconds,
+              s.seconds > 0 ? s.bytes / 1e6 / s.seconds : 0.0);
+  return absl::OkStatus();
+}
+
 // --- satdar train ------------------------------------------------------------------------
 
 absl::Status RunTrain(const std::vector<std::string>& args) {
@@ -312,6 +415,10 @@ absl::Status RunTrain(const std::vector<std::string>& args) {
   flags.Define("--log-jsonl", "append one JSON object per step");
   flags.Define("--summary-json", "write a summary at the end");
   flags.Define("--log-every", "console line every N steps", false, "1");
+  flags.Define("--eval-every", "validation loss on the held-out split every N steps (0 = never)",
+               false, "0");
+  flags.Define("--eval-batches", "batches of the validation split per evaluation", false, "4");
+  DefineTaskFlags(&flags);
   flags.Define("--stats-every",
                "add the analysis statistics to the --log-jsonl line every N steps (0 = never)",
                false, "50");
@@ -341,6 +448,10 @@ absl::Status RunTrain(const std::vector<std::string>& args) {
   SATDAR_ASSIGN_OR_RETURN(o.grad_clip, flags.GetDouble("--grad-clip", 0.0));
   SATDAR_ASSIGN_OR_RETURN(o.log_every, flags.GetInt("--log-every", 1));
   SATDAR_ASSIGN_OR_RETURN(o.stats_every, flags.GetInt("--stats-every", 0));
+  SATDAR_ASSIGN_OR_RETURN(o.eval_every, flags.GetInt("--eval-every", 0));
+  SATDAR_ASSIGN_OR_RETURN(int64_t eval_batches, flags.GetInt("--eval-batches", 1));
+  o.eval_batches = static_cast<int>(eval_batches);
+  SATDAR_ASSIGN_OR_RETURN(o.mqar, TaskFromFlags(flags, "train"));
   SATDAR_ASSIGN_OR_RETURN(o.checkpoint_every, flags.GetInt("--checkpoint-every", 0));
   SATDAR_ASSIGN_OR_RETURN(int64_t keep, flags.GetInt("--keep-checkpoints", 1));
   o.batch_size = static_cast<int>(batch);
@@ -368,9 +479,9 @@ absl::Status RunTrain(const std::vector<std::string>& args) {
   o.synthetic_data = flags.GetBool("--synthetic-data");
   o.data_dir = flags.Get("--data");
   o.data_format = flags.Get("--data-format");
-  if (o.synthetic_data == flags.Has("--data")) {
+  if (!o.mqar.has_value() && o.synthetic_data == flags.Has("--data")) {
     return absl::InvalidArgumentError(
-        "satdar train: give exactly one of --data DIR or --synthetic-data");
+        "satdar train: give exactly one of --data DIR or --synthetic-data (or --task mqar)");
   }
   std::string dtype = flags.Get("--dtype");
   if (dtype != "f32" && dtype != "f64") {
@@ -441,6 +552,8 @@ int Main(int argc, char** argv) {
     status = RunEval(args);
   } else if (command == "info") {
     status = RunInfo(args);
+  } else if (command == "prep") {
+    status = RunPrep(args);
   } else if (command == "version" || command == "--version") {
     std::printf("%s (%s)\n", kVersion, core::BuiltWithCuda() ? "CUDA build" : "CPU-only build");
     return 0;

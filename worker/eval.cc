@@ -8,6 +8,8 @@
 #include "core/ops/gemm.h"
 #include "core/thread_pool.h"
 #include "data/batches.h"
+#include "data/dataset.h"
+#include "data/pos.h"
 #include "model/model.h"
 #include "worker/weights.h"
 
@@ -31,30 +33,125 @@ absl::StatusOr<nlohmann::json> EvaluateTyped(const EvalOptions& o) {
   std::vector<T> params;
   std::vector<bool> present;
   SATDAR_RETURN_IF_ERROR(LoadWeights<T>("--weights", o.weights, model->params(), &params, &present));
-  SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<data::BatchSource> source,
-                          data::OpenBatchSource({o.synthetic_data, o.data_dir, o.data_format,
-                                                 o.seed, o.config.vocab_size, o.seq_len},
-                                                nullptr));
-  std::vector<int32_t> tokens(static_cast<size_t>(o.batch_size) * (o.seq_len + 1));
-  auto mean_loss = [&]() {
+  // Held-out data: a dataset's validation split, MQAR, or windows of raw text / synthetic
+  // tokens that training never reads.
+  std::unique_ptr<data::BatchSource> source;
+  std::shared_ptr<const data::Dataset> dataset;
+  const data::DatasetBatches* val = nullptr;
+  const data::MqarBatches* mqar = nullptr;
+  if (o.mqar.has_value()) {
+    SATDAR_RETURN_IF_ERROR(o.mqar->Validate(o.config.vocab_size, o.seq_len));
+    auto m = std::make_unique<data::MqarBatches>(o.seed ^ 0x76616c69ull, *o.mqar);
+    mqar = m.get();
+    source = std::move(m);
+  } else if (!o.synthetic_data && data::Dataset::IsDataset(o.data_dir)) {
+    SATDAR_ASSIGN_OR_RETURN(dataset, data::Dataset::Open(o.data_dir, o.config.vocab_size));
+    if (dataset->samples(data::Split::kVal, o.seq_len) == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--data: the validation split of ", o.data_dir, " holds ",
+          dataset->tokens(data::Split::kVal), " tokens, fewer than --seq-len + 1"));
+    }
+    auto v = std::make_unique<data::DatasetBatches>(dataset, data::Split::kVal, o.seq_len, o.seed);
+    val = v.get();
+    source = std::move(v);
+  } else {
+    SATDAR_ASSIGN_OR_RETURN(source, data::OpenBatchSource({o.synthetic_data, o.data_dir,
+                                                           o.data_format, o.seed,
+                                                           o.config.vocab_size, o.seq_len},
+                                                          nullptr));
+  }
+  if (o.gate_by_category) {
+    if (o.config.value_residual != "satformer") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--gate-by-category: the config has value_residual \"", o.config.value_residual,
+          "\"; gates exist only with \"satformer\""));
+    }
+    if (dataset == nullptr || !dataset->has_pos()) {
+      return absl::InvalidArgumentError(
+          "--gate-by-category: needs --data DIR prepared from the tagged Brown corpus (its "
+          "part-of-speech sidecars)");
+    }
+  }
+  const int layers = o.config.num_hidden_layers, heads = o.config.num_key_value_heads;
+  std::vector<double> gate_sum(static_cast<size_t>(data::kNumPosGroups) * layers * heads, 0.0);
+  std::vector<int64_t> group_tokens(data::kNumPosGroups, 0);
+  int64_t queries = 0, recalled = 0;
+  std::vector<int32_t> tokens(static_cast<size_t>(o.batch_size) * (o.seq_len + 1)), pred;
+  std::vector<double> gates;
+  // One pass: the mean loss, and (first pass only) the MQAR and category statistics.
+  auto mean_loss = [&](bool analyse) {
     double sum = 0;
     for (int i = 0; i < o.batches; ++i) {
-      source->Batch(kEvalFirstStep + i, 0, o.batch_size, o.seq_len, tokens.data());
+      const int64_t first = static_cast<int64_t>(i) * o.batch_size;
+      source->Batch(kEvalFirstStep + i, 0, first, o.batch_size, o.seq_len, tokens.data());
       model->Forward(params.data(), tokens.data(), o.batch_size, o.seq_len);
       sum += model->last_cross_entropy();
+      if (!analyse) continue;
+      if (mqar != nullptr) {
+        model->Predictions(&pred);
+        for (int b = 0; b < o.batch_size; ++b) {
+          for (int t : mqar->QueryPositions(o.seq_len)) {
+            ++queries;
+            recalled += pred[b * o.seq_len + t] == tokens[b * (o.seq_len + 1) + t + 1];
+          }
+        }
+      }
+      if (o.gate_by_category) {
+        for (int b = 0; b < o.batch_size; ++b) {
+          const uint64_t start = val->WindowStart(first + b);
+          for (int t = 0; t < o.seq_len; ++t) {
+            ++group_tokens[dataset->pos(data::Split::kVal, start + t)];
+          }
+        }
+        for (int layer = 1; layer < layers; ++layer) {
+          if (!model->GateValues(layer, &gates)) continue;
+          for (int b = 0; b < o.batch_size; ++b) {
+            const uint64_t start = val->WindowStart(first + b);
+            for (int t = 0; t < o.seq_len; ++t) {
+              const int g = dataset->pos(data::Split::kVal, start + t);
+              for (int h = 0; h < heads; ++h) {
+                gate_sum[(static_cast<size_t>(g) * layers + layer) * heads + h] +=
+                    gates[(static_cast<size_t>(b) * o.seq_len + t) * heads + h];
+              }
+            }
+          }
+        }
+      }
     }
     return sum / o.batches;
   };
   model->ResetStats();
   nlohmann::json result;
-  result["loss"] = mean_loss();
+  result["loss"] = mean_loss(true);
   result["tokens"] = static_cast<int64_t>(o.batches) * o.batch_size * o.seq_len;
   nlohmann::json stats = nlohmann::json::object();
   model->AppendStats(&stats);
   result["stats"] = stats;
+  if (mqar != nullptr) {
+    result["mqar_accuracy"] = queries > 0 ? static_cast<double>(recalled) / queries : 0.0;
+    result["queries"] = queries;
+  }
+  if (o.gate_by_category) {
+    nlohmann::json by = nlohmann::json::object(), counts = nlohmann::json::object();
+    for (int g = data::kPosContent; g < data::kNumPosGroups; ++g) {
+      nlohmann::json per_layer = nlohmann::json::array();
+      for (int layer = 1; layer < layers; ++layer) {
+        nlohmann::json per_head = nlohmann::json::array();
+        for (int h = 0; h < heads; ++h) {
+          const double sum = gate_sum[(static_cast<size_t>(g) * layers + layer) * heads + h];
+          per_head.push_back(group_tokens[g] > 0 ? sum / group_tokens[g] : 0.0);
+        }
+        per_layer.push_back(per_head);
+      }
+      by[data::PosGroupName(g)] = per_layer;  // [layer 2..L][KV head]
+      counts[data::PosGroupName(g)] = group_tokens[g];
+    }
+    result["gate_by_category"] = by;
+    result["category_tokens"] = counts;
+  }
   if (ablation != model::GateAblation::kNone) {
     SATDAR_CHECK(model->SetGateAblation(ablation)) << "a SATFormer model without gates";
-    const double ablated = mean_loss();
+    const double ablated = mean_loss(false);
     result["gate_ablation"] = o.gate_ablation;
     result["ablated_loss"] = ablated;
     result["loss_change"] = ablated - result["loss"].get<double>();

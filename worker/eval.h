@@ -1,13 +1,19 @@
-// worker/eval.h: `satdar eval`: the mean loss of given weights over batches of held-back
-// data, and SATFormer's gate intervention (--gate-ablation zero|mean): the loss again with
-// every gate set to 0, or to its mean per layer and KV head measured on the same batches.
+// worker/eval.h: `satdar eval`: the mean loss of given weights over batches of held-out data
+// (a prepared dataset's validation split), and the analyses built on it:
+//   --gate-ablation zero|mean  SATFormer's intervention: the loss again with every gate set to
+//                              0, or to its mean per layer and KV head on the same batches;
+//   --gate-by-category         SATFormer's gates averaged by the part-of-speech group of the
+//                              token (tagged Brown datasets);
+//   --task mqar                recall accuracy on multi-query associative recall.
 #ifndef SATDAR_WORKER_EVAL_H_
 #define SATDAR_WORKER_EVAL_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "data/mqar.h"
 #include "model/config.h"
 #include "nlohmann/json.hpp"
 
@@ -26,14 +32,18 @@ struct EvalOptions {
   int threads = 1;
   bool f64 = false;
   std::string gate_ablation = "none";  // none | zero | mean
+  bool gate_by_category = false;
+  std::optional<data::MqarOptions> mqar;  // --task mqar
 };
 
-// {"loss", "tokens", "stats"} and, with an ablation, {"ablated_loss", "loss_change"}.
-// The loss is the mean cross-entropy (auxiliary MoE losses are not included).
+// {"loss", "tokens", "stats"}; with an ablation {"ablated_loss", "loss_change"}; with MQAR
+// {"mqar_accuracy", "queries"}; by category {"gate_by_category": {group: [layer][head]},
+// "category_tokens": {group: count}}. The loss is the mean cross-entropy (auxiliary MoE losses
+// are not included).
 absl::StatusOr<nlohmann::json> Evaluate(const EvalOptions& options);
 
-// Evaluation reads sequences at step numbers from here on, which training never reaches, so
-// it sees other windows of a corpus than training did (the data issue adds a held-out split).
+// On raw text (no prepared dataset) evaluation reads windows at step numbers from here on,
+// which training never reaches; prepared datasets are evaluated on their validation split.
 inline constexpr int64_t kEvalFirstStep = int64_t{1} << 40;
 
 }  // namespace satdar::worker

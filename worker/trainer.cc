@@ -16,6 +16,9 @@
 #include "core/ops/gemm.h"
 #include "core/thread_pool.h"
 #include "data/batches.h"
+#include "data/dataset.h"
+#include "data/mqar.h"
+#include "data/stream.h"
 #include "model/model.h"
 #include "nlohmann/json.hpp"
 #include "worker/checkpoint.h"
@@ -40,7 +43,8 @@ std::string TrainerJson(const TrainOptions& o) {
             {"warmup_steps", o.warmup_steps}, {"weight_decay", o.weight_decay},
             {"beta1", o.beta1},           {"beta2", o.beta2},
             {"eps", o.eps},               {"grad_clip", o.grad_clip},
-            {"synthetic_data", o.synthetic_data}, {"data_dir", o.data_dir}};
+            {"synthetic_data", o.synthetic_data}, {"data_dir", o.data_dir},
+            {"task", o.mqar.has_value() ? "mqar" : "lm"}};
   return j.dump();
 }
 
@@ -67,6 +71,48 @@ class JsonlWriter {
   FILE* file_ = nullptr;
 };
 
+// Mean cross-entropy on the first eval_batches batches of the validation split.
+template <typename T>
+class Validator {
+ public:
+  static absl::StatusOr<std::unique_ptr<Validator>> Create(const TrainOptions& o,
+                                                           model::Model<T>* model) {
+    if (o.eval_every <= 0) return std::unique_ptr<Validator>();
+    if (o.synthetic_data || o.mqar.has_value() || !data::Dataset::IsDataset(o.data_dir)) {
+      return absl::InvalidArgumentError(
+          "--eval-every: validation needs a prepared dataset (--data DIR written by satdar "
+          "prep), whose held-out split it reads");
+    }
+    SATDAR_ASSIGN_OR_RETURN(auto dataset, data::Dataset::Open(o.data_dir, o.config.vocab_size));
+    if (dataset->samples(data::Split::kVal, o.seq_len) == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--eval-every: the validation split of ", o.data_dir, " holds ",
+          dataset->tokens(data::Split::kVal), " tokens, fewer than --seq-len + 1"));
+    }
+    auto v = std::unique_ptr<Validator>(new Validator(o, model));
+    v->source_ = std::make_unique<data::DatasetBatches>(dataset, data::Split::kVal, o.seq_len, o.seed);
+    return v;
+  }
+  double Loss(const T* params) {
+    double sum = 0;
+    for (int i = 0; i < batches_; ++i) {
+      source_->Batch(0, 0, static_cast<int64_t>(i) * batch_, batch_, seq_len_, tokens_.data());
+      model_->Forward(params, tokens_.data(), batch_, seq_len_);
+      sum += model_->last_cross_entropy();
+    }
+    return sum / batches_;
+  }
+
+ private:
+  Validator(const TrainOptions& o, model::Model<T>* model)
+      : model_(model), batches_(o.eval_batches), batch_(o.batch_size / o.microbatches),
+        seq_len_(o.seq_len), tokens_(static_cast<size_t>(batch_) * (o.seq_len + 1)) {}
+  model::Model<T>* model_;
+  const int batches_, batch_, seq_len_;
+  std::vector<int32_t> tokens_;
+  std::unique_ptr<data::DatasetBatches> source_;
+};
+
 template <typename T>
 absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& o) {
   core::cpu::InitBlas();
@@ -76,20 +122,31 @@ absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& o) {
   const model::ParamTable& table = model->params();
   const int64_t n = table.size();
 
-  // Data.
+  // Data: the training source, and the validation split for --eval-every.
   std::string data_description;
-  SATDAR_ASSIGN_OR_RETURN(
-      std::unique_ptr<data::BatchSource> source,
-      data::OpenBatchSource({o.synthetic_data, o.data_dir, o.data_format, o.seed,
-                             o.config.vocab_size, o.seq_len},
-                            &data_description));
+  std::unique_ptr<data::BatchSource> source;
+  if (o.mqar.has_value()) {
+    SATDAR_RETURN_IF_ERROR(o.mqar->Validate(o.config.vocab_size, o.seq_len));
+    source = std::make_unique<data::MqarBatches>(o.seed, *o.mqar);
+    data_description = absl::StrCat("MQAR, ", o.mqar->pairs, " pairs of ", o.mqar->keys,
+                                    " keys and ", o.mqar->values, " values, ", o.mqar->queries,
+                                    " queries per sequence");
+  } else {
+    SATDAR_ASSIGN_OR_RETURN(source, data::OpenBatchSource({o.synthetic_data, o.data_dir,
+                                                           o.data_format, o.seed,
+                                                           o.config.vocab_size, o.seq_len},
+                                                          &data_description));
+  }
   if (!o.quiet) std::printf("data: %s\n", data_description.c_str());
+  SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<Validator<T>> validator,
+                          Validator<T>::Create(o, model.get()));
 
   // State: flat parameter, gradient and moment buffers carved by the param table.
   std::vector<T> params(n), grads(n), exp_avg(n, T(0)), exp_avg_sq(n, T(0));
   table.Initialize(params.data(), o.seed);
   OptimizerBuffers<T> buffers{&params, &exp_avg, &exp_avg_sq};
   int64_t start_step = 0;
+  int64_t first_sample = 0;  // samples consumed by all ranks before the first step of this run
   const std::string config_json = model::ModelConfigToJson(o.config);
   const std::string trainer_json = TrainerJson(o);
   if (o.resume) {
@@ -106,8 +163,10 @@ absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& o) {
             ", seed ", info.seed, "); resume with the same flags"));
       }
       start_step = info.step;
-      if (!o.quiet) std::printf("resume: %s (step %lld)\n", latest.c_str(),
-                                static_cast<long long>(start_step));
+      first_sample = info.data_position;
+      if (!o.quiet) std::printf("resume: %s (step %lld, %lld samples consumed)\n", latest.c_str(),
+                                static_cast<long long>(start_step),
+                                static_cast<long long>(first_sample));
     }
   }
 
@@ -121,8 +180,9 @@ absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& o) {
     std::fflush(stdout);
   }
 
-  const int micro = o.batch_size / o.microbatches;
-  std::vector<int32_t> tokens(static_cast<size_t>(micro) * (o.seq_len + 1));
+  std::vector<int32_t> tokens;
+  data::BatchStream stream(source.get(), {o.seq_len, o.batch_size, o.microbatches, /*rank=*/0,
+                                          /*world=*/1, start_step + 1, first_sample});
   TrainSummary summary;
   double timed_seconds = 0;
   int64_t timed_tokens = 0;
@@ -132,8 +192,9 @@ absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& o) {
     std::fill(grads.begin(), grads.end(), T(0));
     double loss = 0;
     for (int mb = 0; mb < o.microbatches; ++mb) {
-      source->Batch(step, static_cast<int64_t>(mb) * micro, micro, o.seq_len, tokens.data());
-      loss += model->Forward(params.data(), tokens.data(), micro, o.seq_len);
+      stream.Next(&tokens);
+      loss += model->Forward(params.data(), tokens.data(), o.batch_size / o.microbatches,
+                             o.seq_len);
       model->Backward(params.data(), grads.data(), 1.0 / o.microbatches);
     }
     loss /= o.microbatches;
@@ -170,6 +231,13 @@ absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& o) {
                  {"tokens", step * tokens_per_step},
                  {"tokens_per_second", tps},
                  {"step_seconds", seconds}};
+    if (validator && step % o.eval_every == 0) {
+      line["val_loss"] = validator->Loss(params.data());
+      if (!o.quiet) {
+        std::printf("step %5lld/%lld | validation loss %.4f\n", static_cast<long long>(step),
+                    static_cast<long long>(o.steps), line["val_loss"].get<double>());
+      }
+    }
     if (o.stats_every > 0 && step % o.stats_every == 0) {
       Json stats = Json::object();
       model->AppendStats(&stats);
@@ -186,7 +254,8 @@ absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& o) {
     bool last = step == o.steps;
     if (!o.checkpoint_dir.empty() &&
         ((o.checkpoint_every > 0 && step % o.checkpoint_every == 0) || last)) {
-      CheckpointInfo info{step, o.seed, step * o.batch_size, config_json, trainer_json};
+      const int64_t consumed = first_sample + (step - start_step) * o.batch_size;
+      CheckpointInfo info{step, o.seed, consumed, config_json, trainer_json};
       SATDAR_RETURN_IF_ERROR(SaveCheckpoint<T>(o.checkpoint_dir, info, table, buffers));
       SATDAR_RETURN_IF_ERROR(PruneCheckpoints(o.checkpoint_dir, o.keep_checkpoints));
     }

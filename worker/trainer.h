@@ -8,9 +8,11 @@
 #define SATDAR_WORKER_TRAINER_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "data/mqar.h"
 #include "model/config.h"
 
 namespace satdar::worker {
@@ -24,10 +26,14 @@ struct TrainOptions {
   int threads = 1;
   uint64_t seed = 0;
   bool f64 = false;  // train in double precision (tests)
-  // Data: synthetic tokens, or a folder of text (byte-level tokens).
+  // Data: synthetic tokens, a prepared dataset (satdar prep), a folder of raw text (byte-level
+  // tokens), or the MQAR task.
   bool synthetic_data = false;
   std::string data_dir;
   std::string data_format = "auto";
+  std::optional<data::MqarOptions> mqar;
+  int64_t eval_every = 0;  // validation loss on the held-out split every N steps (datasets)
+  int eval_batches = 4;
   // Optimizer and schedule.
   double lr = 1e-3;
   double min_lr_ratio = 0.1;

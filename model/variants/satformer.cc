@@ -108,6 +108,8 @@ class Satformer : public ValueResidual<T> {
     (*stats)["satformer_gate_zero_fraction"] = zeros;
   }
 
+  const T* gate_values(int i) const override { return i >= 1 ? alpha_[i].data() : nullptr; }
+
   void ResetStats() override {
     for (int i = 0; i < layers_; ++i) {
       std::fill(gate_sum_[i].begin(), gate_sum_[i].end(), 0.0);

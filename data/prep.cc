@@ -1,0 +1,360 @@
+#include "data/prep.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "core/check.h"
+#include "core/file_util.h"
+#include "core/random.h"
+#include "data/dataset.h"
+#include "data/pos.h"
+#include "data/shard.h"
+#include "data/tokenizer.h"
+#include "nlohmann/json.hpp"
+
+namespace satdar::data {
+
+namespace {
+
+struct Word {
+  int begin, end;  // byte range in the document text
+  PosGroup group;
+};
+
+struct Document {
+  std::string name;
+  std::string text;
+  std::vector<Word> words;  // Brown only
+  bool val = false;
+};
+
+bool IsDir(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool IsBrownFile(const std::string& name) {
+  return name.size() == 4 && name[0] == 'c' && name[1] >= 'a' && name[1] <= 'r' &&
+         std::isdigit(static_cast<unsigned char>(name[2])) &&
+         std::isdigit(static_cast<unsigned char>(name[3]));
+}
+
+absl::StatusOr<std::vector<std::string>> ListFiles(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return absl::InvalidArgumentError(absl::StrCat("--input: cannot open ", dir));
+  std::vector<std::string> names;
+  while (struct dirent* e = ::readdir(d)) {
+    std::string name = e->d_name;
+    if (name.empty() || name[0] == '.') continue;
+    struct stat st;
+    if (::stat((dir + "/" + name).c_str(), &st) == 0 && S_ISREG(st.st_mode)) names.push_back(name);
+  }
+  ::closedir(d);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// Brown text: one sentence per line, words joined by spaces, each word's group recorded.
+Document BrownDocument(const std::string& name, const std::string& tagged) {
+  Document doc;
+  doc.name = name;
+  size_t pos = 0;
+  while (pos < tagged.size()) {
+    size_t eol = tagged.find('\n', pos);
+    if (eol == std::string::npos) eol = tagged.size();
+    std::vector<TaggedWord> words = ParseBrownLine(absl::string_view(tagged).substr(pos, eol - pos));
+    for (size_t i = 0; i < words.size(); ++i) {
+      if (i > 0) doc.text.push_back(' ');
+      const int begin = static_cast<int>(doc.text.size());
+      doc.text += words[i].word;
+      doc.words.push_back({begin, static_cast<int>(doc.text.size()), words[i].group});
+    }
+    if (!words.empty()) doc.text.push_back('\n');
+    pos = eol + 1;
+  }
+  return doc;
+}
+
+absl::Status ReadInputs(const PrepOptions& o, std::vector<Document>* docs, bool* brown,
+                        int64_t* bytes) {
+  *brown = false;
+  for (const std::string& input : o.inputs) {
+    std::vector<std::pair<std::string, std::string>> files;  // (display name, path)
+    bool is_brown = o.format == "brown";
+    if (IsDir(input)) {
+      SATDAR_ASSIGN_OR_RETURN(std::vector<std::string> names, ListFiles(input));
+      if (o.format == "auto") is_brown = std::count(names.begin(), names.end(), "cats.txt") > 0;
+      for (const std::string& n : names) {
+        if (is_brown && !IsBrownFile(n)) continue;
+        files.emplace_back(input + "/" + n, input + "/" + n);
+      }
+    } else {
+      files.emplace_back(input, input);
+    }
+    for (const auto& [name, path] : files) {
+      auto text = core::ReadFileToString(path);
+      if (!text.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("--input: ", text.status().message()));
+      }
+      *bytes += static_cast<int64_t>(text->size());
+      Document doc;
+      if (is_brown) {
+        doc = BrownDocument(name, *text);
+        *brown = true;
+      } else {
+        doc.name = name;
+        doc.text = std::move(*text);
+      }
+      if (!doc.text.empty()) docs->push_back(std::move(doc));
+    }
+  }
+  if (docs->empty()) {
+    return absl::InvalidArgumentError("--input: the inputs hold no text (empty corpus)");
+  }
+  if (*brown) {
+    for (const Document& d : *docs) {
+      if (d.words.empty() && !d.text.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--input: ", d.name, " mixes plain text with the Brown corpus; prepare them apart"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+class Progress {
+ public:
+  Progress(bool enabled, int64_t total) : enabled_(enabled), total_(total), tty_(isatty(2)) {
+    start_ = std::chrono::steady_clock::now();
+  }
+  void Update(const char* stage, int64_t done) {
+    if (!enabled_) return;
+    const double secs = Seconds();
+    const double mbps = secs > 0 ? done / 1e6 / secs : 0;
+    const int pct = total_ > 0 ? static_cast<int>(100 * done / total_) : 100;
+    if (tty_) {
+      const int width = 30, fill = width * pct / 100;
+      std::fprintf(stderr, "\r%-9s [%s%s] %3d%%  %.1f MB/s ", stage, std::string(fill, '#').c_str(),
+                   std::string(width - fill, ' ').c_str(), pct, mbps);
+      if (done >= total_) std::fprintf(stderr, "\n");
+    } else if (pct >= next_pct_ || done >= total_) {
+      std::fprintf(stderr, "%s: %d%% (%.1f MB/s)\n", stage, pct, mbps);
+      next_pct_ = pct / 10 * 10 + 10;
+    }
+    std::fflush(stderr);
+  }
+  double Seconds() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+ private:
+  bool enabled_;
+  int64_t total_;
+  bool tty_;
+  int next_pct_ = 0;
+  std::chrono::steady_clock::time_point start_;
+};
+
+// Removes a folder and its files (the temporary output of a failed run).
+void RemoveTree(const std::string& dir) {
+  auto files = ListFiles(dir);
+  if (files.ok()) {
+    for (const std::string& f : *files) ::unlink((dir + "/" + f).c_str());
+  }
+  ::rmdir(dir.c_str());
+}
+
+class TmpDir {
+ public:
+  explicit TmpDir(std::string path) : path_(std::move(path)) {}
+  ~TmpDir() {
+    if (!committed_) RemoveTree(path_);
+  }
+  const std::string& path() const { return path_; }
+  void Commit() { committed_ = true; }
+
+ private:
+  std::string path_;
+  bool committed_ = false;
+};
+
+absl::StatusOr<PrepSummary> PrepInto(const PrepOptions& o, const std::string& tmp) {
+  PrepSummary summary;
+  std::vector<Document> docs;
+  bool brown = false;
+  SATDAR_RETURN_IF_ERROR(ReadInputs(o, &docs, &brown, &summary.bytes));
+  int64_t text_bytes = 0;
+  for (const Document& d : docs) text_bytes += static_cast<int64_t>(d.text.size());
+  Progress progress(o.progress, text_bytes);
+  // Held-out documents: a keyed hash of the name, at least one when asked for.
+  int val = 0;
+  for (Document& d : docs) {
+    d.val = core::RandomUniform(o.seed, core::HashString(d.name), 0) < o.val_fraction;
+    val += d.val;
+  }
+  if (o.val_fraction > 0 && val == 0 && docs.size() > 1) {
+    docs.back().val = true;
+    val = 1;
+  }
+  if (val == static_cast<int>(docs.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--val-fraction ", o.val_fraction, " leaves no training document among ", docs.size()));
+  }
+  summary.documents = static_cast<int64_t>(docs.size());
+  summary.val_documents = val;
+
+  // Tokenizer: train on the training split, or take the given model.
+  const std::string model_path = tmp + "/tokenizer.model";
+  if (!o.tokenizer.empty()) {
+    auto bytes = core::ReadFileToString(o.tokenizer);
+    if (!bytes.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--tokenizer: ", bytes.status().message()));
+    }
+    SATDAR_RETURN_IF_ERROR(core::WriteFileAtomically(model_path, *bytes));
+  } else {
+    const std::string text_path = tmp + "/train_text.txt";
+    std::string all;
+    for (const Document& d : docs) {
+      if (!d.val) all += d.text + "\n";
+    }
+    SATDAR_RETURN_IF_ERROR(core::WriteFileAtomically(text_path, all));
+    if (o.progress) std::fprintf(stderr, "prep: training a %d-piece BPE tokenizer\n", o.vocab_size);
+    std::string error;
+    if (!Tokenizer::Train(text_path, tmp + "/tokenizer", o.vocab_size, o.threads, &error)) {
+      return absl::InvalidArgumentError(absl::StrCat("--vocab-size ", o.vocab_size, ": ", error));
+    }
+    ::unlink(text_path.c_str());
+    ::unlink((tmp + "/tokenizer.vocab").c_str());
+  }
+  std::string load_error;
+  std::unique_ptr<Tokenizer> tokenizer = Tokenizer::Load(model_path, &load_error);
+  if (tokenizer == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        o.tokenizer.empty() ? "tokenizer training: " : "--tokenizer: ", o.tokenizer, ": ",
+        load_error));
+  }
+  summary.vocab_size = tokenizer->vocab_size();
+  if (o.vocab_size > 0 && o.vocab_size != summary.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tokenizer: ", o.tokenizer, " has ", summary.vocab_size, " pieces but --vocab-size is ",
+        o.vocab_size));
+  }
+  const int width = summary.vocab_size <= 65536 ? 2 : 4;
+  const int eos = tokenizer->eos_id();
+
+  // Encode and shard each split.
+  nlohmann::json shards = nlohmann::json::array();
+  int64_t done = 0;
+  for (const bool val_split : {false, true}) {
+    const char* split = val_split ? "val" : "train";
+    std::vector<uint32_t> tokens;
+    std::vector<uint32_t> groups;
+    std::vector<uint64_t> starts;
+    int index = 0;
+    auto flush = [&]() -> absl::Status {
+      if (tokens.empty()) return absl::OkStatus();
+      char name[64];
+      std::snprintf(name, sizeof(name), "%s_%05d.bin", split, index);
+      SATDAR_RETURN_IF_ERROR(WriteShard(tmp + "/" + name, tokens, starts, width, summary.vocab_size));
+      nlohmann::json entry = {{"file", name}, {"split", split}, {"tokens", tokens.size()},
+                              {"documents", starts.size()}};
+      if (brown) {
+        char pos_name[64];
+        std::snprintf(pos_name, sizeof(pos_name), "%s_%05d.pos", split, index);
+        SATDAR_RETURN_IF_ERROR(WriteShard(tmp + "/" + pos_name, groups, starts, 1, 0));
+        entry["pos"] = pos_name;
+      }
+      shards.push_back(entry);
+      (val_split ? summary.val_tokens : summary.train_tokens) += static_cast<int64_t>(tokens.size());
+      ++summary.shards;
+      ++index;
+      tokens.clear();
+      groups.clear();
+      starts.clear();
+      return absl::OkStatus();
+    };
+    std::vector<int> ids, begins;
+    for (const Document& d : docs) {
+      if (d.val != val_split) continue;
+      tokenizer->Encode(d.text, &ids, &begins);
+      starts.push_back(tokens.size());
+      size_t w = 0;
+      for (size_t i = 0; i < ids.size(); ++i) {
+        tokens.push_back(static_cast<uint32_t>(ids[i]));
+        if (brown) {
+          // The group of the word containing the piece's first byte (none for whitespace).
+          while (w < d.words.size() && d.words[w].end <= begins[i]) ++w;
+          const bool inside = w < d.words.size() && d.words[w].begin <= begins[i];
+          groups.push_back(inside ? d.words[w].group : kPosNone);
+        }
+      }
+      tokens.push_back(static_cast<uint32_t>(eos));  // end of document
+      if (brown) groups.push_back(kPosNone);
+      done += static_cast<int64_t>(d.text.size());
+      progress.Update("tokenize", std::min(done, text_bytes));
+      if (static_cast<int64_t>(tokens.size()) >= o.shard_tokens) SATDAR_RETURN_IF_ERROR(flush());
+    }
+    SATDAR_RETURN_IF_ERROR(flush());
+  }
+  progress.Update("tokenize", text_bytes);
+  nlohmann::json manifest = {
+      {"version", kManifestVersion},
+      {"tokenizer", "tokenizer.model"},
+      {"vocab_size", summary.vocab_size},
+      {"token_bytes", width},
+      {"eos_id", eos},
+      {"pos_groups", brown ? nlohmann::json{"none", "content", "function", "punctuation"}
+                           : nlohmann::json(nullptr)},
+      {"documents", summary.documents},
+      {"val_documents", summary.val_documents},
+      {"train_tokens", summary.train_tokens},
+      {"val_tokens", summary.val_tokens},
+      {"source_bytes", summary.bytes},
+      {"inputs", o.inputs},
+      {"shards", shards}};
+  SATDAR_RETURN_IF_ERROR(
+      core::WriteFileAtomically(tmp + "/" + kManifestName, manifest.dump(2) + "\n"));
+  summary.seconds = progress.Seconds();
+  return summary;
+}
+
+}  // namespace
+
+absl::StatusOr<PrepSummary> Prep(const PrepOptions& o) {
+  if (o.inputs.empty()) return absl::InvalidArgumentError("satdar prep: give at least one --input");
+  if (o.tokenizer.empty() && o.vocab_size < 260) {
+    return absl::InvalidArgumentError(
+        "satdar prep: give --vocab-size N (>= 260: byte fallback needs 256 pieces plus the "
+        "special ones) or an existing model with --tokenizer");
+  }
+  if (!(o.val_fraction >= 0 && o.val_fraction < 1)) {
+    return absl::InvalidArgumentError("satdar prep: --val-fraction must be in [0, 1)");
+  }
+  if (o.format != "auto" && o.format != "text" && o.format != "brown") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("satdar prep: --format must be auto, text or brown, got '", o.format, "'"));
+  }
+  struct stat st;
+  if (::stat(o.out.c_str(), &st) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--out: ", o.out, " already exists; choose a new folder (prep never overwrites)"));
+  }
+  TmpDir tmp(absl::StrCat(o.out, ".tmp.", ::getpid()));
+  if (::mkdir(tmp.path().c_str(), 0755) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--out: cannot create ", tmp.path()));
+  }
+  SATDAR_ASSIGN_OR_RETURN(PrepSummary summary, PrepInto(o, tmp.path()));
+  if (::rename(tmp.path().c_str(), o.out.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("--out: cannot rename ", tmp.path(), " to ", o.out));
+  }
+  tmp.Commit();
+  return summary;
+}
+
+}  // namespace satdar::data

