@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# The data pipeline end to end through the command line: prep a tagged Brown-format corpus,
+# train SATFormer on it with validation, resume exactly, analyse gates by part of speech,
+# evaluate MQAR recall; and every bad data input exits with code 2 naming the file and problem.
+# Usage: data_e2e_test.sh PATH_TO_SATDAR
+set -u
+SATDAR=$(realpath "$1")
+WORK=$(mktemp -d "${TEST_TMPDIR:-/tmp}/data.XXXXXX")
+cd "$WORK"
+passed=0
+failed=0
+ok() { echo "ok   $1"; passed=$((passed + 1)); }
+fail() { echo "FAIL $1"; failed=$((failed + 1)); }
+
+expect_fail() {  # NAME MESSAGE CMD...
+  local name=$1 message=$2
+  shift 2
+  "$@" >stdout.txt 2>stderr.txt
+  local code=$?
+  if [[ $code -ne 2 ]]; then fail "$name: exit code $code, want 2"; cat stderr.txt; return; fi
+  if ! grep -qF -- "$message" stderr.txt; then
+    fail "$name: stderr lacks '$message'"; cat stderr.txt; return
+  fi
+  ok "$name"
+}
+
+# A tagged corpus in the Brown layout (cats.txt marks the folder).
+python3 - <<'PY'
+import os
+os.makedirs("brown", exist_ok=True)
+open("brown/cats.txt", "w").write("ca01 news\n")
+s = ["The/at jury/nn said/vbd it/pps did/dod find/vb that/cs many/ap of/in the/at practices/nns "
+     "were/bed well/ql handled/vbn ./.",
+     "The/at city/nn committee/nn ,/, which/wdt had/hvd charge/nn of/in the/at election/nn ,/, "
+     "deserves/vbz praise/nn ./.",
+     "A/at new/jj law/nn would/md be/be passed/vbn quickly/rb ;/. voters/nns agreed/vbd ./."]
+for f in range(16):
+    text = "".join("\n\n\t" + s[(f + r) % 3] + "\n" for r in range(30))
+    open("brown/c%s%02d" % ("abc"[f % 3], f), "w").write(text)
+PY
+cat >sat.json <<'JSON'
+{"vocab_size": 320, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 3,
+ "num_attention_heads": 4, "num_key_value_heads": 2, "value_residual": "satformer",
+ "max_position_embeddings": 64}
+JSON
+
+"$SATDAR" prep --input brown --out ds --vocab-size 300 --val-fraction 0.2 --quiet >prep.txt 2>&1 \
+  && [[ -f ds/manifest.json && -f ds/train_00000.pos ]] && ok prep || { fail prep; cat prep.txt; }
+
+T=(train --config sat.json --data ds --steps 6 --batch-size 4 --seq-len 16 --threads 2 --quiet)
+"$SATDAR" "${T[@]}" --eval-every 3 --log-jsonl full.jsonl --checkpoint-dir ck --checkpoint-every 3 \
+  && python3 -c "
+import json
+lines = [json.loads(l) for l in open('full.jsonl')]
+assert len(lines) == 6 and 'val_loss' in lines[2] and 'val_loss' in lines[5], lines
+" && ok train_with_validation || fail train_with_validation
+rm -f ck/ckpt_00000006.safetensors
+"$SATDAR" "${T[@]}" --eval-every 3 --log-jsonl resumed.jsonl --checkpoint-dir ck --resume \
+  && python3 -c "
+import json
+full = {j['step']: j for j in map(json.loads, open('full.jsonl'))}
+res = [json.loads(l) for l in open('resumed.jsonl')]
+assert [r['step'] for r in res] == [4, 5, 6], res
+assert all(r['loss'] == full[r['step']]['loss'] for r in res)
+assert res[-1]['val_loss'] == full[6]['val_loss']
+" && ok resume_on_dataset_is_exact || fail resume_on_dataset_is_exact
+
+"$SATDAR" eval --config sat.json --weights ck/ckpt_00000006.safetensors --data ds --seq-len 16 \
+  --batch-size 2 --batches 2 --gate-by-category --json cat.json >cat.txt \
+  && grep -q "mean SATFormer gate by part-of-speech group" cat.txt && python3 -c "
+import json
+r = json.load(open('cat.json'))
+g = r['gate_by_category']
+assert set(g) == {'content', 'function', 'punctuation'}, g
+assert len(g['content']) == 2 and len(g['content'][0]) == 2
+assert r['category_tokens']['content'] > 0 and r['category_tokens']['punctuation'] > 0
+" && ok gate_by_category || { fail gate_by_category; cat cat.txt; }
+
+"$SATDAR" eval --config sat.json --weights ck/ckpt_00000006.safetensors --task mqar \
+  --mqar-keys 20 --mqar-values 20 --mqar-pairs 4 --mqar-queries 4 --seq-len 16 --batches 2 \
+  --json mqar.json >/dev/null && python3 -c "
+import json
+r = json.load(open('mqar.json'))
+assert 0 <= r['mqar_accuracy'] <= 1 and r['queries'] == 2 * 8 * 4, r
+" && ok mqar_eval || fail mqar_eval
+
+# Bad input.
+mkdir -p empty
+expect_fail prep_empty_corpus "empty corpus" "$SATDAR" prep --input empty --out e --vocab-size 300
+[[ ! -e e ]] || fail "prep_empty_corpus left e"
+expect_fail prep_out_exists "ds already exists" "$SATDAR" prep --input brown --out ds --vocab-size 300
+expect_fail prep_no_vocab "give --vocab-size N" "$SATDAR" prep --input brown --out x
+expect_fail prep_tokenizer_mismatch "has 300 pieces but --vocab-size is 512" \
+  "$SATDAR" prep --input brown --out y --tokenizer ds/tokenizer.model --vocab-size 512
+[[ ! -e y ]] || fail "prep_tokenizer_mismatch left y"
+sed 's/"vocab_size": 320/"vocab_size": 256/' sat.json >small_vocab.json
+expect_fail tokenizer_larger_than_config "the tokenizer has 300 tokens but the model's vocab_size is 256" \
+  "$SATDAR" train --config small_vocab.json --data ds --steps 1 --batch-size 2 --seq-len 8
+mkdir -p tiny && echo "a short text" >tiny/a.txt && echo "another short one" >tiny/b.txt
+"$SATDAR" prep --input tiny --out tinyds --tokenizer ds/tokenizer.model --val-fraction 0.01 --quiet >/dev/null
+expect_fail seq_len_longer_than_data "fewer than --seq-len + 1" \
+  "$SATDAR" train --config sat.json --data tinyds --steps 1 --batch-size 2 --seq-len 60
+expect_fail seq_len_longer_than_val_split "fewer than --seq-len + 1" \
+  "$SATDAR" eval --config sat.json --weights ck/ckpt_00000006.safetensors --data tinyds --seq-len 60
+expect_fail eval_every_without_dataset "validation needs a prepared dataset" \
+  "$SATDAR" train --config sat.json --synthetic-data --steps 1 --batch-size 2 --seq-len 8 --eval-every 1
+expect_fail mqar_vocab "MQAR needs 401 token ids" \
+  "$SATDAR" train --config sat.json --task mqar --mqar-keys 200 --mqar-values 200 --steps 1 \
+  --batch-size 2 --seq-len 40
+expect_fail category_without_pos "needs --data DIR prepared from the tagged Brown corpus" \
+  "$SATDAR" eval --config sat.json --weights ck/ckpt_00000006.safetensors --synthetic-data \
+  --seq-len 8 --gate-by-category
+cp -r ds corrupt
+python3 -c "
+f = open('corrupt/train_00000.bin', 'r+b'); f.seek(100); b = f.read(1); f.seek(100)
+f.write(bytes([b[0] ^ 1])); f.close()"
+expect_fail corrupted_shard "corrupt/train_00000.bin: checksum mismatch" \
+  "$SATDAR" train --config sat.json --data corrupt --steps 1 --batch-size 2 --seq-len 8
+cp -r ds truncated
+python3 -c "
+import os; p = 'truncated/val_00000.bin'; os.truncate(p, os.path.getsize(p) - 10)"
+expect_fail truncated_shard "truncated/val_00000.bin: truncated" \
+  "$SATDAR" train --config sat.json --data truncated --steps 1 --batch-size 2 --seq-len 8
+
+echo "$passed passed, $failed failed"
+[[ $failed -eq 0 ]]
