@@ -45,10 +45,11 @@ std::string StripBrownTags(const std::string& tagged) {
   return out;
 }
 
-absl::StatusOr<Corpus> LoadCorpus(const std::string& dir, CorpusFormat format) {
+absl::StatusOr<std::vector<std::string>> ListFiles(const std::string& dir,
+                                                   const std::string& flag) {
   DIR* d = ::opendir(dir.c_str());
   if (d == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("--data: cannot open folder ", dir));
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot open folder ", dir));
   }
   std::vector<std::string> names;
   while (struct dirent* e = ::readdir(d)) {
@@ -59,6 +60,19 @@ absl::StatusOr<Corpus> LoadCorpus(const std::string& dir, CorpusFormat format) {
   }
   ::closedir(d);
   std::sort(names.begin(), names.end());
+  return names;
+}
+
+bool IsBrownFile(const std::string& name) {
+  return name.size() == 4 && name[0] == 'c' && name[1] >= 'a' && name[1] <= 'r' &&
+         std::isdigit(static_cast<unsigned char>(name[2])) &&
+         std::isdigit(static_cast<unsigned char>(name[3]));
+}
+
+absl::StatusOr<Corpus> LoadCorpus(const std::string& dir, CorpusFormat format) {
+  auto listed = ListFiles(dir, "--data");
+  if (!listed.ok()) return listed.status();
+  const std::vector<std::string>& names = *listed;
   if (format == CorpusFormat::kAuto) {
     bool brown = std::find(names.begin(), names.end(), "cats.txt") != names.end();
     format = brown ? CorpusFormat::kBrown : CorpusFormat::kText;
@@ -66,13 +80,7 @@ absl::StatusOr<Corpus> LoadCorpus(const std::string& dir, CorpusFormat format) {
   Corpus corpus;
   corpus.format = format;
   for (const std::string& name : names) {
-    if (format == CorpusFormat::kBrown) {
-      // Corpus files are c<genre letter><two digits>; skip the index and licence files.
-      bool text_file = name.size() == 4 && name[0] == 'c' && name[1] >= 'a' && name[1] <= 'r' &&
-                       std::isdigit(static_cast<unsigned char>(name[2])) &&
-                       std::isdigit(static_cast<unsigned char>(name[3]));
-      if (!text_file) continue;
-    }
+    if (format == CorpusFormat::kBrown && !IsBrownFile(name)) continue;  // index, README
     auto text = core::ReadFileToString(dir + "/" + name);
     if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat("--data: ", text.status().message()));
     std::string clean = format == CorpusFormat::kBrown ? StripBrownTags(*text) : *text;

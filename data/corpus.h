@@ -23,6 +23,13 @@ absl::StatusOr<CorpusFormat> ParseCorpusFormat(const std::string& name);
 // tokens; blank lines dropped).
 std::string StripBrownTags(const std::string& tagged);
 
+// The regular files of a folder (sorted by name, not recursive, hidden files skipped), or an
+// InvalidArgument error naming `flag` and the folder.
+absl::StatusOr<std::vector<std::string>> ListFiles(const std::string& dir, const std::string& flag);
+
+// Brown corpus text files are named c<genre letter a-r><two digits> (ca01 ... cr09).
+bool IsBrownFile(const std::string& name);
+
 struct Corpus {
   std::vector<uint8_t> bytes;  // the token stream (byte-level)
   int num_files = 0;

@@ -12,6 +12,7 @@
 #include "core/check.h"
 #include "core/file_util.h"
 #include "core/random.h"
+#include "data/corpus.h"
 #include "data/dataset.h"
 #include "data/pos.h"
 #include "data/shard.h"
@@ -37,27 +38,6 @@ struct Document {
 bool IsDir(const std::string& p) {
   struct stat st;
   return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-bool IsBrownFile(const std::string& name) {
-  return name.size() == 4 && name[0] == 'c' && name[1] >= 'a' && name[1] <= 'r' &&
-         std::isdigit(static_cast<unsigned char>(name[2])) &&
-         std::isdigit(static_cast<unsigned char>(name[3]));
-}
-
-absl::StatusOr<std::vector<std::string>> ListFiles(const std::string& dir) {
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) return absl::InvalidArgumentError(absl::StrCat("--input: cannot open ", dir));
-  std::vector<std::string> names;
-  while (struct dirent* e = ::readdir(d)) {
-    std::string name = e->d_name;
-    if (name.empty() || name[0] == '.') continue;
-    struct stat st;
-    if (::stat((dir + "/" + name).c_str(), &st) == 0 && S_ISREG(st.st_mode)) names.push_back(name);
-  }
-  ::closedir(d);
-  std::sort(names.begin(), names.end());
-  return names;
 }
 
 // Brown text: one sentence per line, words joined by spaces, each word's group recorded.
@@ -88,7 +68,7 @@ absl::Status ReadInputs(const PrepOptions& o, std::vector<Document>* docs, bool*
     std::vector<std::pair<std::string, std::string>> files;  // (display name, path)
     bool is_brown = o.format == "brown";
     if (IsDir(input)) {
-      SATDAR_ASSIGN_OR_RETURN(std::vector<std::string> names, ListFiles(input));
+      SATDAR_ASSIGN_OR_RETURN(std::vector<std::string> names, ListFiles(input, "--input"));
       if (o.format == "auto") is_brown = std::count(names.begin(), names.end(), "cats.txt") > 0;
       for (const std::string& n : names) {
         if (is_brown && !IsBrownFile(n)) continue;
@@ -163,7 +143,7 @@ class Progress {
 
 // Removes a folder and its files (the temporary output of a failed run).
 void RemoveTree(const std::string& dir) {
-  auto files = ListFiles(dir);
+  auto files = ListFiles(dir, "--out");
   if (files.ok()) {
     for (const std::string& f : *files) ::unlink((dir + "/" + f).c_str());
   }

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/ops/matmul.h"
+#include "model/variants/hyper_streams.h"
 #include "core/ops/rmsnorm.h"
 
 namespace satdar::model {
@@ -81,9 +82,7 @@ class HyperConnections : public Topology<T> {
 
   void Forward(const T* params, const T* h0, Branches<T>* br, T* x_final) override {
     T* p = const_cast<T*>(params);
-    for (int r = 0; r < rows_; ++r) {
-      for (int j = 0; j < n_; ++j) std::copy(h0 + r * d_, h0 + (r + 1) * d_, H(0, r, j));
-    }
+    EnterStreams(hyper_[0].data(), h0, rows_, n_, d_);
     const int hr = rows_ * n_;
     for (int l = 1; l <= sublayers_; ++l) {
       Step& s = steps_[l - 1];
@@ -120,25 +119,13 @@ class HyperConnections : public Topology<T> {
         }
       }
     }
-    // Exit: the streams are summed.
-    for (int r = 0; r < rows_; ++r) {
-      T* x = x_final + static_cast<size_t>(r) * d_;
-      std::fill(x, x + d_, T(0));
-      for (int j = 0; j < n_; ++j) {
-        const T* hj = H(sublayers_, r, j);
-        for (int c = 0; c < d_; ++c) x[c] += hj[c];
-      }
-    }
+    ExitStreams(x_final, hyper_[sublayers_].data(), rows_, n_, d_);
   }
 
   void Backward(const T* params, T* grads, const T* dx_final, Branches<T>* br, T* dh0) override {
     T* p = const_cast<T*>(params);
     const int hr = rows_ * n_;
-    for (int r = 0; r < rows_; ++r) {
-      for (int j = 0; j < n_; ++j) {
-        std::copy(dx_final + r * d_, dx_final + (r + 1) * d_, dhyper_.data() + (static_cast<size_t>(r) * n_ + j) * d_);
-      }
-    }
+    ExitStreamsBackward(dhyper_.data(), dx_final, rows_, n_, d_);
     for (int l = sublayers_; l >= 1; --l) {
       const Step& s = steps_[l - 1];
       const Offsets& o = offsets_[l - 1];
@@ -218,15 +205,7 @@ class HyperConnections : public Topology<T> {
       cpu::RmsNormBackward(dhyper_.data(), grads + o.norm, dhbar_.data(), hyper_[l - 1].data(),
                            p + o.norm, s.rstd.data(), hr, d_, pool_);
     }
-    // Entry: every stream started as h0.
-    for (int r = 0; r < rows_; ++r) {
-      T* g = dh0 + static_cast<size_t>(r) * d_;
-      std::fill(g, g + d_, T(0));
-      for (int j = 0; j < n_; ++j) {
-        const T* dj = dhyper_.data() + (static_cast<size_t>(r) * n_ + j) * d_;
-        for (int c = 0; c < d_; ++c) g[c] += dj[c];
-      }
-    }
+    EnterStreamsBackward(dh0, dhyper_.data(), rows_, n_, d_);  // every stream started as h0
   }
 
  private:
