@@ -58,8 +58,12 @@ void DepthRetrievalBackward(const std::vector<T*>& dkeys, const std::vector<T*>&
   std::vector<T> wg(c);
   for (int e = 0; e < c; ++e) wg[e] = w[e] * g[e];
   const T* __restrict wgp = wg.data();
+  // AttnRes reads keys and values from the same sources: one pass per source then does the
+  // three sums, and a second writes the source's whole gradient.
+  bool same = true;
+  for (int i = 0; i < s; ++i) same = same && keys[i] == values[i] && dkeys[i] == dvalues[i];
   pool->ParallelFor(chunks, [&](int64_t c0, int64_t c1) {
-    std::vector<T> dz(s);
+    std::vector<T> dz(s), qs(s), rss(s);
     for (int64_t chunk = c0; chunk < c1; ++chunk) {
       T* __restrict acc = partial.data() + chunk * c;
       const int64_t row0 = n * chunk / chunks, row1 = n * (chunk + 1) / chunks;
@@ -72,18 +76,44 @@ void DepthRetrievalBackward(const std::vector<T*>& dkeys, const std::vector<T*>&
           T da = 0;
 #pragma omp simd reduction(+ : da)
           for (int e = 0; e < c; ++e) da += v[e] * d[e];
+          if (same) {
+            T ss = 0, q = 0;
+#pragma omp simd reduction(+ : ss, q)
+            for (int e = 0; e < c; ++e) {
+              ss += v[e] * v[e];
+              q += wgp[e] * v[e];
+            }
+            qs[i] = q;
+            rss[i] = T(1) / std::sqrt(ss / c + static_cast<T>(eps));
+          }
           dz[i] = da;
           dot += a[i] * da;
         }
         for (int i = 0; i < s; ++i) {
           dz[i] = a[i] * (dz[i] - dot);
+          const T* __restrict x = keys[i] + r * c;
+          const T ai = a[i];
+          if (same) {
+            const T rs = rss[i], ar = dz[i] * rs;
+            const T coef = dz[i] * qs[i] * rs * rs * rs / c;
+            if (dkeys[i] != nullptr) {
+              T* __restrict g = dkeys[i] + r * c;
+#pragma omp simd
+              for (int e = 0; e < c; ++e) {
+                g[e] += ai * d[e] + ar * wgp[e] - coef * x[e];
+                acc[e] += ar * x[e];
+              }
+            } else {
+#pragma omp simd
+              for (int e = 0; e < c; ++e) acc[e] += ar * x[e];
+            }
+            continue;
+          }
           if (dvalues[i] != nullptr) {
             T* __restrict dv = dvalues[i] + r * c;
-            const T ai = a[i];
 #pragma omp simd
             for (int e = 0; e < c; ++e) dv[e] += ai * d[e];
           }
-          const T* __restrict x = keys[i] + r * c;
           T ss = 0, q = 0;
 #pragma omp simd reduction(+ : ss, q)
           for (int e = 0; e < c; ++e) {
