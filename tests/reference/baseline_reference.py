@@ -27,25 +27,23 @@ built from this reference) without needing the satdar binary.
 Needs only torch and numpy (Debian's python3-torch 1.13 at /usr/bin/python3).
 """
 
-import argparse
 import collections
 import contextlib
 import dataclasses
 import io
-import json
 import math
 import os
 import struct
-import subprocess
 import sys
-import tempfile
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
-import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import torch_model  # pylint: disable=g-import-not-at-top,wrong-import-position
+# pylint: disable=g-import-not-at-top,wrong-import-position
+import reference_common as common
+import torch_model
+# pylint: enable=g-import-not-at-top,wrong-import-position
 
 # Batch shape of every case: tokens are [BATCH, SEQ_LEN + 1].
 BATCH = 3
@@ -55,142 +53,6 @@ SEQ_LEN = 7
 # Much larger than the 0.02 init, so that every gradient is far from zero.
 MATRIX_STD = 0.3
 GAIN_STD = 0.2
-
-# Required relative accuracy of satdar's loss and gradients, by --dtype.
-TOLERANCES = {'f64': 1e-9, 'f32': 1e-4}
-
-# Tensor dtype satdar must write for each --dtype.
-_OUTPUT_DTYPES = {'f64': torch.float64, 'f32': torch.float32}
-
-# ---------------------------------------------------------------------------
-# Safetensors
-# ---------------------------------------------------------------------------
-
-# Safetensors dtype name -> (torch dtype, little-endian numpy dtype of the
-# stored bits). numpy has no bfloat16, so BF16 travels as raw int16 bits.
-_ST_DTYPES = {
-    'F64': (torch.float64, np.dtype('<f8')),
-    'F32': (torch.float32, np.dtype('<f4')),
-    'F16': (torch.float16, np.dtype('<f2')),
-    'BF16': (torch.bfloat16, np.dtype('<i2')),
-    'I64': (torch.int64, np.dtype('<i8')),
-    'I32': (torch.int32, np.dtype('<i4')),
-}
-_ST_NAMES = {torch_dtype: name
-             for name, (torch_dtype, _) in _ST_DTYPES.items()}
-
-
-def write_safetensors(path: str, tensors: Mapping[str, torch.Tensor],
-                      metadata: Optional[Mapping[str, str]] = None) -> None:
-    """Writes tensors to a safetensors file.
-
-    Layout: 8-byte little-endian header length, a JSON header (padded with
-    spaces to a multiple of 8 bytes) mapping each name to its dtype, shape
-    and [begin, end) offsets in the data section, then the raw little-endian
-    data of the tensors, back to back in the order given.
-
-    Args:
-        path: output file.
-        tensors: name -> tensor of a dtype in _ST_DTYPES.
-        metadata: optional string -> string map stored as `__metadata__`.
-
-    Raises:
-        ValueError: a tensor has an unsupported dtype.
-    """
-    header = {}
-    if metadata:
-        header['__metadata__'] = dict(metadata)
-    blobs = []
-    offset = 0
-    for name, tensor in tensors.items():
-        if tensor.dtype not in _ST_NAMES:
-            raise ValueError(f'{name}: unsupported dtype {tensor.dtype}')
-        st_name = _ST_NAMES[tensor.dtype]
-        tensor = tensor.detach().cpu().contiguous()
-        if tensor.dtype == torch.bfloat16:
-            tensor = tensor.view(torch.int16)
-        blob = tensor.numpy().astype(_ST_DTYPES[st_name][1],
-                                     copy=False).tobytes()
-        header[name] = {'dtype': st_name, 'shape': list(tensor.shape),
-                        'data_offsets': [offset, offset + len(blob)]}
-        blobs.append(blob)
-        offset += len(blob)
-    header_bytes = json.dumps(header, separators=(',', ':')).encode('utf-8')
-    header_bytes += b' ' * (-len(header_bytes) % 8)
-    with open(path, 'wb') as f:
-        f.write(struct.pack('<Q', len(header_bytes)))
-        f.write(header_bytes)
-        for blob in blobs:
-            f.write(blob)
-
-
-def read_safetensors(path: str
-                     ) -> Tuple[Dict[str, torch.Tensor], Dict[str, str]]:
-    """Reads a safetensors file written by any conforming writer.
-
-    Args:
-        path: input file.
-
-    Returns:
-        (tensors, metadata): name -> tensor in file order, and the
-        `__metadata__` map (empty when absent).
-
-    Raises:
-        ValueError: the file is truncated or malformed (unknown dtype, bad
-            shape, offsets out of range or overlapping, size mismatch).
-    """
-    with open(path, 'rb') as f:
-        raw = f.read()
-    if len(raw) < 8:
-        raise ValueError(f'{path}: truncated (no header length)')
-    (header_len,) = struct.unpack('<Q', raw[:8])
-    if 8 + header_len > len(raw):
-        raise ValueError(f'{path}: truncated header')
-    try:
-        header = json.loads(raw[8:8 + header_len].decode('utf-8'))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f'{path}: bad header JSON: {e}') from e
-    if not isinstance(header, dict):
-        raise ValueError(f'{path}: header is not a JSON object')
-    data = raw[8 + header_len:]
-    metadata = header.pop('__metadata__', None) or {}
-    tensors = collections.OrderedDict()
-    spans = []
-    for name, info in header.items():
-        dtype_name = info.get('dtype') if isinstance(info, dict) else None
-        if dtype_name not in _ST_DTYPES:
-            raise ValueError(f'{path}: {name}: unknown dtype {dtype_name!r}')
-        torch_dtype, np_dtype = _ST_DTYPES[dtype_name]
-        shape = info.get('shape')
-        offsets = info.get('data_offsets')
-        if (not isinstance(shape, list) or
-                not all(isinstance(s, int) and s >= 0 for s in shape)):
-            raise ValueError(f'{path}: {name}: bad shape {shape!r}')
-        if (not isinstance(offsets, list) or len(offsets) != 2 or
-                not all(isinstance(o, int) for o in offsets)):
-            raise ValueError(f'{path}: {name}: bad data_offsets {offsets!r}')
-        begin, end = offsets
-        nbytes = math.prod(shape) * np_dtype.itemsize
-        if not 0 <= begin <= end <= len(data):
-            raise ValueError(f'{path}: {name}: data_offsets {offsets} out of '
-                             f'range (data section is {len(data)} bytes)')
-        if end - begin != nbytes:
-            raise ValueError(f'{path}: {name}: {end - begin} bytes for shape '
-                             f'{shape} of {dtype_name}')
-        spans.append((begin, end, name))
-        array = np.frombuffer(data, dtype=np_dtype, count=math.prod(shape),
-                              offset=begin).reshape(shape)
-        tensor = torch.from_numpy(array.astype(array.dtype.newbyteorder('='),
-                                                copy=True))
-        if torch_dtype == torch.bfloat16:
-            tensor = tensor.view(torch.bfloat16)
-        tensors[name] = tensor
-    spans.sort()
-    for (_, prev_end, prev), (begin, _, name) in zip(spans, spans[1:]):
-        if begin < prev_end:
-            raise ValueError(f'{path}: {name} overlaps {prev}')
-    return tensors, dict(metadata)
-
 
 # ---------------------------------------------------------------------------
 # Cases and reference computation
@@ -255,6 +117,7 @@ CASES = (
 )
 
 
+
 def random_weights(config: torch_model.ModelConfig,
                    seed: int) -> Dict[str, torch.Tensor]:
     """Float64 test weights: matrices N(0, 0.3), gains 1 + 0.2 N(0, 1).
@@ -269,20 +132,13 @@ def random_weights(config: torch_model.ModelConfig,
     Returns:
         Section 5 name -> tensor, in named_parameters() order.
     """
-    model = torch_model.CausalLM(config, dtype=torch.float64)
-    generator = torch.Generator().manual_seed(seed)
-    torch_model.init_weights(model, MATRIX_STD, generator, gain_std=GAIN_STD)
-    return collections.OrderedDict(
-        (name, p.detach().clone()) for name, p in model.named_parameters())
+    return common.draw_weights(config, seed, MATRIX_STD, GAIN_STD)
 
 
 def random_tokens(vocab_size: int, seed: int,
                   dtype: torch.dtype) -> torch.Tensor:
     """Uniform random ids in [0, vocab_size), [BATCH, SEQ_LEN + 1]."""
-    generator = torch.Generator().manual_seed(seed)
-    tokens = torch.randint(0, vocab_size, (BATCH, SEQ_LEN + 1),
-                           generator=generator, dtype=torch.int64)
-    return tokens.to(dtype)
+    return common.random_tokens(vocab_size, seed, dtype, BATCH, SEQ_LEN)
 
 
 def reference_grads(config: torch_model.ModelConfig,
@@ -301,15 +157,7 @@ def reference_grads(config: torch_model.ModelConfig,
     Returns:
         `loss` ([1]) and `grad.<name>` for every weight, all of dtype.
     """
-    model = torch_model.CausalLM(config, dtype=dtype)
-    model.load_state_dict({k: v.to(dtype) for k, v in weights.items()},
-                          strict=True)
-    loss = model.loss(tokens)
-    loss.backward()
-    result = collections.OrderedDict(loss=loss.detach().reshape(1))
-    for name, param in model.named_parameters():
-        result['grad.' + name] = param.grad.detach().clone()
-    return result
+    return common.autograd_grads(config, weights, tokens, dtype)
 
 
 def naive_loss(config: torch_model.ModelConfig,
@@ -404,153 +252,24 @@ def naive_loss(config: torch_model.ModelConfig,
 # ---------------------------------------------------------------------------
 
 
-@dataclasses.dataclass
-class CaseFiles:
-    """Paths of one case's inputs in the work directory."""
-    config: str
-    weights: str
-    tokens: str
-
-
-def write_case(case: Case, workdir: str) -> CaseFiles:
+def write_case(case: Case, workdir: str) -> common.CaseFiles:
     """Writes the config, weights and tokens of a case; returns the paths."""
     config = torch_model.ModelConfig.from_dict(case.config)
-    files = CaseFiles(
-        config=os.path.join(workdir, f'{case.name}.config.json'),
-        weights=os.path.join(workdir, f'{case.name}.weights.safetensors'),
-        tokens=os.path.join(workdir, f'{case.name}.tokens.safetensors'))
-    with open(files.config, 'w') as f:
-        json.dump(case.config, f, indent=2)
-        f.write('\n')
-    write_safetensors(files.weights, random_weights(config, case.seed),
-                      metadata={'format': 'pt'})
-    tokens = random_tokens(config.vocab_size, case.seed + 7919,
-                           case.token_dtype)
-    write_safetensors(files.tokens, {'tokens': tokens})
-    return files
-
-
-def load_case(files: CaseFiles
-              ) -> Tuple[torch_model.ModelConfig, Dict[str, torch.Tensor],
-                         torch.Tensor]:
-    """Reads a case back from its files: (config, weights, tokens)."""
-    with open(files.config) as f:
-        config = torch_model.ModelConfig.from_dict(json.load(f))
-    weights, _ = read_safetensors(files.weights)
-    tokens, _ = read_safetensors(files.tokens)
-    return config, weights, tokens['tokens']
-
-
-def run_satdar_grad(satdar: str, files: CaseFiles, dtype: str, out: str,
-                    threads: int, timeout: float) -> Optional[str]:
-    """Runs `satdar grad`; returns None on success, else an error message."""
-    command = [satdar, 'grad', '--config', files.config,
-               '--weights', files.weights, '--tokens', files.tokens,
-               '--out', out, '--dtype', dtype, '--threads', str(threads)]
-    if os.path.exists(out):
-        os.remove(out)
-    try:
-        proc = subprocess.run(command, capture_output=True, text=True,
-                              timeout=timeout, check=False)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return f'could not run {" ".join(command)}: {e}'
-    if proc.returncode != 0:
-        return (f'{" ".join(command)} exited with {proc.returncode}\n'
-                f'--- stderr ---\n{proc.stderr.rstrip()}')
-    return None
-
-
-@dataclasses.dataclass
-class Comparison:
-    """Result of comparing satdar's output with the reference.
-
-    Attributes:
-        errors: tensor name -> relative error, for tensors in both.
-        problems: structural problems (missing, extra, dtype, shape).
-    """
-    errors: Dict[str, float]
-    problems: List[str]
-
-    def worst(self) -> Tuple[str, float]:
-        """(name, error) of the least accurate tensor; ('-', nan) if none."""
-        if not self.errors:
-            return '-', float('nan')
-        name = max(self.errors, key=lambda n: self.errors[n])
-        return name, self.errors[name]
-
-    def passed(self, tol: float) -> bool:
-        # `not err > tol` also fails NaN errors.
-        return not self.problems and bool(self.errors) and all(
-            err <= tol for err in self.errors.values())
-
-
-def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
-    """max|actual - expected| / max(max|expected|, 1e-30), in float64."""
-    actual, expected = actual.double(), expected.double()
-    if expected.numel() == 0:
-        return 0.0
-    scale = max(float(expected.abs().max()), 1e-30)
-    diff = float((actual - expected).abs().max())
-    return diff / scale if math.isfinite(diff) else math.inf
-
-
-def compare(actual: Mapping[str, torch.Tensor],
-            expected: Mapping[str, torch.Tensor],
-            dtype: torch.dtype) -> Comparison:
-    """Compares satdar's tensors with the reference ones, name by name."""
-    result = Comparison(errors={}, problems=[])
-    for name in expected:
-        if name not in actual:
-            result.problems.append(f'missing tensor {name}')
-    for name, tensor in actual.items():
-        if name not in expected:
-            result.problems.append(f'unexpected tensor {name}')
-            continue
-        if tensor.dtype != dtype:
-            result.problems.append(f'{name}: dtype {tensor.dtype}, '
-                                   f'expected {dtype}')
-        if tuple(tensor.shape) != tuple(expected[name].shape):
-            result.problems.append(f'{name}: shape {list(tensor.shape)}, '
-                                   f'expected {list(expected[name].shape)}')
-            continue
-        result.errors[name] = relative_error(tensor, expected[name])
-    return result
+    return common.write_case_files(
+        case.name, case.config, random_weights(config, case.seed),
+        random_tokens(config.vocab_size, case.seed + 7919, case.token_dtype),
+        workdir)
 
 
 def check_case(case: Case, satdar: str, workdir: str, threads: int,
                timeout: float) -> List[bool]:
     """Runs one case in every dtype, prints a line each; returns pass flags."""
     files = write_case(case, workdir)
-    config, weights, tokens = load_case(files)
+    config, weights, tokens = common.load_case(files)
     expected = reference_grads(config, weights, tokens)
-    outcomes = []
-    for dtype, tol in TOLERANCES.items():
-        out = os.path.join(workdir, f'{case.name}.grad.{dtype}.safetensors')
-        error = run_satdar_grad(satdar, files, dtype, out, threads, timeout)
-        if error is not None:
-            print(f'FAIL {case.name} {dtype}: {error}')
-            outcomes.append(False)
-            continue
-        try:
-            actual, _ = read_safetensors(out)
-        except ValueError as e:
-            print(f'FAIL {case.name} {dtype}: {e}')
-            outcomes.append(False)
-            continue
-        result = compare(actual, expected, _OUTPUT_DTYPES[dtype])
-        ok = result.passed(tol)
-        name, err = result.worst()
-        print(f'{"PASS" if ok else "FAIL"} {case.name} {dtype}: '
-              f'worst {name} rel_err {err:.3e} (tol {tol:.0e})')
-        for problem in result.problems:
-            print(f'    {problem}')
-        if not ok:
-            bad = sorted(((e, n) for n, e in result.errors.items()
-                          if not e <= tol), reverse=True)
-            for e, n in bad[:8]:
-                print(f'    {n}: rel_err {e:.3e}')
-        outcomes.append(ok)
-    return outcomes
+    return common.check_outputs(
+        case.name, files, expected,
+        common.satdar_runner(satdar, threads, timeout), workdir)
 
 
 # ---------------------------------------------------------------------------
@@ -572,43 +291,29 @@ def fake_satdar_main(argv: List[str], mode: str = 'exact') -> int:
     Returns:
         The process exit status.
     """
-    parser = argparse.ArgumentParser(prog='fake-satdar')
-    parser.add_argument('command', choices=['grad'])
-    for flag in ('--config', '--weights', '--tokens', '--out'):
-        parser.add_argument(flag, required=True)
-    parser.add_argument('--dtype', choices=sorted(_OUTPUT_DTYPES),
-                        default='f32')
-    parser.add_argument('--threads', type=int, default=1)
-    args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    config, weights, tokens = load_case(
-        CaseFiles(args.config, args.weights, args.tokens))
-    grads = reference_grads(config, weights, tokens,
-                            dtype=_OUTPUT_DTYPES[args.dtype])
-    victim = 'grad.model.norm.weight'
-    if mode == 'perturb':
-        grads[victim] = grads[victim] * (1 + 1e-3)
-    elif mode == 'missing':
-        del grads[victim]
-    elif mode == 'extra':
-        grads['grad.model.bogus'] = torch.zeros(1, dtype=grads['loss'].dtype)
-    write_safetensors(args.out, grads)
-    return 0
+    def grads_for(files: common.CaseFiles,
+                  dtype: str) -> Dict[str, torch.Tensor]:
+        config, weights, tokens = common.load_case(files)
+        grads = reference_grads(config, weights, tokens,
+                                dtype=common.OUTPUT_DTYPES[dtype])
+        victim = 'grad.model.norm.weight'
+        if mode == 'perturb':
+            grads[victim] = grads[victim] * (1 + 1e-3)
+        elif mode == 'missing':
+            del grads[victim]
+        elif mode == 'extra':
+            grads['grad.model.bogus'] = torch.zeros(
+                1, dtype=grads['loss'].dtype)
+        return grads
+
+    return common.fake_satdar_main(argv, grads_for)
 
 
 def _write_fake_satdar(directory: str, mode: str) -> str:
     """Writes an executable wrapper running fake_satdar_main; returns path."""
-    path = os.path.join(directory, f'fake_satdar_{mode}')
-    here = os.path.dirname(os.path.abspath(__file__))
-    with open(path, 'w') as f:
-        f.write(f'#!{sys.executable}\n'
-                'import sys\n'
-                f'sys.path.insert(0, {here!r})\n'
-                'import baseline_reference\n'
-                'sys.exit(baseline_reference.fake_satdar_main(\n'
-                f'    sys.argv[1:], mode={mode!r}))\n')
-    os.chmod(path, 0o755)
-    return path
+    return common.write_fake_satdar(
+        os.path.join(directory, f'fake_satdar_{mode}'), 'baseline_reference',
+        mode)
 
 
 def _check_safetensors_round_trip(workdir: str) -> str:
@@ -623,8 +328,9 @@ def _check_safetensors_round_trip(workdir: str) -> str:
         bf16=torch.tensor([1.0, -3.0e38, 2.0**-130], dtype=torch.bfloat16),
         empty=torch.zeros(0, 4, dtype=torch.float32))
     path = os.path.join(workdir, 'round_trip.safetensors')
-    write_safetensors(path, tensors, metadata={'format': 'pt', 'k': 'v'})
-    back, metadata = read_safetensors(path)
+    common.write_safetensors(path, tensors,
+                             metadata={'format': 'pt', 'k': 'v'})
+    back, metadata = common.read_safetensors(path)
     assert metadata == {'format': 'pt', 'k': 'v'}, metadata
     assert list(back) == list(tensors), list(back)
     for name, tensor in tensors.items():
@@ -650,7 +356,7 @@ def _check_safetensors_round_trip(workdir: str) -> str:
         with open(bad, 'wb') as f:
             f.write(content)
         try:
-            read_safetensors(bad)
+            common.read_safetensors(bad)
         except ValueError:
             continue
         raise AssertionError(f'{what} not rejected')
@@ -816,19 +522,10 @@ SELF_TESTS: Tuple[Tuple[str, Callable[[str], str]], ...] = (
 )
 
 
+
 def run_self_test(workdir: str) -> Tuple[int, int]:
     """Runs SELF_TESTS, printing a line each; returns (passed, failed)."""
-    passed = failed = 0
-    for name, check in SELF_TESTS:
-        try:
-            detail = check(workdir)
-        except Exception as e:  # pylint: disable=broad-except
-            print(f'FAIL self-test {name}: {type(e).__name__}: {e}')
-            failed += 1
-        else:
-            print(f'PASS self-test {name}: {detail}')
-            passed += 1
-    return passed, failed
+    return common.run_self_tests(SELF_TESTS, workdir)
 
 
 # ---------------------------------------------------------------------------
@@ -837,38 +534,23 @@ def run_self_test(workdir: str) -> Tuple[int, int]:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split('\n\n', maxsplit=1)[0])
-    parser.add_argument('--satdar', help='path of the satdar binary')
-    parser.add_argument('--workdir',
-                        help='directory for inputs and outputs (created if '
-                        'missing; a temporary one for --self-test if unset)')
-    parser.add_argument('--threads', type=int, default=2,
-                        help='--threads passed to satdar (default 2)')
-    parser.add_argument('--timeout', type=float, default=600,
-                        help='seconds allowed per satdar run (default 600)')
-    parser.add_argument('--self-test', action='store_true',
-                        help='check the reference itself; satdar not needed')
+    parser = common.argument_parser(__doc__)
     args = parser.parse_args(argv)
     if not args.self_test and not (args.satdar and args.workdir):
         parser.error('--satdar and --workdir are required (or --self-test)')
     torch.set_num_threads(max(1, args.threads))
 
-    with tempfile.TemporaryDirectory(prefix='satdar_ref_') as tmp:
-        workdir = args.workdir or tmp
-        os.makedirs(workdir, exist_ok=True)
+    def run(workdir: str) -> Tuple[int, int]:
         if args.self_test:
-            passed, failed = run_self_test(workdir)
-        else:
-            satdar = os.path.abspath(args.satdar)
-            outcomes = []
-            for case in CASES:
-                outcomes += check_case(case, satdar, workdir, args.threads,
-                                       args.timeout)
-            passed = sum(outcomes)
-            failed = len(outcomes) - passed
-    print(f'{passed} passed, {failed} failed')
-    return 1 if failed else 0
+            return run_self_test(workdir)
+        satdar = os.path.abspath(args.satdar)
+        outcomes = []
+        for case in CASES:
+            outcomes += check_case(case, satdar, workdir, args.threads,
+                                   args.timeout)
+        return common.tally(outcomes)
+
+    return common.run_driver(args.workdir, 'satdar_ref_', run)
 
 
 if __name__ == '__main__':

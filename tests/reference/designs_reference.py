@@ -56,14 +56,13 @@ import json
 import math
 import os
 import sys
-import tempfile
-from typing import Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # pylint: disable=g-import-not-at-top,wrong-import-position
-import baseline_reference as base_ref
+import reference_common as common
 import torch_model
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
@@ -83,8 +82,8 @@ GATE_MARGIN = 1e-3
 ROUTER_MARGIN = 1e-3
 MAX_RESEEDS = 100
 
-TOLERANCES = base_ref.TOLERANCES
-OUTPUT_DTYPES = {'f64': torch.float64, 'f32': torch.float32}
+TOLERANCES = common.TOLERANCES
+OUTPUT_DTYPES = common.OUTPUT_DTYPES
 
 # A gradient tensor with max|ref| <= STRUCTURAL_ZERO * G is zero by
 # construction (G: the largest max|ref| of all gradient tensors).
@@ -206,34 +205,17 @@ CASES = (
 # ---------------------------------------------------------------------------
 
 
-def build_model(config: torch_model.ModelConfig,
-                weights: Mapping[str, torch.Tensor],
-                dtype: torch.dtype = torch.float64) -> torch_model.CausalLM:
-    """The reference model holding `weights` (strict: every name, no more)."""
-    model = torch_model.CausalLM(config, dtype=dtype)
-    model.load_state_dict({k: v.to(dtype) for k, v in weights.items()},
-                          strict=True)
-    return model
-
-
 def random_tokens(vocab_size: int, seed: int,
                   dtype: torch.dtype) -> torch.Tensor:
     """Uniform random ids in [0, vocab_size), [BATCH, SEQ_LEN + 1]."""
-    generator = torch.Generator().manual_seed(seed)
-    tokens = torch.randint(0, vocab_size, (BATCH, SEQ_LEN + 1),
-                           generator=generator, dtype=torch.int64)
-    return tokens.to(dtype)
+    return common.random_tokens(vocab_size, seed, dtype, BATCH, SEQ_LEN)
 
 
 def draw_weights(config: torch_model.ModelConfig,
                  seed: int) -> Dict[str, torch.Tensor]:
     """One float64 draw of test weights (see MATRIX_STD and friends)."""
-    model = torch_model.CausalLM(config, dtype=torch.float64)
-    generator = torch.Generator().manual_seed(seed)
-    torch_model.init_weights(model, MATRIX_STD, generator,
-                             gain_std=GAIN_STD, mixing_std=MIXING_STD)
-    return collections.OrderedDict(
-        (name, p.detach().clone()) for name, p in model.named_parameters())
+    return common.draw_weights(config, seed, MATRIX_STD, GAIN_STD,
+                               mixing_std=MIXING_STD)
 
 
 def nondifferentiable_point(config: torch_model.ModelConfig,
@@ -247,7 +229,7 @@ def nondifferentiable_point(config: torch_model.ModelConfig,
     """
     trace = {}
     with torch.no_grad():
-        build_model(config, weights).loss(tokens, trace)
+        common.build_model(config, weights).loss(tokens, trace)
     for logits in trace.get('gate_logits', []):
         smallest = float(logits.abs().min())
         if smallest <= GATE_MARGIN:
@@ -285,14 +267,7 @@ def reference_grads(config: torch_model.ModelConfig,
     Returns:
         `loss` ([1]) and `grad.<name>` for every weight, all of dtype.
     """
-    model = build_model(config, weights, dtype)
-    loss = model.loss(tokens)
-    loss.backward()
-    result = collections.OrderedDict(loss=loss.detach().reshape(1))
-    for name, param in model.named_parameters():
-        grad = param.grad
-        result['grad.' + name] = (torch.zeros_like(param) if grad is None
-                                  else grad.detach().clone())
+    result = common.autograd_grads(config, weights, tokens, dtype)
     if clean:
         floor = STRUCTURAL_ZERO * gradient_scale(result)
         for name, grad in result.items():
@@ -309,14 +284,14 @@ def gradient_scale(grads: Mapping[str, torch.Tensor]) -> float:
 
 def compare_grads(actual: Mapping[str, torch.Tensor],
                   expected: Mapping[str, torch.Tensor],
-                  dtype: torch.dtype) -> base_ref.Comparison:
+                  dtype: torch.dtype) -> common.Comparison:
     """Compares satdar's output with the reference, tensor by tensor.
 
     Names, dtypes and shapes must match exactly. The error of a tensor is
     max|diff| / max(max|ref|, 1e-30), except for a reference tensor that is
     exactly zero (zero by construction), where it is max|actual| / G.
     """
-    result = base_ref.compare(actual, expected, dtype)
+    result = common.compare(actual, expected, dtype)
     scale = max(gradient_scale(expected), 1e-30)
     for name in result.errors:
         if name != 'loss' and not expected[name].any():
@@ -378,10 +353,6 @@ def random_weights(config: torch_model.ModelConfig, seed: int,
 # Running satdar and comparing
 # ---------------------------------------------------------------------------
 
-# runner(files, dtype, out_path) -> None on success, else an error message.
-Runner = Callable[[base_ref.CaseFiles, str, str], Optional[str]]
-
-
 @dataclasses.dataclass
 class CaseInputs:
     """The inputs of a case: config, weights, tokens, and the redraws the
@@ -409,47 +380,20 @@ def case_inputs(case: Case) -> CaseInputs:
 
 
 def write_case(case: Case, workdir: str
-               ) -> Tuple[base_ref.CaseFiles, int]:
+               ) -> Tuple[common.CaseFiles, int]:
     """Writes a case's config, weights and tokens; returns (paths, redraws)."""
-    files = base_ref.CaseFiles(
-        config=os.path.join(workdir, f'{case.name}.config.json'),
-        weights=os.path.join(workdir, f'{case.name}.weights.safetensors'),
-        tokens=os.path.join(workdir, f'{case.name}.tokens.safetensors'))
     inputs = case_inputs(case)
-    weights, tokens, redraws = inputs.weights, inputs.tokens, inputs.redraws
-    with open(files.config, 'w') as f:
-        json.dump(case.config, f, indent=2)
-        f.write('\n')
-    base_ref.write_safetensors(files.weights, weights,
-                               metadata={'format': 'pt'})
-    base_ref.write_safetensors(files.tokens, {'tokens': tokens})
-    return files, redraws
+    files = common.write_case_files(case.name, case.config, inputs.weights,
+                                    inputs.tokens, workdir)
+    return files, inputs.redraws
 
 
-def load_case(files: base_ref.CaseFiles
-              ) -> Tuple[torch_model.ModelConfig, Dict[str, torch.Tensor],
-                         torch.Tensor]:
-    """Reads a case back from its files: (config, weights, tokens)."""
-    with open(files.config) as f:
-        config = torch_model.ModelConfig.from_dict(json.load(f))
-    weights, _ = base_ref.read_safetensors(files.weights)
-    tokens, _ = base_ref.read_safetensors(files.tokens)
-    return config, weights, tokens['tokens']
-
-
-def satdar_runner(satdar: str, threads: int, timeout: float) -> Runner:
-    """A Runner invoking the satdar binary."""
-    def run(files, dtype, out):
-        return base_ref.run_satdar_grad(satdar, files, dtype, out, threads,
-                                        timeout)
-    return run
-
-
-def check_case(case: Case, runner: Runner, workdir: str) -> List[bool]:
+def check_case(case: Case, runner: common.Runner,
+               workdir: str) -> List[bool]:
     """Runs one case in every dtype, prints a line each; returns pass flags."""
     try:
         files, redraws = write_case(case, workdir)
-        config, weights, tokens = load_case(files)
+        config, weights, tokens = common.load_case(files)
         expected = reference_grads(config, weights, tokens)
     except (OSError, RuntimeError, ValueError) as e:
         for dtype in TOLERANCES:
@@ -457,36 +401,8 @@ def check_case(case: Case, runner: Runner, workdir: str) -> List[bool]:
         return [False] * len(TOLERANCES)
     if redraws:
         print(f'    note: {case.name} weights redrawn {redraws} times')
-    outcomes = []
-    for dtype, tol in TOLERANCES.items():
-        out = os.path.join(workdir, f'{case.name}.grad.{dtype}.safetensors')
-        if os.path.exists(out):
-            os.remove(out)
-        error = runner(files, dtype, out)
-        if error is None:
-            try:
-                actual, _ = base_ref.read_safetensors(out)
-            except (OSError, ValueError) as e:
-                error = str(e)
-        if error is not None:
-            print(f'FAIL {case.name} {dtype}: {error}')
-            outcomes.append(False)
-            continue
-        result = compare_grads(actual, expected,
-                               OUTPUT_DTYPES[dtype])
-        ok = result.passed(tol)
-        name, err = result.worst()
-        print(f'{"PASS" if ok else "FAIL"} {case.name} {dtype}: '
-              f'worst {name} rel_err {err:.3e} (tol {tol:.0e})')
-        for problem in result.problems[:8]:
-            print(f'    {problem}')
-        if not ok:
-            bad = sorted(((e, n) for n, e in result.errors.items()
-                          if not e <= tol), reverse=True)
-            for e, n in bad[:8]:
-                print(f'    {n}: rel_err {e:.3e}')
-        outcomes.append(ok)
-    return outcomes
+    return common.check_outputs(case.name, files, expected, runner, workdir,
+                                compare_fn=compare_grads, max_problems=8)
 
 
 def select_cases(only: Optional[str]) -> List[Case]:
@@ -499,7 +415,7 @@ def select_cases(only: Optional[str]) -> List[Case]:
 # ---------------------------------------------------------------------------
 
 
-def fake_grads(files: base_ref.CaseFiles, dtype: str,
+def fake_grads(files: common.CaseFiles, dtype: str,
                mode: str = 'exact') -> Dict[str, torch.Tensor]:
     """What a faithful (or deliberately broken) satdar would write.
 
@@ -508,7 +424,7 @@ def fake_grads(files: base_ref.CaseFiles, dtype: str,
     the largest gradient entry by 1e-3 relative, 'missing' drops that
     gradient, 'extra' adds one.
     """
-    config, weights, tokens = load_case(files)
+    config, weights, tokens = common.load_case(files)
     grads = reference_grads(config, weights, tokens,
                             dtype=OUTPUT_DTYPES[dtype], clean=False)
     victim = max((name for name in grads if name != 'loss'),
@@ -525,39 +441,21 @@ def fake_grads(files: base_ref.CaseFiles, dtype: str,
 
 def fake_satdar_main(argv: List[str], mode: str = 'exact') -> int:
     """`satdar grad` command line on top of fake_grads; returns exit status."""
-    parser = argparse.ArgumentParser(prog='fake-satdar')
-    parser.add_argument('command', choices=['grad'])
-    for flag in ('--config', '--weights', '--tokens', '--out'):
-        parser.add_argument(flag, required=True)
-    parser.add_argument('--dtype', choices=sorted(OUTPUT_DTYPES),
-                        default='f32')
-    parser.add_argument('--threads', type=int, default=1)
-    args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    files = base_ref.CaseFiles(args.config, args.weights, args.tokens)
-    base_ref.write_safetensors(args.out, fake_grads(files, args.dtype, mode))
-    return 0
+    return common.fake_satdar_main(
+        argv, lambda files, dtype: fake_grads(files, dtype, mode))
 
 
 def write_fake_satdar(directory: str, mode: str) -> str:
     """Writes an executable running fake_satdar_main; returns its path."""
-    path = os.path.join(directory, f'fake_designs_satdar_{mode}')
-    here = os.path.dirname(os.path.abspath(__file__))
-    with open(path, 'w') as f:
-        f.write(f'#!{sys.executable}\n'
-                'import sys\n'
-                f'sys.path.insert(0, {here!r})\n'
-                'import designs_reference\n'
-                'sys.exit(designs_reference.fake_satdar_main(\n'
-                f'    sys.argv[1:], mode={mode!r}))\n')
-    os.chmod(path, 0o755)
-    return path
+    return common.write_fake_satdar(
+        os.path.join(directory, f'fake_designs_satdar_{mode}'),
+        'designs_reference', mode)
 
 
-def in_process_runner(mode: str = 'exact') -> Runner:
+def in_process_runner(mode: str = 'exact') -> common.Runner:
     """A Runner writing fake_grads directly, without a subprocess."""
     def run(files, dtype, out):
-        base_ref.write_safetensors(out, fake_grads(files, dtype, mode))
+        common.write_safetensors(out, fake_grads(files, dtype, mode))
         return None
     return run
 
@@ -568,22 +466,13 @@ def in_process_runner(mode: str = 'exact') -> Runner:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split('\n\n', maxsplit=1)[0])
-    parser.add_argument('--satdar', help='path of the satdar binary')
-    parser.add_argument('--workdir',
-                        help='directory for inputs and outputs (created if '
-                        'missing; a temporary one for --self-test if unset)')
-    parser.add_argument('--threads', type=int, default=2,
-                        help='--threads passed to satdar (default 2)')
-    parser.add_argument('--timeout', type=float, default=600,
-                        help='seconds allowed per satdar run (default 600)')
-    parser.add_argument('--only', metavar='NAME_SUBSTRING',
-                        help='run only the cases whose name contains this')
-    parser.add_argument('--list', action='store_true',
-                        help='print the case names and exit')
-    parser.add_argument('--self-test', action='store_true',
-                        help='check the reference itself; satdar not needed')
+    def add_flags(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument('--only', metavar='NAME_SUBSTRING',
+                            help='run only the cases whose name contains this')
+        parser.add_argument('--list', action='store_true',
+                            help='print the case names and exit')
+
+    parser = common.argument_parser(__doc__, add_flags)
     args = parser.parse_args(argv)
     cases = select_cases(args.only)
     if args.list:
@@ -599,23 +488,19 @@ def main(argv: Optional[List[str]] = None) -> int:
     # cores to satdar.
     torch.set_num_threads(1)
 
-    with tempfile.TemporaryDirectory(prefix='satdar_designs_') as tmp:
-        workdir = args.workdir or tmp
-        os.makedirs(workdir, exist_ok=True)
+    def run(workdir: str) -> Tuple[int, int]:
         if args.self_test:
             # pylint: disable=g-import-not-at-top
             import designs_self_test
-            passed, failed = designs_self_test.run(workdir, cases)
-        else:
-            runner = satdar_runner(os.path.abspath(args.satdar),
-                                   args.threads, args.timeout)
-            outcomes = []
-            for case in cases:
-                outcomes += check_case(case, runner, workdir)
-            passed = sum(outcomes)
-            failed = len(outcomes) - passed
-    print(f'{passed} passed, {failed} failed')
-    return 1 if failed else 0
+            return designs_self_test.run(workdir, cases)
+        runner = common.satdar_runner(os.path.abspath(args.satdar),
+                                      args.threads, args.timeout)
+        outcomes = []
+        for case in cases:
+            outcomes += check_case(case, runner, workdir)
+        return common.tally(outcomes)
+
+    return common.run_driver(args.workdir, 'satdar_designs_', run)
 
 
 if __name__ == '__main__':

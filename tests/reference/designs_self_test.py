@@ -15,15 +15,15 @@ Checks, without the satdar binary, that
   * the driver's guards and comparison work (fake satdars).
 """
 
-import contextlib
 import io
 import math
-from typing import Callable, Dict, List, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
 
 import designs_reference as dref
+import reference_common as common
 import torch_layers
 import torch_model
 import torch_topologies
@@ -302,7 +302,7 @@ def finite_difference_errors(case: dref.Case
     grads = dref.reference_grads(inputs.config, inputs.weights,
                                  inputs.tokens, clean=False)
     scale = dref.gradient_scale(grads)
-    model = dref.build_model(inputs.config, inputs.weights)
+    model = common.build_model(inputs.config, inputs.weights)
     params = dict(model.named_parameters())
     generator = torch.Generator().manual_seed(case.seed)
     worst, where = 0.0, ''
@@ -650,17 +650,11 @@ def _check_guards(_: str) -> str:
     return 'gate logits at 0 and tied router probabilities flagged'
 
 
-def _run_quietly(log: io.StringIO, fn: Callable[[], List[bool]]
-                 ) -> List[bool]:
-    with contextlib.redirect_stdout(log):
-        return fn()
-
-
 def _check_fake_satdar(workdir: str, cases: Sequence[dref.Case]) -> str:
     """A faithful fake satdar passes every case in f64 and f32 (so PyTorch's
     own float32 meets the f32 tolerance); broken ones fail."""
     log = io.StringIO()
-    outcomes = _run_quietly(log, lambda: [
+    outcomes = common.run_quietly(log, lambda: [
         ok for case in cases
         for ok in dref.check_case(case, dref.in_process_runner(), workdir)])
     assert all(outcomes) and len(outcomes) == 2 * len(cases), log.getvalue()
@@ -668,11 +662,11 @@ def _check_fake_satdar(workdir: str, cases: Sequence[dref.Case]) -> str:
     broken = {}
     for mode in ('exact', 'perturb'):  # Through the command line.
         satdar = dref.write_fake_satdar(workdir, mode)
-        runner = dref.satdar_runner(satdar, threads=1, timeout=600)
-        broken[mode] = _run_quietly(
+        runner = common.satdar_runner(satdar, threads=1, timeout=600)
+        broken[mode] = common.run_quietly(
             log, lambda: dref.check_case(probe, runner, workdir))
     for mode in ('missing', 'extra'):
-        broken[mode] = _run_quietly(log, lambda: dref.check_case(
+        broken[mode] = common.run_quietly(log, lambda: dref.check_case(
             probe, dref.in_process_runner(mode), workdir))
     assert broken.pop('exact') == [True, True], log.getvalue()
     for mode, flags in broken.items():
@@ -705,14 +699,4 @@ def run(workdir: str, cases: Sequence[dref.Case]) -> Tuple[int, int]:
         ('comparison vs fake satdar',
          lambda w: _check_fake_satdar(w, cases)),
     )
-    passed = failed = 0
-    for name, check in tests:
-        try:
-            detail = check(workdir)
-        except Exception as e:  # pylint: disable=broad-except
-            print(f'FAIL self-test {name}: {type(e).__name__}: {e}')
-            failed += 1
-        else:
-            print(f'PASS self-test {name}: {detail}', flush=True)
-            passed += 1
-    return passed, failed
+    return common.run_self_tests(tests, workdir)
