@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,9 @@
 #include "core/safetensors.h"
 #include "model/model.h"
 #include "data/prep.h"
+#include "parallel/local_communicator.h"
+#include "parallel/mesh.h"
+#include "parallel/mpi_communicator.h"
 #include "worker/eval.h"
 #include "worker/flags.h"
 #include "worker/trainer.h"
@@ -426,6 +430,12 @@ absl::Status RunTrain(const std::vector<std::string>& args) {
   flags.Define("--checkpoint-every", "checkpoint every N steps (and at the end)", false, "0");
   flags.Define("--keep-checkpoints", "newest checkpoints kept", false, "3");
   flags.DefineBool("--resume", "continue from the newest checkpoint in --checkpoint-dir");
+  flags.Define("--dp", "data-parallel replicas (under mpirun: the number of processes)", false,
+               "1");
+  flags.Define("--launcher",
+               "how --dp ranks run: mpi (one process each, under mpirun) or threads (one "
+               "process)",
+               false, "mpi");
   flags.DefineBool("--quiet", "no console output");
   if (WantsHelp(args)) {
     std::fprintf(stdout, "%s", flags.Usage().c_str());
@@ -510,7 +520,50 @@ absl::Status RunTrain(const std::vector<std::string>& args) {
         "satdar train: --seq-len ", o.seq_len, " exceeds max_position_embeddings ",
         o.config.max_position_embeddings, " of ", flags.Get("--config")));
   }
-  auto summary = Train(o);
+  SATDAR_ASSIGN_OR_RETURN(int64_t dp, flags.GetInt("--dp", 1));
+  const std::string launcher = flags.Get("--launcher");
+  if (launcher != "mpi" && launcher != "threads") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("satdar train: flag --launcher must be mpi or threads, got '", launcher, "'"));
+  }
+  absl::StatusOr<TrainSummary> summary;
+  if (launcher == "threads" && dp > 1) {
+    // Every rank a thread of this process, talking through the in-process communicator.
+    auto comms = parallel::MakeLocalCommunicators(static_cast<int>(dp));
+    std::vector<absl::StatusOr<TrainSummary>> results(dp);
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < dp; ++r) {
+      ranks.emplace_back([&, r] {
+        TrainOptions ro = o;
+        ro.dp_comm = comms[r].get();
+        results[r] = Train(ro);
+      });
+    }
+    for (auto& t : ranks) t.join();
+    for (auto& res : results) {
+      if (!res.ok()) return res.status();
+    }
+    summary = results[0];
+  } else if (std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr) {
+    // One rank of an mpirun launch.
+    SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> world,
+                            parallel::MpiWorld(nullptr, nullptr));
+    absl::Status layout = parallel::ValidateMesh({static_cast<int>(dp), 1, 1, 1}, world->size());
+    if (layout.ok()) {
+      o.dp_comm = world->size() > 1 ? world.get() : nullptr;
+      summary = Train(o);
+    } else {
+      summary = layout;
+    }
+    world.reset();
+    parallel::MpiFinalize();
+  } else if (dp > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "satdar train: --dp ", dp, " needs ", dp, " ranks: run under mpirun -np ", dp,
+        " (or add --launcher threads)"));
+  } else {
+    summary = Train(o);
+  }
   if (!summary.ok()) return summary.status();
   if (!o.quiet) {
     std::printf("done: %lld steps, final loss %.4f, %.0f tokens/s, peak RSS %.1f MiB\n",

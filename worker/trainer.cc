@@ -114,7 +114,16 @@ class Validator {
 };
 
 template <typename T>
-absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& o) {
+absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& options) {
+  // Only rank 0 of a data-parallel run prints, logs and writes checkpoints.
+  const int rank = options.dp_comm ? options.dp_comm->rank() : 0;
+  const int world = options.dp_comm ? options.dp_comm->size() : 1;
+  TrainOptions o = options;
+  if (rank != 0) {
+    o.quiet = true;
+    o.log_jsonl.clear();
+    o.summary_json.clear();
+  }
   core::cpu::InitBlas();
   core::ThreadPool pool(o.threads);
   SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<model::Model<T>> model,
@@ -181,12 +190,12 @@ absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& o) {
   }
 
   std::vector<int32_t> tokens;
-  data::BatchStream stream(source.get(), {o.seq_len, o.batch_size, o.microbatches, /*rank=*/0,
-                                          /*world=*/1, start_step + 1, first_sample});
+  data::BatchStream stream(source.get(), {o.seq_len, o.batch_size, o.microbatches, rank, world,
+                                          start_step + 1, first_sample});
   TrainSummary summary;
   double timed_seconds = 0;
   int64_t timed_tokens = 0;
-  const int64_t tokens_per_step = static_cast<int64_t>(o.batch_size) * o.seq_len;
+  const int64_t tokens_per_step = static_cast<int64_t>(o.batch_size) * world * o.seq_len;
   for (int64_t step = start_step + 1; step <= o.steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
     std::fill(grads.begin(), grads.end(), T(0));
@@ -198,6 +207,14 @@ absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& o) {
       model->Backward(params.data(), grads.data(), 1.0 / o.microbatches);
     }
     loss /= o.microbatches;
+    if (world > 1) {
+      // Every replica steps with the average gradient (and logs the global batch's loss).
+      constexpr core::DType kDType = core::DTypeOf<T>::value;
+      SATDAR_RETURN_IF_ERROR(
+          o.dp_comm->AllReduce(grads.data(), n, kDType, parallel::ReduceOp::kAvg, {})->Wait());
+      SATDAR_RETURN_IF_ERROR(o.dp_comm->AllReduce(&loss, 1, core::DType::kF64,
+                                                  parallel::ReduceOp::kAvg, {})->Wait());
+    }
     if (!std::isfinite(loss)) {
       return absl::InternalError(absl::StrCat("step ", step, ": loss is ", loss,
                                               "; lower --lr or check the data"));
@@ -252,14 +269,16 @@ absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& o) {
       std::fflush(stdout);
     }
     bool last = step == o.steps;
-    if (!o.checkpoint_dir.empty() &&
+    if (rank == 0 && !o.checkpoint_dir.empty() &&
         ((o.checkpoint_every > 0 && step % o.checkpoint_every == 0) || last)) {
-      const int64_t consumed = first_sample + (step - start_step) * o.batch_size;
+      // Replicas hold identical weights and moments: rank 0's checkpoint is the whole state.
+      const int64_t consumed = first_sample + (step - start_step) * o.batch_size * world;
       CheckpointInfo info{step, o.seed, consumed, config_json, trainer_json};
       SATDAR_RETURN_IF_ERROR(SaveCheckpoint<T>(o.checkpoint_dir, info, table, buffers));
       SATDAR_RETURN_IF_ERROR(PruneCheckpoints(o.checkpoint_dir, o.keep_checkpoints));
     }
   }
+  if (world > 1) SATDAR_RETURN_IF_ERROR(o.dp_comm->Barrier({})->Wait());
   summary.steps = o.steps;
   summary.tokens_per_second = timed_seconds > 0 ? timed_tokens / timed_seconds : 0;
   summary.peak_rss_bytes = PeakRssBytes();
@@ -269,7 +288,8 @@ absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& o) {
               {"tokens_per_second", summary.tokens_per_second},
               {"peak_rss_bytes", summary.peak_rss_bytes},
               {"parameters", n},
-              {"threads", o.threads}};
+              {"threads", o.threads},
+              {"data_parallel", world}};
     absl::Status s = core::WriteFileAtomically(o.summary_json, j.dump(2) + "\n");
     if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("--summary-json: ", s.message()));
   }

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "data/mqar.h"
+#include "parallel/communicator.h"
 #include "model/config.h"
 
 namespace satdar::worker {
@@ -55,6 +56,10 @@ struct TrainOptions {
   int keep_checkpoints = 3;
   bool resume = false;
   bool quiet = false;
+  // Data parallelism: this process is one replica of dp_comm->size() (null: a single rank).
+  // Each replica trains on its slice of the global batch (batch_size sequences), gradients
+  // and the loss are averaged over replicas, and only rank 0 logs and writes checkpoints.
+  parallel::Communicator* dp_comm = nullptr;
 };
 
 struct TrainSummary {

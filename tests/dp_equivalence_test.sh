@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Data parallelism equals one rank: 2 replicas with half the batch each (under mpirun, and as
+# threads of one process) log the per-step losses of one rank with the whole batch, within
+# 1e-9 relative in f64, and end with the same weights; bad layouts exit with code 2.
+# Usage: dp_equivalence_test.sh PATH_TO_SATDAR
+set -u
+SATDAR=$(realpath "$1")
+WORK=$(mktemp -d "${TEST_TMPDIR:-/tmp}/dp.XXXXXX")
+cd "$WORK"
+unset TEST_PREMATURE_EXIT_FILE XML_OUTPUT_FILE
+MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca btl self,tcp --mca btl_tcp_if_include lo
+        --mca oob_tcp_if_include lo)
+passed=0
+failed=0
+cat >base.json <<'JSON'
+{"vocab_size": 64, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+ "num_attention_heads": 4, "num_key_value_heads": 2}
+JSON
+python3 - <<'PY'
+import json
+base = json.load(open("base.json"))
+json.dump(base, open("baseline.json", "w"))
+json.dump(dict(base, value_residual="satformer"), open("satformer.json", "w"))
+json.dump(dict(base, residual="dar", block_size=4), open("dar.json", "w"))
+json.dump(dict(base, residual="dar", block_size=4, moe={"num_experts": 4, "top_k": 2,
+          "expert_intermediate_size": 16}), open("dar_moe.json", "w"))
+PY
+compare() {  # NAME A_DIR B_DIR
+  python3 - "$2" "$3" <<'PY'
+import json, struct, sys
+def losses(d): return [json.loads(l)["loss"] for l in open(d + "/log.jsonl")]
+def weights(d):
+    raw = open(d + "/ckpt/ckpt_00000005.safetensors", "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n]); data = raw[8 + n:]
+    out = {}
+    for k, v in header.items():
+        if k == "__metadata__" or k.startswith("optimizer."): continue
+        b, e = v["data_offsets"]
+        out[k] = struct.unpack("<%dd" % ((e - b) // 8), data[b:e])
+    return out
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+assert len(a) == len(b) == 5, (a, b)
+worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+wa, wb = weights(sys.argv[1]), weights(sys.argv[2])
+assert wa.keys() == wb.keys()
+wworst = max(abs(x - y) / max(1e-30, max(abs(z) for z in wa[k]))
+             for k in wa for x, y in zip(wa[k], wb[k]))
+print("  losses rel err %.2e, weights rel err %.2e" % (worst, wworst))
+sys.exit(0 if worst <= 1e-9 and wworst <= 1e-9 else 1)
+PY
+}
+for model in baseline satformer dar dar_moe; do
+  T=(train --config $model.json --synthetic-data --steps 5 --seq-len 16 --dtype f64 --threads 1
+     --quiet --seed 7)
+  mkdir -p one mpi thr
+  "$SATDAR" "${T[@]}" --batch-size 8 --log-jsonl one/log.jsonl --checkpoint-dir one/ckpt
+  "${MPIRUN[@]}" -np 2 "$SATDAR" "${T[@]}" --batch-size 4 --dp 2 --log-jsonl mpi/log.jsonl \
+    --checkpoint-dir mpi/ckpt
+  "$SATDAR" "${T[@]}" --batch-size 2 --dp 4 --launcher threads --log-jsonl thr/log.jsonl \
+    --checkpoint-dir thr/ckpt
+  for run in mpi thr; do
+    if compare "$model/$run" one $run; then
+      echo "ok   $model dp ($run)"; passed=$((passed + 1))
+    else
+      echo "FAIL $model dp ($run)"; failed=$((failed + 1))
+    fi
+  done
+  rm -rf one mpi thr
+done
+
+expect_fail() {  # NAME MESSAGE CMD...
+  local name=$1 message=$2
+  shift 2
+  "$@" >out.txt 2>&1
+  local code=$?
+  if [[ $code -ne 2 ]] || ! grep -qF -- "$message" out.txt; then
+    echo "FAIL $name (exit $code)"; cat out.txt; failed=$((failed + 1))
+  else
+    echo "ok   $name"; passed=$((passed + 1))
+  fi
+}
+S=(train --config baseline.json --synthetic-data --steps 1 --seq-len 8 --batch-size 2)
+expect_fail dp_without_ranks "--dp 2 needs 2 ranks: run under mpirun -np 2" "$SATDAR" "${S[@]}" --dp 2
+expect_fail world_size_mismatch "the world has 2 ranks but --dp x --tp x --pp x --ep = dp=3" \
+  "${MPIRUN[@]}" -np 2 "$SATDAR" "${S[@]}" --dp 3
+expect_fail bad_launcher "flag --launcher must be mpi or threads" "$SATDAR" "${S[@]}" --launcher ssh
+
+echo "$passed passed, $failed failed"
+[[ $failed -eq 0 ]]
