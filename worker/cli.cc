@@ -432,6 +432,8 @@ absl::Status RunTrain(const std::vector<std::string>& args) {
   flags.DefineBool("--resume", "continue from the newest checkpoint in --checkpoint-dir");
   flags.Define("--dp", "data-parallel replicas (under mpirun: the number of processes)", false,
                "1");
+  flags.Define("--zero", "ZeRO stage with --dp: 0 (replicated optimizer) or 1 (sharded)",
+               false, "0");
   flags.Define("--launcher",
                "how --dp ranks run: mpi (one process each, under mpirun) or threads (one "
                "process)",
@@ -521,6 +523,12 @@ absl::Status RunTrain(const std::vector<std::string>& args) {
         o.config.max_position_embeddings, " of ", flags.Get("--config")));
   }
   SATDAR_ASSIGN_OR_RETURN(int64_t dp, flags.GetInt("--dp", 1));
+  SATDAR_ASSIGN_OR_RETURN(int64_t zero, flags.GetInt("--zero", 0));
+  if (zero > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("satdar train: flag --zero must be 0 or 1, got ", zero));
+  }
+  o.zero_stage = static_cast<int>(zero);
   const std::string launcher = flags.Get("--launcher");
   if (launcher != "mpi" && launcher != "threads") {
     return absl::InvalidArgumentError(

@@ -151,9 +151,27 @@ absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& options) {
                           Validator<T>::Create(o, model.get()));
 
   // State: flat parameter, gradient and moment buffers carved by the param table.
-  std::vector<T> params(n), grads(n), exp_avg(n, T(0)), exp_avg_sq(n, T(0));
+  // With ZeRO-1 the flat buffers are padded to a multiple of the replicas and this replica
+  // owns [lo, hi); its moments cover only that slice.
+  const bool zero = o.zero_stage == 1 && world > 1;
+  const int64_t shard = zero ? (n + world - 1) / world : n;
+  const int64_t padded = zero ? shard * world : n;
+  const int64_t lo = zero ? rank * shard : 0;
+  std::vector<T> params(padded, T(0)), grads(padded, T(0));
+  std::vector<T> exp_avg(zero ? 0 : n, T(0)), exp_avg_sq(zero ? 0 : n, T(0));
+  std::vector<T> m_shard(zero ? shard : 0, T(0)), v_shard(zero ? shard : 0, T(0)), g_shard;
   table.Initialize(params.data(), o.seed);
   OptimizerBuffers<T> buffers{&params, &exp_avg, &exp_avg_sq};
+  // Full moments for a checkpoint under ZeRO-1 (every replica takes part in the gather).
+  auto gather_moments = [&]() -> absl::Status {
+    if (!zero) return absl::OkStatus();
+    constexpr core::DType kDType = core::DTypeOf<T>::value;
+    exp_avg.assign(padded, T(0));
+    exp_avg_sq.assign(padded, T(0));
+    SATDAR_RETURN_IF_ERROR(
+        o.dp_comm->AllGather(m_shard.data(), exp_avg.data(), shard, kDType, {})->Wait());
+    return o.dp_comm->AllGather(v_shard.data(), exp_avg_sq.data(), shard, kDType, {})->Wait();
+  };
   int64_t start_step = 0;
   int64_t first_sample = 0;  // samples consumed by all ranks before the first step of this run
   const std::string config_json = model::ModelConfigToJson(o.config);
@@ -164,7 +182,18 @@ absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& options) {
       if (!o.quiet) std::printf("resume: no checkpoint in %s, starting at step 0\n",
                                 o.checkpoint_dir.c_str());
     } else {
-      SATDAR_ASSIGN_OR_RETURN(CheckpointInfo info, LoadCheckpoint<T>(latest, config_json, table, buffers));
+      if (zero) {
+        exp_avg.assign(padded, T(0));
+        exp_avg_sq.assign(padded, T(0));
+      }
+      SATDAR_ASSIGN_OR_RETURN(CheckpointInfo info,
+                              LoadCheckpoint<T>(latest, config_json, table, buffers));
+      if (zero) {  // keep this replica's slice of the moments
+        std::copy(exp_avg.begin() + lo, exp_avg.begin() + lo + shard, m_shard.begin());
+        std::copy(exp_avg_sq.begin() + lo, exp_avg_sq.begin() + lo + shard, v_shard.begin());
+        exp_avg.clear();
+        exp_avg_sq.clear();
+      }
       if (info.trainer_json != trainer_json || info.seed != o.seed) {
         return absl::InvalidArgumentError(absl::StrCat(
             "--resume: checkpoint ", latest,
@@ -207,20 +236,34 @@ absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& options) {
       model->Backward(params.data(), grads.data(), 1.0 / o.microbatches);
     }
     loss /= o.microbatches;
+    constexpr core::DType kDType = core::DTypeOf<T>::value;
     if (world > 1) {
-      // Every replica steps with the average gradient (and logs the global batch's loss).
-      constexpr core::DType kDType = core::DTypeOf<T>::value;
-      SATDAR_RETURN_IF_ERROR(
-          o.dp_comm->AllReduce(grads.data(), n, kDType, parallel::ReduceOp::kAvg, {})->Wait());
+      // The global batch's loss; every replica steps with the average gradient.
       SATDAR_RETURN_IF_ERROR(o.dp_comm->AllReduce(&loss, 1, core::DType::kF64,
                                                   parallel::ReduceOp::kAvg, {})->Wait());
+      if (zero) {
+        g_shard.resize(shard);
+        SATDAR_RETURN_IF_ERROR(o.dp_comm->ReduceScatter(grads.data(), g_shard.data(), shard,
+                                                        kDType, parallel::ReduceOp::kAvg, {})
+                                   ->Wait());
+      } else {
+        SATDAR_RETURN_IF_ERROR(
+            o.dp_comm->AllReduce(grads.data(), n, kDType, parallel::ReduceOp::kAvg, {})->Wait());
+      }
     }
     if (!std::isfinite(loss)) {
       return absl::InternalError(absl::StrCat("step ", step, ": loss is ", loss,
                                               "; lower --lr or check the data"));
     }
+    // The global gradient norm (under ZeRO-1: the slices' squares, summed over replicas).
+    const T* g = zero ? g_shard.data() : grads.data();
+    const int64_t owned = zero ? shard : n;
     double sq = 0;
-    for (int64_t i = 0; i < n; ++i) sq += static_cast<double>(grads[i]) * grads[i];
+    for (int64_t i = 0; i < owned; ++i) sq += static_cast<double>(g[i]) * g[i];
+    if (zero) {
+      SATDAR_RETURN_IF_ERROR(
+          o.dp_comm->AllReduce(&sq, 1, core::DType::kF64, parallel::ReduceOp::kSum, {})->Wait());
+    }
     double grad_norm = std::sqrt(sq);
     core::AdamWParams hp;
     hp.lr = LearningRate(o, step);
@@ -230,8 +273,17 @@ absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& options) {
     hp.weight_decay = o.weight_decay;
     hp.step = step;
     hp.grad_scale = (o.grad_clip > 0 && grad_norm > o.grad_clip) ? o.grad_clip / grad_norm : 1.0;
-    core::cpu::AdamWUpdate(params.data(), grads.data(), exp_avg.data(), exp_avg_sq.data(), n, hp,
-                           &pool);
+    if (zero) {
+      // Update this replica's slice, then every replica gathers the whole parameter buffer.
+      core::cpu::AdamWUpdate(params.data() + lo, g_shard.data(), m_shard.data(), v_shard.data(),
+                             shard, hp, &pool);
+      std::vector<T> mine(params.begin() + lo, params.begin() + lo + shard);
+      SATDAR_RETURN_IF_ERROR(
+          o.dp_comm->AllGather(mine.data(), params.data(), shard, kDType, {})->Wait());
+    } else {
+      core::cpu::AdamWUpdate(params.data(), grads.data(), exp_avg.data(), exp_avg_sq.data(), n,
+                             hp, &pool);
+    }
     double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     double tps = tokens_per_step / seconds;
@@ -269,13 +321,21 @@ absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& options) {
       std::fflush(stdout);
     }
     bool last = step == o.steps;
-    if (rank == 0 && !o.checkpoint_dir.empty() &&
-        ((o.checkpoint_every > 0 && step % o.checkpoint_every == 0) || last)) {
+    const bool checkpoint = !o.checkpoint_dir.empty() &&
+                            ((o.checkpoint_every > 0 && step % o.checkpoint_every == 0) || last);
+    if (checkpoint) SATDAR_RETURN_IF_ERROR(gather_moments());
+    if (rank == 0 && checkpoint) {
       // Replicas hold identical weights and moments: rank 0's checkpoint is the whole state.
       const int64_t consumed = first_sample + (step - start_step) * o.batch_size * world;
       CheckpointInfo info{step, o.seed, consumed, config_json, trainer_json};
       SATDAR_RETURN_IF_ERROR(SaveCheckpoint<T>(o.checkpoint_dir, info, table, buffers));
       SATDAR_RETURN_IF_ERROR(PruneCheckpoints(o.checkpoint_dir, o.keep_checkpoints));
+    }
+    if (zero && checkpoint) {  // the gathered moments were only needed for the file
+      exp_avg.clear();
+      exp_avg.shrink_to_fit();
+      exp_avg_sq.clear();
+      exp_avg_sq.shrink_to_fit();
     }
   }
   if (world > 1) SATDAR_RETURN_IF_ERROR(o.dp_comm->Barrier({})->Wait());

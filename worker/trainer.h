@@ -60,6 +60,10 @@ struct TrainOptions {
   // Each replica trains on its slice of the global batch (batch_size sequences), gradients
   // and the loss are averaged over replicas, and only rank 0 logs and writes checkpoints.
   parallel::Communicator* dp_comm = nullptr;
+  // ZeRO stage 1 (with dp_comm): gradients are reduce-scattered, each replica keeps the AdamW
+  // moments of its 1/dp slice of the flat buffer and updates only that slice, and the
+  // parameters are all-gathered. Checkpoints still hold the full state (gathered on write).
+  int zero_stage = 0;
 };
 
 struct TrainSummary {
