@@ -4,7 +4,8 @@
 # Usage: cli_bad_input_test.sh PATH_TO_SATDAR
 set -u
 SATDAR=$(realpath "$1")
-WORK=$(mktemp -d "${TEST_TMPDIR:-/tmp}/cli.XXXXXX")
+WORK="${TEST_TMPDIR:-/tmp/satdar-test-$$}/cli"
+rm -rf "$WORK" && mkdir -p "$WORK"
 cd "$WORK"
 passed=0
 failed=0

@@ -5,7 +5,8 @@
 # Usage: data_e2e_test.sh PATH_TO_SATDAR
 set -u
 SATDAR=$(realpath "$1")
-WORK=$(mktemp -d "${TEST_TMPDIR:-/tmp}/data.XXXXXX")
+WORK="${TEST_TMPDIR:-/tmp/satdar-test-$$}/data"
+rm -rf "$WORK" && mkdir -p "$WORK"
 cd "$WORK"
 passed=0
 failed=0

@@ -6,7 +6,8 @@
 # Usage: dp_equivalence_test.sh PATH_TO_SATDAR
 set -u
 SATDAR=$(realpath "$1")
-WORK=$(mktemp -d "${TEST_TMPDIR:-/tmp}/dp.XXXXXX")
+WORK="${TEST_TMPDIR:-/tmp/satdar-test-$$}/dp"
+rm -rf "$WORK" && mkdir -p "$WORK"
 cd "$WORK"
 unset TEST_PREMATURE_EXIT_FILE XML_OUTPUT_FILE
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca btl self,tcp --mca btl_tcp_if_include lo

@@ -4,7 +4,8 @@
 # Usage: dp_fault_test.sh PATH_TO_SATDAR
 set -u
 SATDAR=$(realpath "$1")
-WORK=$(mktemp -d "${TEST_TMPDIR:-/tmp}/fault.XXXXXX")
+WORK="${TEST_TMPDIR:-/tmp/satdar-test-$$}/fault"
+rm -rf "$WORK" && mkdir -p "$WORK"
 cd "$WORK"
 unset TEST_PREMATURE_EXIT_FILE XML_OUTPUT_FILE
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca btl self,tcp --mca btl_tcp_if_include lo

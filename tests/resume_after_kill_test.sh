@@ -4,7 +4,8 @@
 # Usage: resume_after_kill_test.sh PATH_TO_SATDAR
 set -u
 SATDAR=$(realpath "$1")
-WORK=$(mktemp -d "${TEST_TMPDIR:-/tmp}/resume.XXXXXX")
+WORK="${TEST_TMPDIR:-/tmp/satdar-test-$$}/resume"
+rm -rf "$WORK" && mkdir -p "$WORK"
 cd "$WORK"
 cat >config.json <<'JSON'
 {"vocab_size": 256, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,

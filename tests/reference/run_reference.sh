@@ -9,5 +9,6 @@ if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
   echo "torch is not importable by /usr/bin/python3: run scripts/setup.sh (installs python3-torch)"
   exit 1
 fi
-WORK=$(mktemp -d "${TEST_TMPDIR:-/tmp}/ref.XXXXXX")
+WORK="${TEST_TMPDIR:-/tmp/satdar-test-$$}/ref"
+rm -rf "$WORK" && mkdir -p "$WORK"
 exec /usr/bin/python3 "$HERE/$2" --satdar "$SATDAR" --workdir "$WORK" --threads 2
