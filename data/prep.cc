@@ -12,6 +12,7 @@
 #include "core/check.h"
 #include "core/file_util.h"
 #include "core/random.h"
+#include "core/thread_pool.h"
 #include "data/corpus.h"
 #include "data/dataset.h"
 #include "data/pos.h"
@@ -226,6 +227,7 @@ absl::StatusOr<PrepSummary> PrepInto(const PrepOptions& o, const std::string& tm
         o.vocab_size));
   }
   const int width = summary.vocab_size <= 65536 ? 2 : 4;
+  core::ThreadPool pool(o.threads);
   const int eos = tokenizer->eos_id();
 
   // Encode and shard each split.
@@ -259,26 +261,39 @@ absl::StatusOr<PrepSummary> PrepInto(const PrepOptions& o, const std::string& tm
       starts.clear();
       return absl::OkStatus();
     };
-    std::vector<int> ids, begins;
+    // Documents are encoded in parallel, a chunk at a time, and appended in order.
+    std::vector<const Document*> split_docs;
     for (const Document& d : docs) {
-      if (d.val != val_split) continue;
-      tokenizer->Encode(d.text, &ids, &begins);
-      starts.push_back(tokens.size());
-      size_t w = 0;
-      for (size_t i = 0; i < ids.size(); ++i) {
-        tokens.push_back(static_cast<uint32_t>(ids[i]));
-        if (brown) {
-          // The group of the word containing the piece's first byte (none for whitespace).
-          while (w < d.words.size() && d.words[w].end <= begins[i]) ++w;
-          const bool inside = w < d.words.size() && d.words[w].begin <= begins[i];
-          groups.push_back(inside ? d.words[w].group : kPosNone);
+      if (d.val == val_split) split_docs.push_back(&d);
+    }
+    constexpr size_t kChunk = 64;
+    std::vector<std::vector<int>> ids(kChunk), begins(kChunk);
+    for (size_t c0 = 0; c0 < split_docs.size(); c0 += kChunk) {
+      const size_t c1 = std::min(split_docs.size(), c0 + kChunk);
+      pool.ParallelFor(static_cast<int64_t>(c1 - c0), [&](int64_t k0, int64_t k1) {
+        for (int64_t k = k0; k < k1; ++k) {
+          tokenizer->Encode(split_docs[c0 + k]->text, &ids[k], &begins[k]);
         }
+      });
+      for (size_t k = 0; k < c1 - c0; ++k) {
+        const Document& d = *split_docs[c0 + k];
+        starts.push_back(tokens.size());
+        size_t w = 0;
+        for (size_t i = 0; i < ids[k].size(); ++i) {
+          tokens.push_back(static_cast<uint32_t>(ids[k][i]));
+          if (brown) {
+            // The group of the word containing the piece's first byte (none for whitespace).
+            while (w < d.words.size() && d.words[w].end <= begins[k][i]) ++w;
+            const bool inside = w < d.words.size() && d.words[w].begin <= begins[k][i];
+            groups.push_back(inside ? d.words[w].group : kPosNone);
+          }
+        }
+        tokens.push_back(static_cast<uint32_t>(eos));  // end of document
+        if (brown) groups.push_back(kPosNone);
+        done += static_cast<int64_t>(d.text.size());
+        if (static_cast<int64_t>(tokens.size()) >= o.shard_tokens) SATDAR_RETURN_IF_ERROR(flush());
       }
-      tokens.push_back(static_cast<uint32_t>(eos));  // end of document
-      if (brown) groups.push_back(kPosNone);
-      done += static_cast<int64_t>(d.text.size());
       progress.Update("tokenize", std::min(done, text_bytes));
-      if (static_cast<int64_t>(tokens.size()) >= o.shard_tokens) SATDAR_RETURN_IF_ERROR(flush());
     }
     SATDAR_RETURN_IF_ERROR(flush());
   }

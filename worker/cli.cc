@@ -358,7 +358,7 @@ absl::Status RunPrep(const std::vector<std::string>& args) {
   flags.Define("--val-fraction", "documents held out for validation", false, "0.01");
   flags.Define("--format", "auto, text or brown", false, "auto");
   flags.Define("--shard-tokens", "tokens per shard", false, "16777216");
-  flags.Define("--threads", "tokenizer training threads", false, "1");
+  flags.Define("--threads", "threads for tokenizer training and encoding", false, "1");
   flags.Define("--seed", "which documents are held out", false, "0");
   flags.DefineBool("--quiet", "no progress output");
   if (WantsHelp(args)) {
