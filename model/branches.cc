@@ -136,6 +136,7 @@ void Branches<T>::Forward(int l, const T* u, T* y) {
 template <typename T>
 void Branches<T>::Backward(int l, const T* u, const T* dy, T* du) {
   const int i = (l - 1) / 2;
+  if (l % 2 == 0 && hook_ && i + 1 < config_.num_hidden_layers) hook_(i + 1);
   Layer& L = layers_[i];
   const int n = dims_.rows(), d = config_.hidden_size;
   std::fill(dx_.begin(), dx_.end(), T(0));

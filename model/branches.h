@@ -8,6 +8,7 @@
 #ifndef SATDAR_MODEL_BRANCHES_H_
 #define SATDAR_MODEL_BRANCHES_H_
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -47,6 +48,11 @@ class Branches {
                                T* dxk, T* dxv);
   int64_t input_layernorm_offset(int i) const { return layers_[i].ln_attn; }
 
+  // See Model::SetLayerGradientsReadyHook. Every topology visits the sublayers in reverse and
+  // finishes all of layer k+1's parameters (branches and its own) before it enters the MLP
+  // branch of layer k, so that is where the hook fires.
+  void SetLayerGradientsReadyHook(std::function<void(int layer)> hook) { hook_ = std::move(hook); }
+
   // Start of a backward pass: clears dV1 and records the loss scale for auxiliary losses.
   void BeginBackward(double loss_scale);
   // Sum of the FFNs' auxiliary losses in the last forward.
@@ -80,6 +86,7 @@ class Branches {
   const T* params_ = nullptr;
   T* grads_ = nullptr;
   double loss_scale_ = 1.0;
+  std::function<void(int layer)> hook_;
 };
 
 }  // namespace satdar::model

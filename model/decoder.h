@@ -30,6 +30,9 @@ class DecoderModel : public Model<T> {
   bool SetGateAblation(GateAblation mode) override;
   void Predictions(std::vector<int32_t>* argmax) const override;
   bool GateValues(int layer, std::vector<double>* gates) const override;
+  void SetLayerGradientsReadyHook(std::function<void(int layer)> hook) override {
+    branches_->SetLayerGradientsReadyHook(std::move(hook));
+  }
 
  private:
   void Resize(int b, int t);

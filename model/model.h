@@ -11,6 +11,7 @@
 #define SATDAR_MODEL_MODEL_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -43,6 +44,11 @@ class Model {
   virtual bool SetGateAblation(GateAblation mode) = 0;
   // After a Forward (before Backward): the argmax prediction at every position (B*T).
   virtual void Predictions(std::vector<int32_t>* argmax) const = 0;
+  // Called during Backward with layer i as soon as no later part of the pass writes layer i's
+  // parameter gradients (layers L-1 .. 1, in that order; layer 0 and the non-layer parameters
+  // are final only when Backward returns). Data parallelism starts each layer's gradient
+  // reduction there, overlapping it with the rest of the backward pass. Empty: no calls.
+  virtual void SetLayerGradientsReadyHook(std::function<void(int layer)> hook) = 0;
   // After a Forward: layer i's SATFormer gates (B*T, NKV), or false when it has none.
   virtual bool GateValues(int layer, std::vector<double>* gates) const = 0;
 };

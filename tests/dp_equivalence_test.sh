@@ -26,6 +26,13 @@ json.dump(dict(base, value_residual="satformer"), open("satformer.json", "w"))
 json.dump(dict(base, residual="dar", block_size=4), open("dar.json", "w"))
 json.dump(dict(base, residual="dar", block_size=4, moe={"num_experts": 4, "top_k": 2,
           "expert_intermediate_size": 16}), open("dar_moe.json", "w"))
+# Every topology, so the per-layer gradient reduction overlapped with backward is checked
+# against each one's backward order.
+three = dict(base, num_hidden_layers=3)
+json.dump(dict(three, value_residual="resformer", resformer_mode="learnable_plus"),
+          open("resformer.json", "w"))
+for name in ("attnres", "hc", "mhc", "denseformer", "muddformer"):
+    json.dump(dict(three, residual=name), open(name + ".json", "w"))
 PY
 compare() {  # NAME A_DIR B_DIR
   python3 - "$2" "$3" <<'PY'
@@ -52,7 +59,7 @@ print("  losses rel err %.2e, weights rel err %.2e" % (worst, wworst))
 sys.exit(0 if worst <= 1e-9 and wworst <= 1e-9 else 1)
 PY
 }
-for model in baseline satformer dar dar_moe; do
+for model in baseline satformer dar dar_moe resformer attnres hc mhc denseformer muddformer; do
   T=(train --config $model.json --synthetic-data --steps 5 --seq-len 16 --dtype f64 --threads 1
      --quiet --seed 7)
   mkdir -p one mpi thr zero

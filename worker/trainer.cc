@@ -218,6 +218,20 @@ absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& options) {
     std::fflush(stdout);
   }
 
+  // Gradient reduction overlapped with backward (data parallel, without ZeRO): layer i's slice
+  // of the flat buffer is all-reduced as soon as the backward pass is done with it.
+  std::vector<int64_t> layer_start(o.config.num_hidden_layers + 1);
+  for (int i = 0; i < o.config.num_hidden_layers; ++i) {
+    layer_start[i] = table.Find(absl::StrCat("model.layers.", i, ".input_layernorm.weight"))->offset;
+  }
+  layer_start.back() = table.Offset("model.norm.weight");
+  std::vector<std::unique_ptr<parallel::Work>> pending;
+  auto reduce_range = [&](int64_t begin, int64_t end) {
+    pending.push_back(o.dp_comm->AllReduce(grads.data() + begin, end - begin,
+                                           core::DTypeOf<T>::value, parallel::ReduceOp::kAvg, {}));
+  };
+  const bool overlap = world > 1 && !zero;
+
   std::vector<int32_t> tokens;
   data::BatchStream stream(source.get(), {o.seq_len, o.batch_size, o.microbatches, rank, world,
                                           start_step + 1, first_sample});
@@ -233,7 +247,18 @@ absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& options) {
       stream.Next(&tokens);
       loss += model->Forward(params.data(), tokens.data(), o.batch_size / o.microbatches,
                              o.seq_len);
+      const bool last_micro = mb + 1 == o.microbatches;
+      if (overlap && last_micro) {
+        model->SetLayerGradientsReadyHook(
+            [&](int layer) { reduce_range(layer_start[layer], layer_start[layer + 1]); });
+      }
       model->Backward(params.data(), grads.data(), 1.0 / o.microbatches);
+      if (overlap && last_micro) {
+        model->SetLayerGradientsReadyHook(nullptr);
+        // What the hook did not cover: embedding, globals and layer 0; final norm and head.
+        reduce_range(0, o.config.num_hidden_layers > 1 ? layer_start[1] : layer_start.back());
+        reduce_range(layer_start.back(), n);
+      }
     }
     loss /= o.microbatches;
     constexpr core::DType kDType = core::DTypeOf<T>::value;
@@ -241,14 +266,14 @@ absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& options) {
       // The global batch's loss; every replica steps with the average gradient.
       SATDAR_RETURN_IF_ERROR(o.dp_comm->AllReduce(&loss, 1, core::DType::kF64,
                                                   parallel::ReduceOp::kAvg, {})->Wait());
-      if (zero) {
+      if (overlap) {
+        for (auto& w : pending) SATDAR_RETURN_IF_ERROR(w->Wait());
+        pending.clear();
+      } else if (zero) {
         g_shard.resize(shard);
         SATDAR_RETURN_IF_ERROR(o.dp_comm->ReduceScatter(grads.data(), g_shard.data(), shard,
                                                         kDType, parallel::ReduceOp::kAvg, {})
                                    ->Wait());
-      } else {
-        SATDAR_RETURN_IF_ERROR(
-            o.dp_comm->AllReduce(grads.data(), n, kDType, parallel::ReduceOp::kAvg, {})->Wait());
       }
     }
     if (!std::isfinite(loss)) {
