@@ -1,6 +1,8 @@
 #include "core/file_util.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -75,6 +77,49 @@ absl::Status AtomicFileWriter::Commit() {
     ::close(dir);
   }
   return absl::OkStatus();
+}
+
+MappedFile::MappedFile(MappedFile&& other) noexcept { *this = std::move(other); }
+
+MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
+  if (this != &other) {
+    if (map_ != nullptr) ::munmap(map_, size_);
+    map_ = other.map_;
+    size_ = other.size_;
+    other.map_ = nullptr;
+    other.size_ = 0;
+  }
+  return *this;
+}
+
+MappedFile::~MappedFile() {
+  if (map_ != nullptr) ::munmap(map_, size_);
+}
+
+absl::StatusOr<MappedFile> MappedFile::Open(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    std::string msg = absl::StrCat("cannot open ", path, ": ", std::strerror(errno));
+    return errno == ENOENT ? absl::NotFoundError(msg) : absl::InvalidArgumentError(msg);
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+  }
+  MappedFile f;
+  f.size_ = static_cast<size_t>(st.st_size);
+  if (f.size_ > 0) {
+    void* map = ::mmap(nullptr, f.size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map == MAP_FAILED) {
+      ::close(fd);
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": cannot mmap: ", std::strerror(errno)));
+    }
+    f.map_ = map;
+  }
+  ::close(fd);
+  return f;
 }
 
 absl::StatusOr<std::string> ReadFileToString(const std::string& path) {

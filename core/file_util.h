@@ -36,6 +36,27 @@ class AtomicFileWriter {
   int fd_ = -1;
 };
 
+// A whole file mapped read-only into memory (unmapped on destruction; moves, never copies).
+// Open fails with NotFound for a missing path and InvalidArgument for anything else that is
+// not a readable regular file; the message names the path.
+class MappedFile {
+ public:
+  static absl::StatusOr<MappedFile> Open(const std::string& path);
+  MappedFile() = default;
+  MappedFile(MappedFile&& other) noexcept;
+  MappedFile& operator=(MappedFile&& other) noexcept;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  ~MappedFile();
+
+  const char* data() const { return static_cast<const char*>(map_); }
+  size_t size() const { return size_; }
+
+ private:
+  void* map_ = nullptr;
+  size_t size_ = 0;
+};
+
 absl::StatusOr<std::string> ReadFileToString(const std::string& path);
 absl::Status WriteFileAtomically(const std::string& path, const std::string& contents);
 

@@ -26,54 +26,18 @@ absl::Status Bad(const std::string& path, const std::string& what) {
 }
 }  // namespace
 
-SafetensorsFile::SafetensorsFile(SafetensorsFile&& o) { *this = std::move(o); }
-
-SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& o) {
-  if (this != &o) {
-    if (map_ != nullptr) ::munmap(map_, map_size_);
-    path_ = std::move(o.path_);
-    map_ = o.map_;
-    map_size_ = o.map_size_;
-    data_ = o.data_;
-    data_size_ = o.data_size_;
-    entries_ = std::move(o.entries_);
-    index_ = std::move(o.index_);
-    metadata_ = std::move(o.metadata_);
-    o.map_ = nullptr;
-    o.map_size_ = 0;
-  }
-  return *this;
-}
-
-SafetensorsFile::~SafetensorsFile() {
-  if (map_ != nullptr) ::munmap(map_, map_size_);
-}
-
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   SafetensorsFile f;
   f.path_ = path;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    std::string msg = absl::StrCat("cannot open ", path, ": ", std::strerror(errno));
-    return errno == ENOENT ? absl::NotFoundError(msg) : absl::InvalidArgumentError(msg);
-  }
-  struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return Bad(path, "not a regular file");
-  }
-  size_t size = static_cast<size_t>(st.st_size);
+  auto mapped = MappedFile::Open(path);
+  if (!mapped.ok()) return mapped.status();
+  f.file_ = std::move(*mapped);
+  const size_t size = f.file_.size();
   if (size < 8) {
-    ::close(fd);
     return Bad(path, absl::StrCat("truncated safetensors file: ", size,
                                   " bytes, less than the 8-byte header length"));
   }
-  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  if (map == MAP_FAILED) return Bad(path, absl::StrCat("cannot mmap: ", std::strerror(errno)));
-  f.map_ = map;
-  f.map_size_ = size;
-  const char* base = static_cast<const char*>(map);
+  const char* base = f.file_.data();
   uint64_t header_len;
   std::memcpy(&header_len, base, 8);  // little-endian host
   if (header_len > kMaxHeaderBytes || header_len > size - 8) {

@@ -21,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/dtype.h"
+#include "core/file_util.h"
 #include "core/tensor.h"
 
 namespace satdar::core {
@@ -36,9 +37,6 @@ struct SafetensorsEntry {
 class SafetensorsFile {
  public:
   static absl::StatusOr<SafetensorsFile> Open(const std::string& path);
-  SafetensorsFile(SafetensorsFile&& other);
-  SafetensorsFile& operator=(SafetensorsFile&& other);
-  ~SafetensorsFile();
 
   const std::string& path() const { return path_; }
   // Entries in file order (ascending offsets).
@@ -57,8 +55,7 @@ class SafetensorsFile {
  private:
   SafetensorsFile() = default;
   std::string path_;
-  void* map_ = nullptr;
-  size_t map_size_ = 0;
+  core::MappedFile file_;
   const char* data_ = nullptr;
   size_t data_size_ = 0;
   std::vector<SafetensorsEntry> entries_;

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/file_util.h"
+#include "data/pos.h"
 
 namespace satdar::data {
 
@@ -25,21 +26,12 @@ std::string StripBrownTags(const std::string& tagged) {
   while (pos < tagged.size()) {
     size_t eol = tagged.find('\n', pos);
     if (eol == std::string::npos) eol = tagged.size();
-    bool any = false;
-    size_t i = pos;
-    while (i < eol) {
-      while (i < eol && (tagged[i] == ' ' || tagged[i] == '\t' || tagged[i] == '\r')) ++i;
-      size_t start = i;
-      while (i < eol && tagged[i] != ' ' && tagged[i] != '\t' && tagged[i] != '\r') ++i;
-      if (i == start) continue;
-      std::string token = tagged.substr(start, i - start);
-      size_t slash = token.rfind('/');
-      if (slash != std::string::npos && slash > 0) token.resize(slash);
-      if (any) out.push_back(' ');
-      out += token;
-      any = true;
+    std::vector<TaggedWord> words = ParseBrownLine(absl::string_view(tagged).substr(pos, eol - pos));
+    for (size_t i = 0; i < words.size(); ++i) {
+      if (i > 0) out.push_back(' ');
+      out += words[i].word;
     }
-    if (any) out.push_back('\n');
+    if (!words.empty()) out.push_back('\n');
     pos = eol + 1;
   }
   return out;

@@ -132,4 +132,14 @@ void DatasetBatches::Sequence(const SampleKey& key, int seq_len, int32_t* out) c
   for (int p = 0; p <= seq_len; ++p) out[p] = static_cast<int32_t>(dataset_->token(split_, start + p));
 }
 
+absl::StatusOr<std::unique_ptr<DatasetBatches>> OpenValidation(
+    std::shared_ptr<const Dataset> dataset, int seq_len, uint64_t seed, const std::string& flag) {
+  if (dataset->samples(Split::kVal, seq_len) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, ": the validation split of ", dataset->dir(), " holds ",
+        dataset->tokens(Split::kVal), " tokens, fewer than --seq-len + 1"));
+  }
+  return std::make_unique<DatasetBatches>(std::move(dataset), Split::kVal, seq_len, seed);
+}
+
 }  // namespace satdar::data

@@ -76,6 +76,11 @@ class DatasetBatches : public BatchSource {
   uint64_t seed_, samples_;
 };
 
+// The validation split of `dataset` as windows of seq_len + 1 tokens (in order). When the split
+// is shorter than one window: InvalidArgument naming `flag`, the folder and the token count.
+absl::StatusOr<std::unique_ptr<DatasetBatches>> OpenValidation(
+    std::shared_ptr<const Dataset> dataset, int seq_len, uint64_t seed, const std::string& flag);
+
 }  // namespace satdar::data
 
 #endif  // SATDAR_DATA_DATASET_H_

@@ -68,46 +68,17 @@ absl::Status WriteShard(const std::string& path, const std::vector<uint32_t>& to
   return writer.Commit();
 }
 
-Shard::Shard(Shard&& o) { *this = std::move(o); }
-
-Shard& Shard::operator=(Shard&& o) {
-  if (this != &o) {
-    if (map_ != nullptr) ::munmap(map_, map_size_);
-    path_ = std::move(o.path_);
-    map_ = o.map_;
-    map_size_ = o.map_size_;
-    data_ = o.data_;
-    tokens_ = o.tokens_;
-    width_ = o.width_;
-    docs_ = std::move(o.docs_);
-    o.map_ = nullptr;
-  }
-  return *this;
-}
-
-Shard::~Shard() {
-  if (map_ != nullptr) ::munmap(map_, map_size_);
-}
-
 absl::StatusOr<Shard> Shard::Open(const std::string& path, uint64_t vocab) {
   Shard s;
   s.path_ = path;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Bad(path, absl::StrCat("cannot open: ", std::strerror(errno)));
-  struct stat st;
-  if (::fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < kShardHeaderBytes) {
-    ::close(fd);
+  auto mapped = core::MappedFile::Open(path);
+  if (!mapped.ok()) return Bad(path, std::string(mapped.status().message()));
+  s.file_ = std::move(*mapped);
+  if (s.file_.size() < kShardHeaderBytes) {
     return Bad(path, "truncated: shorter than the 64-byte header");
   }
-  s.map_size_ = static_cast<size_t>(st.st_size);
-  s.map_ = ::mmap(nullptr, s.map_size_, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  if (s.map_ == MAP_FAILED) {
-    s.map_ = nullptr;
-    return Bad(path, "cannot mmap");
-  }
   Header h;
-  std::memcpy(&h, s.map_, sizeof(h));
+  std::memcpy(&h, s.file_.data(), sizeof(h));
   if (std::memcmp(h.magic, kShardMagic, 8) != 0) return Bad(path, "not a satdar shard (bad magic)");
   if (h.version != kShardVersion) {
     return Bad(path, absl::StrCat("version ", h.version, ", this satdar reads ", kShardVersion));
@@ -115,13 +86,13 @@ absl::StatusOr<Shard> Shard::Open(const std::string& path, uint64_t vocab) {
   if (h.width != 1 && h.width != 2 && h.width != 4) {
     return Bad(path, absl::StrCat("token width ", h.width, " is not 1, 2 or 4"));
   }
-  const uint64_t body = s.map_size_ - kShardHeaderBytes;
+  const uint64_t body = s.file_.size() - kShardHeaderBytes;
   if (h.tokens > body / h.width || h.docs > body / 8 || h.tokens * h.width + h.docs * 8 != body) {
     return Bad(path, absl::StrCat("truncated or padded: ", body, " bytes after the header for ",
                                   h.tokens, " tokens of ", h.width, " bytes and ", h.docs,
                                   " documents"));
   }
-  s.data_ = static_cast<const char*>(s.map_) + kShardHeaderBytes;
+  s.data_ = s.file_.data() + kShardHeaderBytes;
   if (core::Checksum64(s.data_, body) != h.checksum) {
     return Bad(path, "checksum mismatch: the file is corrupted");
   }

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/file_util.h"
 
 namespace satdar::data {
 
@@ -37,9 +38,6 @@ absl::Status WriteShard(const std::string& path, const std::vector<uint32_t>& to
 class Shard {
  public:
   static absl::StatusOr<Shard> Open(const std::string& path, uint64_t vocab);
-  Shard(Shard&& other);
-  Shard& operator=(Shard&& other);
-  ~Shard();
 
   const std::string& path() const { return path_; }
   uint64_t size() const { return tokens_; }
@@ -54,8 +52,7 @@ class Shard {
  private:
   Shard() = default;
   std::string path_;
-  void* map_ = nullptr;
-  size_t map_size_ = 0;
+  core::MappedFile file_;
   const char* data_ = nullptr;
   uint64_t tokens_ = 0;
   int width_ = 0;

@@ -52,6 +52,17 @@ bool WantsHelp(const std::vector<std::string>& args) {
   return false;
 }
 
+// --dtype: true for f64, false for f32.
+absl::StatusOr<bool> DtypeIsF64(const FlagSet& flags, const std::string& command) {
+  const std::string dtype = flags.Get("--dtype");
+  if (dtype != "f32" && dtype != "f64") {
+    return absl::InvalidArgumentError(absl::StrCat("satdar ", command,
+                                                   ": flag --dtype must be f32 or f64, got '",
+                                                   dtype, "'"));
+  }
+  return dtype == "f64";
+}
+
 // --task and the MQAR flags, shared by train and eval.
 void DefineTaskFlags(FlagSet* flags) {
   flags->Define("--task", "lm (the data) or mqar (multi-query associative recall)", false, "lm");
@@ -168,13 +179,9 @@ absl::Status RunGrad(const std::vector<std::string>& args) {
   }
   SATDAR_RETURN_IF_ERROR(flags.Parse(args));
   SATDAR_ASSIGN_OR_RETURN(int64_t threads, flags.GetInt("--threads", 1));
-  std::string dtype = flags.Get("--dtype");
-  if (dtype != "f32" && dtype != "f64") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("satdar grad: flag --dtype must be f32 or f64, got '", dtype, "'"));
-  }
+  SATDAR_ASSIGN_OR_RETURN(const bool f64, DtypeIsF64(flags, "grad"));
   SATDAR_ASSIGN_OR_RETURN(model::ModelConfig config, model::LoadModelConfig(flags.Get("--config")));
-  return dtype == "f64" ? RunGradTyped<double>(config, flags, static_cast<int>(threads))
+  return f64 ? RunGradTyped<double>(config, flags, static_cast<int>(threads))
                         : RunGradTyped<float>(config, flags, static_cast<int>(threads));
 }
 
@@ -192,11 +199,7 @@ absl::Status RunInit(const std::vector<std::string>& args) {
   }
   SATDAR_RETURN_IF_ERROR(flags.Parse(args));
   SATDAR_ASSIGN_OR_RETURN(int64_t seed, flags.GetInt("--seed", 0));
-  std::string dtype = flags.Get("--dtype");
-  if (dtype != "f32" && dtype != "f64") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("satdar init: flag --dtype must be f32 or f64, got '", dtype, "'"));
-  }
+  SATDAR_ASSIGN_OR_RETURN(const bool f64, DtypeIsF64(flags, "init"));
   SATDAR_ASSIGN_OR_RETURN(model::ModelConfig config, model::LoadModelConfig(flags.Get("--config")));
   core::ThreadPool pool(1);
   SATDAR_ASSIGN_OR_RETURN(auto model, model::CreateModel<double>(config, &pool));
@@ -204,7 +207,6 @@ absl::Status RunInit(const std::vector<std::string>& args) {
   std::vector<double> params(table.size());
   table.Initialize(params.data(), static_cast<uint64_t>(seed));
   std::vector<float> params32(params.begin(), params.end());
-  const bool f64 = dtype == "f64";
   std::vector<core::TensorRef> out;
   for (const auto& spec : table.specs()) {
     const void* p = f64 ? static_cast<const void*>(params.data() + spec.offset)
@@ -264,12 +266,8 @@ absl::Status RunEval(const std::vector<std::string>& args) {
     return absl::InvalidArgumentError(
         "satdar eval: give exactly one of --data DIR or --synthetic-data (or --task mqar)");
   }
-  std::string dtype = flags.Get("--dtype");
-  if (dtype != "f32" && dtype != "f64") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("satdar eval: flag --dtype must be f32 or f64, got '", dtype, "'"));
-  }
-  o.f64 = dtype == "f64";
+  SATDAR_ASSIGN_OR_RETURN(const bool f64, DtypeIsF64(flags, "eval"));
+  o.f64 = f64;
   o.gate_ablation = flags.Get("--gate-ablation");
   if (o.gate_ablation != "none" && o.gate_ablation != "zero" && o.gate_ablation != "mean") {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -495,12 +493,8 @@ absl::Status RunTrain(const std::vector<std::string>& args) {
     return absl::InvalidArgumentError(
         "satdar train: give exactly one of --data DIR or --synthetic-data (or --task mqar)");
   }
-  std::string dtype = flags.Get("--dtype");
-  if (dtype != "f32" && dtype != "f64") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("satdar train: flag --dtype must be f32 or f64, got '", dtype, "'"));
-  }
-  o.f64 = dtype == "f64";
+  SATDAR_ASSIGN_OR_RETURN(const bool f64, DtypeIsF64(flags, "train"));
+  o.f64 = f64;
   SATDAR_ASSIGN_OR_RETURN(core::Device device, core::ParseDevice(flags.Get("--device")));
   SATDAR_RETURN_IF_ERROR(core::CheckDeviceAvailable(device));
   if (device.type != core::DeviceType::kCpu) {

@@ -46,12 +46,8 @@ absl::StatusOr<nlohmann::json> EvaluateTyped(const EvalOptions& o) {
     source = std::move(m);
   } else if (!o.synthetic_data && data::Dataset::IsDataset(o.data_dir)) {
     SATDAR_ASSIGN_OR_RETURN(dataset, data::Dataset::Open(o.data_dir, o.config.vocab_size));
-    if (dataset->samples(data::Split::kVal, o.seq_len) == 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--data: the validation split of ", o.data_dir, " holds ",
-          dataset->tokens(data::Split::kVal), " tokens, fewer than --seq-len + 1"));
-    }
-    auto v = std::make_unique<data::DatasetBatches>(dataset, data::Split::kVal, o.seq_len, o.seed);
+    SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<data::DatasetBatches> v,
+                            data::OpenValidation(dataset, o.seq_len, o.seed, "--data"));
     val = v.get();
     source = std::move(v);
   } else {

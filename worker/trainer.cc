@@ -84,13 +84,9 @@ class Validator {
           "prep), whose held-out split it reads");
     }
     SATDAR_ASSIGN_OR_RETURN(auto dataset, data::Dataset::Open(o.data_dir, o.config.vocab_size));
-    if (dataset->samples(data::Split::kVal, o.seq_len) == 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--eval-every: the validation split of ", o.data_dir, " holds ",
-          dataset->tokens(data::Split::kVal), " tokens, fewer than --seq-len + 1"));
-    }
     auto v = std::unique_ptr<Validator>(new Validator(o, model));
-    v->source_ = std::make_unique<data::DatasetBatches>(dataset, data::Split::kVal, o.seq_len, o.seed);
+    SATDAR_ASSIGN_OR_RETURN(v->source_,
+                            data::OpenValidation(dataset, o.seq_len, o.seed, "--eval-every"));
     return v;
   }
   double Loss(const T* params) {
