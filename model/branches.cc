@@ -18,10 +18,10 @@ std::string LayerName(int i, const char* suffix) {
 }  // namespace
 
 template <typename T>
-Branches<T>::Branches(const ModelConfig& config, core::ThreadPool* pool,
+Branches<T>::Branches(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool,
                       std::unique_ptr<ValueResidual<T>> value_residual,
                       std::unique_ptr<Ffn<T>> ffn)
-    : config_(config), pool_(pool), value_residual_(std::move(value_residual)),
+    : config_(config), shard_(shard), pool_(pool), value_residual_(std::move(value_residual)),
       ffn_(std::move(ffn)), layers_(config.num_hidden_layers) {}
 
 template <typename T>
@@ -36,15 +36,19 @@ void Branches<T>::AddLayerParams(int i, ParamTable* table) {
   const int64_t qd = c.num_attention_heads * hs, kd = c.num_key_value_heads * hs;
   const ParamInit normal = ParamInit::Normal(c.initializer_range);
   const ParamInit ones = ParamInit::Constant(1.0);
+  const int r = shard_.tp_rank, tp = shard_.tp_size;
   table->Add(LayerName(i, "input_layernorm.weight"), {d}, ones);
-  // q, k and v back to back: the attention layer runs them as one GEMM.
-  table->Add(LayerName(i, "self_attn.q_proj.weight"), {qd, d}, normal);
-  table->Add(LayerName(i, "self_attn.k_proj.weight"), {kd, d}, normal);
-  table->Add(LayerName(i, "self_attn.v_proj.weight"), {kd, d}, normal);
-  table->Add(LayerName(i, "self_attn.o_proj.weight"), {d, qd}, normal);
+  // q, k and v back to back: the attention layer runs them as one GEMM. Under tensor
+  // parallelism each rank holds its heads' rows (column-parallel) and Wo's matching columns
+  // (row-parallel).
+  table->AddShard(LayerName(i, "self_attn.q_proj.weight"), {qd, d}, normal, 0, r, tp);
+  table->AddShard(LayerName(i, "self_attn.k_proj.weight"), {kd, d}, normal, 0, r, tp);
+  table->AddShard(LayerName(i, "self_attn.v_proj.weight"), {kd, d}, normal, 0, r, tp);
+  table->AddShard(LayerName(i, "self_attn.o_proj.weight"), {d, qd}, normal, 1, r, tp);
   if (c.qk_norm) {
-    table->Add(LayerName(i, "self_attn.q_norm.weight"), {hs}, ones);
-    table->Add(LayerName(i, "self_attn.k_norm.weight"), {hs}, ones);
+    // Shared by all heads: each rank's gradient covers its heads only.
+    table->Add(LayerName(i, "self_attn.q_norm.weight"), {hs}, ones).tp_partial_grad = tp > 1;
+    table->Add(LayerName(i, "self_attn.k_norm.weight"), {hs}, ones).tp_partial_grad = tp > 1;
   }
   if (value_residual_) value_residual_->AddLayerParams(i, table);
   table->Add(LayerName(i, "post_attention_layernorm.weight"), {d}, ones);
@@ -54,6 +58,7 @@ void Branches<T>::AddLayerParams(int i, ParamTable* table) {
 template <typename T>
 void Branches<T>::Bind(const ParamTable& table) {
   for (int i = 0; i < config_.num_hidden_layers; ++i) {
+    if (!Owned(i)) continue;
     Layer& l = layers_[i];
     l.ln_attn = table.Offset(LayerName(i, "input_layernorm.weight"));
     l.wq = table.Offset(LayerName(i, "self_attn.q_proj.weight"));
@@ -71,12 +76,20 @@ void Branches<T>::Bind(const ParamTable& table) {
 template <typename T>
 void Branches<T>::Resize(int b, int t) {
   const ModelConfig& c = config_;
-  dims_ = AttentionDims{b, t, c.hidden_size, c.num_attention_heads, c.num_key_value_heads,
-                        c.head_size(), c.qk_norm, c.rms_norm_eps};
+  // This tensor-parallel rank's heads.
+  dims_ = AttentionDims{b,
+                        t,
+                        c.hidden_size,
+                        shard_.TpCount(c.num_attention_heads),
+                        shard_.TpCount(c.num_key_value_heads),
+                        c.head_size(),
+                        c.qk_norm,
+                        c.rms_norm_eps};
   cpu::RopeTables(&cos_, &sin_, t, c.head_size(), c.rope_theta);
   const size_t n = static_cast<size_t>(b) * t, nc = n * c.hidden_size;
-  const size_t nkv = n * c.num_key_value_heads * c.head_size();
+  const size_t nkv = n * dims_.nkv * c.head_size();
   for (size_t i = 0; i < layers_.size(); ++i) {
+    if (!Owned(static_cast<int>(i))) continue;
     Layer& l = layers_[i];
     l.x_attn.resize(nc);
     l.rstd_attn.resize(n);
@@ -90,6 +103,7 @@ void Branches<T>::Resize(int b, int t) {
   dv_raw_.resize(nkv);
   if (value_residual_) {
     dv1_.resize(nkv);
+    if (!Owned(0)) v1_in_.resize(nkv);
     value_residual_->Resize(static_cast<int>(n));
   }
   ffn_->Resize(b, t);
@@ -126,27 +140,32 @@ void Branches<T>::Forward(int l, const T* u, T* y) {
                         config_.rms_norm_eps, pool_);
     const T* x = L.x_attn.data();
     AttentionNormedForward(i, x, x, x, y);
+    TpAllReduce(shard_, y, static_cast<size_t>(n) * d);  // row-parallel Wo: partial sums
   } else {
     cpu::RmsNormForward(L.z_mlp.data(), L.rstd_mlp.data(), u, params_ + L.ln_mlp, n, d,
                         config_.rms_norm_eps, pool_);
     L.aux = ffn_->Forward(i, params_, L.z_mlp.data(), y);
+    if (ffn_->tp_partial()) TpAllReduce(shard_, y, static_cast<size_t>(n) * d);
   }
 }
 
 template <typename T>
 void Branches<T>::Backward(int l, const T* u, const T* dy, T* du) {
   const int i = (l - 1) / 2;
-  if (l % 2 == 0 && hook_ && i + 1 < config_.num_hidden_layers) hook_(i + 1);
+  if (l % 2 == 0 && hook_ && i + 1 < config_.num_hidden_layers && Owned(i + 1)) hook_(i + 1);
   Layer& L = layers_[i];
   const int n = dims_.rows(), d = config_.hidden_size;
   std::fill(dx_.begin(), dx_.end(), T(0));
   if (l % 2 == 1) {
     const T* x = L.x_attn.data();
     AttentionNormedBackward(i, x, x, x, dy, dx_.data(), dx_.data(), dx_.data());
+    // Column-parallel q/k/v (and the gate rows): each rank's input gradient is partial.
+    TpAllReduce(shard_, dx_.data(), dx_.size());
     cpu::RmsNormBackward(du, grads_ + L.ln_attn, dx_.data(), u, params_ + L.ln_attn,
                          L.rstd_attn.data(), n, d, pool_);
   } else {
     ffn_->Backward(i, params_, grads_, L.z_mlp.data(), dy, dx_.data(), loss_scale_);
+    if (ffn_->tp_partial()) TpAllReduce(shard_, dx_.data(), dx_.size());
     cpu::RmsNormBackward(du, grads_ + L.ln_mlp, dx_.data(), u, params_ + L.ln_mlp,
                          L.rstd_mlp.data(), n, d, pool_);
   }
@@ -159,8 +178,7 @@ void Branches<T>::AttentionNormedForward(int i, const T* xq, const T* xk, const 
   AttentionProjectForward(&L.attn, xq, xk, xv, w, dims_, &scratch_, pool_);
   if (value_residual_ && i >= 1) {
     // The gate (SATFormer) reads the normed input of the values.
-    value_residual_->Forward(i, params_, xv, L.attn.v.data(), layers_[0].attn.v.data(),
-                             L.vmix.data());
+    value_residual_->Forward(i, params_, xv, L.attn.v.data(), v1(), L.vmix.data());
   }
   AttentionCoreForward(y, &L.attn, ValuesRead(i), w, dims_, cos_.data(), sin_.data(), pool_);
 }
@@ -175,8 +193,8 @@ void Branches<T>::AttentionNormedBackward(int i, const T* xq, const T* xk, const
                         &scratch_, pool_);
   const T* dv = scratch_.dv.data();  // d loss / d (values attention read)
   if (value_residual_ && i >= 1) {
-    value_residual_->Backward(i, params_, grads_, xv, L.attn.v.data(), layers_[0].attn.v.data(),
-                              scratch_.dv.data(), dxv, dv_raw_.data(), dv1_.data());
+    value_residual_->Backward(i, params_, grads_, xv, L.attn.v.data(), v1(), scratch_.dv.data(),
+                              dxv, dv_raw_.data(), dv1_.data());
     dv = dv_raw_.data();
   } else if (value_residual_ && i == 0) {
     // Layer 1's V is also V1: add the gradient every later layer sent it.
@@ -188,6 +206,11 @@ void Branches<T>::AttentionNormedBackward(int i, const T* xq, const T* xk, const
 }
 
 template <typename T>
+const T* Branches<T>::v1() const {
+  return Owned(0) ? layers_[0].attn.v.data() : v1_in_.data();
+}
+
+template <typename T>
 void Branches<T>::BeginBackward(double loss_scale) {
   loss_scale_ = loss_scale;
   std::fill(dv1_.begin(), dv1_.end(), T(0));
@@ -196,7 +219,9 @@ void Branches<T>::BeginBackward(double loss_scale) {
 template <typename T>
 double Branches<T>::aux_loss() const {
   double sum = 0;
-  for (const Layer& l : layers_) sum += l.aux;
+  for (int i = 0; i < config_.num_hidden_layers; ++i) {
+    if (Owned(i)) sum += layers_[i].aux;
+  }
   return sum;
 }
 

@@ -17,6 +17,7 @@
 #include "model/ffn.h"
 #include "model/layers/attention.h"
 #include "model/param_table.h"
+#include "model/sharding.h"
 #include "model/value_residual.h"
 #include "nlohmann/json.hpp"
 
@@ -26,7 +27,7 @@ template <typename T>
 class Branches {
  public:
   // value_residual may be null ("none").
-  Branches(const ModelConfig& config, core::ThreadPool* pool,
+  Branches(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool,
            std::unique_ptr<ValueResidual<T>> value_residual, std::unique_ptr<Ffn<T>> ffn);
 
   void AddGlobalParams(ParamTable* table);
@@ -55,6 +56,14 @@ class Branches {
 
   // Start of a backward pass: clears dV1 and records the loss scale for auxiliary losses.
   void BeginBackward(double loss_scale);
+
+  // Pipeline stages without layer 0 receive V1 (B*T, NKV*HS of this TP rank) here before
+  // Forward; after Backward, dv1() holds the gradient of V1 from this stage's layers plus
+  // what was put there after BeginBackward (the later stages' sum).
+  bool has_value_residual() const { return value_residual_ != nullptr; }
+  std::vector<T>* v1_input() { return &v1_in_; }
+  const T* v1() const;
+  std::vector<T>* dv1() { return &dv1_; }
   // Sum of the FFNs' auxiliary losses in the last forward.
   double aux_loss() const;
 
@@ -74,7 +83,10 @@ class Branches {
   AttentionWeights<T> Weights(T* base, const Layer& layer) const;
   const T* ValuesRead(int i) const;
 
+  bool Owned(int i) const { return shard_.OwnsLayer(config_, i); }
+
   ModelConfig config_;
+  Sharding shard_;
   core::ThreadPool* pool_;
   std::unique_ptr<ValueResidual<T>> value_residual_;
   std::unique_ptr<Ffn<T>> ffn_;
@@ -82,7 +94,7 @@ class Branches {
   AttentionDims dims_;
   std::vector<T> cos_, sin_;
   AttentionScratch<T> scratch_;
-  std::vector<T> dx_, dv_raw_, dv1_;
+  std::vector<T> dx_, dv_raw_, dv1_, v1_in_;
   const T* params_ = nullptr;
   T* grads_ = nullptr;
   double loss_scale_ = 1.0;

@@ -1,6 +1,7 @@
 #include "model/decoder.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/check.h"
 #include "core/ops/cross_entropy.h"
@@ -13,27 +14,42 @@ namespace satdar::model {
 namespace cpu = core::cpu;
 
 template <typename T>
-DecoderModel<T>::DecoderModel(const ModelConfig& config, core::ThreadPool* pool,
-                              std::unique_ptr<Branches<T>> branches,
+DecoderModel<T>::DecoderModel(const ModelConfig& config, const Sharding& shard,
+                              core::ThreadPool* pool, std::unique_ptr<Branches<T>> branches,
                               std::unique_ptr<Topology<T>> topology)
-    : config_(config), pool_(pool), branches_(std::move(branches)),
-      topology_(std::move(topology)) {
+    : config_(config), shard_(shard), first_sublayer_(2 * shard.first_layer(config) + 1),
+      last_sublayer_(2 * shard.end_layer(config)),
+      has_embedding_(shard.first_stage() || (shard.last_stage() && config.tie_word_embeddings)),
+      v0_(shard.TpFirst(config.vocab_size)), vl_(shard.TpCount(config.vocab_size)), pool_(pool),
+      branches_(std::move(branches)), topology_(std::move(topology)) {
   const ModelConfig& c = config_;
   const ParamInit normal = ParamInit::Normal(c.initializer_range);
-  table_.Add("model.embed_tokens.weight", {c.vocab_size, c.hidden_size}, normal);
+  const int r = shard.tp_rank, tp = shard.tp_size;
+  // Vocabulary-parallel: each TP rank holds a contiguous range of rows. With tied embeddings
+  // split across pipeline stages, the first and the last stage each hold a copy whose
+  // gradients the trainer sums.
+  if (has_embedding_) {
+    table_.AddShard("model.embed_tokens.weight", {c.vocab_size, c.hidden_size}, normal, 0, r, tp);
+  }
   branches_->AddGlobalParams(&table_);
-  for (int i = 0; i < c.num_hidden_layers; ++i) {
+  for (int i = shard.first_layer(c); i < shard.end_layer(c); ++i) {
     branches_->AddLayerParams(i, &table_);
     topology_->AddLayerParams(i, &table_);
   }
-  table_.Add("model.norm.weight", {c.hidden_size}, ParamInit::Constant(1.0));
-  topology_->AddFinalParams(&table_);
-  if (!c.tie_word_embeddings) table_.Add("lm_head.weight", {c.vocab_size, c.hidden_size}, normal);
+  if (shard.last_stage()) {
+    table_.Add("model.norm.weight", {c.hidden_size}, ParamInit::Constant(1.0));
+    topology_->AddFinalParams(&table_);
+    if (!c.tie_word_embeddings) {
+      table_.AddShard("lm_head.weight", {c.vocab_size, c.hidden_size}, normal, 0, r, tp);
+    }
+  }
   branches_->Bind(table_);
   topology_->Bind(table_);
-  embed_off_ = table_.Offset("model.embed_tokens.weight");
-  norm_off_ = table_.Offset("model.norm.weight");
-  head_off_ = c.tie_word_embeddings ? embed_off_ : table_.Offset("lm_head.weight");
+  embed_off_ = has_embedding_ ? table_.Offset("model.embed_tokens.weight") : -1;
+  norm_off_ = shard.last_stage() ? table_.Offset("model.norm.weight") : -1;
+  head_off_ = !shard.last_stage()      ? -1
+              : c.tie_word_embeddings ? embed_off_
+                                      : table_.Offset("lm_head.weight");
 }
 
 template <typename T>
@@ -46,15 +62,117 @@ void DecoderModel<T>::Resize(int b, int t) {
   targets_.resize(n);
   h0_.resize(nc);
   x_final_.resize(nc);
-  lnf_.resize(nc);
-  lnf_rstd_.resize(n);
-  logits_.resize(n * config_.vocab_size);
-  losses_.resize(n);
-  dnorm_.resize(nc);
   dx_final_.resize(nc);
   dh0_.resize(nc);
+  if (shard_.last_stage()) {
+    lnf_.resize(nc);
+    lnf_rstd_.resize(n);
+    logits_.resize(n * vl_);
+    losses_.resize(n);
+    dnorm_.resize(nc);
+    row_max_.resize(n);
+    row_lse_.resize(n);
+  }
   branches_->Resize(b, t);
   topology_->Resize(static_cast<int>(n));
+  // Boundary buffers: the topology's state tensors, then V1.
+  const size_t v1 = n * shard_.TpCount(config_.num_key_value_heads) * config_.head_size();
+  auto layout = [&](int after_sublayer, std::vector<std::vector<T>>* a,
+                    std::vector<std::vector<T>>* g) {
+    a->assign(topology_->BoundaryTensors(after_sublayer), std::vector<T>(nc));
+    if (branches_->has_value_residual()) a->emplace_back(v1);
+    *g = *a;
+  };
+  stage_ = StageBuffers<T>();
+  if (!shard_.first_stage()) layout(first_sublayer_ - 1, &stage_.in, &stage_.din);
+  if (!shard_.last_stage()) layout(last_sublayer_, &stage_.out, &stage_.dout);
+}
+
+template <typename T>
+void DecoderModel<T>::EmbeddingForward(const T* table, T* h0) {
+  const int n = b_ * t_, d = config_.hidden_size;
+  if (shard_.tp_size == 1) {
+    cpu::EmbeddingForward(h0, inputs_.data(), table, n, d, pool_);
+    return;
+  }
+  // Rows outside this rank's vocabulary range are 0; the sum over ranks is the lookup.
+  for (int r = 0; r < n; ++r) {
+    const int id = inputs_[r] - v0_;
+    T* out = h0 + static_cast<size_t>(r) * d;
+    if (id >= 0 && id < vl_) {
+      std::copy(table + static_cast<size_t>(id) * d, table + static_cast<size_t>(id + 1) * d, out);
+    } else {
+      std::fill(out, out + d, T(0));
+    }
+  }
+  TpAllReduce(shard_, h0, static_cast<size_t>(n) * d);
+}
+
+template <typename T>
+void DecoderModel<T>::EmbeddingBackward(T* dtable) {
+  const int n = b_ * t_, d = config_.hidden_size;
+  if (shard_.tp_size == 1) {
+    cpu::EmbeddingBackward(dtable, dh0_.data(), inputs_.data(), n, d, pool_);
+    return;
+  }
+  for (int r = 0; r < n; ++r) {
+    const int id = inputs_[r] - v0_;
+    if (id < 0 || id >= vl_) continue;
+    T* g = dtable + static_cast<size_t>(id) * d;
+    const T* src = dh0_.data() + static_cast<size_t>(r) * d;
+    for (int c = 0; c < d; ++c) g[c] += src[c];
+  }
+}
+
+template <typename T>
+double DecoderModel<T>::CrossEntropyForward() {
+  const int n = b_ * t_;
+  if (shard_.tp_size == 1) {
+    cpu::CrossEntropyForward(losses_.data(), logits_.data(), targets_.data(), n, vl_, pool_);
+  } else {
+    // Vocabulary-parallel softmax: the row max, the sum of exponentials and the target's
+    // logit are each reduced over the TP group (Megatron-LM's scheme).
+    std::vector<T> sum(n), target(n);
+    for (int r = 0; r < n; ++r) {
+      const T* row = logits_.data() + static_cast<size_t>(r) * vl_;
+      row_max_[r] = *std::max_element(row, row + vl_);
+    }
+    TpAllReduce(shard_, row_max_.data(), n, parallel::ReduceOp::kMax);
+    for (int r = 0; r < n; ++r) {
+      const T* row = logits_.data() + static_cast<size_t>(r) * vl_;
+      double s = 0;
+      for (int j = 0; j < vl_; ++j) s += std::exp(static_cast<double>(row[j] - row_max_[r]));
+      sum[r] = static_cast<T>(s);
+      const int id = targets_[r] - v0_;
+      target[r] = id >= 0 && id < vl_ ? row[id] : T(0);
+    }
+    TpAllReduce(shard_, sum.data(), n);
+    TpAllReduce(shard_, target.data(), n);
+    for (int r = 0; r < n; ++r) {
+      row_lse_[r] = row_max_[r] + static_cast<T>(std::log(static_cast<double>(sum[r])));
+      losses_[r] = row_lse_[r] - target[r];
+    }
+  }
+  double sum = 0;
+  for (T l : losses_) sum += static_cast<double>(l);
+  return sum / n;
+}
+
+template <typename T>
+void DecoderModel<T>::CrossEntropyBackward(double loss_scale) {
+  const int n = b_ * t_;
+  const T scale = static_cast<T>(loss_scale / n);
+  if (shard_.tp_size == 1) {
+    cpu::CrossEntropyBackward(logits_.data(), logits_.data(), targets_.data(), scale, n, vl_,
+                              pool_);
+    return;
+  }
+  for (int r = 0; r < n; ++r) {
+    T* row = logits_.data() + static_cast<size_t>(r) * vl_;
+    for (int j = 0; j < vl_; ++j) row[j] = scale * std::exp(row[j] - row_lse_[r]);
+    const int id = targets_[r] - v0_;
+    if (id >= 0 && id < vl_) row[id] -= scale;
+  }
 }
 
 template <typename T>
@@ -70,16 +188,38 @@ double DecoderModel<T>::Forward(const T* params, const int32_t* tokens, int b, i
     }
   }
   branches_->SetParams(params, nullptr);
-  cpu::EmbeddingForward(h0_.data(), inputs_.data(), params + embed_off_, n, d, pool_);
-  topology_->Forward(params, h0_.data(), branches_.get(), x_final_.data());
+  if (shard_.pp_size == 1) {
+    EmbeddingForward(params + embed_off_, h0_.data());
+    topology_->Forward(params, h0_.data(), branches_.get(), x_final_.data());
+  } else {
+    std::vector<const T*> in;
+    std::vector<T*> out;
+    if (shard_.first_stage()) {
+      EmbeddingForward(params + embed_off_, h0_.data());
+    } else {
+      for (const auto& v : stage_.in) in.push_back(v.data());
+      if (branches_->has_value_residual()) {
+        *branches_->v1_input() = stage_.in.back();
+        in.pop_back();
+      }
+    }
+    for (auto& v : stage_.out) out.push_back(v.data());
+    if (branches_->has_value_residual() && !out.empty()) out.pop_back();
+    topology_->ForwardRange(params, first_sublayer_, last_sublayer_, h0_.data(), in,
+                            branches_.get(), x_final_.data(), out);
+    if (!shard_.last_stage()) {
+      if (branches_->has_value_residual()) {
+        const T* v1 = branches_->v1();
+        std::copy(v1, v1 + stage_.out.back().size(), stage_.out.back().begin());
+      }
+      cross_entropy_ = 0;
+      return 0;
+    }
+  }
   cpu::RmsNormForward(lnf_.data(), lnf_rstd_.data(), x_final_.data(), params + norm_off_, n, d,
                       c.rms_norm_eps, pool_);
-  cpu::MatmulForward(logits_.data(), lnf_.data(), params + head_off_, n, c.vocab_size, d, pool_);
-  cpu::CrossEntropyForward(losses_.data(), logits_.data(), targets_.data(), n, c.vocab_size,
-                           pool_);
-  double sum = 0;
-  for (T l : losses_) sum += static_cast<double>(l);
-  cross_entropy_ = sum / n;
+  cpu::MatmulForward(logits_.data(), lnf_.data(), params + head_off_, n, vl_, d, pool_);
+  cross_entropy_ = CrossEntropyForward();
   return cross_entropy_ + branches_->aux_loss();
 }
 
@@ -89,18 +229,38 @@ void DecoderModel<T>::Backward(const T* params, T* grads, double loss_scale) {
   const ModelConfig& c = config_;
   const int n = b_ * t_, d = c.hidden_size;
   T* p = const_cast<T*>(params);
-  cpu::CrossEntropyBackward(logits_.data(), logits_.data(), targets_.data(),
-                            static_cast<T>(loss_scale / n), n, c.vocab_size, pool_);
-  std::fill(dnorm_.begin(), dnorm_.end(), T(0));
-  cpu::MatmulBackward(dnorm_.data(), grads + head_off_, logits_.data(), lnf_.data(),
-                      p + head_off_, n, c.vocab_size, d, pool_);
-  std::fill(dx_final_.begin(), dx_final_.end(), T(0));
-  cpu::RmsNormBackward(dx_final_.data(), grads + norm_off_, dnorm_.data(), x_final_.data(),
-                       p + norm_off_, lnf_rstd_.data(), n, d, pool_);
+  if (shard_.last_stage()) {
+    CrossEntropyBackward(loss_scale);
+    std::fill(dnorm_.begin(), dnorm_.end(), T(0));
+    cpu::MatmulBackward(dnorm_.data(), grads + head_off_, logits_.data(), lnf_.data(),
+                        p + head_off_, n, vl_, d, pool_);
+    TpAllReduce(shard_, dnorm_.data(), dnorm_.size());  // each rank's vocabulary slice
+    std::fill(dx_final_.begin(), dx_final_.end(), T(0));
+    cpu::RmsNormBackward(dx_final_.data(), grads + norm_off_, dnorm_.data(), x_final_.data(),
+                         p + norm_off_, lnf_rstd_.data(), n, d, pool_);
+  }
   branches_->SetParams(params, grads);
   branches_->BeginBackward(loss_scale);
-  topology_->Backward(params, grads, dx_final_.data(), branches_.get(), dh0_.data());
-  cpu::EmbeddingBackward(grads + embed_off_, dh0_.data(), inputs_.data(), n, d, pool_);
+  if (shard_.pp_size == 1) {
+    topology_->Backward(params, grads, dx_final_.data(), branches_.get(), dh0_.data());
+  } else {
+    std::vector<const T*> dout;
+    std::vector<T*> din;
+    for (const auto& v : stage_.dout) dout.push_back(v.data());
+    for (auto& v : stage_.din) din.push_back(v.data());
+    const bool vr = branches_->has_value_residual();
+    if (vr && !dout.empty()) {
+      // The later stages' gradient of V1 (summed along the way), added to by this stage.
+      *branches_->dv1() = stage_.dout.back();
+      dout.pop_back();
+    }
+    if (vr && !din.empty()) din.pop_back();
+    topology_->BackwardRange(params, grads, first_sublayer_, last_sublayer_, dx_final_.data(),
+                             dout, branches_.get(), dh0_.data(), din);
+    if (vr && !shard_.first_stage()) stage_.din.back() = *branches_->dv1();
+    if (!shard_.first_stage()) return;
+  }
+  EmbeddingBackward(grads + embed_off_);
 }
 
 template <typename T>
@@ -124,11 +284,34 @@ bool DecoderModel<T>::SetGateAblation(GateAblation mode) {
 
 template <typename T>
 void DecoderModel<T>::Predictions(std::vector<int32_t>* argmax) const {
-  const int n = b_ * t_, v = config_.vocab_size;
+  SATDAR_CHECK(shard_.last_stage()) << "Predictions on a pipeline stage without the head";
+  const int n = b_ * t_, v = vl_;
   argmax->resize(n);
+  // (best logit, its vocabulary id) per row of this rank's slice.
+  std::vector<double> best(2 * static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {
     const T* row = logits_.data() + static_cast<size_t>(r) * v;
-    (*argmax)[r] = static_cast<int32_t>(std::max_element(row, row + v) - row);
+    const int j = static_cast<int>(std::max_element(row, row + v) - row);
+    (*argmax)[r] = v0_ + j;
+    best[2 * r] = row[j];
+    best[2 * r + 1] = v0_ + j;
+  }
+  if (shard_.tp_size == 1) return;
+  std::vector<double> all(best.size() * shard_.tp_size);
+  if (!Collective(shard_, shard_.tp->AllGather(best.data(), all.data(), best.size(),
+                                               core::DType::kF64, {}))) {
+    return;
+  }
+  for (int r = 0; r < n; ++r) {
+    double top = all[2 * r];
+    (*argmax)[r] = static_cast<int32_t>(all[2 * r + 1]);
+    for (int q = 1; q < shard_.tp_size; ++q) {  // ties go to the lower id (the lower rank)
+      const double* e = all.data() + q * best.size() + 2 * r;
+      if (e[0] > top) {
+        top = e[0];
+        (*argmax)[r] = static_cast<int32_t>(e[1]);
+      }
+    }
   }
 }
 
@@ -137,7 +320,7 @@ bool DecoderModel<T>::GateValues(int layer, std::vector<double>* gates) const {
   ValueResidual<T>* vr = branches_->value_residual();
   const T* g = vr == nullptr ? nullptr : vr->gate_values(layer);
   if (g == nullptr) return false;
-  gates->assign(g, g + static_cast<size_t>(b_) * t_ * config_.num_key_value_heads);
+  gates->assign(g, g + static_cast<size_t>(b_) * t_ * shard_.TpCount(config_.num_key_value_heads));
   return true;
 }
 

@@ -17,7 +17,7 @@ namespace satdar::model {
 template <typename T>
 class DecoderModel : public Model<T> {
  public:
-  DecoderModel(const ModelConfig& config, core::ThreadPool* pool,
+  DecoderModel(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool,
                std::unique_ptr<Branches<T>> branches, std::unique_ptr<Topology<T>> topology);
 
   const ParamTable& params() const override { return table_; }
@@ -33,11 +33,27 @@ class DecoderModel : public Model<T> {
   void SetLayerGradientsReadyHook(std::function<void(int layer)> hook) override {
     branches_->SetLayerGradientsReadyHook(std::move(hook));
   }
+  StageBuffers<T>* PrepareStage(int b, int t) override {
+    Resize(b, t);
+    return &stage_;
+  }
+  absl::Status comm_status() const override {
+    return shard_.errors == nullptr ? absl::OkStatus() : shard_.errors->status();
+  }
 
  private:
   void Resize(int b, int t);
+  // Vocabulary-parallel pieces (tp > 1): this rank holds vocabulary rows [v0_, v0_ + vl_).
+  void EmbeddingForward(const T* table, T* h0);
+  void EmbeddingBackward(T* dtable);
+  double CrossEntropyForward();
+  void CrossEntropyBackward(double loss_scale);
 
   ModelConfig config_;
+  Sharding shard_;
+  int first_sublayer_, last_sublayer_;  // this pipeline stage's sublayers (1-based)
+  bool has_embedding_;
+  int v0_, vl_;
   core::ThreadPool* pool_;
   std::unique_ptr<Branches<T>> branches_;
   std::unique_ptr<Topology<T>> topology_;
@@ -49,6 +65,8 @@ class DecoderModel : public Model<T> {
   std::vector<int32_t> inputs_, targets_;  // (B*T)
   std::vector<T> h0_, x_final_, lnf_, lnf_rstd_, logits_, losses_;
   std::vector<T> dnorm_, dx_final_, dh0_;
+  std::vector<T> row_max_, row_lse_;  // vocabulary-parallel cross-entropy, per position
+  StageBuffers<T> stage_;
 };
 
 }  // namespace satdar::model

@@ -12,29 +12,38 @@ namespace {
 template <typename T>
 class DenseFfn : public Ffn<T> {
  public:
-  DenseFfn(const ModelConfig& c, core::ThreadPool* pool)
-      : c_(c), pool_(pool), offsets_(c.num_hidden_layers), acts_(c.num_hidden_layers) {}
+  // Under tensor parallelism each rank holds F/tp rows of gate and up (column-parallel) and
+  // the matching columns of down (row-parallel): its output is a partial sum.
+  DenseFfn(const ModelConfig& c, const Sharding& shard, core::ThreadPool* pool)
+      : c_(c), shard_(shard), f_(shard.TpCount(c.intermediate_size)), pool_(pool),
+        offsets_(c.num_hidden_layers), acts_(c.num_hidden_layers) {}
 
   static std::string Name(int i, const char* p) {
     return absl::StrCat("model.layers.", i, ".mlp.", p, "_proj.weight");
   }
   void AddLayerParams(int i, ParamTable* table) override {
     const ParamInit normal = ParamInit::Normal(c_.initializer_range);
-    table->Add(Name(i, "gate"), {c_.intermediate_size, c_.hidden_size}, normal);
-    table->Add(Name(i, "up"), {c_.intermediate_size, c_.hidden_size}, normal);
-    table->Add(Name(i, "down"), {c_.hidden_size, c_.intermediate_size}, normal);
+    const int r = shard_.tp_rank, tp = shard_.tp_size;
+    const int64_t f = c_.intermediate_size, d = c_.hidden_size;
+    table->AddShard(Name(i, "gate"), {f, d}, normal, 0, r, tp);
+    table->AddShard(Name(i, "up"), {f, d}, normal, 0, r, tp);
+    table->AddShard(Name(i, "down"), {d, f}, normal, 1, r, tp);
   }
   void Bind(const ParamTable& table) override {
     for (int i = 0; i < c_.num_hidden_layers; ++i) {
+      if (!shard_.OwnsLayer(c_, i)) continue;
       offsets_[i] = {table.Offset(Name(i, "gate")), table.Offset(Name(i, "up")),
                      table.Offset(Name(i, "down"))};
     }
   }
   void Resize(int b, int t) override {
-    dims_ = MlpDims{b * t, c_.hidden_size, c_.intermediate_size};
-    for (auto& a : acts_) a.Resize(dims_);
+    dims_ = MlpDims{b * t, c_.hidden_size, f_};
+    for (int i = 0; i < c_.num_hidden_layers; ++i) {
+      if (shard_.OwnsLayer(c_, i)) acts_[i].Resize(dims_);
+    }
     scratch_.Resize(dims_);
   }
+  bool tp_partial() const override { return shard_.tp_size > 1; }
   double Forward(int i, const T* params, const T* z, T* out) override {
     MlpForward(out, &acts_[i], z, Weights(const_cast<T*>(params), i), dims_, pool_);
     return 0.0;
@@ -54,6 +63,8 @@ class DenseFfn : public Ffn<T> {
     return {base + offsets_[i].gate, base + offsets_[i].up, base + offsets_[i].down};
   }
   const ModelConfig c_;
+  const Sharding shard_;
+  const int f_;  // this rank's intermediate size
   core::ThreadPool* pool_;
   std::vector<Offsets> offsets_;
   std::vector<MlpActs<T>> acts_;
@@ -64,11 +75,11 @@ class DenseFfn : public Ffn<T> {
 }  // namespace
 
 template <typename T>
-std::unique_ptr<Ffn<T>> MakeDenseFfn(const ModelConfig& config, core::ThreadPool* pool) {
-  return std::make_unique<DenseFfn<T>>(config, pool);
+std::unique_ptr<Ffn<T>> MakeDenseFfn(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool) {
+  return std::make_unique<DenseFfn<T>>(config, shard, pool);
 }
 
-template std::unique_ptr<Ffn<float>> MakeDenseFfn<float>(const ModelConfig&, core::ThreadPool*);
-template std::unique_ptr<Ffn<double>> MakeDenseFfn<double>(const ModelConfig&, core::ThreadPool*);
+template std::unique_ptr<Ffn<float>> MakeDenseFfn<float>(const ModelConfig&, const Sharding&, core::ThreadPool*);
+template std::unique_ptr<Ffn<double>> MakeDenseFfn<double>(const ModelConfig&, const Sharding&, core::ThreadPool*);
 
 }  // namespace satdar::model

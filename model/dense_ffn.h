@@ -6,11 +6,12 @@
 
 #include "core/thread_pool.h"
 #include "model/ffn.h"
+#include "model/sharding.h"
 
 namespace satdar::model {
 
 template <typename T>
-std::unique_ptr<Ffn<T>> MakeDenseFfn(const ModelConfig& config, core::ThreadPool* pool);
+std::unique_ptr<Ffn<T>> MakeDenseFfn(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool);
 
 }  // namespace satdar::model
 

@@ -22,6 +22,9 @@ class Ffn {
   // dz +=, parameter gradients +=. loss_scale multiplies the auxiliary losses' gradients.
   virtual void Backward(int i, const T* params, T* grads, const T* z, const T* dout, T* dz,
                         double loss_scale) = 0;
+  // True when each tensor-parallel rank's output is a partial sum (its slice of the
+  // intermediate dimension) that the caller all-reduces, and so is its input gradient.
+  virtual bool tp_partial() const { return false; }
   virtual void AppendStats(nlohmann::json* stats) const { (void)stats; }
   virtual void ResetStats() {}
 };

@@ -19,10 +19,22 @@
 #include "core/thread_pool.h"
 #include "model/config.h"
 #include "model/param_table.h"
+#include "model/sharding.h"
 #include "model/value_residual.h"
 #include "nlohmann/json.hpp"
 
 namespace satdar::model {
+
+// Pipeline parallelism: what crosses this stage's boundaries, one flat buffer per tensor (the
+// topology's state tensors, (B*T, C) each, then V1 when the design has a value residual).
+//   in:   received from the previous stage before Forward (empty on the first stage)
+//   out:  sent to the next stage after Forward (empty on the last stage)
+//   dout: received from the next stage before Backward (the gradients of out)
+//   din:  sent to the previous stage after Backward (the gradients of in)
+template <typename T>
+struct StageBuffers {
+  std::vector<std::vector<T>> in, out, dout, din;
+};
 
 template <typename T>
 class Model {
@@ -51,12 +63,23 @@ class Model {
   virtual void SetLayerGradientsReadyHook(std::function<void(int layer)> hook) = 0;
   // After a Forward: layer i's SATFormer gates (B*T, NKV), or false when it has none.
   virtual bool GateValues(int layer, std::vector<double>* gates) const = 0;
+  // Sizes this stage's boundary buffers for (B, T) micro-batches. On a pipeline stage other
+  // than the last, Forward returns 0 (the loss is the last stage's) and Backward starts from
+  // dout; on one other than the first, Forward starts from in.
+  virtual StageBuffers<T>* PrepareStage(int b, int t) = 0;
+  // The first failure of a collective inside Forward/Backward (Sharding::errors), or OK.
+  virtual absl::Status comm_status() const = 0;
 };
 
 // The registry (model/registry.cc): builds the model that `config` describes, or says
 // which config field names a design this build does not have.
 template <typename T>
 absl::StatusOr<std::unique_ptr<Model<T>>> CreateModel(const ModelConfig& config,
+                                                      core::ThreadPool* pool);
+// This rank's piece of the model (sharding.h); the first overload is the whole model.
+template <typename T>
+absl::StatusOr<std::unique_ptr<Model<T>>> CreateModel(const ModelConfig& config,
+                                                      const Sharding& shard,
                                                       core::ThreadPool* pool);
 
 }  // namespace satdar::model

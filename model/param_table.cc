@@ -5,7 +5,33 @@
 
 namespace satdar::model {
 
-void ParamTable::Add(const std::string& name, core::Shape shape, ParamInit init, bool unused) {
+int64_t ParamSpec::GlobalIndex(int64_t i) const {
+  if (shard_dim < 0) return i;
+  int64_t inner = 1;
+  for (size_t d = shard_dim + 1; d < shape.size(); ++d) inner *= shape[d];
+  const int64_t local = shape[shard_dim], global = global_shape[shard_dim];
+  const int64_t outer = i / (inner * local), j = (i / inner) % local, k = i % inner;
+  return (outer * global + shard_index * local + j) * inner + k;
+}
+
+ParamSpec& ParamTable::AddShard(const std::string& name, const core::Shape& global_shape,
+                                ParamInit init, int dim, int index, int count) {
+  if (count == 1) return Add(name, global_shape, std::move(init));
+  SATDAR_CHECK(dim >= 0 && dim < static_cast<int>(global_shape.size()) &&
+               global_shape[dim] % count == 0 && index >= 0 && index < count)
+      << name << ": cannot take slice " << index << " of " << count << " along dim " << dim;
+  core::Shape local = global_shape;
+  local[dim] /= count;
+  SATDAR_CHECK(init.kind != InitKind::kValues) << name << ": value inits are not sharded";
+  ParamSpec& spec = Add(name, local, std::move(init));
+  spec.shard_dim = dim;
+  spec.shard_index = index;
+  spec.shard_count = count;
+  spec.global_shape = global_shape;
+  return spec;
+}
+
+ParamSpec& ParamTable::Add(const std::string& name, core::Shape shape, ParamInit init, bool unused) {
   SATDAR_CHECK(index_.count(name) == 0) << "duplicate parameter " << name;
   ParamSpec spec;
   spec.name = name;
@@ -18,8 +44,10 @@ void ParamTable::Add(const std::string& name, core::Shape shape, ParamInit init,
   spec.unused = unused;
   spec.offset = size_;
   size_ += spec.numel;
+  spec.global_shape = spec.shape;
   index_[name] = specs_.size();
   specs_.push_back(std::move(spec));
+  return specs_.back();
 }
 
 const ParamSpec* ParamTable::Find(const std::string& name) const {
@@ -44,7 +72,8 @@ void ParamTable::Initialize(T* params, uint64_t seed) const {
     } else {
       uint64_t stream = core::HashString(spec.name);
       for (int64_t i = 0; i < spec.numel; ++i) {
-        p[i] = static_cast<T>(spec.init.value * core::RandomNormal(seed, stream, i));
+        const int64_t g = spec.GlobalIndex(i);
+        p[i] = static_cast<T>(spec.init.value * core::RandomNormal(seed, stream, g));
       }
     }
   }

@@ -36,12 +36,32 @@ struct ParamSpec {
   // Kept for checkpoint compatibility but never read by the model (its gradient is 0):
   // weight files may omit it (e.g. layer 0's ResFormer lambda2).
   bool unused = false;
+  // A tensor-parallel shard: this rank holds slice shard_index of shard_count equal slices
+  // of dimension shard_dim of the global tensor (global_shape); shard_dim -1: all of it.
+  int shard_dim = -1;
+  int shard_index = 0, shard_count = 1;
+  core::Shape global_shape;
+  // Replicated over tensor-parallel ranks, but each computes only its heads' part of the
+  // gradient (e.g. the q/k norms): the gradient is summed over the TP group.
+  bool tp_partial_grad = false;
+  // A routed expert's weight, held by one expert-parallel rank: its gradient already holds
+  // every EP rank's tokens and is reduced over data-parallel replicas only.
+  bool expert = false;
+
+  bool sharded() const { return shard_dim >= 0; }
+  // Index into the global tensor of local element i.
+  int64_t GlobalIndex(int64_t i) const;
 };
 
 class ParamTable {
  public:
-  // Appends a parameter after the previous one. Names must be unique.
-  void Add(const std::string& name, core::Shape shape, ParamInit init, bool unused = false);
+  // Appends a parameter after the previous one. Names must be unique. The reference stays
+  // valid until the next Add (to set the flags above).
+  ParamSpec& Add(const std::string& name, core::Shape shape, ParamInit init, bool unused = false);
+  // This rank's slice `index` of `count` along `dim` of a tensor of global_shape (count 1:
+  // the plain Add). Initialization matches the global tensor element by element.
+  ParamSpec& AddShard(const std::string& name, const core::Shape& global_shape, ParamInit init,
+                      int dim, int index, int count);
 
   const std::vector<ParamSpec>& specs() const { return specs_; }
   const ParamSpec* Find(const std::string& name) const;

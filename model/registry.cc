@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/check.h"
 #include "model/decoder.h"
 #include "model/dense_ffn.h"
 #include "model/model.h"
@@ -26,7 +27,7 @@ namespace satdar::model {
 namespace {
 
 template <typename P>
-using Maker = std::function<P(const ModelConfig&, core::ThreadPool*)>;
+using Maker = std::function<P(const ModelConfig&, const Sharding&, core::ThreadPool*)>;
 
 template <typename T>
 struct Registry {
@@ -40,7 +41,7 @@ struct Registry {
       {"muddformer", MakeMuddFormer<T>},
   };
   std::vector<std::pair<std::string, Maker<std::unique_ptr<ValueResidual<T>>>>> value_residuals = {
-      {"none", [](const ModelConfig&, core::ThreadPool*) { return nullptr; }},
+      {"none", [](const ModelConfig&, const Sharding&, core::ThreadPool*) { return nullptr; }},
       {"resformer", MakeResformer<T>},
       {"satformer", MakeSatformer<T>},
   };
@@ -70,6 +71,15 @@ std::string Names(const std::vector<std::pair<std::string, V>>& list) {
 template <typename T>
 absl::StatusOr<std::unique_ptr<Model<T>>> CreateModel(const ModelConfig& config,
                                                       core::ThreadPool* pool) {
+  return CreateModel<T>(config, Sharding{}, pool);
+}
+
+template <typename T>
+absl::StatusOr<std::unique_ptr<Model<T>>> CreateModel(const ModelConfig& config,
+                                                      const Sharding& shard,
+                                                      core::ThreadPool* pool) {
+  SATDAR_RETURN_IF_ERROR(
+      ValidateSharding(config, shard.tp_size, shard.pp_size, shard.ep_size));
   Registry<T> r;
   const auto* topology = Find(r.topologies, config.residual);
   if (topology == nullptr) {
@@ -91,15 +101,21 @@ absl::StatusOr<std::unique_ptr<Model<T>>> CreateModel(const ModelConfig& config,
     return absl::InvalidArgumentError(
         "config field \"moe\": the sparse MoE FFN is not available in this build");
   }
-  auto branches = std::make_unique<Branches<T>>(config, pool, (*value_residual)(config, pool),
-                                                (*ffn)(config, pool));
+  auto branches = std::make_unique<Branches<T>>(
+      config, shard, pool, (*value_residual)(config, shard, pool), (*ffn)(config, shard, pool));
   return std::unique_ptr<Model<T>>(std::make_unique<DecoderModel<T>>(
-      config, pool, std::move(branches), (*topology)(config, pool)));
+      config, shard, pool, std::move(branches), (*topology)(config, shard, pool)));
 }
 
 template absl::StatusOr<std::unique_ptr<Model<float>>> CreateModel<float>(const ModelConfig&,
                                                                           core::ThreadPool*);
 template absl::StatusOr<std::unique_ptr<Model<double>>> CreateModel<double>(const ModelConfig&,
+                                                                            core::ThreadPool*);
+template absl::StatusOr<std::unique_ptr<Model<float>>> CreateModel<float>(const ModelConfig&,
+                                                                          const Sharding&,
+                                                                          core::ThreadPool*);
+template absl::StatusOr<std::unique_ptr<Model<double>>> CreateModel<double>(const ModelConfig&,
+                                                                            const Sharding&,
                                                                             core::ThreadPool*);
 
 }  // namespace satdar::model

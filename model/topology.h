@@ -6,6 +6,8 @@
 #ifndef SATDAR_MODEL_TOPOLOGY_H_
 #define SATDAR_MODEL_TOPOLOGY_H_
 
+#include <vector>
+
 #include "model/branches.h"
 #include "model/param_table.h"
 #include "nlohmann/json.hpp"
@@ -26,6 +28,29 @@ class Topology {
   // dx_final -> dh0 (overwritten); calls branches->Backward for l = 2L..1.
   virtual void Backward(const T* params, T* grads, const T* dx_final, Branches<T>* branches,
                         T* dh0) = 0;
+
+  // Pipeline parallelism. A topology that can be split across stages describes the state
+  // after sublayer l (1 <= l < 2L) as BoundaryTensors(l) tensors of (B*T, C) each (the
+  // running stream, or a depth history's completed entries and partial sums), and runs a
+  // range of sublayers [first, last] from such a state (h0 when first == 1) to the next one
+  // (x_final when last == 2L). Forward(...) is ForwardRange(1, 2L, ...).
+  virtual bool SupportsStages() const { return false; }
+  virtual int BoundaryTensors(int l) const { (void)l; return 0; }
+  virtual void ForwardRange(const T* params, int first, int last, const T* h0,
+                            const std::vector<const T*>& in, Branches<T>* branches, T* x_final,
+                            const std::vector<T*>& out) {
+    (void)params, (void)first, (void)last, (void)h0, (void)in, (void)branches, (void)x_final,
+        (void)out;
+  }
+  // Backward of ForwardRange: from dx_final (last == 2L) or the output state's gradients
+  // dout, to dh0 (first == 1, overwritten) or the input state's gradients din (overwritten).
+  virtual void BackwardRange(const T* params, T* grads, int first, int last, const T* dx_final,
+                             const std::vector<const T*>& dout, Branches<T>* branches, T* dh0,
+                             const std::vector<T*>& din) {
+    (void)params, (void)grads, (void)first, (void)last, (void)dx_final, (void)dout,
+        (void)branches, (void)dh0, (void)din;
+  }
+
   virtual void AppendStats(nlohmann::json* stats) const { (void)stats; }
   virtual void ResetStats() {}
 };

@@ -181,13 +181,12 @@ class AttnRes : public Topology<T> {
 }  // namespace
 
 template <typename T>
-std::unique_ptr<Topology<T>> MakeAttnRes(const ModelConfig& config, core::ThreadPool* pool) {
+std::unique_ptr<Topology<T>> MakeAttnRes(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool) {
+  (void)shard;  // replicated: not split across pipeline stages yet
   return std::make_unique<AttnRes<T>>(config, pool);
 }
 
-template std::unique_ptr<Topology<float>> MakeAttnRes<float>(const ModelConfig&,
-                                                             core::ThreadPool*);
-template std::unique_ptr<Topology<double>> MakeAttnRes<double>(const ModelConfig&,
-                                                               core::ThreadPool*);
+template std::unique_ptr<Topology<float>> MakeAttnRes<float>(const ModelConfig&, const Sharding&, core::ThreadPool*);
+template std::unique_ptr<Topology<double>> MakeAttnRes<double>(const ModelConfig&, const Sharding&, core::ThreadPool*);
 
 }  // namespace satdar::model

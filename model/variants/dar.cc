@@ -17,10 +17,11 @@ double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 template <typename T>
 class Dar : public Topology<T> {
  public:
-  Dar(const ModelConfig& c, core::ThreadPool* pool)
+  Dar(const ModelConfig& c, const Sharding& shard, core::ThreadPool* pool)
       : sublayers_(2 * c.num_hidden_layers), block_(c.block_size > 0 ? c.block_size : 2),
         d_(c.hidden_size), eps_(c.rms_norm_eps), pool_(pool), offsets_(sublayers_ + 1),
-        steps_(sublayers_ + 1) {
+        steps_(sublayers_ + 1), first_(2 * shard.first_layer(c) + 1),
+        last_(2 * shard.end_layer(c)) {
     // (key stream, value stream) of target stream s, per variant.
     if (c.dar_variant == "cross") route_ = {{{1, 0}, {0, 1}}};
     if (c.dar_variant == "self_kv") route_ = {{{0, 0}, {1, 1}}};
@@ -45,6 +46,7 @@ class Dar : public Topology<T> {
   void AddFinalParams(ParamTable* table) override { AddRetrieval(Prefix(0), table); }
   void Bind(const ParamTable& table) override {
     for (int l = 1; l <= sublayers_ + 1; ++l) {
+      if (!Owned(l)) continue;
       const std::string p = Prefix(l == sublayers_ + 1 ? 0 : l);
       Offsets& o = offsets_[l - 1];
       o.query = table.Offset(p + ".query");
@@ -85,14 +87,41 @@ class Dar : public Topology<T> {
   }
 
   void Forward(const T* params, const T* h0, Branches<T>* br, T* x_final) override {
+    ForwardRange(params, 1, sublayers_, h0, {}, br, x_final, {});
+  }
+
+  // The state after sublayer l: h0 (the first entry of both streams, sent once), each
+  // stream's later completed block entries, and both partial sums inside an open block.
+  bool SupportsStages() const override { return true; }
+  int BoundaryTensors(int l) const override {
+    return 1 + 2 * (l / block_) + (l % block_ != 0 ? 2 : 0);
+  }
+
+  void ForwardRange(const T* params, int first, int last, const T* h0,
+                    const std::vector<const T*>& in, Branches<T>* br, T* x_final,
+                    const std::vector<T*>& out) override {
     const size_t nc = du_.size();
-    for (int s = 0; s < 2; ++s) {
-      std::copy(h0, h0 + nc, h0_[s].begin());
-      sources_[s][0] = h0_[s].data();
+    int m = 1 + (first - 1) / block_;
+    bool has_p = (first - 1) % block_ != 0;
+    if (first == 1) {
+      for (int s = 0; s < 2; ++s) {
+        std::copy(h0, h0 + nc, h0_[s].begin());
+        sources_[s][0] = h0_[s].data();
+      }
+    } else {
+      // Import the previous stage's state (BoundaryTensors(first - 1) tensors).
+      imported_.resize(in.size());
+      for (size_t k = 0; k < in.size(); ++k) imported_[k].assign(in[k], in[k] + nc);
+      for (int s = 0; s < 2; ++s) {
+        for (int j = 0; j < m; ++j) sources_[s][j] = imported_[EntryIndex(m, s, j)].data();
+        if (has_p) {
+          const T* p = imported_[PartialIndex(m, s)].data();
+          std::copy(p, p + nc, steps_[first - 1].partial[s].begin());
+        }
+      }
     }
-    int m = 1;
-    bool has_p = false;
-    for (int l = 1; l <= sublayers_ + 1; ++l) {
+    const int end = last == sublayers_ ? sublayers_ + 1 : last;
+    for (int l = first; l <= end; ++l) {
       // Step l reads the partials in st.partial, written there by step l-1's write.
       Step& st = steps_[l - 1];
       const Offsets& o = offsets_[l - 1];
@@ -136,16 +165,49 @@ class Dar : public Topology<T> {
         has_p = false;
       }
     }
+      if (last < sublayers_) {
+      // Export the state after sublayer `last`.
+      for (int s = 0; s < 2; ++s) {
+        for (int j = s == 0 ? 0 : 1; j < m; ++j) {
+          std::copy(sources_[s][j], sources_[s][j] + nc, out[EntryIndex(m, s, j)]);
+        }
+        if (has_p) {
+          const std::vector<T>& p = steps_[last].partial[s];
+          std::copy(p.begin(), p.end(), out[PartialIndex(m, s)]);
+        }
+      }
+    }
   }
 
   void Backward(const T* params, T* grads, const T* dx_final, Branches<T>* br, T* dh0) override {
+    BackwardRange(params, grads, 1, sublayers_, dx_final, {}, br, dh0, {});
+  }
+
+  void BackwardRange(const T* params, T* grads, int first, int last, const T* dx_final,
+                     const std::vector<const T*>& dout, Branches<T>* br, T* dh0,
+                     const std::vector<T*>& din) override {
     const size_t nc = du_.size();
     for (int s = 0; s < 2; ++s) {
       for (auto& d : dsources_[s]) std::fill(d.begin(), d.end(), T(0));
       std::fill(dpartial_[s].begin(), dpartial_[s].end(), T(0));
     }
-    RetrievalAndMixBackward(sublayers_ + 1, params, grads, dx_final);
-    for (int l = sublayers_; l >= 1; --l) {
+    if (last == sublayers_) {
+      RetrievalAndMixBackward(sublayers_ + 1, params, grads, dx_final);
+    } else {
+      // The next stage's gradients of the state after `last`.
+      const int m = 1 + last / block_;
+      for (int s = 0; s < 2; ++s) {
+        for (int j = s == 0 ? 0 : 1; j < m; ++j) {
+          const T* g = dout[EntryIndex(m, s, j)];
+          std::copy(g, g + nc, dsources_[s][j].begin());
+        }
+        if (last % block_ != 0) {
+          const T* g = dout[PartialIndex(m, s)];
+          std::copy(g, g + nc, dpartial_[s].begin());
+        }
+      }
+    }
+    for (int l = last; l >= first; --l) {
       const Step& st = steps_[l - 1];
       const Offsets& o = offsets_[l - 1];
       // d/d(partials after the write): a completed block's sources, or the running partials
@@ -189,13 +251,26 @@ class Dar : public Topology<T> {
       RetrievalAndMixBackward(l, params, grads, du_.data());
     }
     // Both streams start from h0.
-    for (size_t e = 0; e < nc; ++e) dh0[e] = dsources_[0][0][e] + dsources_[1][0][e];
+    T* dstart = first == 1 ? dh0 : din[0];
+    for (size_t e = 0; e < nc; ++e) dstart[e] = dsources_[0][0][e] + dsources_[1][0][e];
+    if (first > 1) {
+      const int m = 1 + (first - 1) / block_;
+      for (int s = 0; s < 2; ++s) {
+        for (int j = 1; j < m; ++j) {
+          std::copy(dsources_[s][j].begin(), dsources_[s][j].end(), din[EntryIndex(m, s, j)]);
+        }
+        if ((first - 1) % block_ != 0) {
+          std::copy(dpartial_[s].begin(), dpartial_[s].end(), din[PartialIndex(m, s)]);
+        }
+      }
+    }
   }
 
   void AppendStats(nlohmann::json* stats) const override {
     nlohmann::json weights = nlohmann::json::array(), mix = nlohmann::json::array(),
                    transport = nlohmann::json::array(), write = nlohmann::json::array();
     for (int l = 0; l <= sublayers_; ++l) {
+      if (!Owned(l + 1)) continue;  // another pipeline stage's sublayer
       const Step& st = steps_[l];
       const int count = st.sources + (st.has_partial ? 1 : 0);
       nlohmann::json per_stream = nlohmann::json::array();
@@ -329,12 +404,23 @@ class Dar : public Topology<T> {
     if (index == sublayers_) tokens_ += rows_;
   }
 
+  // Step l (1..2L+1, the last one the final readout) runs on this pipeline stage.
+  bool Owned(int l) const {
+    return (l >= first_ && l <= last_) || (l == sublayers_ + 1 && last_ == sublayers_);
+  }
+  // Boundary tensor layout with m completed entries per stream: h0, stream 0's entries
+  // 1..m-1, stream 1's entries 1..m-1, then the two partials.
+  static int EntryIndex(int m, int s, int j) { return j == 0 ? 0 : 1 + s * (m - 1) + (j - 1); }
+  static int PartialIndex(int m, int s) { return 1 + 2 * (m - 1) + s; }
+
   const int sublayers_, block_, d_;
   const double eps_;
   core::ThreadPool* pool_;
   std::array<std::array<int, 2>, 2> route_{};  // route_[s] = {key stream, value stream}
   std::vector<Offsets> offsets_;
   std::vector<Step> steps_;
+  const int first_, last_;                     // this stage's sublayers
+  std::vector<std::vector<T>> imported_;       // the previous stage's state
   int rows_ = 0;
   std::vector<T> h0_[2];                       // each stream's first source
   std::vector<const T*> sources_[2];           // completed entries (h0_, or steps' partials)
@@ -348,11 +434,11 @@ class Dar : public Topology<T> {
 }  // namespace
 
 template <typename T>
-std::unique_ptr<Topology<T>> MakeDar(const ModelConfig& config, core::ThreadPool* pool) {
-  return std::make_unique<Dar<T>>(config, pool);
+std::unique_ptr<Topology<T>> MakeDar(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool) {
+  return std::make_unique<Dar<T>>(config, shard, pool);
 }
 
-template std::unique_ptr<Topology<float>> MakeDar<float>(const ModelConfig&, core::ThreadPool*);
-template std::unique_ptr<Topology<double>> MakeDar<double>(const ModelConfig&, core::ThreadPool*);
+template std::unique_ptr<Topology<float>> MakeDar<float>(const ModelConfig&, const Sharding&, core::ThreadPool*);
+template std::unique_ptr<Topology<double>> MakeDar<double>(const ModelConfig&, const Sharding&, core::ThreadPool*);
 
 }  // namespace satdar::model

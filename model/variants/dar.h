@@ -9,11 +9,12 @@
 #include <memory>
 
 #include "model/topology.h"
+#include "model/sharding.h"
 
 namespace satdar::model {
 
 template <typename T>
-std::unique_ptr<Topology<T>> MakeDar(const ModelConfig& config, core::ThreadPool* pool);
+std::unique_ptr<Topology<T>> MakeDar(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool);
 
 }  // namespace satdar::model
 

@@ -91,13 +91,12 @@ class DenseFormer : public Topology<T> {
 }  // namespace
 
 template <typename T>
-std::unique_ptr<Topology<T>> MakeDenseFormer(const ModelConfig& config, core::ThreadPool* pool) {
+std::unique_ptr<Topology<T>> MakeDenseFormer(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool) {
+  (void)shard;  // replicated: this design cannot be split across pipeline stages
   return std::make_unique<DenseFormer<T>>(config, pool);
 }
 
-template std::unique_ptr<Topology<float>> MakeDenseFormer<float>(const ModelConfig&,
-                                                                 core::ThreadPool*);
-template std::unique_ptr<Topology<double>> MakeDenseFormer<double>(const ModelConfig&,
-                                                                   core::ThreadPool*);
+template std::unique_ptr<Topology<float>> MakeDenseFormer<float>(const ModelConfig&, const Sharding&, core::ThreadPool*);
+template std::unique_ptr<Topology<double>> MakeDenseFormer<double>(const ModelConfig&, const Sharding&, core::ThreadPool*);
 
 }  // namespace satdar::model

@@ -238,11 +238,12 @@ class HyperConnections : public Topology<T> {
 }  // namespace
 
 template <typename T>
-std::unique_ptr<Topology<T>> MakeHc(const ModelConfig& config, core::ThreadPool* pool) {
+std::unique_ptr<Topology<T>> MakeHc(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool) {
+  (void)shard;  // replicated: this design cannot be split across pipeline stages
   return std::make_unique<HyperConnections<T>>(config, pool);
 }
 
-template std::unique_ptr<Topology<float>> MakeHc<float>(const ModelConfig&, core::ThreadPool*);
-template std::unique_ptr<Topology<double>> MakeHc<double>(const ModelConfig&, core::ThreadPool*);
+template std::unique_ptr<Topology<float>> MakeHc<float>(const ModelConfig&, const Sharding&, core::ThreadPool*);
+template std::unique_ptr<Topology<double>> MakeHc<double>(const ModelConfig&, const Sharding&, core::ThreadPool*);
 
 }  // namespace satdar::model

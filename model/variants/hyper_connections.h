@@ -5,11 +5,12 @@
 #include <memory>
 
 #include "model/topology.h"
+#include "model/sharding.h"
 
 namespace satdar::model {
 
 template <typename T>
-std::unique_ptr<Topology<T>> MakeHc(const ModelConfig& config, core::ThreadPool* pool);
+std::unique_ptr<Topology<T>> MakeHc(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool);
 
 }  // namespace satdar::model
 

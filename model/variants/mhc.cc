@@ -321,11 +321,12 @@ class Mhc : public Topology<T> {
 }  // namespace
 
 template <typename T>
-std::unique_ptr<Topology<T>> MakeMhc(const ModelConfig& config, core::ThreadPool* pool) {
+std::unique_ptr<Topology<T>> MakeMhc(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool) {
+  (void)shard;  // replicated: this design cannot be split across pipeline stages
   return std::make_unique<Mhc<T>>(config, pool);
 }
 
-template std::unique_ptr<Topology<float>> MakeMhc<float>(const ModelConfig&, core::ThreadPool*);
-template std::unique_ptr<Topology<double>> MakeMhc<double>(const ModelConfig&, core::ThreadPool*);
+template std::unique_ptr<Topology<float>> MakeMhc<float>(const ModelConfig&, const Sharding&, core::ThreadPool*);
+template std::unique_ptr<Topology<double>> MakeMhc<double>(const ModelConfig&, const Sharding&, core::ThreadPool*);
 
 }  // namespace satdar::model

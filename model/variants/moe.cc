@@ -15,9 +15,12 @@ namespace {
 template <typename T>
 class Moe : public Ffn<T> {
  public:
-  Moe(const ModelConfig& c, core::ThreadPool* pool)
-      : c_(c), m_(*c.moe), d_(c.hidden_size), e_(m_.num_experts), k_(m_.top_k),
-        f_(m_.expert_intermediate_size), pool_(pool), layers_(c.num_hidden_layers),
+  // Expert parallelism: this rank holds routed experts [e0_, e0_ + el_); the router and the
+  // shared experts are replicated (so is everything under tensor parallelism).
+  Moe(const ModelConfig& c, const Sharding& shard, core::ThreadPool* pool)
+      : c_(c), m_(*c.moe), shard_(shard), d_(c.hidden_size), e_(m_.num_experts), k_(m_.top_k),
+        f_(m_.expert_intermediate_size), el_(e_ / shard.ep_size), e0_(shard.ep_rank * el_),
+        pool_(pool), layers_(c.num_hidden_layers),
         load_(c.num_hidden_layers, std::vector<int64_t>(m_.num_experts, 0)) {}
 
   static std::string Expert(int i, const char* group, int e, const char* proj) {
@@ -29,22 +32,27 @@ class Moe : public Ffn<T> {
     const ParamInit normal = ParamInit::Normal(c_.initializer_range);
     table->Add(Router(i), {e_, d_}, normal);
     for (const char* group : {"experts", "shared_experts"}) {
-      const int count = group[0] == 'e' ? e_ : m_.num_shared_experts;
-      for (int e = 0; e < count; ++e) {
+      const bool routed = group[0] == 'e';
+      const int first = routed ? e0_ : 0, count = routed ? el_ : m_.num_shared_experts;
+      for (int e = first; e < first + count; ++e) {
         // gate and up back to back: one GEMM per expert.
-        table->Add(Expert(i, group, e, "gate"), {f_, d_}, normal);
-        table->Add(Expert(i, group, e, "up"), {f_, d_}, normal);
-        table->Add(Expert(i, group, e, "down"), {d_, f_}, normal);
+        const bool expert = routed && shard_.ep_size > 1;
+        table->Add(Expert(i, group, e, "gate"), {f_, d_}, normal).expert = expert;
+        table->Add(Expert(i, group, e, "up"), {f_, d_}, normal).expert = expert;
+        table->Add(Expert(i, group, e, "down"), {d_, f_}, normal).expert = expert;
       }
     }
   }
   void Bind(const ParamTable& table) override {
     for (int i = 0; i < c_.num_hidden_layers; ++i) {
+      if (!shard_.OwnsLayer(c_, i)) continue;
       Layer& L = layers_[i];
       L.router = table.Offset(Router(i));
       L.experts.clear();
       L.shared.clear();
-      for (int e = 0; e < e_; ++e) L.experts.push_back(table.Offset(Expert(i, "experts", e, "gate")));
+      for (int e = e0_; e < e0_ + el_; ++e) {
+        L.experts.push_back(table.Offset(Expert(i, "experts", e, "gate")));
+      }
       for (int e = 0; e < m_.num_shared_experts; ++e) {
         L.shared.push_back(table.Offset(Expert(i, "shared_experts", e, "gate")));
       }
@@ -60,8 +68,8 @@ class Moe : public Ffn<T> {
       L.lse.resize(n);
       L.sel.resize(n * k_);
       L.weight.resize(n * k_);
-      L.expert_acts.resize(e_);
-      L.expert_out.resize(e_);
+      L.expert_acts.resize(el_);
+      L.expert_in.resize(el_);
       L.shared_acts.resize(m_.num_shared_experts);
       for (auto& a : L.shared_acts) a.Resize(MlpDims{static_cast<int>(n), d_, f_});
     }
@@ -76,27 +84,37 @@ class Moe : public Ffn<T> {
     T* p = const_cast<T*>(params);
     core::cpu::MatmulForward(L.logits.data(), z, p + L.router, n, e_, d_, pool_);
     Route(&L, n);
-    std::fill(out, out + static_cast<size_t>(n) * d_, T(0));
-    // Each expert runs on the tokens routed to it (dropless), gathered into a dense block.
-    std::vector<T> xe;
-    for (int e = 0; e < e_; ++e) {
-      const std::vector<int>& slots = L.tokens[e];
-      const int ne = static_cast<int>(slots.size());
-      load_[i][e] += ne;
+    for (int e = 0; e < e_; ++e) load_[i][e] += static_cast<int64_t>(L.tokens[e].size());
+    // Dispatch: every routed (token, choice) slot, in (expert, token) order, to the rank that
+    // holds its expert; the experts run on what arrives; the outputs come back in the same
+    // order (dropless: every slot is computed).
+    Dispatch(&L);
+    std::vector<T> xsend(L.send_slots.size() * d_), xrecv;
+    for (size_t r = 0; r < L.send_slots.size(); ++r) {
+      const T* src = z + static_cast<size_t>(L.send_slots[r] / k_) * d_;
+      std::copy(src, src + d_, xsend.data() + r * d_);
+    }
+    Exchange(xsend, &xrecv, L.send_rows, L.recv_rows);
+    std::vector<T> yrecv(xrecv.size());
+    for (int j = 0; j < el_; ++j) {
+      const int ne = GatherExpert(L, j, xrecv, &L.expert_in[j]);
       if (ne == 0) continue;
-      Gather(z, slots, &xe);
       MlpDims dims{ne, d_, f_};
-      L.expert_acts[e].Resize(dims);
-      L.expert_out[e].resize(static_cast<size_t>(ne) * d_);
-      MlpForward(L.expert_out[e].data(), &L.expert_acts[e], xe.data(), Weights(p, L.experts[e]),
+      L.expert_acts[j].Resize(dims);
+      std::vector<T> ye(static_cast<size_t>(ne) * d_);
+      MlpForward(ye.data(), &L.expert_acts[j], L.expert_in[j].data(), Weights(p, L.experts[j]),
                  dims, pool_);
-      for (int r = 0; r < ne; ++r) {
-        const int slot = slots[r], tok = slot / k_;
-        const T w = L.weight[slot];
-        const T* y = L.expert_out[e].data() + static_cast<size_t>(r) * d_;
-        T* o = out + static_cast<size_t>(tok) * d_;
-        for (int c = 0; c < d_; ++c) o[c] += w * y[c];
-      }
+      ScatterExpert(L, j, ye, &yrecv);
+    }
+    Exchange(yrecv, &L.slot_out, L.recv_rows, L.send_rows);
+    // Combine, in (expert, token) order.
+    std::fill(out, out + static_cast<size_t>(n) * d_, T(0));
+    for (size_t r = 0; r < L.send_slots.size(); ++r) {
+      const int slot = L.send_slots[r], tok = slot / k_;
+      const T w = L.weight[slot];
+      const T* y = L.slot_out.data() + r * d_;
+      T* o = out + static_cast<size_t>(tok) * d_;
+      for (int c = 0; c < d_; ++c) o[c] += w * y[c];
     }
     for (int s = 0; s < m_.num_shared_experts; ++s) {
       MlpForward(shared_out_.data(), &L.shared_acts[s], z, Weights(p, L.shared[s]),
@@ -128,34 +146,37 @@ class Moe : public Ffn<T> {
                   Weights(p, L.shared[s]), MlpDims{n, d_, f_}, &scratch_, pool_);
     }
     std::fill(dweight_.begin(), dweight_.end(), T(0));
-    std::vector<T> xe, dy, dxe;
-    for (int e = 0; e < e_; ++e) {
-      const std::vector<int>& slots = L.tokens[e];
-      const int ne = static_cast<int>(slots.size());
-      if (ne == 0) continue;
-      Gather(z, slots, &xe);
-      dy.assign(static_cast<size_t>(ne) * d_, T(0));
-      for (int r = 0; r < ne; ++r) {
-        const int slot = slots[r], tok = slot / k_;
-        const T* g = dout + static_cast<size_t>(tok) * d_;
-        const T* y = L.expert_out[e].data() + static_cast<size_t>(r) * d_;
-        T dot = 0;
-        for (int c = 0; c < d_; ++c) {
-          dy[static_cast<size_t>(r) * d_ + c] = L.weight[slot] * g[c];
-          dot += y[c] * g[c];
-        }
-        dweight_[slot] = dot;
+    // The slots' output gradients go to their experts' ranks and the input gradients come back.
+    std::vector<T> dysend(L.send_slots.size() * d_), dyrecv;
+    for (size_t r = 0; r < L.send_slots.size(); ++r) {
+      const int slot = L.send_slots[r], tok = slot / k_;
+      const T* g = dout + static_cast<size_t>(tok) * d_;
+      const T* y = L.slot_out.data() + r * d_;
+      T dot = 0;
+      for (int c = 0; c < d_; ++c) {
+        dysend[r * d_ + c] = L.weight[slot] * g[c];
+        dot += y[c] * g[c];
       }
+      dweight_[slot] = dot;
+    }
+    Exchange(dysend, &dyrecv, L.send_rows, L.recv_rows);
+    std::vector<T> dxrecv(dyrecv.size()), dy, dxe;
+    for (int j = 0; j < el_; ++j) {
+      const int ne = GatherExpert(L, j, dyrecv, &dy);
+      if (ne == 0) continue;
       MlpDims dims{ne, d_, f_};
       scratch_.Resize(dims);
       dxe.assign(static_cast<size_t>(ne) * d_, T(0));
-      MlpBackward(dxe.data(), Weights(grads, L.experts[e]), dy.data(), L.expert_acts[e], xe.data(),
-                  Weights(p, L.experts[e]), dims, &scratch_, pool_);
-      for (int r = 0; r < ne; ++r) {
-        T* o = dz + static_cast<size_t>(slots[r] / k_) * d_;
-        const T* g = dxe.data() + static_cast<size_t>(r) * d_;
-        for (int c = 0; c < d_; ++c) o[c] += g[c];
-      }
+      MlpBackward(dxe.data(), Weights(grads, L.experts[j]), dy.data(), L.expert_acts[j],
+                  L.expert_in[j].data(), Weights(p, L.experts[j]), dims, &scratch_, pool_);
+      ScatterExpert(L, j, dxe, &dxrecv);
+    }
+    std::vector<T> dxsend;
+    Exchange(dxrecv, &dxsend, L.recv_rows, L.send_rows);
+    for (size_t r = 0; r < L.send_slots.size(); ++r) {
+      T* o = dz + static_cast<size_t>(L.send_slots[r] / k_) * d_;
+      const T* g = dxsend.data() + r * d_;
+      for (int c = 0; c < d_; ++c) o[c] += g[c];
     }
     // d loss / d router probabilities, then through the softmax to the logits.
     const double aux_coef = loss_scale * m_.router_aux_loss_coef * e_ / (b_ * static_cast<double>(t_));
@@ -203,21 +224,92 @@ class Moe : public Ffn<T> {
     std::vector<int64_t> experts, shared;  // offsets of each expert's gate_proj
     std::vector<T> logits, probs, lse, weight;
     std::vector<int> sel;                   // (N, k) chosen experts
+    // Dispatch plan: slots in (expert, token) order; rows sent to / received from each EP
+    // rank; recv_count[src * el + j]: rows of local expert j from rank src.
+    std::vector<int> send_slots;
+    std::vector<size_t> send_rows, recv_rows;
+    std::vector<int64_t> recv_count;
+    std::vector<std::vector<T>> expert_in;  // per local expert: its input rows
+    std::vector<T> slot_out;                // per sent slot: its expert's output
     std::vector<double> fraction;           // (B, E): f_e^b
     std::vector<std::vector<int>> tokens;   // per expert: slots (token * k + j) routed to it
     std::vector<MlpActs<T>> expert_acts, shared_acts;
-    std::vector<std::vector<T>> expert_out;  // per expert (n_e, C): its output before weighting
   };
 
   MlpWeights<T> Weights(T* base, int64_t gate) const {
     const int64_t size = static_cast<int64_t>(f_) * d_;
     return {base + gate, base + gate + size, base + gate + 2 * size};
   }
-  void Gather(const T* z, const std::vector<int>& slots, std::vector<T>* out) const {
-    out->resize(slots.size() * d_);
-    for (size_t r = 0; r < slots.size(); ++r) {
-      const T* src = z + static_cast<size_t>(slots[r] / k_) * d_;
-      std::copy(src, src + d_, out->data() + r * d_);
+  // The dispatch plan of the last Route: which slots go to which rank, and how many rows of
+  // each local expert arrive from each rank (exchanged over the EP group).
+  void Dispatch(Layer* L) {
+    const int ep = shard_.ep_size;
+    L->send_slots.clear();
+    L->send_rows.assign(ep, 0);
+    std::vector<int64_t> send_count(e_);
+    for (int e = 0; e < e_; ++e) {
+      L->send_slots.insert(L->send_slots.end(), L->tokens[e].begin(), L->tokens[e].end());
+      send_count[e] = static_cast<int64_t>(L->tokens[e].size());
+      L->send_rows[e / el_] += L->tokens[e].size();
+    }
+    L->recv_count.assign(static_cast<size_t>(ep) * el_, 0);
+    if (ep == 1) {
+      L->recv_count = send_count;
+    } else {
+      Collective(shard_, shard_.ep->AllToAllV(send_count.data(), std::vector<size_t>(ep, el_),
+                                              L->recv_count.data(), std::vector<size_t>(ep, el_),
+                                              core::DType::kI64, {}));
+    }
+    L->recv_rows.assign(ep, 0);
+    for (int src = 0; src < ep; ++src) {
+      for (int j = 0; j < el_; ++j) L->recv_rows[src] += L->recv_count[src * el_ + j];
+    }
+  }
+  // Rows (send_rows[q] to rank q) to rows (recv_rows[q] from rank q), over the EP group.
+  void Exchange(const std::vector<T>& in, std::vector<T>* out, const std::vector<size_t>& send_rows,
+                const std::vector<size_t>& recv_rows) {
+    size_t total = 0;
+    for (size_t r : recv_rows) total += r;
+    out->assign(total * d_, T(0));
+    if (shard_.ep_size == 1) {
+      std::copy(in.begin(), in.end(), out->begin());
+      return;
+    }
+    std::vector<size_t> sc(send_rows.size()), rc(recv_rows.size());
+    for (size_t q = 0; q < sc.size(); ++q) sc[q] = send_rows[q] * d_;
+    for (size_t q = 0; q < rc.size(); ++q) rc[q] = recv_rows[q] * d_;
+    Collective(shard_, shard_.ep->AllToAllV(in.data(), sc, out->data(), rc,
+                                            core::DTypeOf<T>::value, {}));
+  }
+  // Local expert j's rows of a received buffer (every source rank's, in rank order); their
+  // count.
+  int GatherExpert(const Layer& L, int j, const std::vector<T>& recv, std::vector<T>* out) const {
+    out->clear();
+    size_t row = 0;
+    for (int src = 0; src < shard_.ep_size; ++src) {
+      for (int jj = 0; jj < el_; ++jj) {
+        const size_t cnt = L.recv_count[src * el_ + jj];
+        if (jj == j) {
+          out->insert(out->end(), recv.begin() + row * d_, recv.begin() + (row + cnt) * d_);
+        }
+        row += cnt;
+      }
+    }
+    return static_cast<int>(out->size() / d_);
+  }
+  // The inverse of GatherExpert: local expert j's rows back into a received-layout buffer.
+  void ScatterExpert(const Layer& L, int j, const std::vector<T>& rows, std::vector<T>* recv) const {
+    size_t row = 0, taken = 0;
+    for (int src = 0; src < shard_.ep_size; ++src) {
+      for (int jj = 0; jj < el_; ++jj) {
+        const size_t cnt = L.recv_count[src * el_ + jj];
+        if (jj == j) {
+          std::copy(rows.begin() + taken * d_, rows.begin() + (taken + cnt) * d_,
+                    recv->begin() + row * d_);
+          taken += cnt;
+        }
+        row += cnt;
+      }
     }
   }
   // Softmax, top-k (ties to the lower index) and the per-expert token lists.
@@ -264,7 +356,8 @@ class Moe : public Ffn<T> {
 
   const ModelConfig c_;
   const MoeConfig m_;
-  const int d_, e_, k_, f_;
+  const Sharding shard_;
+  const int d_, e_, k_, f_, el_, e0_;
   core::ThreadPool* pool_;
   std::vector<Layer> layers_;
   int b_ = 0, t_ = 0;
@@ -276,11 +369,11 @@ class Moe : public Ffn<T> {
 }  // namespace
 
 template <typename T>
-std::unique_ptr<Ffn<T>> MakeMoe(const ModelConfig& config, core::ThreadPool* pool) {
-  return std::make_unique<Moe<T>>(config, pool);
+std::unique_ptr<Ffn<T>> MakeMoe(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool) {
+  return std::make_unique<Moe<T>>(config, shard, pool);
 }
 
-template std::unique_ptr<Ffn<float>> MakeMoe<float>(const ModelConfig&, core::ThreadPool*);
-template std::unique_ptr<Ffn<double>> MakeMoe<double>(const ModelConfig&, core::ThreadPool*);
+template std::unique_ptr<Ffn<float>> MakeMoe<float>(const ModelConfig&, const Sharding&, core::ThreadPool*);
+template std::unique_ptr<Ffn<double>> MakeMoe<double>(const ModelConfig&, const Sharding&, core::ThreadPool*);
 
 }  // namespace satdar::model

@@ -7,11 +7,12 @@
 
 #include "core/thread_pool.h"
 #include "model/ffn.h"
+#include "model/sharding.h"
 
 namespace satdar::model {
 
 template <typename T>
-std::unique_ptr<Ffn<T>> MakeMoe(const ModelConfig& config, core::ThreadPool* pool);
+std::unique_ptr<Ffn<T>> MakeMoe(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool);
 
 }  // namespace satdar::model
 

@@ -228,13 +228,12 @@ class MuddFormer : public Topology<T> {
 }  // namespace
 
 template <typename T>
-std::unique_ptr<Topology<T>> MakeMuddFormer(const ModelConfig& config, core::ThreadPool* pool) {
+std::unique_ptr<Topology<T>> MakeMuddFormer(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool) {
+  (void)shard;  // replicated: this design cannot be split across pipeline stages
   return std::make_unique<MuddFormer<T>>(config, pool);
 }
 
-template std::unique_ptr<Topology<float>> MakeMuddFormer<float>(const ModelConfig&,
-                                                                core::ThreadPool*);
-template std::unique_ptr<Topology<double>> MakeMuddFormer<double>(const ModelConfig&,
-                                                                  core::ThreadPool*);
+template std::unique_ptr<Topology<float>> MakeMuddFormer<float>(const ModelConfig&, const Sharding&, core::ThreadPool*);
+template std::unique_ptr<Topology<double>> MakeMuddFormer<double>(const ModelConfig&, const Sharding&, core::ThreadPool*);
 
 }  // namespace satdar::model

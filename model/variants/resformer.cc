@@ -12,27 +12,36 @@ namespace {
 template <typename T>
 class Resformer : public ValueResidual<T> {
  public:
-  Resformer(const ModelConfig& c, core::ThreadPool* pool)
+  // Under tensor parallelism each rank mixes its own KV heads; the lambdas' gradients are
+  // then partial sums over the TP group.
+  Resformer(const ModelConfig& c, const Sharding& shard, core::ThreadPool* pool)
       : learnable_(c.resformer_mode == "learnable_plus"), layers_(c.num_hidden_layers),
-        width_(c.num_key_value_heads * c.head_size()), pool_(pool), lambda2_(layers_, -1) {}
+        width_(shard.TpCount(c.num_key_value_heads) * c.head_size()), partial_(shard.tp_size > 1),
+        pool_(pool), lambda2_(layers_, -1) {}
 
   static std::string Lambda2(int i) { return absl::StrCat("model.layers.", i, ".self_attn.lambda2"); }
 
   void AddGlobalParams(ParamTable* table) override {
     if (!learnable_) return;
-    table->Add("model.value_residual.lambda_scale", {1}, ParamInit::Constant(layers_));
-    table->Add("model.value_residual.lambda_logits", {layers_ - 1}, ParamInit::Constant(0.0));
+    table->Add("model.value_residual.lambda_scale", {1}, ParamInit::Constant(layers_))
+        .tp_partial_grad = partial_;
+    table->Add("model.value_residual.lambda_logits", {layers_ - 1}, ParamInit::Constant(0.0))
+        .tp_partial_grad = partial_;
   }
   void AddLayerParams(int i, ParamTable* table) override {
     if (!learnable_) return;
     // Layer 0's lambda2 exists (as in the SATFormer repository) but is never read.
-    table->Add(Lambda2(i), {1}, ParamInit::Constant(0.5), /*unused=*/i == 0);
+    table->Add(Lambda2(i), {1}, ParamInit::Constant(0.5), /*unused=*/i == 0).tp_partial_grad =
+        partial_;
   }
   void Bind(const ParamTable& table) override {
     if (!learnable_) return;
     scale_ = table.Offset("model.value_residual.lambda_scale");
     logits_ = table.Offset("model.value_residual.lambda_logits");
-    for (int i = 0; i < layers_; ++i) lambda2_[i] = table.Offset(Lambda2(i));
+    for (int i = 0; i < layers_; ++i) {
+      const ParamSpec* spec = table.Find(Lambda2(i));  // absent: another stage's layer
+      lambda2_[i] = spec == nullptr ? -1 : spec->offset;
+    }
   }
   void Resize(int rows) override { rows_ = rows; }
 
@@ -109,6 +118,7 @@ class Resformer : public ValueResidual<T> {
 
   const bool learnable_;
   const int layers_, width_;
+  const bool partial_;
   core::ThreadPool* pool_;
   int rows_ = 0;
   int64_t scale_ = -1, logits_ = -1;
@@ -119,13 +129,11 @@ class Resformer : public ValueResidual<T> {
 }  // namespace
 
 template <typename T>
-std::unique_ptr<ValueResidual<T>> MakeResformer(const ModelConfig& config, core::ThreadPool* pool) {
-  return std::make_unique<Resformer<T>>(config, pool);
+std::unique_ptr<ValueResidual<T>> MakeResformer(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool) {
+  return std::make_unique<Resformer<T>>(config, shard, pool);
 }
 
-template std::unique_ptr<ValueResidual<float>> MakeResformer<float>(const ModelConfig&,
-                                                                    core::ThreadPool*);
-template std::unique_ptr<ValueResidual<double>> MakeResformer<double>(const ModelConfig&,
-                                                                      core::ThreadPool*);
+template std::unique_ptr<ValueResidual<float>> MakeResformer<float>(const ModelConfig&, const Sharding&, core::ThreadPool*);
+template std::unique_ptr<ValueResidual<double>> MakeResformer<double>(const ModelConfig&, const Sharding&, core::ThreadPool*);
 
 }  // namespace satdar::model

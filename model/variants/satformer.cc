@@ -12,8 +12,11 @@ namespace {
 template <typename T>
 class Satformer : public ValueResidual<T> {
  public:
-  Satformer(const ModelConfig& c, core::ThreadPool* pool)
-      : c_(c.hidden_size), nkv_(c.num_key_value_heads), hs_(c.head_size()),
+  // Under tensor parallelism each rank gates its own KV heads (its rows of W_alpha), which
+  // meet its own heads of V and V1: no communication beyond the block's.
+  Satformer(const ModelConfig& c, const Sharding& shard, core::ThreadPool* pool)
+      : shard_(shard), c_(c.hidden_size), nkv_(shard.TpCount(c.num_key_value_heads)),
+        nkv_global_(c.num_key_value_heads), hs_(c.head_size()),
         layers_(c.num_hidden_layers), pool_(pool), offsets_(layers_, -1), alpha_(layers_),
         gate_sum_(layers_, std::vector<double>(nkv_, 0.0)),
         gate_zeros_(layers_, std::vector<int64_t>(nkv_, 0)), gate_count_(layers_, 0) {}
@@ -22,10 +25,16 @@ class Satformer : public ValueResidual<T> {
     return absl::StrCat("model.layers.", i, ".self_attn.value_gate.weight");
   }
   void AddLayerParams(int i, ParamTable* table) override {
-    if (i >= 1) table->Add(Name(i), {nkv_, c_}, ParamInit::Normal(init_std_));
+    if (i >= 1) {
+      table->AddShard(Name(i), {nkv_global_, c_}, ParamInit::Normal(init_std_), 0,
+                      shard_.tp_rank, shard_.tp_size);
+    }
   }
   void Bind(const ParamTable& table) override {
-    for (int i = 1; i < layers_; ++i) offsets_[i] = table.Offset(Name(i));
+    for (int i = 1; i < layers_; ++i) {
+      const ParamSpec* spec = table.Find(Name(i));  // absent: another pipeline stage's layer
+      offsets_[i] = spec == nullptr ? -1 : spec->offset;
+    }
   }
   void Resize(int rows) override {
     rows_ = rows;
@@ -136,7 +145,8 @@ class Satformer : public ValueResidual<T> {
     return gate_count_[i] > 0 ? gate_sum_[i][j] / gate_count_[i] : 0.0;
   }
 
-  const int c_, nkv_, hs_, layers_;
+  const Sharding shard_;
+  const int c_, nkv_, nkv_global_, hs_, layers_;
   core::ThreadPool* pool_;
   double init_std_ = 0.02;
   int rows_ = 0;
@@ -156,15 +166,13 @@ class Satformer : public ValueResidual<T> {
 }  // namespace
 
 template <typename T>
-std::unique_ptr<ValueResidual<T>> MakeSatformer(const ModelConfig& config, core::ThreadPool* pool) {
-  auto s = std::make_unique<Satformer<T>>(config, pool);
+std::unique_ptr<ValueResidual<T>> MakeSatformer(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool) {
+  auto s = std::make_unique<Satformer<T>>(config, shard, pool);
   s->set_init_std(config.initializer_range);
   return s;
 }
 
-template std::unique_ptr<ValueResidual<float>> MakeSatformer<float>(const ModelConfig&,
-                                                                    core::ThreadPool*);
-template std::unique_ptr<ValueResidual<double>> MakeSatformer<double>(const ModelConfig&,
-                                                                      core::ThreadPool*);
+template std::unique_ptr<ValueResidual<float>> MakeSatformer<float>(const ModelConfig&, const Sharding&, core::ThreadPool*);
+template std::unique_ptr<ValueResidual<double>> MakeSatformer<double>(const ModelConfig&, const Sharding&, core::ThreadPool*);
 
 }  // namespace satdar::model

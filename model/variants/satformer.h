@@ -8,11 +8,12 @@
 #include <vector>
 
 #include "model/value_residual.h"
+#include "model/sharding.h"
 
 namespace satdar::model {
 
 template <typename T>
-std::unique_ptr<ValueResidual<T>> MakeSatformer(const ModelConfig& config, core::ThreadPool* pool);
+std::unique_ptr<ValueResidual<T>> MakeSatformer(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool);
 
 }  // namespace satdar::model
 

@@ -10,8 +10,10 @@ namespace {
 template <typename T>
 class Standard : public Topology<T> {
  public:
-  Standard(const ModelConfig& c, core::ThreadPool* pool)
-      : sublayers_(2 * c.num_hidden_layers), d_(c.hidden_size), pool_(pool) {}
+  Standard(const ModelConfig& c, const Sharding& shard, core::ThreadPool* pool)
+      : sublayers_(2 * c.num_hidden_layers), d_(c.hidden_size), pool_(pool) {
+    (void)shard;  // the stream is replicated over TP ranks; stages pass it on
+  }
 
   void Resize(int rows) override {
     const size_t nc = static_cast<size_t>(rows) * d_;
@@ -21,22 +23,41 @@ class Standard : public Topology<T> {
   }
 
   void Forward(const T* params, const T* h0, Branches<T>* br, T* x_final) override {
+    ForwardRange(params, 1, sublayers_, h0, {}, br, x_final, {});
+  }
+  void Backward(const T* params, T* grads, const T* dx_final, Branches<T>* br, T* dh0) override {
+    BackwardRange(params, grads, 1, sublayers_, dx_final, {}, br, dh0, {});
+  }
+
+  // A stage boundary carries the one stream h.
+  bool SupportsStages() const override { return true; }
+  int BoundaryTensors(int l) const override { (void)l; return 1; }
+
+  void ForwardRange(const T* params, int first, int last, const T* h0,
+                    const std::vector<const T*>& in, Branches<T>* br, T* x_final,
+                    const std::vector<T*>& out) override {
     (void)params;
-    std::copy(h0, h0 + stream_[0].size(), stream_[0].begin());
-    for (int l = 1; l <= sublayers_; ++l) {
+    const T* start = first == 1 ? h0 : in[0];
+    std::copy(start, start + y_.size(), stream_[first - 1].begin());
+    for (int l = first; l <= last; ++l) {
       br->Forward(l, stream_[l - 1].data(), y_.data());
       Add(stream_[l].data(), stream_[l - 1].data(), y_.data());
     }
-    std::copy(stream_.back().begin(), stream_.back().end(), x_final);
+    T* end = last == sublayers_ ? x_final : out[0];
+    std::copy(stream_[last].begin(), stream_[last].end(), end);
   }
 
-  void Backward(const T* params, T* grads, const T* dx_final, Branches<T>* br, T* dh0) override {
+  void BackwardRange(const T* params, T* grads, int first, int last, const T* dx_final,
+                     const std::vector<const T*>& dout, Branches<T>* br, T* dh0,
+                     const std::vector<T*>& din) override {
     (void)params, (void)grads;
-    // dh0 carries d loss / d h_l down the stream; each branch adds its path.
-    std::copy(dx_final, dx_final + y_.size(), dh0);
-    for (int l = sublayers_; l >= 1; --l) {
-      std::copy(dh0, dh0 + y_.size(), dy_.begin());
-      br->Backward(l, stream_[l - 1].data(), dy_.data(), dh0);
+    // dh carries d loss / d h_l down the stream; each branch adds its path.
+    T* dh = first == 1 ? dh0 : din[0];
+    const T* top = last == sublayers_ ? dx_final : dout[0];
+    std::copy(top, top + y_.size(), dh);
+    for (int l = last; l >= first; --l) {
+      std::copy(dh, dh + y_.size(), dy_.begin());
+      br->Backward(l, stream_[l - 1].data(), dy_.data(), dh);
     }
   }
 
@@ -59,13 +80,11 @@ class Standard : public Topology<T> {
 }  // namespace
 
 template <typename T>
-std::unique_ptr<Topology<T>> MakeStandard(const ModelConfig& config, core::ThreadPool* pool) {
-  return std::make_unique<Standard<T>>(config, pool);
+std::unique_ptr<Topology<T>> MakeStandard(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool) {
+  return std::make_unique<Standard<T>>(config, shard, pool);
 }
 
-template std::unique_ptr<Topology<float>> MakeStandard<float>(const ModelConfig&,
-                                                              core::ThreadPool*);
-template std::unique_ptr<Topology<double>> MakeStandard<double>(const ModelConfig&,
-                                                                core::ThreadPool*);
+template std::unique_ptr<Topology<float>> MakeStandard<float>(const ModelConfig&, const Sharding&, core::ThreadPool*);
+template std::unique_ptr<Topology<double>> MakeStandard<double>(const ModelConfig&, const Sharding&, core::ThreadPool*);
 
 }  // namespace satdar::model

@@ -1,0 +1,81 @@
+// model/sharding.h: which piece of a model this rank holds in the dp x tp x pp x ep mesh.
+//
+//   Sharding s;                        // one rank: the whole model
+//   s.tp = tp_comm; s.tp_rank = 1; s.tp_size = 2;   // Megatron tensor parallelism
+//   s.pp_rank = 0; s.pp_size = 2;      // layers [0, L/2) plus the embedding
+//   s.ep = ep_comm; ...                // experts [ep_rank*E/ep, (ep_rank+1)*E/ep)
+//
+// Tensor parallelism (tp): attention heads and KV groups, SATFormer's gate rows (one per KV
+// head) and V1's heads, the SwiGLU intermediate dimension and the vocabulary are split into
+// tp contiguous pieces; each block all-reduces its attention and MLP outputs (forward) and its
+// input gradients (backward). Everything of width C (norms, the residual topologies' depth
+// retrievals and mixes, the MoE router and experts) is replicated and computed redundantly.
+// Pipeline parallelism (pp): stage s holds layers [s*L/pp, (s+1)*L/pp); the first also the
+// embedding, the last the final norm and head (both, with tied embeddings). Expert
+// parallelism (ep): the routed experts of every MoE layer are split into ep contiguous
+// ranges; tokens travel to their experts and back by all-to-all.
+// Models reach the other ranks only through these communicators (parallel/communicator.h).
+#ifndef SATDAR_MODEL_SHARDING_H_
+#define SATDAR_MODEL_SHARDING_H_
+
+#include <memory>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "model/config.h"
+#include "parallel/communicator.h"
+
+namespace satdar::model {
+
+// Collectives inside Forward/Backward cannot return a Status: the first failure (a dead peer,
+// a timeout) is recorded here, later collectives are skipped, and the trainer checks it after
+// every pass. Without a sink a failure aborts with its message.
+class CommErrors {
+ public:
+  void Record(absl::Status s) {
+    if (status_.ok()) status_ = std::move(s);
+  }
+  bool failed() const { return !status_.ok(); }
+  const absl::Status& status() const { return status_; }
+
+ private:
+  absl::Status status_;
+};
+
+struct Sharding {
+  parallel::Communicator* tp = nullptr;  // null when tp_size == 1
+  int tp_rank = 0, tp_size = 1;
+  parallel::Communicator* ep = nullptr;  // null when ep_size == 1
+  int ep_rank = 0, ep_size = 1;
+  int pp_rank = 0, pp_size = 1;
+  CommErrors* errors = nullptr;
+
+  bool first_stage() const { return pp_rank == 0; }
+  bool last_stage() const { return pp_rank == pp_size - 1; }
+  // Layers [first_layer, end_layer) of this pipeline stage.
+  int first_layer(const ModelConfig& c) const { return pp_rank * (c.num_hidden_layers / pp_size); }
+  int end_layer(const ModelConfig& c) const { return first_layer(c) + c.num_hidden_layers / pp_size; }
+  bool OwnsLayer(const ModelConfig& c, int i) const {
+    return i >= first_layer(c) && i < end_layer(c);
+  }
+  // This rank's slice [first, first + count) of `total` units split tp ways.
+  int TpCount(int total) const { return total / tp_size; }
+  int TpFirst(int total) const { return tp_rank * (total / tp_size); }
+};
+
+// Runs a collective of the model to completion; false (and the error recorded) when it or an
+// earlier one failed.
+bool Collective(const Sharding& s, std::unique_ptr<parallel::Work> work);
+// In-place sum (or max) over the tensor-parallel group; nothing when tp_size == 1.
+template <typename T>
+void TpAllReduce(const Sharding& s, T* data, size_t n,
+                 parallel::ReduceOp op = parallel::ReduceOp::kSum);
+
+// Whether the config can be split this way: heads, KV heads, intermediate size and vocabulary
+// divisible by tp; layers by pp; experts by ep; and every design split across stages able to
+// hand its state over. The InvalidArgument error names the flag and the config field.
+absl::Status ValidateSharding(const ModelConfig& config, int tp, int pp, int ep);
+
+}  // namespace satdar::model
+
+#endif  // SATDAR_MODEL_SHARDING_H_
