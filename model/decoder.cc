@@ -213,7 +213,7 @@ double DecoderModel<T>::Forward(const T* params, const int32_t* tokens, int b, i
         std::copy(v1, v1 + stage_.out.back().size(), stage_.out.back().begin());
       }
       cross_entropy_ = 0;
-      return 0;
+      return branches_->aux_loss();  // this stage's share of the auxiliary losses
     }
   }
   cpu::RmsNormForward(lnf_.data(), lnf_rstd_.data(), x_final_.data(), params + norm_off_, n, d,

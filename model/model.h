@@ -64,7 +64,8 @@ class Model {
   // After a Forward: layer i's SATFormer gates (B*T, NKV), or false when it has none.
   virtual bool GateValues(int layer, std::vector<double>* gates) const = 0;
   // Sizes this stage's boundary buffers for (B, T) micro-batches. On a pipeline stage other
-  // than the last, Forward returns 0 (the loss is the last stage's) and Backward starts from
+  // than the last, Forward returns its layers' auxiliary losses (the cross-entropy is the last
+  // stage's) and Backward starts from
   // dout; on one other than the first, Forward starts from in.
   virtual StageBuffers<T>* PrepareStage(int b, int t) = 0;
   // The first failure of a collective inside Forward/Backward (Sharding::errors), or OK.

@@ -8,11 +8,15 @@
 #include <cinttypes>
 #include <cstdio>
 
+#include <fcntl.h>
+
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
 #include "core/file_util.h"
 #include "core/safetensors.h"
+#include "nlohmann/json.hpp"
 
 namespace satdar::worker {
 
@@ -34,16 +38,56 @@ uint64_t DataChecksum(const std::vector<const void*>& data, const std::vector<si
   return h;
 }
 
-// Step number of "ckpt_00000012.safetensors", or -1.
+bool IsDir(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// Step number of "ckpt_00000012.safetensors" (one file) or "ckpt_00000012" (a folder of
+// shards), or -1.
 int64_t StepOf(const std::string& name) {
   size_t pl = sizeof(kPrefix) - 1, sl = sizeof(kSuffix) - 1;
-  if (name.size() <= pl + sl || name.compare(0, pl, kPrefix) != 0 ||
-      name.compare(name.size() - sl, sl, kSuffix) != 0) {
-    return -1;
+  if (name.size() <= pl || name.compare(0, pl, kPrefix) != 0) return -1;
+  std::string digits = name.substr(pl);
+  if (digits.size() > sl && digits.compare(digits.size() - sl, sl, kSuffix) == 0) {
+    digits.resize(digits.size() - sl);
   }
+  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) return -1;
   int64_t step;
-  if (!absl::SimpleAtoi(name.substr(pl, name.size() - pl - sl), &step)) return -1;
+  if (!absl::SimpleAtoi(digits, &step)) return -1;
   return step;
+}
+
+std::string ShardFile(const std::string& folder, const std::string& shard_name) {
+  return folder + "/shard-" + shard_name + kSuffix;
+}
+
+absl::Status RemoveTree(const std::string& path) {
+  if (!IsDir(path)) {
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+      return absl::InternalError(absl::StrCat("cannot remove ", path));
+    }
+    return absl::OkStatus();
+  }
+  DIR* d = ::opendir(path.c_str());
+  if (d != nullptr) {
+    while (struct dirent* e = ::readdir(d)) {
+      const std::string name = e->d_name;
+      if (name == "." || name == "..") continue;
+      SATDAR_RETURN_IF_ERROR(RemoveTree(path + "/" + name));
+    }
+    ::closedir(d);
+  }
+  if (::rmdir(path.c_str()) != 0) return absl::InternalError(absl::StrCat("cannot remove ", path));
+  return absl::OkStatus();
+}
+
+absl::Status FsyncDir(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return absl::InternalError(absl::StrCat("cannot open folder ", dir));
+  ::fsync(fd);
+  ::close(fd);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<std::pair<int64_t, std::string>>> ListCheckpoints(
@@ -72,13 +116,21 @@ std::string CheckpointPath(const std::string& dir, int64_t step) {
   return dir + "/" + name;
 }
 
-template <typename T>
-absl::Status SaveCheckpoint(const std::string& dir, const CheckpointInfo& info,
-                            const model::ParamTable& table, const OptimizerBuffers<T>& buffers) {
+namespace {
+
+absl::Status MakeDir(const std::string& dir) {
   if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
     return absl::InvalidArgumentError(
         absl::StrCat("--checkpoint-dir: cannot create folder ", dir));
   }
+  return absl::OkStatus();
+}
+
+// One file: this piece's parameters and moments, and which slice of each tensor it holds.
+template <typename T>
+absl::Status WriteCheckpointFile(const std::string& path, const CheckpointInfo& info,
+                                 const model::ParamTable& table,
+                                 const OptimizerBuffers<T>& buffers) {
   const core::DType dtype = core::DTypeOf<T>::value;
   std::vector<core::TensorRef> tensors;
   std::vector<const void*> data;
@@ -106,7 +158,50 @@ absl::Status SaveCheckpoint(const std::string& dir, const CheckpointInfo& info,
       {"dtype", core::DTypeName(dtype)},
       {"checksum", Hex(DataChecksum(data, sizes))},
   };
-  return core::WriteSafetensors(CheckpointPath(dir, info.step), tensors, meta);
+  nlohmann::json shards = nlohmann::json::object();
+  for (const auto& spec : table.specs()) {
+    if (spec.sharded()) shards[spec.name] = {spec.shard_dim, spec.shard_index, spec.shard_count};
+  }
+  if (!shards.empty()) meta["shards"] = shards.dump();
+  return core::WriteSafetensors(path, tensors, meta);
+}
+
+}  // namespace
+
+template <typename T>
+absl::Status SaveCheckpoint(const std::string& dir, const CheckpointInfo& info,
+                            const model::ParamTable& table, const OptimizerBuffers<T>& buffers) {
+  SATDAR_RETURN_IF_ERROR(MakeDir(dir));
+  return WriteCheckpointFile(CheckpointPath(dir, info.step), info, table, buffers);
+}
+
+template <typename T>
+absl::Status SaveShardedCheckpoint(const std::string& dir, const CheckpointInfo& info,
+                                   const model::ParamTable& table,
+                                   const OptimizerBuffers<T>& buffers,
+                                   const std::string& shard_name, parallel::Communicator* group) {
+  std::string final_dir = CheckpointPath(dir, info.step);
+  final_dir.resize(final_dir.size() - (sizeof(kSuffix) - 1));
+  const std::string tmp = final_dir + ".tmp";
+  absl::Status prepared = absl::OkStatus();
+  if (group->rank() == 0) {
+    prepared = MakeDir(dir);
+    if (prepared.ok()) prepared = RemoveTree(tmp);  // a crashed earlier attempt
+    if (prepared.ok()) prepared = MakeDir(tmp);
+  }
+  SATDAR_RETURN_IF_ERROR(group->Barrier({})->Wait());
+  SATDAR_RETURN_IF_ERROR(prepared);
+  SATDAR_RETURN_IF_ERROR(WriteCheckpointFile(ShardFile(tmp, shard_name), info, table, buffers));
+  SATDAR_RETURN_IF_ERROR(group->Barrier({})->Wait());
+  if (group->rank() == 0) {
+    SATDAR_RETURN_IF_ERROR(FsyncDir(tmp));
+    SATDAR_RETURN_IF_ERROR(RemoveTree(final_dir));  // a rerun of the same step
+    if (::rename(tmp.c_str(), final_dir.c_str()) != 0) {
+      return absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ", final_dir));
+    }
+    SATDAR_RETURN_IF_ERROR(FsyncDir(dir));
+  }
+  return group->Barrier({})->Wait();
 }
 
 absl::StatusOr<std::string> FindLatestCheckpoint(const std::string& dir) {
@@ -114,52 +209,166 @@ absl::StatusOr<std::string> FindLatestCheckpoint(const std::string& dir) {
   return all.empty() ? std::string() : all.back().second;
 }
 
+namespace {
+
+// A tensor's pieces across the files of a checkpoint.
+struct Piece {
+  const core::SafetensorsFile* file;
+  const core::SafetensorsEntry* entry;
+  int dim = -1, index = 0, count = 1;
+};
+
+// Fills out (spec's local slice) from the pieces of tensor `name`.
+template <typename T>
+absl::Status Assemble(const std::string& path, const std::string& name,
+                      const std::vector<Piece>& pieces, const model::ParamSpec& spec, T* out) {
+  const core::DType dtype = core::DTypeOf<T>::value;
+  const Piece& first = pieces.front();
+  core::Shape global = first.entry->shape;
+  if (first.dim >= 0) global[first.dim] *= first.count;
+  if (global != spec.global_shape) {
+    return Corrupt(path, absl::StrCat("tensor ", name, " has shape ", core::ShapeString(global),
+                                      ", this model needs ", core::ShapeString(spec.global_shape)));
+  }
+  if (first.dim < 0 && !spec.sharded()) {
+    return first.file->ReadFloats(name, spec.shape, dtype, out);
+  }
+  std::vector<T> full(core::NumElements(global)), piece;
+  if (first.dim < 0) {
+    SATDAR_RETURN_IF_ERROR(first.file->ReadFloats(name, global, dtype, full.data()));
+  } else {
+    if (static_cast<int>(pieces.size()) != first.count) {
+      return Corrupt(path, absl::StrCat("tensor ", name, " has ", pieces.size(), " of its ",
+                                        first.count, " slices"));
+    }
+    for (const Piece& p : pieces) {
+      model::ParamSpec slice;
+      slice.shape = p.entry->shape;
+      slice.global_shape = global;
+      slice.shard_dim = p.dim;
+      slice.shard_index = p.index;
+      slice.shard_count = p.count;
+      piece.resize(core::NumElements(slice.shape));
+      SATDAR_RETURN_IF_ERROR(p.file->ReadFloats(name, slice.shape, dtype, piece.data()));
+      for (size_t i = 0; i < piece.size(); ++i) full[slice.GlobalIndex(i)] = piece[i];
+    }
+  }
+  for (int64_t i = 0; i < spec.numel; ++i) out[i] = full[spec.GlobalIndex(i)];
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 template <typename T>
 absl::StatusOr<CheckpointInfo> LoadCheckpoint(const std::string& path,
                                               const std::string& config_json,
                                               const model::ParamTable& table,
                                               const OptimizerBuffers<T>& buffers) {
-  SATDAR_ASSIGN_OR_RETURN(core::SafetensorsFile file, core::SafetensorsFile::Open(path));
-  const auto& meta = file.metadata();
-  for (const char* key : {"format", "step", "seed", "data_position", "config", "trainer",
-                          "dtype", "checksum"}) {
-    if (!meta.count(key)) return Corrupt(path, absl::StrCat("metadata has no '", key, "'"));
+  std::vector<std::string> paths;
+  if (IsDir(path)) {
+    DIR* d = ::opendir(path.c_str());
+    if (d == nullptr) return Corrupt(path, "cannot open the folder");
+    while (struct dirent* e = ::readdir(d)) {
+      const std::string name = e->d_name;
+      if (name.size() > sizeof(kSuffix) - 1 &&
+          name.compare(name.size() - (sizeof(kSuffix) - 1), sizeof(kSuffix) - 1, kSuffix) == 0) {
+        paths.push_back(path + "/" + name);
+      }
+    }
+    ::closedir(d);
+    std::sort(paths.begin(), paths.end());
+    if (paths.empty()) return Corrupt(path, "the folder holds no shard files");
+  } else {
+    paths.push_back(path);
   }
-  if (meta.at("format") != kCheckpointFormat) {
-    return Corrupt(path, absl::StrCat("format '", meta.at("format"), "' is not ",
-                                      kCheckpointFormat));
-  }
-  if (meta.at("config") != config_json) {
-    return Corrupt(path, "was written for a different model config");
-  }
+  std::vector<core::SafetensorsFile> files;
+  std::map<std::string, std::vector<Piece>> index;
   const core::DType dtype = core::DTypeOf<T>::value;
-  if (meta.at("dtype") != core::DTypeName(dtype)) {
-    return Corrupt(path, absl::StrCat("was written in ", meta.at("dtype"), ", this run uses ",
-                                      core::DTypeName(dtype)));
+  files.reserve(paths.size());
+  for (const std::string& p : paths) {
+    SATDAR_ASSIGN_OR_RETURN(core::SafetensorsFile file, core::SafetensorsFile::Open(p));
+    const auto& meta = file.metadata();
+    for (const char* key : {"format", "step", "seed", "data_position", "config", "trainer",
+                            "dtype", "checksum"}) {
+      if (!meta.count(key)) return Corrupt(p, absl::StrCat("metadata has no '", key, "'"));
+    }
+    if (meta.at("format") != kCheckpointFormat) {
+      return Corrupt(p, absl::StrCat("format '", meta.at("format"), "' is not ",
+                                     kCheckpointFormat));
+    }
+    if (meta.at("config") != config_json) {
+      return Corrupt(p, "was written for a different model config");
+    }
+    if (meta.at("dtype") != core::DTypeName(dtype)) {
+      return Corrupt(p, absl::StrCat("was written in ", meta.at("dtype"), ", this run uses ",
+                                     core::DTypeName(dtype)));
+    }
+    if (!files.empty() && (meta.at("step") != files[0].metadata().at("step") ||
+                           meta.at("trainer") != files[0].metadata().at("trainer"))) {
+      return Corrupt(p, "belongs to a different step or run than the other shards");
+    }
+    std::vector<const void*> data;
+    std::vector<size_t> sizes;
+    for (const auto& e : file.entries()) {
+      data.push_back(file.data(e));
+      sizes.push_back(e.end - e.begin);
+    }
+    if (Hex(DataChecksum(data, sizes)) != meta.at("checksum")) {
+      return Corrupt(p, "checksum mismatch: the file is corrupted");
+    }
+    files.push_back(std::move(file));
   }
-  std::vector<const void*> data;
-  std::vector<size_t> sizes;
-  for (const auto& e : file.entries()) {
-    data.push_back(file.data(e));
-    sizes.push_back(e.end - e.begin);
-  }
-  if (Hex(DataChecksum(data, sizes)) != meta.at("checksum")) {
-    return Corrupt(path, "checksum mismatch: the file is corrupted");
-  }
-  size_t expected = 3 * table.specs().size();
-  if (file.entries().size() != expected) {
-    return Corrupt(path, absl::StrCat("holds ", file.entries().size(), " tensors, expected ",
-                                      expected, " for this model"));
+  for (const core::SafetensorsFile& file : files) {
+    nlohmann::json shards = nlohmann::json::object();
+    if (file.metadata().count("shards")) {
+      shards = nlohmann::json::parse(file.metadata().at("shards"), nullptr, false);
+      if (shards.is_discarded() || !shards.is_object()) {
+        return Corrupt(file.path(), "metadata 'shards' is not a JSON object");
+      }
+    }
+    for (const auto& e : file.entries()) {
+      Piece piece{&file, &e};
+      std::string base = e.name;
+      for (const char* prefix : {"optimizer.exp_avg_sq.", "optimizer.exp_avg."}) {
+        if (absl::StartsWith(base, prefix)) {
+          base = base.substr(std::string(prefix).size());
+          break;
+        }
+      }
+      if (shards.contains(base)) {
+        const auto& s = shards[base];
+        if (!s.is_array() || s.size() != 3) {
+          return Corrupt(file.path(), absl::StrCat("bad shard entry for ", base));
+        }
+        piece.dim = s[0].get<int>();
+        piece.index = s[1].get<int>();
+        piece.count = s[2].get<int>();
+        if (piece.dim < 0 || piece.dim >= static_cast<int>(e.shape.size()) || piece.count < 1 ||
+            piece.index < 0 || piece.index >= piece.count) {
+          return Corrupt(file.path(), absl::StrCat("bad shard entry for ", base));
+        }
+      }
+      auto& list = index[e.name];
+      // Pipeline stages may both hold a tied embedding: keep one copy of each slice.
+      bool duplicate = false;
+      for (const Piece& q : list) duplicate |= q.index == piece.index && q.dim == piece.dim;
+      if (!duplicate) list.push_back(piece);
+    }
   }
   auto read = [&](const std::string& name, const model::ParamSpec& spec,
                   std::vector<T>* v) -> absl::Status {
-    return file.ReadFloats(name, spec.shape, dtype, v->data() + spec.offset);
+    auto it = index.find(name);
+    if (it == index.end()) return Corrupt(path, absl::StrCat("has no tensor ", name));
+    return Assemble(path, name, it->second, spec, v->data() + spec.offset);
   };
   for (const auto& spec : table.specs()) {
     SATDAR_RETURN_IF_ERROR(read(spec.name, spec, buffers.params));
-    SATDAR_RETURN_IF_ERROR(read("optimizer.exp_avg." + spec.name, spec, buffers.exp_avg));
-    SATDAR_RETURN_IF_ERROR(read("optimizer.exp_avg_sq." + spec.name, spec, buffers.exp_avg_sq));
+    if (buffers.exp_avg != nullptr) {
+      SATDAR_RETURN_IF_ERROR(read("optimizer.exp_avg." + spec.name, spec, buffers.exp_avg));
+      SATDAR_RETURN_IF_ERROR(read("optimizer.exp_avg_sq." + spec.name, spec, buffers.exp_avg_sq));
+    }
   }
+  const auto& meta = files[0].metadata();
   CheckpointInfo info;
   uint64_t seed;
   if (!absl::SimpleAtoi(meta.at("step"), &info.step) ||
@@ -175,7 +384,7 @@ absl::StatusOr<CheckpointInfo> LoadCheckpoint(const std::string& path,
 
 absl::Status PruneCheckpoints(const std::string& dir, int keep) {
   SATDAR_ASSIGN_OR_RETURN(auto all, ListCheckpoints(dir));
-  for (size_t i = 0; i + keep < all.size(); ++i) ::unlink(all[i].second.c_str());
+  for (size_t i = 0; i + keep < all.size(); ++i) SATDAR_RETURN_IF_ERROR(RemoveTree(all[i].second));
   return absl::OkStatus();
 }
 
@@ -185,6 +394,14 @@ template absl::Status SaveCheckpoint<float>(const std::string&, const Checkpoint
 template absl::Status SaveCheckpoint<double>(const std::string&, const CheckpointInfo&,
                                              const model::ParamTable&,
                                              const OptimizerBuffers<double>&);
+template absl::Status SaveShardedCheckpoint<float>(const std::string&, const CheckpointInfo&,
+                                                   const model::ParamTable&,
+                                                   const OptimizerBuffers<float>&,
+                                                   const std::string&, parallel::Communicator*);
+template absl::Status SaveShardedCheckpoint<double>(const std::string&, const CheckpointInfo&,
+                                                    const model::ParamTable&,
+                                                    const OptimizerBuffers<double>&,
+                                                    const std::string&, parallel::Communicator*);
 template absl::StatusOr<CheckpointInfo> LoadCheckpoint<float>(const std::string&, const std::string&,
                                                               const model::ParamTable&,
                                                               const OptimizerBuffers<float>&);

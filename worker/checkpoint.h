@@ -1,10 +1,18 @@
-// worker/checkpoint.h: complete training checkpoints in one safetensors file.
+// worker/checkpoint.h: complete training checkpoints.
 //
-// DIR/ckpt_<step, 8 digits>.safetensors holds every parameter under its MODELS.md name (so
-// the file loads into PyTorch as weights), the AdamW moments as optimizer.exp_avg.<name> and
-// optimizer.exp_avg_sq.<name>, and metadata: format, step, seed, data position (sequences
-// consumed), the model config, the training dtype and a checksum of the data section. The
-// file is written to a temporary name, fsynced and renamed, so a name that exists is complete.
+// One rank: DIR/ckpt_<step, 8 digits>.safetensors holds every parameter under its MODELS.md
+// name (so the file loads into PyTorch as weights), the AdamW moments as
+// optimizer.exp_avg.<name> and optimizer.exp_avg_sq.<name>, and metadata: format, step,
+// seed, data position (sequences consumed), the model config, the training dtype and a
+// checksum of the data section. The file is written to a temporary name, fsynced and renamed,
+// so a name that exists is complete.
+// Model-parallel runs (tp, pp or ep > 1): DIR/ckpt_<step>/ holds one such file per model
+// piece, shard-tp<t>-pp<p>-ep<e>.safetensors, whose "shards" metadata says which slice of
+// each global tensor it holds. The ranks of data-parallel replica 0 write them into a
+// temporary folder that one rename makes visible. Optimizer moments are always gathered
+// (ZeRO-1) before writing, so a checkpoint does not depend on the data-parallel size.
+// Loading assembles each tensor this rank needs from whatever files hold it, so a checkpoint
+// loads into any layout (any dp, tp, pp, ep) of the same model.
 #ifndef SATDAR_WORKER_CHECKPOINT_H_
 #define SATDAR_WORKER_CHECKPOINT_H_
 
@@ -15,6 +23,7 @@
 
 #include "absl/status/statusor.h"
 #include "model/param_table.h"
+#include "parallel/communicator.h"
 
 namespace satdar::worker {
 
@@ -41,11 +50,20 @@ template <typename T>
 absl::Status SaveCheckpoint(const std::string& dir, const CheckpointInfo& info,
                             const model::ParamTable& table, const OptimizerBuffers<T>& buffers);
 
+// Every rank of `group` (the model pieces of one data-parallel replica) calls this with its
+// own piece; shard_name names its file ("tp0-pp1-ep0").
+template <typename T>
+absl::Status SaveShardedCheckpoint(const std::string& dir, const CheckpointInfo& info,
+                                   const model::ParamTable& table,
+                                   const OptimizerBuffers<T>& buffers,
+                                   const std::string& shard_name, parallel::Communicator* group);
+
 // Newest complete checkpoint in dir, or "" when there is none (or dir does not exist).
 absl::StatusOr<std::string> FindLatestCheckpoint(const std::string& dir);
 
 // Verifies format, model config (against config_json), checksum, dtype and every tensor's
-// shape, then fills the buffers.
+// shape, then fills the buffers (this rank's slices). path: a checkpoint file or folder.
+// exp_avg/exp_avg_sq may be null (weights only).
 template <typename T>
 absl::StatusOr<CheckpointInfo> LoadCheckpoint(const std::string& path,
                                               const std::string& config_json,

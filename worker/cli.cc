@@ -428,13 +428,20 @@ absl::Status RunTrain(const std::vector<std::string>& args) {
   flags.Define("--checkpoint-every", "checkpoint every N steps (and at the end)", false, "0");
   flags.Define("--keep-checkpoints", "newest checkpoints kept", false, "3");
   flags.DefineBool("--resume", "continue from the newest checkpoint in --checkpoint-dir");
-  flags.Define("--dp", "data-parallel replicas (under mpirun: the number of processes)", false,
+  flags.Define("--dp", "data-parallel replicas", false, "1");
+  flags.Define("--tp", "tensor-parallel ranks per model (heads, KV groups, MLP, vocabulary)",
+               false, "1");
+  flags.Define("--pp", "pipeline stages (layers split evenly; 1F1B over --microbatches)", false,
                "1");
+  flags.Define("--ep", "expert-parallel ranks (MoE experts split; otherwise more replicas)",
+               false, "1");
+  flags.Define("--comm-timeout", "seconds a rank waits for a peer before the run fails", false,
+               "300");
   flags.Define("--zero", "ZeRO stage with --dp: 0 (replicated optimizer) or 1 (sharded)",
                false, "0");
   flags.Define("--launcher",
-               "how --dp ranks run: mpi (one process each, under mpirun) or threads (one "
-               "process)",
+               "how the dp x tp x pp x ep ranks run: mpi (one process each, under mpirun) or "
+               "threads (one process)",
                false, "mpi");
   flags.DefineBool("--quiet", "no console output");
   if (WantsHelp(args)) {
@@ -516,28 +523,45 @@ absl::Status RunTrain(const std::vector<std::string>& args) {
         "satdar train: --seq-len ", o.seq_len, " exceeds max_position_embeddings ",
         o.config.max_position_embeddings, " of ", flags.Get("--config")));
   }
-  SATDAR_ASSIGN_OR_RETURN(int64_t dp, flags.GetInt("--dp", 1));
+  parallel::MeshShape mesh;
+  for (const char* f : {"--dp", "--tp", "--pp", "--ep"}) {
+    SATDAR_ASSIGN_OR_RETURN(int64_t v, flags.GetInt(f, 1));
+    (f[2] == 'd' ? mesh.dp : f[2] == 't' ? mesh.tp : f[2] == 'p' ? mesh.pp : mesh.ep) =
+        static_cast<int>(v);
+  }
+  SATDAR_ASSIGN_OR_RETURN(int64_t timeout, flags.GetInt("--comm-timeout", 1));
+  o.comm_timeout_seconds = static_cast<int>(timeout);
   SATDAR_ASSIGN_OR_RETURN(int64_t zero, flags.GetInt("--zero", 0));
   if (zero > 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("satdar train: flag --zero must be 0 or 1, got ", zero));
   }
   o.zero_stage = static_cast<int>(zero);
+  if (mesh.pp > 1 && o.microbatches < mesh.pp) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "satdar train: --pp ", mesh.pp, " needs --microbatches >= ", mesh.pp,
+        " to keep every stage busy (got ", o.microbatches, ")"));
+  }
+  // Layout errors (divisibility, designs that cannot be split) before any rank starts.
+  SATDAR_RETURN_IF_ERROR(model::ValidateSharding(o.config, mesh.tp, mesh.pp, mesh.ep));
+  o.mesh = mesh;
   const std::string launcher = flags.Get("--launcher");
   if (launcher != "mpi" && launcher != "threads") {
     return absl::InvalidArgumentError(
         absl::StrCat("satdar train: flag --launcher must be mpi or threads, got '", launcher, "'"));
   }
+  const int world_size = mesh.size();
   absl::StatusOr<TrainSummary> summary;
-  if (launcher == "threads" && dp > 1) {
+  if (launcher == "threads" && world_size > 1) {
     // Every rank a thread of this process, talking through the in-process communicator.
-    auto comms = parallel::MakeLocalCommunicators(static_cast<int>(dp));
-    std::vector<absl::StatusOr<TrainSummary>> results(dp);
+    SATDAR_RETURN_IF_ERROR(parallel::ValidateMesh(mesh, world_size));
+    auto comms = parallel::MakeLocalCommunicators(world_size);
+    std::vector<absl::StatusOr<TrainSummary>> results(world_size);
     std::vector<std::thread> ranks;
-    for (int r = 0; r < dp; ++r) {
+    for (int r = 0; r < world_size; ++r) {
       ranks.emplace_back([&, r] {
         TrainOptions ro = o;
-        ro.dp_comm = comms[r].get();
+        ro.world = comms[r].get();
         results[r] = Train(ro);
       });
     }
@@ -550,19 +574,19 @@ absl::Status RunTrain(const std::vector<std::string>& args) {
     // One rank of an mpirun launch.
     SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> world,
                             parallel::MpiWorld(nullptr, nullptr));
-    absl::Status layout = parallel::ValidateMesh({static_cast<int>(dp), 1, 1, 1}, world->size());
+    absl::Status layout = parallel::ValidateMesh(mesh, world->size());
     if (layout.ok()) {
-      o.dp_comm = world->size() > 1 ? world.get() : nullptr;
+      o.world = world->size() > 1 ? world.get() : nullptr;
       summary = Train(o);
     } else {
       summary = layout;
     }
     world.reset();
     parallel::MpiFinalize();
-  } else if (dp > 1) {
+  } else if (world_size > 1) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "satdar train: --dp ", dp, " needs ", dp, " ranks: run under mpirun -np ", dp,
-        " (or add --launcher threads)"));
+        "satdar train: ", mesh.ToString(), " needs ", world_size, " ranks: run under mpirun -np ",
+        world_size, " (or add --launcher threads)"));
   } else {
     summary = Train(o);
   }

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -21,7 +22,9 @@
 #include "data/stream.h"
 #include "model/model.h"
 #include "nlohmann/json.hpp"
+#include "parallel/pipeline.h"
 #include "worker/checkpoint.h"
+#include "worker/mesh_groups.h"
 
 namespace satdar::worker {
 
@@ -89,13 +92,29 @@ class Validator {
                             data::OpenValidation(dataset, o.seq_len, o.seed, "--eval-every"));
     return v;
   }
-  double Loss(const T* params) {
+  // Every rank of a replica takes part; with pipeline stages the batches flow through the
+  // pipeline and the last stage's mean reaches every stage.
+  absl::StatusOr<double> Loss(const T* params, parallel::PipelineSchedule<T>* pipeline,
+                              parallel::Communicator* pp) {
     double sum = 0;
-    for (int i = 0; i < batches_; ++i) {
-      source_->Batch(0, 0, static_cast<int64_t>(i) * batch_, batch_, seq_len_, tokens_.data());
-      model_->Forward(params, tokens_.data(), batch_, seq_len_);
-      sum += model_->last_cross_entropy();
+    if (pipeline == nullptr) {
+      for (int i = 0; i < batches_; ++i) {
+        source_->Batch(0, 0, static_cast<int64_t>(i) * batch_, batch_, seq_len_, tokens_.data());
+        model_->Forward(params, tokens_.data(), batch_, seq_len_);
+        SATDAR_RETURN_IF_ERROR(model_->comm_status());
+        sum += model_->last_cross_entropy();
+      }
+      return sum / batches_;
     }
+    std::vector<std::vector<int32_t>> all(batches_, tokens_);
+    for (int i = 0; i < batches_; ++i) {
+      source_->Batch(0, 0, static_cast<int64_t>(i) * batch_, batch_, seq_len_, all[i].data());
+    }
+    SATDAR_ASSIGN_OR_RETURN(
+        sum, pipeline->ForwardOnly(params, [&](int mb) { return all[mb].data(); }, batches_,
+                                   batch_, seq_len_));
+    SATDAR_RETURN_IF_ERROR(
+        pp->AllReduce(&sum, 1, core::DType::kF64, parallel::ReduceOp::kSum, {})->Wait());
     return sum / batches_;
   }
 
@@ -109,23 +128,84 @@ class Validator {
   std::unique_ptr<data::DatasetBatches> source_;
 };
 
+// What one rank's parameters mean for reductions and the gradient norm.
+struct ParamRoles {
+  std::vector<std::pair<int64_t, int64_t>> tp_partial;  // (offset, numel): summed over TP
+  std::vector<std::pair<int64_t, int64_t>> experts;     // reduced over dp only
+  std::pair<int64_t, int64_t> tied_embedding{-1, 0};    // on both end stages of a pipeline
+  std::vector<uint8_t> in_norm;  // per element: counted once in the global gradient norm
+};
+
+ParamRoles RolesOf(const model::ParamTable& table, const MeshGroups& g, bool tied) {
+  ParamRoles r;
+  r.in_norm.assign(table.size(), 0);
+  const bool pipeline = g.shape.pp > 1;
+  for (const model::ParamSpec& spec : table.specs()) {
+    if (spec.tp_partial_grad) r.tp_partial.emplace_back(spec.offset, spec.numel);
+    if (spec.expert) r.experts.emplace_back(spec.offset, spec.numel);
+    const bool embedding = spec.name == "model.embed_tokens.weight";
+    if (embedding && tied && pipeline) r.tied_embedding = {spec.offset, spec.numel};
+    // Replicated copies count once: on TP rank 0 (unless sharded), EP rank 0 (unless an
+    // expert), and the first pipeline stage for a tied embedding.
+    bool counted = (spec.sharded() || g.coord.tp == 0) && (spec.expert || g.coord.ep == 0);
+    if (embedding && tied && pipeline && g.coord.pp != 0) counted = false;
+    if (counted) std::fill(r.in_norm.begin() + spec.offset,
+                           r.in_norm.begin() + spec.offset + spec.numel, 1);
+  }
+  return r;
+}
+
 template <typename T>
 absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& options) {
-  // Only rank 0 of a data-parallel run prints, logs and writes checkpoints.
-  const int rank = options.dp_comm ? options.dp_comm->rank() : 0;
-  const int world = options.dp_comm ? options.dp_comm->size() : 1;
   TrainOptions o = options;
+  parallel::CollectiveOptions copts;
+  copts.timeout = absl::Seconds(o.comm_timeout_seconds);
+  SATDAR_ASSIGN_OR_RETURN(MeshGroups g, BuildMeshGroups(o.world, o.mesh, copts));
+  const parallel::MeshShape& mesh = g.shape;
+  const int rank = g.rank;
+  const int replicas = g.data_size(), replica = g.data_rank();
+  // Only rank 0 prints, logs and writes the summary.
   if (rank != 0) {
     o.quiet = true;
     o.log_jsonl.clear();
     o.summary_json.clear();
   }
+  if (o.zero_stage == 1 && mesh.ep > 1) {
+    return absl::InvalidArgumentError(
+        "--zero 1 with --ep > 1 is not supported (expert weights are reduced over a different "
+        "group); use --zero 0");
+  }
   core::cpu::InitBlas();
   core::ThreadPool pool(o.threads);
-  SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<model::Model<T>> model,
-                          model::CreateModel<T>(o.config, &pool));
+  model::CommErrors comm_errors;
+  model::Sharding shard;
+  shard.tp = g.tp.get();
+  shard.tp_rank = g.coord.tp;
+  shard.tp_size = mesh.tp;
+  shard.ep = g.ep.get();
+  shard.ep_rank = g.coord.ep;
+  shard.ep_size = mesh.ep;
+  shard.pp_rank = g.coord.pp;
+  shard.pp_size = mesh.pp;
+  shard.errors = &comm_errors;
+  // One model instance per micro-batch a pipeline stage keeps in flight (1F1B).
+  const int slots = mesh.pp > 1 ? std::min(mesh.pp - g.coord.pp, o.microbatches) : 1;
+  std::vector<std::unique_ptr<model::Model<T>>> models;
+  for (int i = 0; i < slots; ++i) {
+    SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<model::Model<T>> m,
+                            model::CreateModel<T>(o.config, shard, &pool));
+    models.push_back(std::move(m));
+  }
+  model::Model<T>* model = models[0].get();
+  std::unique_ptr<parallel::PipelineSchedule<T>> pipeline;
+  if (mesh.pp > 1) {
+    std::vector<model::Model<T>*> raw;
+    for (auto& m : models) raw.push_back(m.get());
+    pipeline = std::make_unique<parallel::PipelineSchedule<T>>(g.pp.get(), raw, copts);
+  }
   const model::ParamTable& table = model->params();
   const int64_t n = table.size();
+  const ParamRoles roles = RolesOf(table, g, o.config.tie_word_embeddings);
 
   // Data: the training source, and the validation split for --eval-every.
   std::string data_description;
@@ -144,32 +224,32 @@ absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& options) {
   }
   if (!o.quiet) std::printf("data: %s\n", data_description.c_str());
   SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<Validator<T>> validator,
-                          Validator<T>::Create(o, model.get()));
+                          Validator<T>::Create(o, model));
 
-  // State: flat parameter, gradient and moment buffers carved by the param table.
+  // State: flat parameter, gradient and moment buffers carved by this rank's param table.
   // With ZeRO-1 the flat buffers are padded to a multiple of the replicas and this replica
   // owns [lo, hi); its moments cover only that slice.
-  const bool zero = o.zero_stage == 1 && world > 1;
-  const int64_t shard = zero ? (n + world - 1) / world : n;
-  const int64_t padded = zero ? shard * world : n;
-  const int64_t lo = zero ? rank * shard : 0;
+  const bool zero = o.zero_stage == 1 && replicas > 1;
+  const int64_t shard_len = zero ? (n + replicas - 1) / replicas : n;
+  const int64_t padded = zero ? shard_len * replicas : n;
+  const int64_t lo = zero ? replica * shard_len : 0;
   std::vector<T> params(padded, T(0)), grads(padded, T(0));
   std::vector<T> exp_avg(zero ? 0 : n, T(0)), exp_avg_sq(zero ? 0 : n, T(0));
-  std::vector<T> m_shard(zero ? shard : 0, T(0)), v_shard(zero ? shard : 0, T(0)), g_shard;
+  std::vector<T> m_shard(zero ? shard_len : 0, T(0)), v_shard(zero ? shard_len : 0, T(0)), g_shard;
   table.Initialize(params.data(), o.seed);
   OptimizerBuffers<T> buffers{&params, &exp_avg, &exp_avg_sq};
+  constexpr core::DType kDType = core::DTypeOf<T>::value;
   // Full moments for a checkpoint under ZeRO-1 (every replica takes part in the gather).
   auto gather_moments = [&]() -> absl::Status {
     if (!zero) return absl::OkStatus();
-    constexpr core::DType kDType = core::DTypeOf<T>::value;
     exp_avg.assign(padded, T(0));
     exp_avg_sq.assign(padded, T(0));
     SATDAR_RETURN_IF_ERROR(
-        o.dp_comm->AllGather(m_shard.data(), exp_avg.data(), shard, kDType, {})->Wait());
-    return o.dp_comm->AllGather(v_shard.data(), exp_avg_sq.data(), shard, kDType, {})->Wait();
+        g.data->AllGather(m_shard.data(), exp_avg.data(), shard_len, kDType, copts)->Wait());
+    return g.data->AllGather(v_shard.data(), exp_avg_sq.data(), shard_len, kDType, copts)->Wait();
   };
   int64_t start_step = 0;
-  int64_t first_sample = 0;  // samples consumed by all ranks before the first step of this run
+  int64_t first_sample = 0;  // samples consumed by all replicas before the first step of this run
   const std::string config_json = model::ModelConfigToJson(o.config);
   const std::string trainer_json = TrainerJson(o);
   if (o.resume) {
@@ -185,8 +265,8 @@ absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& options) {
       SATDAR_ASSIGN_OR_RETURN(CheckpointInfo info,
                               LoadCheckpoint<T>(latest, config_json, table, buffers));
       if (zero) {  // keep this replica's slice of the moments
-        std::copy(exp_avg.begin() + lo, exp_avg.begin() + lo + shard, m_shard.begin());
-        std::copy(exp_avg_sq.begin() + lo, exp_avg_sq.begin() + lo + shard, v_shard.begin());
+        std::copy(exp_avg.begin() + lo, exp_avg.begin() + lo + shard_len, m_shard.begin());
+        std::copy(exp_avg_sq.begin() + lo, exp_avg_sq.begin() + lo + shard_len, v_shard.begin());
         exp_avg.clear();
         exp_avg_sq.clear();
       }
@@ -207,83 +287,161 @@ absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& options) {
   JsonlWriter log;
   if (!o.log_jsonl.empty()) SATDAR_RETURN_IF_ERROR(log.Open(o.log_jsonl));
   if (!o.quiet) {
-    std::printf("model: %s residual, %lld parameters; batch %d x %d tokens, %d micro-batch(es), "
-                "%d thread(s), %s\n",
-                o.config.residual.c_str(), static_cast<long long>(n), o.batch_size, o.seq_len,
-                o.microbatches, o.threads, o.f64 ? "f64" : "f32");
+    std::printf("model: %s residual, %lld parameters on rank 0 (%s); batch %d x %d tokens per "
+                "replica, %d micro-batch(es), %d thread(s), %s\n",
+                o.config.residual.c_str(), static_cast<long long>(n), mesh.ToString().c_str(),
+                o.batch_size, o.seq_len, o.microbatches, o.threads, o.f64 ? "f64" : "f32");
     std::fflush(stdout);
   }
 
-  // Gradient reduction overlapped with backward (data parallel, without ZeRO): layer i's slice
-  // of the flat buffer is all-reduced as soon as the backward pass is done with it.
-  std::vector<int64_t> layer_start(o.config.num_hidden_layers + 1);
+  // Gradient reduction over the replicas. Without pipeline or expert parallelism it overlaps
+  // the backward pass: layer i's slice of the flat buffer is all-reduced as soon as the
+  // backward pass is done with it.
+  std::vector<int64_t> layer_start;
   for (int i = 0; i < o.config.num_hidden_layers; ++i) {
-    layer_start[i] = table.Find(absl::StrCat("model.layers.", i, ".input_layernorm.weight"))->offset;
+    const model::ParamSpec* first =
+        table.Find(absl::StrCat("model.layers.", i, ".input_layernorm.weight"));
+    if (first != nullptr) layer_start.push_back(first->offset);
   }
-  layer_start.back() = table.Offset("model.norm.weight");
+  const model::ParamSpec* final_norm = table.Find("model.norm.weight");
+  layer_start.push_back(final_norm != nullptr ? final_norm->offset : n);
   std::vector<std::unique_ptr<parallel::Work>> pending;
   auto reduce_range = [&](int64_t begin, int64_t end) {
-    pending.push_back(o.dp_comm->AllReduce(grads.data() + begin, end - begin,
-                                           core::DTypeOf<T>::value, parallel::ReduceOp::kAvg, {}));
+    pending.push_back(g.data->AllReduce(grads.data() + begin, end - begin, kDType,
+                                        parallel::ReduceOp::kAvg, copts));
   };
-  const bool overlap = world > 1 && !zero;
+  const bool overlap = replicas > 1 && !zero && mesh.pp == 1 && mesh.ep == 1;
 
-  std::vector<int32_t> tokens;
-  data::BatchStream stream(source.get(), {o.seq_len, o.batch_size, o.microbatches, rank, world,
-                                          start_step + 1, first_sample});
+  // Pipeline boundaries: what each one carries, once.
+  if (!o.quiet && mesh.pp > 1) {
+    const int per_stage = o.config.num_hidden_layers / mesh.pp;
+    std::printf("pipeline: %d stages of %d layers, 1F1B over %d micro-batches\n", mesh.pp,
+                per_stage, o.microbatches);
+  }
+
+  std::vector<std::vector<int32_t>> micro(o.microbatches);
+  data::BatchStream stream(source.get(), {o.seq_len, o.batch_size, o.microbatches, replica,
+                                          replicas, start_step + 1, first_sample});
   TrainSummary summary;
   double timed_seconds = 0;
   int64_t timed_tokens = 0;
-  const int64_t tokens_per_step = static_cast<int64_t>(o.batch_size) * world * o.seq_len;
+  const int64_t tokens_per_step = static_cast<int64_t>(o.batch_size) * replicas * o.seq_len;
+  const int mb_size = o.batch_size / o.microbatches;
+  auto fail = [&](const absl::Status& s, int64_t step) {
+    return absl::Status(s.code(), absl::StrCat("rank ", rank, " (", mesh.ToString(), "), step ",
+                                               step, ": ", s.message()));
+  };
   for (int64_t step = start_step + 1; step <= o.steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
     std::fill(grads.begin(), grads.end(), T(0));
     double loss = 0;
-    for (int mb = 0; mb < o.microbatches; ++mb) {
-      stream.Next(&tokens);
-      loss += model->Forward(params.data(), tokens.data(), o.batch_size / o.microbatches,
-                             o.seq_len);
-      const bool last_micro = mb + 1 == o.microbatches;
-      if (overlap && last_micro) {
-        model->SetLayerGradientsReadyHook(
-            [&](int layer) { reduce_range(layer_start[layer], layer_start[layer + 1]); });
-      }
-      model->Backward(params.data(), grads.data(), 1.0 / o.microbatches);
-      if (overlap && last_micro) {
-        model->SetLayerGradientsReadyHook(nullptr);
-        // What the hook did not cover: embedding, globals and layer 0; final norm and head.
-        reduce_range(0, o.config.num_hidden_layers > 1 ? layer_start[1] : layer_start.back());
-        reduce_range(layer_start.back(), n);
+    for (int mb = 0; mb < o.microbatches; ++mb) stream.Next(&micro[mb]);
+    if (pipeline != nullptr) {
+      absl::StatusOr<double> sum = pipeline->Step(
+          params.data(), grads.data(), [&](int mb) { return micro[mb].data(); }, o.microbatches,
+          mb_size, o.seq_len);
+      if (!sum.ok()) return fail(sum.status(), step);
+      loss = *sum;
+    } else {
+      for (int mb = 0; mb < o.microbatches; ++mb) {
+        loss += model->Forward(params.data(), micro[mb].data(), mb_size, o.seq_len);
+        const bool last_micro = mb + 1 == o.microbatches;
+        if (overlap && last_micro) {
+          model->SetLayerGradientsReadyHook(
+              [&](int layer) { reduce_range(layer_start[layer], layer_start[layer + 1]); });
+        }
+        model->Backward(params.data(), grads.data(), 1.0 / o.microbatches);
+        if (overlap && last_micro) {
+          model->SetLayerGradientsReadyHook(nullptr);
+          // What the hook did not cover: embedding, globals and layer 0; final norm and head.
+          reduce_range(0, layer_start.size() > 2 ? layer_start[1] : layer_start.back());
+          reduce_range(layer_start.back(), n);
+        }
+        if (!model->comm_status().ok()) return fail(model->comm_status(), step);
       }
     }
     loss /= o.microbatches;
-    constexpr core::DType kDType = core::DTypeOf<T>::value;
-    if (world > 1) {
-      // The global batch's loss; every replica steps with the average gradient.
-      SATDAR_RETURN_IF_ERROR(o.dp_comm->AllReduce(&loss, 1, core::DType::kF64,
-                                                  parallel::ReduceOp::kAvg, {})->Wait());
-      if (overlap) {
-        for (auto& w : pending) SATDAR_RETURN_IF_ERROR(w->Wait());
-        pending.clear();
-      } else if (zero) {
-        g_shard.resize(shard);
-        SATDAR_RETURN_IF_ERROR(o.dp_comm->ReduceScatter(grads.data(), g_shard.data(), shard,
-                                                        kDType, parallel::ReduceOp::kAvg, {})
-                                   ->Wait());
+    auto wait = [&](std::unique_ptr<parallel::Work> w) -> absl::Status {
+      absl::Status s = w->Wait();
+      return s.ok() ? s : fail(s, step);
+    };
+    // The loss: each pipeline stage holds its share, each replica its own.
+    if (g.pp) {
+      SATDAR_RETURN_IF_ERROR(wait(
+          g.pp->AllReduce(&loss, 1, core::DType::kF64, parallel::ReduceOp::kSum, copts)));
+    }
+    if (g.data) {
+      SATDAR_RETURN_IF_ERROR(wait(
+          g.data->AllReduce(&loss, 1, core::DType::kF64, parallel::ReduceOp::kAvg, copts)));
+    }
+    for (auto& w : pending) SATDAR_RETURN_IF_ERROR(wait(std::move(w)));
+    pending.clear();
+    // Gradients: TP partial sums, the tied embedding's two pipeline copies, then the replicas.
+    if (g.tp) {
+      for (const auto& [off, len] : roles.tp_partial) {
+        SATDAR_RETURN_IF_ERROR(wait(g.tp->AllReduce(grads.data() + off, len, kDType,
+                                                    parallel::ReduceOp::kSum, copts)));
       }
+    }
+    if (roles.tied_embedding.first >= 0 && (g.coord.pp == 0 || g.coord.pp == mesh.pp - 1)) {
+      const auto [off, len] = roles.tied_embedding;
+      const int peer = g.coord.pp == 0 ? mesh.pp - 1 : 0;
+      std::vector<T> other(len);
+      auto sent = g.pp->Send(grads.data() + off, len, kDType, peer, 7, copts);
+      SATDAR_RETURN_IF_ERROR(wait(g.pp->Recv(other.data(), len, kDType, peer, 7, copts)));
+      SATDAR_RETURN_IF_ERROR(wait(std::move(sent)));
+      // Both stages add in the same order (first stage's part + last stage's part).
+      T* mine = grads.data() + off;
+      for (int64_t i = 0; i < len; ++i) {
+        mine[i] = g.coord.pp == 0 ? mine[i] + other[i] : other[i] + mine[i];
+      }
+    }
+    if (g.data && !overlap && !zero) {
+      if (roles.experts.empty()) {
+        SATDAR_RETURN_IF_ERROR(wait(g.data->AllReduce(grads.data(), n, kDType,
+                                                      parallel::ReduceOp::kAvg, copts)));
+      } else {
+        // Expert weights already hold every EP rank's tokens: average over dp only (and
+        // divide by ep, as the loss is the mean over all dp x ep replicas).
+        std::vector<T> saved;
+        for (const auto& [off, len] : roles.experts) {
+          saved.insert(saved.end(), grads.begin() + off, grads.begin() + off + len);
+        }
+        SATDAR_RETURN_IF_ERROR(wait(g.data->AllReduce(grads.data(), n, kDType,
+                                                      parallel::ReduceOp::kAvg, copts)));
+        if (g.dp) {
+          SATDAR_RETURN_IF_ERROR(wait(g.dp->AllReduce(saved.data(), saved.size(), kDType,
+                                                      parallel::ReduceOp::kAvg, copts)));
+        }
+        size_t k = 0;
+        for (const auto& [off, len] : roles.experts) {
+          for (int64_t i = 0; i < len; ++i) grads[off + i] = saved[k++] / static_cast<T>(mesh.ep);
+        }
+      }
+    } else if (zero) {
+      g_shard.resize(shard_len);
+      SATDAR_RETURN_IF_ERROR(wait(g.data->ReduceScatter(grads.data(), g_shard.data(), shard_len,
+                                                        kDType, parallel::ReduceOp::kAvg, copts)));
     }
     if (!std::isfinite(loss)) {
       return absl::InternalError(absl::StrCat("step ", step, ": loss is ", loss,
                                               "; lower --lr or check the data"));
     }
-    // The global gradient norm (under ZeRO-1: the slices' squares, summed over replicas).
-    const T* g = zero ? g_shard.data() : grads.data();
-    const int64_t owned = zero ? shard : n;
+    // The global gradient norm: every element once (replicated copies counted on one rank),
+    // summed over the model pieces (and under ZeRO-1 over the replicas' slices).
+    const T* gv = zero ? g_shard.data() : grads.data();
+    const int64_t owned = zero ? shard_len : n;
     double sq = 0;
-    for (int64_t i = 0; i < owned; ++i) sq += static_cast<double>(g[i]) * g[i];
+    for (int64_t i = 0; i < owned; ++i) {
+      if (lo + i < n && roles.in_norm[lo + i]) sq += static_cast<double>(gv[i]) * gv[i];
+    }
     if (zero) {
       SATDAR_RETURN_IF_ERROR(
-          o.dp_comm->AllReduce(&sq, 1, core::DType::kF64, parallel::ReduceOp::kSum, {})->Wait());
+          wait(g.data->AllReduce(&sq, 1, core::DType::kF64, parallel::ReduceOp::kSum, copts)));
+    }
+    if (g.mp) {
+      SATDAR_RETURN_IF_ERROR(
+          wait(g.mp->AllReduce(&sq, 1, core::DType::kF64, parallel::ReduceOp::kSum, copts)));
     }
     double grad_norm = std::sqrt(sq);
     core::AdamWParams hp;
@@ -297,10 +455,10 @@ absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& options) {
     if (zero) {
       // Update this replica's slice, then every replica gathers the whole parameter buffer.
       core::cpu::AdamWUpdate(params.data() + lo, g_shard.data(), m_shard.data(), v_shard.data(),
-                             shard, hp, &pool);
-      std::vector<T> mine(params.begin() + lo, params.begin() + lo + shard);
+                             shard_len, hp, &pool);
+      std::vector<T> mine(params.begin() + lo, params.begin() + lo + shard_len);
       SATDAR_RETURN_IF_ERROR(
-          o.dp_comm->AllGather(mine.data(), params.data(), shard, kDType, {})->Wait());
+          wait(g.data->AllGather(mine.data(), params.data(), shard_len, kDType, copts)));
     } else {
       core::cpu::AdamWUpdate(params.data(), grads.data(), exp_avg.data(), exp_avg_sq.data(), n,
                              hp, &pool);
@@ -321,17 +479,29 @@ absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& options) {
                  {"tokens", step * tokens_per_step},
                  {"tokens_per_second", tps},
                  {"step_seconds", seconds}};
+    if (pipeline != nullptr) {
+      // Bytes each stage boundary carried this step: [activations forward, gradients back].
+      std::vector<int64_t> mine = {pipeline->forward_bytes(), pipeline->backward_bytes()};
+      std::vector<int64_t> all(2 * mesh.pp);
+      SATDAR_RETURN_IF_ERROR(
+          wait(g.pp->AllGather(mine.data(), all.data(), 2, core::DType::kI64, copts)));
+      Json boundaries = Json::array();
+      for (int s = 0; s + 1 < mesh.pp; ++s) boundaries.push_back({all[2 * s], all[2 * s + 3]});
+      line["pp_boundary_bytes"] = boundaries;
+    }
     if (validator && step % o.eval_every == 0) {
-      line["val_loss"] = validator->Loss(params.data());
+      absl::StatusOr<double> val = validator->Loss(params.data(), pipeline.get(), g.pp.get());
+      if (!val.ok()) return fail(val.status(), step);
+      line["val_loss"] = *val;
       if (!o.quiet) {
         std::printf("step %5lld/%lld | validation loss %.4f\n", static_cast<long long>(step),
-                    static_cast<long long>(o.steps), line["val_loss"].get<double>());
+                    static_cast<long long>(o.steps), *val);
       }
     }
     if (o.stats_every > 0 && step % o.stats_every == 0) {
       Json stats = Json::object();
       model->AppendStats(&stats);
-      model->ResetStats();
+      for (auto& m : models) m->ResetStats();
       line["stats"] = stats;
     }
     log.Write(line);
@@ -345,12 +515,20 @@ absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& options) {
     const bool checkpoint = !o.checkpoint_dir.empty() &&
                             ((o.checkpoint_every > 0 && step % o.checkpoint_every == 0) || last);
     if (checkpoint) SATDAR_RETURN_IF_ERROR(gather_moments());
-    if (rank == 0 && checkpoint) {
-      // Replicas hold identical weights and moments: rank 0's checkpoint is the whole state.
-      const int64_t consumed = first_sample + (step - start_step) * o.batch_size * world;
+    if (checkpoint && g.coord.dp == 0) {
+      // Replicas hold identical weights and moments: replica 0's pieces are the whole state.
+      const int64_t consumed = first_sample + (step - start_step) * o.batch_size * replicas;
       CheckpointInfo info{step, o.seed, consumed, config_json, trainer_json};
-      SATDAR_RETURN_IF_ERROR(SaveCheckpoint<T>(o.checkpoint_dir, info, table, buffers));
-      SATDAR_RETURN_IF_ERROR(PruneCheckpoints(o.checkpoint_dir, o.keep_checkpoints));
+      if (g.mp == nullptr && g.coord.ep == 0) {
+        SATDAR_RETURN_IF_ERROR(SaveCheckpoint<T>(o.checkpoint_dir, info, table, buffers));
+      } else if (g.mp != nullptr) {
+        const std::string name = absl::StrCat("tp", g.coord.tp, "-pp", g.coord.pp, "-ep",
+                                              g.coord.ep);
+        absl::Status s =
+            SaveShardedCheckpoint<T>(o.checkpoint_dir, info, table, buffers, name, g.mp.get());
+        if (!s.ok()) return fail(s, step);
+      }
+      if (rank == 0) SATDAR_RETURN_IF_ERROR(PruneCheckpoints(o.checkpoint_dir, o.keep_checkpoints));
     }
     if (zero && checkpoint) {  // the gathered moments were only needed for the file
       exp_avg.clear();
@@ -359,7 +537,10 @@ absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& options) {
       exp_avg_sq.shrink_to_fit();
     }
   }
-  if (world > 1) SATDAR_RETURN_IF_ERROR(o.dp_comm->Barrier({})->Wait());
+  if (o.world != nullptr) {
+    absl::Status s = o.world->Barrier(copts)->Wait();
+    if (!s.ok()) return fail(s, o.steps);
+  }
   summary.steps = o.steps;
   summary.tokens_per_second = timed_seconds > 0 ? timed_tokens / timed_seconds : 0;
   summary.peak_rss_bytes = PeakRssBytes();
@@ -370,7 +551,8 @@ absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& options) {
               {"peak_rss_bytes", summary.peak_rss_bytes},
               {"parameters", n},
               {"threads", o.threads},
-              {"data_parallel", world}};
+              {"data_parallel", replicas},
+              {"mesh", {{"dp", mesh.dp}, {"tp", mesh.tp}, {"pp", mesh.pp}, {"ep", mesh.ep}}}};
     absl::Status s = core::WriteFileAtomically(o.summary_json, j.dump(2) + "\n");
     if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("--summary-json: ", s.message()));
   }

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "data/mqar.h"
 #include "parallel/communicator.h"
+#include "parallel/mesh.h"
 #include "model/config.h"
 
 namespace satdar::worker {
@@ -56,14 +57,19 @@ struct TrainOptions {
   int keep_checkpoints = 3;
   bool resume = false;
   bool quiet = false;
-  // Data parallelism: this process is one replica of dp_comm->size() (null: a single rank).
-  // Each replica trains on its slice of the global batch (batch_size sequences), gradients
-  // and the loss are averaged over replicas, and only rank 0 logs and writes checkpoints.
-  parallel::Communicator* dp_comm = nullptr;
-  // ZeRO stage 1 (with dp_comm): gradients are reduce-scattered, each replica keeps the AdamW
-  // moments of its 1/dp slice of the flat buffer and updates only that slice, and the
+  // Parallel runs: this process is one rank of `world` (null: a single rank), arranged as
+  // mesh (dp x tp x pp x ep, parallel/mesh.h). Each data-parallel replica (dp x ep of them;
+  // without experts the EP ranks are replicas too) trains on its slice of the global batch
+  // (batch_size sequences each); TP, PP and EP ranks of a replica hold pieces of one model
+  // (model/sharding.h). Gradients and the loss are averaged over replicas; only rank 0 logs.
+  parallel::Communicator* world = nullptr;
+  parallel::MeshShape mesh;
+  // ZeRO stage 1 (data parallel, ep 1): gradients are reduce-scattered, each replica keeps the
+  // AdamW moments of its 1/dp slice of the flat buffer and updates only that slice, and the
   // parameters are all-gathered. Checkpoints still hold the full state (gathered on write).
   int zero_stage = 0;
+  // A peer that does not answer within this time fails the run (exit 1), never a hang.
+  int comm_timeout_seconds = 300;
 };
 
 struct TrainSummary {

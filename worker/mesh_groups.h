@@ -1,0 +1,33 @@
+// worker/mesh_groups.h: the communicators of one rank of a dp x tp x pp x ep run, split from
+// the world communicator (every rank must build them, in the same order).
+//   tp, pp, ep, dp: the ranks that differ from this one only along that axis
+//   data: the data-parallel replicas of this model piece (dp x ep ranks sharing tp and pp)
+//   mp:   the pieces of this rank's replica (tp x pp x ep ranks sharing dp)
+#ifndef SATDAR_WORKER_MESH_GROUPS_H_
+#define SATDAR_WORKER_MESH_GROUPS_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "parallel/communicator.h"
+#include "parallel/mesh.h"
+
+namespace satdar::worker {
+
+struct MeshGroups {
+  parallel::MeshShape shape;
+  parallel::MeshCoord coord;
+  int rank = 0;
+  std::unique_ptr<parallel::Communicator> tp, pp, ep, dp, data, mp;  // null: one rank
+  int data_rank() const { return coord.dp * shape.ep + coord.ep; }
+  int data_size() const { return shape.dp * shape.ep; }
+};
+
+// world null: one rank (every group null).
+absl::StatusOr<MeshGroups> BuildMeshGroups(parallel::Communicator* world,
+                                           const parallel::MeshShape& shape,
+                                           const parallel::CollectiveOptions& options);
+
+}  // namespace satdar::worker
+
+#endif  // SATDAR_WORKER_MESH_GROUPS_H_
