@@ -1,6 +1,8 @@
 // parallel/communicator.h: how ranks talk to each other. Models and schedules reach other
 // ranks only through this interface; implementations: LocalCommunicator (threads of one
-// process, for tests; local_communicator.h) and, in later work, MPI, Gloo and NCCL.
+// process, for tests; local_communicator.h), MpiCommunicator (mpirun launches),
+// GlooCommunicator (TCP, ranks started by hand or a scheduler, meeting through a KvStore)
+// and NcclCommunicator (GPUs; its reductions follow NCCL's ring order, not rank order).
 //
 //   std::unique_ptr<Work> w = comm->AllReduce(grads, n, DType::kF32, ReduceOp::kSum, {});
 //   SATDAR_RETURN_IF_ERROR(w->Wait());   // DeadlineExceeded names the ranks that never came

@@ -6,7 +6,8 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 PACKAGES=(bazel-bootstrap g++ libopenblas-dev libabsl-dev libgtest-dev libgmock-dev
-          nlohmann-json3-dev libsentencepiece-dev libopenmpi-dev openmpi-bin python3 python3-torch)
+          nlohmann-json3-dev libsentencepiece-dev libopenmpi-dev openmpi-bin libgloo-dev python3
+          python3-torch)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -34,30 +34,10 @@ json.dump(dict(three, value_residual="resformer", resformer_mode="learnable_plus
 for name in ("attnres", "hc", "mhc", "denseformer", "muddformer"):
     json.dump(dict(three, residual=name), open(name + ".json", "w"))
 PY
+COMPARE=$(dirname "$(realpath "$0")")/compare_runs.py
 compare() {  # NAME A_DIR B_DIR
-  python3 - "$2" "$3" <<'PY'
-import json, struct, sys
-def losses(d): return [json.loads(l)["loss"] for l in open(d + "/log.jsonl")]
-def weights(d):
-    raw = open(d + "/ckpt/ckpt_00000005.safetensors", "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    header = json.loads(raw[8:8 + n]); data = raw[8 + n:]
-    out = {}
-    for k, v in header.items():
-        if k == "__metadata__" or k.startswith("optimizer."): continue
-        b, e = v["data_offsets"]
-        out[k] = struct.unpack("<%dd" % ((e - b) // 8), data[b:e])
-    return out
-a, b = losses(sys.argv[1]), losses(sys.argv[2])
-assert len(a) == len(b) == 5, (a, b)
-worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
-wa, wb = weights(sys.argv[1]), weights(sys.argv[2])
-assert wa.keys() == wb.keys()
-wworst = max(abs(x - y) / max(1e-30, max(abs(z) for z in wa[k]))
-             for k in wa for x, y in zip(wa[k], wb[k]))
-print("  losses rel err %.2e, weights rel err %.2e" % (worst, wworst))
-sys.exit(0 if worst <= 1e-9 and wworst <= 1e-9 else 1)
-PY
+  python3 "$COMPARE" "$2/log.jsonl" "$3/log.jsonl" "$2/ckpt/ckpt_00000005.safetensors" \
+    "$3/ckpt/ckpt_00000005.safetensors"
 }
 for model in baseline satformer dar dar_moe resformer attnres hc mhc denseformer muddformer; do
   T=(train --config $model.json --synthetic-data --steps 5 --seq-len 16 --dtype f64 --threads 1
@@ -108,7 +88,7 @@ S=(train --config baseline.json --synthetic-data --steps 1 --seq-len 8 --batch-s
 expect_fail dp_without_ranks "--dp 2 needs 2 ranks: run under mpirun -np 2" "$SATDAR" "${S[@]}" --dp 2
 expect_fail world_size_mismatch "the world has 2 ranks but --dp x --tp x --pp x --ep = dp=3" \
   "${MPIRUN[@]}" -np 2 "$SATDAR" "${S[@]}" --dp 3
-expect_fail bad_launcher "flag --launcher must be mpi or threads" "$SATDAR" "${S[@]}" --launcher ssh
+expect_fail bad_launcher "flag --launcher must be mpi, gloo or threads" "$SATDAR" "${S[@]}" --launcher ssh
 expect_fail bad_zero "flag --zero must be 0 or 1, got 3" "$SATDAR" "${S[@]}" --zero 3
 
 echo "$passed passed, $failed failed"

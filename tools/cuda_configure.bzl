@@ -4,6 +4,8 @@ The toolkit is used when $CUDA_PATH/bin/nvcc exists (default /usr/local/cuda), u
 SATDAR_CUDA=0 is given with --repo_env. SATDAR_CUDA=1 makes a missing toolkit an error.
 @local_cuda//:defs.bzl says CUDA_ENABLED; @local_cuda//:cudart is the runtime (headers,
 -lcudart and the SATDAR_WITH_CUDA define), or an empty library without the toolkit.
+@local_cuda//:nccl is NCCL (-lnccl and the SATDAR_WITH_NCCL define) when the toolkit has
+include/nccl.h and lib64/libnccl.so (NCCL_ENABLED in defs.bzl), else an empty library.
 """
 
 def _cuda_configure_impl(rctx):
@@ -15,6 +17,8 @@ def _cuda_configure_impl(rctx):
     if mode == "1" and not found:
         fail("SATDAR_CUDA=1 but there is no nvcc at %s/bin/nvcc" % root)
     enabled = found and mode != "0"
+    nccl = enabled and rctx.path(root + "/include/nccl.h").exists and \
+           rctx.path(root + "/lib64/libnccl.so").exists
     if enabled:
         rctx.symlink(root + "/include", "include")
         build = """
@@ -28,14 +32,28 @@ cc_library(
     linkopts = ["-L{root}/lib64", "-Wl,-rpath,{root}/lib64", "-lcudart"],
 )
 """.format(root = root)
+        if nccl:
+            build += """
+cc_library(
+    name = "nccl",
+    defines = ["SATDAR_WITH_NCCL=1"],
+    linkopts = ["-L{root}/lib64", "-Wl,-rpath,{root}/lib64", "-lnccl"],
+    deps = [":cudart"],
+)
+""".format(root = root)
+        else:
+            build += """
+cc_library(name = "nccl", deps = [":cudart"])
+"""
     else:
         build = """
 package(default_visibility = ["//visibility:public"])
 exports_files(["defs.bzl"])
 cc_library(name = "cudart")
+cc_library(name = "nccl")
 """
     rctx.file("BUILD.bazel", build)
-    rctx.file("defs.bzl", "CUDA_ENABLED = %s\nCUDA_ROOT = '%s'\n" % (enabled, root))
+    rctx.file("defs.bzl", "CUDA_ENABLED = %s\nNCCL_ENABLED = %s\nCUDA_ROOT = '%s'\n" % (enabled, nccl, root))
 
 cuda_configure = repository_rule(
     implementation = _cuda_configure_impl,

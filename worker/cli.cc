@@ -15,9 +15,11 @@
 #include "core/safetensors.h"
 #include "model/model.h"
 #include "data/prep.h"
+#include "parallel/gloo_communicator.h"
 #include "parallel/local_communicator.h"
 #include "parallel/mesh.h"
 #include "parallel/mpi_communicator.h"
+#include "worker/checkpoint.h"
 #include "worker/eval.h"
 #include "worker/flags.h"
 #include "worker/trainer.h"
@@ -39,6 +41,7 @@ void PrintUsage() {
                "  train   train a model (a prepared dataset, raw text, MQAR or random tokens)\n"
                "  init    write a model's initial weights (safetensors, MODELS.md names)\n"
                "  eval    loss of given weights; SATFormer gate ablation (--gate-ablation)\n"
+               "  export  a checkpoint of any parallel layout -> one weights file\n"
                "  info    parameter count (and list) of a config\n"
                "  version print the version\n"
                "run 'satdar <command> --help' for the flags of a command\n",
@@ -217,6 +220,47 @@ absl::Status RunInit(const std::vector<std::string>& args) {
                                           {{"config", model::ModelConfigToJson(config)}});
   if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("--out: ", s.message()));
   return absl::OkStatus();
+}
+
+// --- satdar export ----------------------------------------------------------------------
+
+// A checkpoint (one file, or a folder of model-parallel shards) as one weights file with the
+// whole model under its MODELS.md names.
+template <typename T>
+absl::Status ExportTyped(const model::ModelConfig& config, const std::string& checkpoint,
+                         const std::string& out_path) {
+  core::ThreadPool pool(1);
+  SATDAR_ASSIGN_OR_RETURN(auto model, model::CreateModel<T>(config, &pool));
+  const model::ParamTable& table = model->params();
+  std::vector<T> params(table.size());
+  SATDAR_RETURN_IF_ERROR(LoadCheckpoint<T>(checkpoint, model::ModelConfigToJson(config), table,
+                                           {&params, nullptr, nullptr})
+                             .status());
+  std::vector<core::TensorRef> out;
+  for (const auto& spec : table.specs()) {
+    out.push_back({spec.name, core::DTypeOf<T>::value, spec.shape, params.data() + spec.offset});
+  }
+  absl::Status s =
+      core::WriteSafetensors(out_path, out, {{"config", model::ModelConfigToJson(config)}});
+  if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("--out: ", s.message()));
+  return absl::OkStatus();
+}
+
+absl::Status RunExport(const std::vector<std::string>& args) {
+  FlagSet flags("export");
+  flags.Define("--config", "model config JSON", true);
+  flags.Define("--checkpoint", "checkpoint file or folder (any training layout)", true);
+  flags.Define("--out", "where to write the weights (safetensors)", true);
+  flags.Define("--dtype", "the checkpoint's dtype: f32 or f64", false, "f32");
+  if (WantsHelp(args)) {
+    std::fprintf(stdout, "%s", flags.Usage().c_str());
+    return absl::OkStatus();
+  }
+  SATDAR_RETURN_IF_ERROR(flags.Parse(args));
+  SATDAR_ASSIGN_OR_RETURN(const bool f64, DtypeIsF64(flags, "export"));
+  SATDAR_ASSIGN_OR_RETURN(model::ModelConfig config, model::LoadModelConfig(flags.Get("--config")));
+  return f64 ? ExportTyped<double>(config, flags.Get("--checkpoint"), flags.Get("--out"))
+             : ExportTyped<float>(config, flags.Get("--checkpoint"), flags.Get("--out"));
 }
 
 // --- satdar eval ------------------------------------------------------------------------
@@ -440,9 +484,17 @@ absl::Status RunTrain(const std::vector<std::string>& args) {
   flags.Define("--zero", "ZeRO stage with --dp: 0 (replicated optimizer) or 1 (sharded)",
                false, "0");
   flags.Define("--launcher",
-               "how the dp x tp x pp x ep ranks run: mpi (one process each, under mpirun) or "
-               "threads (one process)",
+               "how the dp x tp x pp x ep ranks run: mpi (one process each, under mpirun), "
+               "gloo (one process each, started any way, meeting in --rendezvous) or threads "
+               "(one process)",
                false, "mpi");
+  flags.Define("--rank", "with --launcher gloo: this process's rank (or $SATDAR_RANK)");
+  flags.Define("--world-size",
+               "with --launcher gloo: the number of processes (or $SATDAR_WORLD_SIZE)");
+  flags.Define("--rendezvous",
+               "with --launcher gloo: a folder every rank can reach (shared file system), "
+               "fresh per launch (or $SATDAR_RENDEZVOUS_DIR)");
+  flags.Define("--gloo-iface", "with --launcher gloo: network interface (default: loopback)");
   flags.DefineBool("--quiet", "no console output");
   if (WantsHelp(args)) {
     std::fprintf(stdout, "%s", flags.Usage().c_str());
@@ -546,11 +598,48 @@ absl::Status RunTrain(const std::vector<std::string>& args) {
   SATDAR_RETURN_IF_ERROR(model::ValidateSharding(o.config, mesh.tp, mesh.pp, mesh.ep));
   o.mesh = mesh;
   const std::string launcher = flags.Get("--launcher");
-  if (launcher != "mpi" && launcher != "threads") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("satdar train: flag --launcher must be mpi or threads, got '", launcher, "'"));
+  if (launcher != "mpi" && launcher != "threads" && launcher != "gloo") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "satdar train: flag --launcher must be mpi, gloo or threads, got '", launcher, "'"));
   }
   const int world_size = mesh.size();
+  if (launcher == "gloo") {
+    // One rank of a launch without mpirun: the ranks meet through a key-value store.
+    parallel::GlooOptions g;
+    const absl::StatusOr<parallel::GlooOptions> env = parallel::GlooOptionsFromEnv();
+    if (env.ok()) g = *env;
+    if (flags.Has("--rank")) {
+      SATDAR_ASSIGN_OR_RETURN(int64_t r, flags.GetInt("--rank", 0));
+      g.rank = static_cast<int>(r);
+    }
+    if (flags.Has("--world-size")) {
+      SATDAR_ASSIGN_OR_RETURN(int64_t w, flags.GetInt("--world-size", 1));
+      g.world_size = static_cast<int>(w);
+    }
+    if (flags.Has("--rendezvous")) g.store_dir = flags.Get("--rendezvous");
+    if (flags.Has("--gloo-iface")) g.interface = flags.Get("--gloo-iface");
+    if (g.rank < 0 || g.world_size < 1 || g.store_dir.empty()) {
+      return absl::InvalidArgumentError(
+          "satdar train: --launcher gloo needs --rank, --world-size and --rendezvous (or "
+          "$SATDAR_RANK, $SATDAR_WORLD_SIZE and $SATDAR_RENDEZVOUS_DIR)");
+    }
+    if (g.world_size != world_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the world has ", g.world_size, " ranks but --dp x --tp x --pp x --ep = ",
+          mesh.ToString(), " = ", world_size));
+    }
+    g.timeout = absl::Seconds(o.comm_timeout_seconds);
+    SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> world, parallel::GlooWorld(g));
+    o.world = world->size() > 1 ? world.get() : nullptr;
+    absl::StatusOr<TrainSummary> summary = Train(o);
+    if (!summary.ok()) return summary.status();
+    if (!o.quiet && g.rank == 0) {
+      std::printf("done: %lld steps, final loss %.4f, %.0f tokens/s, peak RSS %.1f MiB\n",
+                  static_cast<long long>(summary->steps), summary->final_loss,
+                  summary->tokens_per_second, summary->peak_rss_bytes / 1048576.0);
+    }
+    return absl::OkStatus();
+  }
   absl::StatusOr<TrainSummary> summary;
   if (launcher == "threads" && world_size > 1) {
     // Every rank a thread of this process, talking through the in-process communicator.
@@ -584,8 +673,13 @@ absl::Status RunTrain(const std::vector<std::string>& args) {
     world.reset();
     parallel::MpiFinalize();
   } else if (world_size > 1) {
+    std::string layout;
+    for (const auto& [flag, v] : {std::pair<const char*, int>{"--dp", mesh.dp}, {"--tp", mesh.tp},
+                                  {"--pp", mesh.pp}, {"--ep", mesh.ep}}) {
+      if (v > 1) absl::StrAppend(&layout, layout.empty() ? "" : " ", flag, " ", v);
+    }
     return absl::InvalidArgumentError(absl::StrCat(
-        "satdar train: ", mesh.ToString(), " needs ", world_size, " ranks: run under mpirun -np ",
+        "satdar train: ", layout, " needs ", world_size, " ranks: run under mpirun -np ",
         world_size, " (or add --launcher threads)"));
   } else {
     summary = Train(o);
@@ -629,6 +723,8 @@ int Main(int argc, char** argv) {
     status = RunInit(args);
   } else if (command == "eval") {
     status = RunEval(args);
+  } else if (command == "export") {
+    status = RunExport(args);
   } else if (command == "info") {
     status = RunInfo(args);
   } else if (command == "prep") {

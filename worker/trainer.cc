@@ -40,8 +40,11 @@ int64_t PeakRssBytes() {
 
 // Hyperparameters that must be the same for a resumed run to continue the same trajectory.
 std::string TrainerJson(const TrainOptions& o) {
-  Json j = {{"steps", o.steps},           {"batch_size", o.batch_size},
-            {"seq_len", o.seq_len},       {"microbatches", o.microbatches},
+  // The global batch (not the per-replica one, nor micro-batches, which only change rounding):
+  // a checkpoint resumes under another parallel layout.
+  Json j = {{"steps", o.steps},
+            {"global_batch_size", o.batch_size * o.mesh.dp * o.mesh.ep},
+            {"seq_len", o.seq_len},
             {"lr", o.lr},                 {"min_lr_ratio", o.min_lr_ratio},
             {"warmup_steps", o.warmup_steps}, {"weight_decay", o.weight_decay},
             {"beta1", o.beta1},           {"beta2", o.beta2},

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 
 namespace satdar::core::cuda {
 
@@ -14,6 +15,14 @@ namespace satdar::core::cuda {
 void SetErrorRank(int rank);
 absl::Status CallError(const char* what, const char* call, const char* file, int line);
 inline const char* ErrorText(cudaError_t err) { return cudaGetErrorString(err); }
+
+// The error of a failed call made for one rank of a communicator (NCCL): names the call, file,
+// line and that rank, which may differ from the process's rank given to SetErrorRank.
+inline absl::Status RankCallError(const char* what, const char* call, const char* file, int line,
+                                  int rank) {
+  return absl::InternalError(
+      absl::StrCat(file, ":", line, " (rank ", rank, "): ", call, " failed: ", what));
+}
 
 }  // namespace satdar::core::cuda
 
@@ -28,5 +37,19 @@ inline const char* ErrorText(cudaError_t err) { return cudaGetErrorString(err); 
 
 #define SATDAR_CUDA_RETURN_IF_ERROR(call) \
   SATDAR_GPU_RETURN_IF_ERROR(call, cudaSuccess, ::satdar::core::cuda::ErrorText)
+
+// NCCL calls (include <nccl.h> first): any result but ncclSuccess is an error naming the call,
+// file, line and `rank` (the communicator's rank), with NCCL's own last-error text. A
+// non-blocking communicator's ncclInProgress must be settled by the caller, not passed here.
+#define SATDAR_NCCL_RETURN_IF_ERROR(call, rank)                                                \
+  do {                                                                                          \
+    ncclResult_t satdar_nccl_err_ = (call);                                                     \
+    if (satdar_nccl_err_ != ncclSuccess)                                                        \
+      return ::satdar::core::cuda::RankCallError(                                               \
+          ::absl::StrCat(ncclGetErrorString(satdar_nccl_err_), " (", ncclGetLastError(nullptr), \
+                         ")")                                                                   \
+              .c_str(),                                                                         \
+          #call, __FILE__, __LINE__, (rank));                                                   \
+  } while (0)
 
 #endif  // SATDAR_CORE_CUDA_CHECK_H_

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# A parallel run whose rank is killed mid-training ends everywhere within 60 s (nothing hangs,
+# every surviving rank exits non-zero - 1 for a fault - naming the cause) and leaves only
+# complete checkpoints behind. Layouts: data parallel and pipeline under mpirun, tensor
+# parallel over Gloo (processes started without mpirun).
+# Usage: parallel_fault_test.sh PATH_TO_SATDAR
+set -u
+SATDAR=$(realpath "$1")
+WORK="${TEST_TMPDIR:-/tmp/satdar-test-$$}/fault"
+rm -rf "$WORK" && mkdir -p "$WORK"
+cd "$WORK"
+unset TEST_PREMATURE_EXIT_FILE XML_OUTPUT_FILE
+MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca btl self,tcp --mca btl_tcp_if_include lo
+        --mca oob_tcp_if_include lo)
+cat >config.json <<'JSON'
+{"vocab_size": 256, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+ "num_attention_heads": 4}
+JSON
+passed=0
+failed=0
+
+# Every checkpoint under its final name (a file, or a folder of shards) is complete.
+check_checkpoints() {
+  local dir=$1 bad=0
+  for f in "$dir"/ckpt_*.safetensors "$dir"/ckpt_*[0-9]/*.safetensors; do
+    [[ -e $f ]] || continue
+    python3 - "$f" <<'PY' || { echo "FAIL: $f is incomplete"; bad=1; }
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+header = json.loads(raw[8:8 + n])
+end = max(v["data_offsets"][1] for k, v in header.items() if k != "__metadata__")
+assert len(raw) == 8 + n + end, "truncated"
+PY
+  done
+  for d in "$dir"/ckpt_*[0-9]; do
+    [[ -d $d ]] || continue
+    # A folder under its final name holds every piece (two here).
+    [[ $(ls "$d" | wc -l) -eq 2 ]] || { echo "FAIL: $d is missing shards"; bad=1; }
+  done
+  return $bad
+}
+
+# run_case NAME LAUNCHER FLAGS...: start 2 ranks, kill one after checkpoint 4, expect the rest
+# to end within 60 s with a non-zero status.
+run_case() {
+  local name=$1 launcher=$2
+  shift 2
+  local seed=$((RANDOM + 100))
+  local T=(train --config config.json --synthetic-data --steps 400 --batch-size 4 --seq-len 64
+           --threads 1 --quiet --checkpoint-dir "ckpt-$name" --checkpoint-every 2 --seed "$seed"
+           --comm-timeout 30 "$@")
+  local pids=()
+  if [[ $launcher == mpi ]]; then
+    "${MPIRUN[@]}" -np 2 "$SATDAR" "${T[@]}" >"run-$name.txt" 2>&1 &
+    pids=($!)
+  else
+    mkdir -p "rdv-$name"
+    for r in 0 1; do
+      "$SATDAR" "${T[@]}" --launcher gloo --rank $r --world-size 2 --rendezvous "rdv-$name" \
+        >"run-$name-$r.txt" 2>&1 &
+      pids+=($!)
+    done
+  fi
+  for _ in $(seq 1 600); do
+    ls -d "ckpt-$name"/ckpt_00000004* >/dev/null 2>&1 && break
+    sleep 0.05
+  done
+  local victim
+  victim=$(pgrep -f "seed $seed" | while read -r p; do
+    [[ $(ps -o comm= -p "$p") == satdar ]] && echo "$p"; done | tail -1)
+  if [[ -z "$victim" ]]; then echo "FAIL $name: no rank to kill"; failed=$((failed + 1)); return; fi
+  local start
+  start=$(date +%s)
+  kill -9 "$victim"
+  local survivors=()
+  for p in "${pids[@]}"; do [[ $p != "$victim" ]] && survivors+=("$p"); done
+  for _ in $(seq 1 600); do
+    local alive=0
+    for p in "${survivors[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [[ $alive -eq 0 ]] && break
+    sleep 0.1
+  done
+  local ok=1 status
+  for p in "${survivors[@]}"; do
+    if kill -0 "$p" 2>/dev/null; then
+      echo "FAIL $name: still running 60 s after a rank was killed"; kill -9 "$p"; ok=0
+      continue
+    fi
+    wait "$p"; status=$?
+    [[ $status -ne 0 ]] || { echo "FAIL $name: exit status 0"; ok=0; }
+    [[ $launcher == mpi || $status -eq 1 ]] || { echo "FAIL $name: exit $status, not 1"; ok=0; }
+  done
+  if [[ $launcher == gloo ]] && ! grep -q "rank" run-$name-*.txt; then
+    echo "FAIL $name: no message naming the lost rank"; cat run-$name-*.txt; ok=0
+  fi
+  check_checkpoints "ckpt-$name" || ok=0
+  if [[ $ok -eq 1 ]]; then
+    echo "ok   $name: ended $(( $(date +%s) - start )) s after rank $victim was killed"
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+  fi
+}
+
+run_case dp mpi --dp 2
+run_case pp mpi --pp 2 --microbatches 2
+run_case tp-gloo gloo --tp 2
+echo "$passed passed, $failed failed"
+[[ $failed -eq 0 ]]
