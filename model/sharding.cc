@@ -44,10 +44,10 @@ absl::Status ValidateSharding(const ModelConfig& c, int tp, int pp, int ep) {
   }
   if (pp > 1) {
     SATDAR_RETURN_IF_ERROR(divisible("--pp", pp, "num_hidden_layers", c.num_hidden_layers));
-    if (c.residual != "standard" && c.residual != "dar") {
+    if (c.residual != "standard" && c.residual != "dar" && c.residual != "attnres") {
       return bad(absl::StrCat("--pp > 1: config field \"residual\" \"", c.residual,
-                              "\" cannot hand its state across pipeline stages yet (standard and "
-                              "dar can); use --pp 1"));
+                              "\" cannot hand its state across pipeline stages yet (standard, "
+                              "attnres and dar can); use --pp 1"));
     }
     if (c.value_residual == "resformer" && c.resformer_mode == "learnable_plus") {
       return bad("--pp > 1: config field \"resformer_mode\" \"learnable_plus\" shares its lambda "

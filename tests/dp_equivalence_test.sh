@@ -6,6 +6,7 @@
 # Usage: dp_equivalence_test.sh PATH_TO_SATDAR
 set -u
 SATDAR=$(realpath "$1")
+COMPARE=$(dirname "$(realpath "$0")")/compare_runs.py
 WORK="${TEST_TMPDIR:-/tmp/satdar-test-$$}/dp"
 rm -rf "$WORK" && mkdir -p "$WORK"
 cd "$WORK"
@@ -34,7 +35,6 @@ json.dump(dict(three, value_residual="resformer", resformer_mode="learnable_plus
 for name in ("attnres", "hc", "mhc", "denseformer", "muddformer"):
     json.dump(dict(three, residual=name), open(name + ".json", "w"))
 PY
-COMPARE=$(dirname "$(realpath "$0")")/compare_runs.py
 compare() {  # NAME A_DIR B_DIR
   python3 "$COMPARE" "$2/log.jsonl" "$3/log.jsonl" "$2/ckpt/ckpt_00000005.safetensors" \
     "$3/ckpt/ckpt_00000005.safetensors"

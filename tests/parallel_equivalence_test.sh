@@ -2,12 +2,14 @@
 # Every parallel layout equals one rank. For the baseline, SATFormer, Block DAR and DAR+MoE,
 # each (dp, tp, pp, ep) among (2,1,1,1) (1,2,1,1) (1,1,2,1) (1,1,1,2) (2,2,1,1) (2,1,2,1)
 # (1,2,2,1) logs the per-step losses of one rank over 5 steps within 1e-9 relative in f64 and
-# ends with the same weights (its sharded checkpoint exported to one file). Also: a sharded
+# ends with the same weights (its sharded checkpoint exported to one file); so do Full and
+# Block AttnRes, Full DAR and a 4-stage Block DAR under pipeline layouts. Also: a sharded
 # checkpoint resumes under another data-parallel size, the pipeline logs the bytes each
 # boundary carries, and bad layouts exit with code 2 naming the cause.
 # Usage: parallel_equivalence_test.sh PATH_TO_SATDAR [mpi|gloo]
 set -u
 SATDAR=$(realpath "$1")
+COMPARE=$(dirname "$(realpath "$0")")/compare_runs.py
 LAUNCHER=${2:-mpi}
 WORK="${TEST_TMPDIR:-/tmp/satdar-test-$$}/parallel-$LAUNCHER"
 rm -rf "$WORK" && mkdir -p "$WORK"
@@ -55,9 +57,16 @@ json.dump(dict(base, value_residual="satformer"), open("satformer.json", "w"))
 json.dump(dict(base, residual="dar", block_size=4), open("dar.json", "w"))
 json.dump(dict(base, residual="dar", block_size=4, moe={"num_experts": 4, "top_k": 2,
           "expert_intermediate_size": 16}), open("dar_moe.json", "w"))
+# More designs whose state crosses pipeline stages: Full AttnRes (every sublayer output is a
+# history entry), Block AttnRes with SATFormer, Full DAR, and 4 stages of Block DAR (entries
+# made on stage 0 travel to stage 3).
+json.dump(dict(base, residual="attnres"), open("attnres.json", "w"))
+json.dump(dict(base, residual="attnres", block_size=4, value_residual="satformer"),
+          open("attnres_sat.json", "w"))
+json.dump(dict(base, residual="dar", block_size=2), open("dar_full.json", "w"))
+json.dump(dict(base, residual="dar", block_size=4, num_hidden_layers=4), open("dar4.json", "w"))
 PY
 
-COMPARE=$(dirname "$(realpath "$0")")/compare_runs.py
 compare() {  # A_DIR B_DIR: per-step losses and exported weights within 1e-9 relative
   python3 "$COMPARE" "$1/log.jsonl" "$2/log.jsonl" "$1/weights.safetensors" "$2/weights.safetensors"
 }
@@ -105,6 +114,37 @@ PY
   rm -rf one run_*
 done
 
+# check_layouts MODEL LAYOUT...: like the matrix above, for more designs and layouts.
+check_layouts() {
+  local model=$1
+  shift
+  mkdir -p one
+  "$SATDAR" "${T[@]}" --config $model.json --batch-size 8 \
+    --log-jsonl one/log.jsonl --checkpoint-dir one/ckpt
+  "$SATDAR" export --config $model.json --dtype f64 --checkpoint one/ckpt/ckpt_00000005.safetensors \
+    --out one/weights.safetensors
+  for layout in "$@"; do
+    read -r dp tp pp ep <<<"$layout"
+    run="run_${dp}${tp}${pp}${ep}"
+    mkdir -p "$run"
+    if launch $((dp * tp * pp * ep)) "${T[@]}" --config $model.json \
+        --batch-size $((8 / (dp * ep))) --dp "$dp" --tp "$tp" --pp "$pp" --ep "$ep" \
+        --log-jsonl "$run/log.jsonl" --checkpoint-dir "$run/ckpt" >"$run/out.txt" 2>&1 &&
+      "$SATDAR" export --config $model.json --dtype f64 --checkpoint "$run/ckpt/ckpt_00000005" \
+        --out "$run/weights.safetensors" >>"$run/out.txt" 2>&1 &&
+      compare one "$run"; then
+      echo "ok   $model ($dp,$tp,$pp,$ep)"; passed=$((passed + 1))
+    else
+      echo "FAIL $model ($dp,$tp,$pp,$ep)"; cat "$run/out.txt"; failed=$((failed + 1))
+    fi
+  done
+  rm -rf one run_*
+}
+check_layouts attnres "1 1 2 1" "1 2 2 1"
+check_layouts attnres_sat "1 1 2 1" "1 2 2 1"
+check_layouts dar_full "1 1 2 1" "1 2 2 1"
+check_layouts dar4 "1 1 4 1"
+
 # A sharded checkpoint (tp 2 x dp 2) resumes with one data-parallel replica (tp 2).
 R=(train --config dar_moe.json --synthetic-data --steps 5 --seq-len 16 --dtype f64 --threads 1
    --quiet --seed 7 --checkpoint-every 3 --tp 2)
@@ -142,8 +182,6 @@ expect_fail layers "--pp 3 does not divide config field \"num_hidden_layers\" (2
   --batch-size 3
 expect_fail experts "--ep 3 does not divide config field \"moe.num_experts\" (4)" 3 \
   "${S[@]}" --config dar_moe.json --ep 3
-expect_fail microbatches "--pp 2 needs --microbatches >= 2" 2 \
-  train --synthetic-data --steps 1 --seq-len 8 --batch-size 2 --config baseline.json --pp 2
 python3 -c "
 import json; c = json.load(open('base.json')); c['residual'] = 'hc'; json.dump(c, open('hc.json', 'w'))"
 expect_fail topology "\"hc\" cannot hand its state across pipeline stages" 2 \

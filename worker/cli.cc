@@ -589,11 +589,6 @@ absl::Status RunTrain(const std::vector<std::string>& args) {
         absl::StrCat("satdar train: flag --zero must be 0 or 1, got ", zero));
   }
   o.zero_stage = static_cast<int>(zero);
-  if (mesh.pp > 1 && o.microbatches < mesh.pp) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "satdar train: --pp ", mesh.pp, " needs --microbatches >= ", mesh.pp,
-        " to keep every stage busy (got ", o.microbatches, ")"));
-  }
   // Layout errors (divisibility, designs that cannot be split) before any rank starts.
   SATDAR_RETURN_IF_ERROR(model::ValidateSharding(o.config, mesh.tp, mesh.pp, mesh.ep));
   o.mesh = mesh;

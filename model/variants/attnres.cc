@@ -13,10 +13,11 @@ namespace {
 template <typename T>
 class AttnRes : public Topology<T> {
  public:
-  AttnRes(const ModelConfig& c, core::ThreadPool* pool)
+  AttnRes(const ModelConfig& c, const Sharding& shard, core::ThreadPool* pool)
       : sublayers_(2 * c.num_hidden_layers), block_(c.block_size > 0 ? c.block_size : 1),
-        d_(c.hidden_size), eps_(c.rms_norm_eps), pool_(pool), query_(sublayers_ + 1),
-        norm_(sublayers_ + 1), steps_(sublayers_ + 1) {}
+        d_(c.hidden_size), eps_(c.rms_norm_eps), pool_(pool), query_(sublayers_ + 1, -1),
+        norm_(sublayers_ + 1, -1), steps_(sublayers_ + 1), first_(2 * shard.first_layer(c) + 1),
+        last_(2 * shard.end_layer(c)) {}
 
   // Sublayer l's parameters; index sublayers_ is the final readout.
   static std::string Prefix(int l) {
@@ -29,6 +30,7 @@ class AttnRes : public Topology<T> {
   void AddFinalParams(ParamTable* table) override { AddRetrieval(Prefix(0), table); }
   void Bind(const ParamTable& table) override {
     for (int l = 1; l <= sublayers_ + 1; ++l) {
+      if (!Owned(l)) continue;
       std::string p = Prefix(l == sublayers_ + 1 ? 0 : l);
       query_[l - 1] = table.Offset(p + ".query");
       norm_[l - 1] = table.Offset(p + ".norm.weight");
@@ -55,12 +57,33 @@ class AttnRes : public Topology<T> {
   }
 
   void Forward(const T* params, const T* h0, Branches<T>* br, T* x_final) override {
+    ForwardRange(params, 1, sublayers_, h0, {}, br, x_final, {});
+  }
+
+  // The state after sublayer l: the completed entries (h0, then one per finished block; every
+  // sublayer output in Full AttnRes) and the open block's partial sum.
+  bool SupportsStages() const override { return true; }
+  int BoundaryTensors(int l) const override {
+    return 1 + l / block_ + (l % block_ != 0 ? 1 : 0);
+  }
+
+  void ForwardRange(const T* params, int first, int last, const T* h0,
+                    const std::vector<const T*>& in, Branches<T>* br, T* x_final,
+                    const std::vector<T*>& out) override {
     const size_t nc = y_.size();
-    std::copy(h0, h0 + nc, h0_.begin());
-    sources_[0] = h0_.data();
-    int m = 1;             // completed sources
-    bool has_p = false;    // partial sum non-empty
-    for (int l = 1; l <= sublayers_ + 1; ++l) {
+    int m = 1 + (first - 1) / block_;          // completed sources
+    bool has_p = (first - 1) % block_ != 0;    // partial sum non-empty
+    if (first == 1) {
+      std::copy(h0, h0 + nc, h0_.begin());
+      sources_[0] = h0_.data();
+    } else {
+      imported_.resize(in.size());
+      for (size_t k = 0; k < in.size(); ++k) imported_[k].assign(in[k], in[k] + nc);
+      for (int j = 0; j < m; ++j) sources_[j] = imported_[j].data();
+      if (has_p) std::copy(in[m], in[m] + nc, steps_[first - 1].partial.begin());
+    }
+    const int end = last == sublayers_ ? sublayers_ + 1 : last;
+    for (int l = first; l <= end; ++l) {
       // Step l reads the partial sum in s.partial, written there by step l-1.
       Step& s = steps_[l - 1];
       s.sources = m;
@@ -87,15 +110,32 @@ class AttnRes : public Topology<T> {
         has_p = false;
       }
     }
+    if (last < sublayers_) {
+      for (int j = 0; j < m; ++j) std::copy(sources_[j], sources_[j] + nc, out[j]);
+      if (has_p) std::copy(steps_[last].partial.begin(), steps_[last].partial.end(), out[m]);
+    }
   }
 
   void Backward(const T* params, T* grads, const T* dx_final, Branches<T>* br, T* dh0) override {
+    BackwardRange(params, grads, 1, sublayers_, dx_final, {}, br, dh0, {});
+  }
+
+  void BackwardRange(const T* params, T* grads, int first, int last, const T* dx_final,
+                     const std::vector<const T*>& dout, Branches<T>* br, T* dh0,
+                     const std::vector<T*>& din) override {
+    const size_t nc = y_.size();
     for (auto& d : dsources_) std::fill(d.begin(), d.end(), T(0));
     std::fill(dpartial_.begin(), dpartial_.end(), T(0));
-    // Final readout, then the sublayers in reverse. dpartial_ is d/d(partial sum) at the
-    // point the current step read it.
-    RetrievalBackward(sublayers_ + 1, params, grads, dx_final);
-    for (int l = sublayers_; l >= 1; --l) {
+    // Final readout (or the next stage's gradients of the state after `last`), then the
+    // sublayers in reverse. dpartial_ is d/d(partial sum) at the point the current step read it.
+    if (last == sublayers_) {
+      RetrievalBackward(sublayers_ + 1, params, grads, dx_final);
+    } else {
+      const int m = 1 + last / block_;
+      for (int j = 0; j < m; ++j) std::copy(dout[j], dout[j] + nc, dsources_[j].begin());
+      if (last % block_ != 0) std::copy(dout[m], dout[m] + nc, dpartial_.begin());
+    }
+    for (int l = last; l >= first; --l) {
       const Step& s = steps_[l - 1];
       // d/d(partial after this sublayer): a completed block's source, or the running partial.
       const T* dafter = l % block_ == 0 ? dsources_[s.sources].data() : dpartial_.data();
@@ -110,12 +150,19 @@ class AttnRes : public Topology<T> {
       br->Backward(l, s.u.data(), dy_.data(), du_.data());
       RetrievalBackward(l, params, grads, du_.data());
     }
-    std::copy(dsources_[0].begin(), dsources_[0].end(), dh0);
+    if (first == 1) {
+      std::copy(dsources_[0].begin(), dsources_[0].end(), dh0);
+      return;
+    }
+    const int m = 1 + (first - 1) / block_;
+    for (int j = 0; j < m; ++j) std::copy(dsources_[j].begin(), dsources_[j].end(), din[j]);
+    if ((first - 1) % block_ != 0) std::copy(dpartial_.begin(), dpartial_.end(), din[m]);
   }
 
   void AppendStats(nlohmann::json* stats) const override {
     nlohmann::json all = nlohmann::json::array();
     for (int l = 0; l <= sublayers_; ++l) {
+      if (!Owned(l + 1)) continue;  // another pipeline stage's sublayer
       nlohmann::json w = nlohmann::json::array();
       const Step& s = steps_[l];
       int count = s.sources + (s.has_partial ? 1 : 0);
@@ -164,11 +211,18 @@ class AttnRes : public Topology<T> {
     if (index == sublayers_) tokens_ += rows_;
   }
 
+  // Step l (1..2L+1, the last one the final readout) runs on this pipeline stage.
+  bool Owned(int l) const {
+    return (l >= first_ && l <= last_) || (l == sublayers_ + 1 && last_ == sublayers_);
+  }
+
   const int sublayers_, block_, d_;
   const double eps_;
   core::ThreadPool* pool_;
   std::vector<int64_t> query_, norm_;  // per sublayer 1..2L, then the final readout
   std::vector<Step> steps_;
+  const int first_, last_;                // this stage's sublayers
+  std::vector<std::vector<T>> imported_;  // the previous stage's state
   int rows_ = 0;
   std::vector<T> h0_;
   std::vector<const T*> sources_;  // completed sources: h0_, or steps' partial buffers
@@ -182,8 +236,7 @@ class AttnRes : public Topology<T> {
 
 template <typename T>
 std::unique_ptr<Topology<T>> MakeAttnRes(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool) {
-  (void)shard;  // replicated: not split across pipeline stages yet
-  return std::make_unique<AttnRes<T>>(config, pool);
+  return std::make_unique<AttnRes<T>>(config, shard, pool);
 }
 
 template std::unique_ptr<Topology<float>> MakeAttnRes<float>(const ModelConfig&, const Sharding&, core::ThreadPool*);
