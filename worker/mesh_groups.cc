@@ -17,15 +17,15 @@ absl::StatusOr<MeshGroups> BuildMeshGroups(parallel::Communicator* world,
   g.rank = world->rank();
   g.coord = parallel::CoordOf(shape, g.rank);
   auto split = [&](int color, int key, int size,
-                   std::unique_ptr<parallel::Communicator>* out) -> absl::Status {
+                   std::unique_ptr<parallel::CountingCommunicator>* out) -> absl::Status {
     // Every rank takes part in every split, even when its group would have one rank.
     SATDAR_ASSIGN_OR_RETURN(auto comm, world->Split(color, key, options));
-    if (size > 1) *out = std::move(comm);
+    if (size > 1) *out = std::make_unique<parallel::CountingCommunicator>(std::move(comm));
     return absl::OkStatus();
   };
   for (const char* axis : {"tp", "pp", "ep", "dp"}) {
     const parallel::SplitKey k = parallel::GroupAlong(shape, g.rank, axis);
-    std::unique_ptr<parallel::Communicator>* out =
+    std::unique_ptr<parallel::CountingCommunicator>* out =
         axis[0] == 't' ? &g.tp : axis[0] == 'p' ? &g.pp : axis[0] == 'e' ? &g.ep : &g.dp;
     const int size = axis[0] == 't'   ? shape.tp
                      : axis[0] == 'p' ? shape.pp

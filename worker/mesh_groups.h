@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "parallel/communicator.h"
+#include "parallel/counting_communicator.h"
 #include "parallel/mesh.h"
 
 namespace satdar::worker {
@@ -18,7 +19,8 @@ struct MeshGroups {
   parallel::MeshShape shape;
   parallel::MeshCoord coord;
   int rank = 0;
-  std::unique_ptr<parallel::Communicator> tp, pp, ep, dp, data, mp;  // null: one rank
+  // Null for a group of one rank. Each counts the bytes this rank hands to it.
+  std::unique_ptr<parallel::CountingCommunicator> tp, pp, ep, dp, data, mp;
   int data_rank() const { return coord.dp * shape.ep + coord.ep; }
   int data_size() const { return shape.dp * shape.ep; }
 };

@@ -492,6 +492,16 @@ absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& options) {
       for (int s = 0; s + 1 < mesh.pp; ++s) boundaries.push_back({all[2 * s], all[2 * s + 3]});
       line["pp_boundary_bytes"] = boundaries;
     }
+    if (o.world != nullptr) {
+      // Payload bytes this rank handed to each of its groups this step (rank 0's view).
+      Json bytes = Json::object();
+      for (const auto& [name, comm] :
+           {std::pair<const char*, parallel::CountingCommunicator*>{"tp", g.tp.get()},
+            {"pp", g.pp.get()}, {"ep", g.ep.get()}, {"data", g.data.get()}, {"mp", g.mp.get()}}) {
+        if (comm != nullptr) bytes[name] = comm->TakeBytes();
+      }
+      line["comm_bytes"] = bytes;
+    }
     if (validator && step % o.eval_every == 0) {
       absl::StatusOr<double> val = validator->Loss(params.data(), pipeline.get(), g.pp.get());
       if (!val.ok()) return fail(val.status(), step);

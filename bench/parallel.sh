@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Parallel runtime on this machine (CPU ranks over mpirun):
+#  1. tokens/s of data parallelism (2 ranks x 1 thread) against one rank (1 and 2 threads), at
+#     the same global batch (configs/bench/transformer.json: d=384, L=6; B=8, T=256, f32);
+#  2. payload bytes per optimizer step that each group moves (the comm_bytes and
+#     pp_boundary_bytes of the --log-jsonl lines) for the designs and layouts that matter:
+#     the data-parallel gradient all-reduce, the TP activations, and what crosses a pipeline
+#     boundary (hidden state, V1, AttnRes/DAR histories).
+# Usage: bench/parallel.sh [STEPS]
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+STEPS=${1:-8}
+OUT=$(mktemp -d)
+MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca btl self,tcp --mca btl_tcp_if_include lo
+        --mca oob_tcp_if_include lo)
+bazel build //:satdar >/dev/null 2>&1 || bazel build //:satdar
+S=bazel-bin/satdar
+echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), $(date -u +%Y-%m-%d)"
+T=(train --config configs/bench/transformer.json --synthetic-data --steps "$STEPS" --seq-len 256
+   --quiet --stats-every 0)
+for round in 1 2; do
+  "$S" "${T[@]}" --batch-size 8 --threads 1 --log-jsonl "$OUT/one1.$round.jsonl"
+  "$S" "${T[@]}" --batch-size 8 --threads 2 --log-jsonl "$OUT/one2.$round.jsonl"
+  "${MPIRUN[@]}" -np 2 "$S" "${T[@]}" --batch-size 4 --threads 1 --dp 2 \
+    --log-jsonl "$OUT/dp2.$round.jsonl"
+done
+/usr/bin/python3 - "$OUT" <<'PY'
+import json, statistics, sys
+out = sys.argv[1]
+def median(name):
+    s = []
+    for r in (1, 2):
+        s += [json.loads(l)["tokens_per_second"] for l in open("%s/%s.%d.jsonl" % (out, name, r))][1:]
+    return statistics.median(s)
+base = median("one1")
+print("\n%-34s %12s %8s" % ("run (global batch 8 x 256)", "tokens/s", "vs 1x1"))
+for name, label in (("one1", "1 rank x 1 thread"), ("one2", "1 rank x 2 threads"),
+                    ("dp2", "dp=2 ranks x 1 thread (mpirun)")):
+    m = median(name)
+    print("%-34s %12.0f %7.2fx" % (label, m, m / base))
+PY
+
+# Bytes per step: 2 steps each, the second one's counts.
+echo
+printf "%-12s %-10s %10s %10s %10s %10s %22s\n" design layout tp pp ep data "pp boundary fwd/bwd"
+for case in "transformer 2 1 1 1" "transformer 1 2 1 1" "transformer 1 1 2 1" \
+            "satformer 1 2 1 1" "satformer 1 1 2 1" "dar 1 1 2 1" "dar-full 1 1 2 1" \
+            "attnres 1 1 2 1" "dar-moe 1 1 1 2" "dar-moe 1 2 1 1"; do
+  read -r design dp tp pp ep <<<"$case"
+  log="$OUT/bytes-$design-$dp$tp$pp$ep.jsonl"
+  "${MPIRUN[@]}" -np $((dp * tp * pp * ep)) "$S" train --config "configs/bench/$design.json" \
+    --synthetic-data --steps 2 --seq-len 256 --batch-size $((8 / (dp * ep))) --microbatches 2 \
+    --threads 1 --quiet --stats-every 0 --dp "$dp" --tp "$tp" --pp "$pp" --ep "$ep" \
+    --log-jsonl "$log"
+  /usr/bin/python3 - "$log" "$design" "($dp,$tp,$pp,$ep)" <<'PY'
+import json, sys
+line = [json.loads(l) for l in open(sys.argv[1])][-1]
+b = line.get("comm_bytes", {})
+mib = lambda k: "%.2f MiB" % (b[k] / 2**20) if k in b else "-"
+pb = line.get("pp_boundary_bytes")
+pbs = "%.2f / %.2f MiB" % (pb[0][0] / 2**20, pb[0][1] / 2**20) if pb else "-"
+print("%-12s %-10s %10s %10s %10s %10s %22s" % (sys.argv[2], sys.argv[3], mib("tp"), mib("pp"),
+                                              mib("ep"), mib("data"), pbs))
+PY
+done
+rm -rf "$OUT"

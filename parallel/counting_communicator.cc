@@ -1,0 +1,66 @@
+#include "parallel/counting_communicator.h"
+
+namespace satdar::parallel {
+
+std::unique_ptr<Work> CountingCommunicator::AllReduce(void* data, size_t count, core::DType dtype,
+                                                      ReduceOp op,
+                                                      const CollectiveOptions& options) {
+  Add(count, dtype);
+  return inner_->AllReduce(data, count, dtype, op, options);
+}
+
+std::unique_ptr<Work> CountingCommunicator::ReduceScatter(const void* in, void* out, size_t count,
+                                                          core::DType dtype, ReduceOp op,
+                                                          const CollectiveOptions& options) {
+  Add(count * static_cast<size_t>(size()), dtype);
+  return inner_->ReduceScatter(in, out, count, dtype, op, options);
+}
+
+std::unique_ptr<Work> CountingCommunicator::AllGather(const void* in, void* out, size_t count,
+                                                      core::DType dtype,
+                                                      const CollectiveOptions& options) {
+  Add(count, dtype);
+  return inner_->AllGather(in, out, count, dtype, options);
+}
+
+std::unique_ptr<Work> CountingCommunicator::Broadcast(void* data, size_t count, core::DType dtype,
+                                                      int root, const CollectiveOptions& options) {
+  if (rank() == root) Add(count, dtype);
+  return inner_->Broadcast(data, count, dtype, root, options);
+}
+
+std::unique_ptr<Work> CountingCommunicator::AllToAllV(const void* in,
+                                                      const std::vector<size_t>& send_counts,
+                                                      void* out,
+                                                      const std::vector<size_t>& recv_counts,
+                                                      core::DType dtype,
+                                                      const CollectiveOptions& options) {
+  for (size_t p = 0; p < send_counts.size(); ++p) {
+    if (static_cast<int>(p) != rank()) Add(send_counts[p], dtype);
+  }
+  return inner_->AllToAllV(in, send_counts, out, recv_counts, dtype, options);
+}
+
+std::unique_ptr<Work> CountingCommunicator::Send(const void* data, size_t count, core::DType dtype,
+                                                 int peer, int tag,
+                                                 const CollectiveOptions& options) {
+  Add(count, dtype);
+  return inner_->Send(data, count, dtype, peer, tag, options);
+}
+
+std::unique_ptr<Work> CountingCommunicator::Recv(void* data, size_t count, core::DType dtype,
+                                                 int peer, int tag,
+                                                 const CollectiveOptions& options) {
+  return inner_->Recv(data, count, dtype, peer, tag, options);
+}
+
+std::unique_ptr<Work> CountingCommunicator::Barrier(const CollectiveOptions& options) {
+  return inner_->Barrier(options);
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> CountingCommunicator::Split(
+    int color, int key, const CollectiveOptions& options) {
+  return inner_->Split(color, key, options);
+}
+
+}  // namespace satdar::parallel
