@@ -1,5 +1,7 @@
 #include "model/param_table.h"
 
+#include <map>
+#include <string>
 #include <vector>
 
 #include "core/check.h"
@@ -75,6 +77,65 @@ TEST(ParamTable, InitIsPureFunctionOfSeedNameIndex) {
   std::vector<float> d(t2.size());
   t2.Initialize(d.data(), 5);
   for (int64_t i = 0; i < e->numel; ++i) ASSERT_EQ(d[i], a[e->offset + i]);
+}
+
+// A tensor-parallel shard initialises to exactly its slice of the whole tensor, along rows
+// (column-parallel weights) and along columns (row-parallel ones).
+TEST(ParamTable, ShardsInitialiseAsSlicesOfTheGlobalTensor) {
+  ParamTable whole;
+  whole.Add("w", {6, 4}, ParamInit::Normal(0.02));
+  std::vector<double> full(whole.size());
+  whole.Initialize(full.data(), 5);
+  for (int dim : {0, 1}) {
+    const int count = dim == 0 ? 3 : 2;
+    for (int index = 0; index < count; ++index) {
+      ParamTable part;
+      const ParamSpec& spec = part.AddShard("w", {6, 4}, ParamInit::Normal(0.02), dim, index,
+                                            count);
+      EXPECT_EQ(spec.shape, dim == 0 ? (core::Shape{2, 4}) : (core::Shape{6, 2}));
+      std::vector<double> mine(part.size());
+      part.Initialize(mine.data(), 5);
+      for (int64_t i = 0; i < part.size(); ++i) {
+        const int64_t r = i / spec.shape[1], c = i % spec.shape[1];
+        const int64_t g = dim == 0 ? (index * 2 + r) * 4 + c : r * 4 + index * 2 + c;
+        EXPECT_EQ(spec.GlobalIndex(i), g);
+        EXPECT_EQ(mine[i], full[g]) << "dim " << dim << " slice " << index << " element " << i;
+      }
+    }
+  }
+}
+
+// Pipeline stages split the parameters: together they hold every tensor of the whole model
+// once, except the tied embedding, which both end stages hold.
+TEST(ParamTable, PipelineStagesPartitionTheModel) {
+  const ModelConfig c = Config();
+  const ParamTable whole = BaselineTable(c);
+  core::ThreadPool pool(1);
+  std::map<std::string, int> seen;
+  for (int stage = 0; stage < 2; ++stage) {
+    Sharding s;
+    s.pp_rank = stage;
+    s.pp_size = 2;
+    auto model = CreateModel<float>(c, s, &pool);
+    ASSERT_TRUE(model.ok()) << model.status();
+    for (const ParamSpec& spec : (*model)->params().specs()) ++seen[spec.name];
+  }
+  for (const ParamSpec& spec : whole.specs()) {
+    EXPECT_EQ(seen[spec.name], spec.name == "model.embed_tokens.weight" ? 2 : 1) << spec.name;
+  }
+  EXPECT_EQ(seen.size(), whole.specs().size());
+}
+
+TEST(ParamTable, ShardingErrorsNameTheFlagAndField) {
+  ModelConfig c = Config();
+  absl::Status s = ValidateSharding(c, 3, 1, 1);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "--tp 3 does not divide config field \"num_attention_heads\" (4)");
+  s = ValidateSharding(c, 1, 4, 1);
+  EXPECT_EQ(s.message(), "--pp 4 does not divide config field \"num_hidden_layers\" (2)");
+  c.residual = "mhc";
+  EXPECT_EQ(ValidateSharding(c, 1, 2, 1).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(ValidateSharding(c, 2, 1, 2).ok());  // without experts, EP ranks are replicas
 }
 
 }  // namespace
