@@ -49,12 +49,16 @@ NVCC_FLAGS = " ".join([
     "-I.",
 ])
 
-def satdar_cuda_library(name, srcs = [], hdrs = [], deps = [], **kwargs):
+def satdar_cuda_library(name, srcs = [], hdrs = [], deps = [], nvcc_hdrs = [], **kwargs):
     """Kernels: .cu sources compiled by nvcc into a cc_library (only when CUDA is enabled).
 
     A .cu file holds __global__ kernels and host launchers with plain C++ signatures (no Abseil
     in device code); the .cc code that calls them is compiled by g++ and guarded by
     SATDAR_WITH_CUDA. Without the toolkit this is an empty library.
+
+    nvcc_hdrs: the project headers from other packages that the .cu files include (directly or
+    through hdrs), e.g. //core:nvcc_hdrs; they are inputs of each nvcc step besides hdrs, so
+    the step also works in a sandbox. They are not exported by the library.
     """
     if not CUDA_ENABLED:
         native.cc_library(name = name, hdrs = hdrs, deps = deps, **kwargs)
@@ -64,7 +68,7 @@ def satdar_cuda_library(name, srcs = [], hdrs = [], deps = [], **kwargs):
         obj = name + "_" + src.replace("/", "_").replace(".cu", ".o")
         native.genrule(
             name = obj + "_nvcc",
-            srcs = [src] + hdrs,
+            srcs = [src] + hdrs + nvcc_hdrs,
             outs = [obj],
             cmd = "%s/bin/nvcc %s -c $(location %s) -o $@" % (CUDA_ROOT, NVCC_FLAGS, src),
             message = "nvcc " + src,

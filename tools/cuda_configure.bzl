@@ -6,6 +6,8 @@ SATDAR_CUDA=0 is given with --repo_env. SATDAR_CUDA=1 makes a missing toolkit an
 -lcudart and the SATDAR_WITH_CUDA define), or an empty library without the toolkit.
 @local_cuda//:nccl is NCCL (-lnccl and the SATDAR_WITH_NCCL define) when the toolkit has
 include/nccl.h and lib64/libnccl.so (NCCL_ENABLED in defs.bzl), else an empty library.
+@local_cuda//:cublas links cuBLAS and cuBLASLt (with cudart) when CUDA is enabled, else an
+empty library.
 """
 
 def _cuda_configure_impl(rctx):
@@ -45,12 +47,20 @@ cc_library(
             build += """
 cc_library(name = "nccl", deps = [":cudart"])
 """
+        build += """
+cc_library(
+    name = "cublas",
+    linkopts = ["-L{root}/lib64", "-Wl,-rpath,{root}/lib64", "-lcublasLt", "-lcublas"],
+    deps = [":cudart"],
+)
+""".format(root = root)
     else:
         build = """
 package(default_visibility = ["//visibility:public"])
 exports_files(["defs.bzl"])
 cc_library(name = "cudart")
 cc_library(name = "nccl")
+cc_library(name = "cublas")
 """
     rctx.file("BUILD.bazel", build)
     rctx.file("defs.bzl", "CUDA_ENABLED = %s\nNCCL_ENABLED = %s\nCUDA_ROOT = '%s'\n" % (enabled, nccl, root))

@@ -2,6 +2,7 @@
 #include <vector>
 
 #include "core/cuda/runtime.h"
+#include "core/cuda/testing/gpu_test_util.h"
 #include "core/ops/adamw.h"
 #include "gtest/gtest.h"
 
@@ -9,8 +10,7 @@ namespace satdar::core {
 namespace {
 
 TEST(AdamWCuda, MatchesCpu) {
-  if (!cuda::BuiltWithCuda()) GTEST_SKIP() << "built without CUDA (no nvcc at build time)";
-  if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA GPU on this machine";
+  SATDAR_SKIP_WITHOUT_GPU();
 #ifdef SATDAR_WITH_CUDA
   const int64_t n = 100003;
   std::vector<float> p(n), g(n), m(n, 0.f), v(n, 0.f);

@@ -44,10 +44,13 @@ class AttnRes : public Topology<T> {
     h0_.resize(nc);
     sources_.assign(max_sources, nullptr);
     dsources_.assign(max_sources, std::vector<T>(nc));
-    for (Step& s : steps_) {
-      s.u.resize(nc);
-      s.partial.resize(nc);
-      s.alpha.resize(static_cast<size_t>(rows) * max_sources);
+    // A pipeline stage keeps only the steps it runs (and the partial it imports).
+    for (int k = 0; k <= sublayers_; ++k) {
+      Step& s = steps_[k];
+      const bool used = k + 1 >= first_ - 1 && (k + 1 <= last_ + 1 || Owned(sublayers_ + 1));
+      s.u.assign(used ? nc : 0, T(0));
+      s.partial.assign(used ? nc : 0, T(0));
+      s.alpha.assign(used ? static_cast<size_t>(rows) * max_sources : 0, T(0));
     }
     y_.resize(nc);
     dpartial_.resize(nc);

@@ -69,13 +69,17 @@ class Dar : public Topology<T> {
       dsources_[s].assign(max_sources, std::vector<T>(nc));
       dpartial_[s].resize(nc);
     }
-    for (Step& st : steps_) {
-      st.u.resize(nc);
-      st.y.resize(nc);
+    // A pipeline stage keeps only the steps it runs (and the partial it imports).
+    for (int k = 0; k <= sublayers_; ++k) {
+      Step& st = steps_[k];
+      const bool used = k + 1 >= first_ - 1 && (k + 1 <= last_ + 1 || Owned(sublayers_ + 1));
+      const size_t size = used ? nc : 0;
+      st.u.assign(size, T(0));
+      st.y.assign(size, T(0));
       for (int s = 0; s < 2; ++s) {
-        st.r[s].resize(nc);
-        st.partial[s].resize(nc);
-        st.alpha[s].resize(static_cast<size_t>(rows) * max_sources);
+        st.r[s].assign(size, T(0));
+        st.partial[s].assign(size, T(0));
+        st.alpha[s].assign(used ? static_cast<size_t>(rows) * max_sources : 0, T(0));
       }
     }
     du_.resize(nc);

@@ -10,14 +10,15 @@ namespace {
 template <typename T>
 class Standard : public Topology<T> {
  public:
+  // The stream is replicated over TP ranks; a pipeline stage keeps only its own sublayers'.
   Standard(const ModelConfig& c, const Sharding& shard, core::ThreadPool* pool)
-      : sublayers_(2 * c.num_hidden_layers), d_(c.hidden_size), pool_(pool) {
-    (void)shard;  // the stream is replicated over TP ranks; stages pass it on
-  }
+      : sublayers_(2 * c.num_hidden_layers), d_(c.hidden_size), pool_(pool),
+        first_(2 * shard.first_layer(c) + 1), last_(2 * shard.end_layer(c)) {}
 
   void Resize(int rows) override {
     const size_t nc = static_cast<size_t>(rows) * d_;
-    stream_.assign(sublayers_ + 1, std::vector<T>(nc));
+    stream_.assign(sublayers_ + 1, std::vector<T>());
+    for (int l = first_ - 1; l <= last_; ++l) stream_[l].resize(nc);
     y_.resize(nc);
     dy_.resize(nc);
   }
@@ -73,6 +74,7 @@ class Standard : public Topology<T> {
 
   const int sublayers_, d_;
   core::ThreadPool* pool_;
+  const int first_, last_;  // this pipeline stage's sublayers
   std::vector<std::vector<T>> stream_;  // stream_[l] = h after sublayer l; stream_[0] = h0
   std::vector<T> y_, dy_;
 };

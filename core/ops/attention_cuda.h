@@ -1,0 +1,38 @@
+// core/ops/attention_cuda.h: fused causal GQA attention on the GPU (flash-style).
+//
+// Same semantics and layouts as attention.h: q (B,T,NH,HS), k and v (B,T,NKV,HS), query head h
+// reads KV head h / (NH/NKV), scale 1/sqrt(HS), causal. Instead of the (B,NH,T,T)
+// probabilities the forward saves the log-sum-exp of each score row, lse (B,NH,T) in fp32,
+// and the backward recomputes the probabilities from it; no (T,T) matrix is ever stored.
+//
+// dtype kF32 or kBF16 for q, k, v, out, dout, dq, dk, dv; all arithmetic is fp32. HS <= 128.
+// All pointers are device pointers; the calls are asynchronous on `stream` (nullptr: the
+// legacy default stream) and return launch errors only.
+#ifndef SATDAR_CORE_OPS_ATTENTION_CUDA_H_
+#define SATDAR_CORE_OPS_ATTENTION_CUDA_H_
+
+#include "absl/status/status.h"
+#include "core/dtype.h"
+
+struct CUstream_st;  // cudaStream_t
+
+namespace satdar::core::cuda {
+
+constexpr int kAttentionMaxHeadSize = 128;
+
+// out (B,T,NH,HS) overwritten; lse (B,NH,T) fp32 written.
+absl::Status AttentionForward(DType dtype, void* out, float* lse, const void* q, const void* k,
+                              const void* v, int b, int t, int nh, int nkv, int hs,
+                              CUstream_st* stream = nullptr);
+
+// dq (B,T,NH,HS), dk and dv (B,T,NKV,HS): accumulated (+=), like the CPU backward. `out` and
+// `lse` are the forward's; `delta` is fp32 scratch of B*NH*T elements (rowsum(dout * out)).
+// Deterministic: no atomics (one block owns each dk/dv tile and loops over its query heads).
+absl::Status AttentionBackward(DType dtype, void* dq, void* dk, void* dv, const void* dout,
+                               const void* out, const float* lse, const void* q, const void* k,
+                               const void* v, float* delta, int b, int t, int nh, int nkv,
+                               int hs, CUstream_st* stream = nullptr);
+
+}  // namespace satdar::core::cuda
+
+#endif  // SATDAR_CORE_OPS_ATTENTION_CUDA_H_

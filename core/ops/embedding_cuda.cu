@@ -1,0 +1,72 @@
+// CUDA embedding lookup and its backward (see embedding.h and embedding_cpu.cc).
+// Backward, sort-free and deterministic: block (x, y) owns kBlockSize columns of the table rows
+// whose token is congruent to y mod kClasses. Every thread walks the whole token list in order
+// and adds the gradients of its class's tokens to its column, so no two threads ever write the
+// same element, and each element of dtable receives its additions in token order, as on the
+// CPU. The token list is small and read by every thread of a warp at once (a broadcast).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "core/cuda/bf16.cuh"
+#include "core/ops/cuda_ops.h"
+
+namespace satdar::core::cuda {
+
+namespace {
+constexpr int kBlockSize = 256;
+constexpr int kClasses = 64;  // token residue classes: parallelism beyond the C columns
+
+using namespace ::satdar::core::cuda::device;  // ToF, FromF, Ld, St, WarpSum (bf16.cuh)
+
+template <typename T>
+__global__ void EmbeddingForwardKernel(T* out, const int32_t* tokens, const T* table, int c,
+                                       int64_t total) {
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= total) return;
+  const int64_t r = idx / c;
+  const int j = static_cast<int>(idx % c);
+  out[idx] = table[static_cast<int64_t>(tokens[r]) * c + j];
+}
+
+template <typename T>
+__global__ void EmbeddingBackwardKernel(float* dtable, const T* dout, const int32_t* tokens, int n,
+                                        int c) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  const uint32_t cls = blockIdx.y;
+  if (j >= c) return;
+  for (int i = 0; i < n; ++i) {
+    const int32_t tok = tokens[i];
+    if (static_cast<uint32_t>(tok) % kClasses != cls) continue;
+    dtable[static_cast<int64_t>(tok) * c + j] += ToF(dout[static_cast<int64_t>(i) * c + j]);
+  }
+}
+}  // namespace
+
+template <typename T>
+cudaError_t EmbeddingForward(T* out, const int32_t* tokens, const T* table, int n, int c,
+                             cudaStream_t stream) {
+  const int64_t total = static_cast<int64_t>(n) * c;
+  if (total <= 0) return cudaSuccess;
+  const unsigned blocks = static_cast<unsigned>((total + kBlockSize - 1) / kBlockSize);
+  EmbeddingForwardKernel<T><<<blocks, kBlockSize, 0, stream>>>(out, tokens, table, c, total);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t EmbeddingBackward(float* dtable, const T* dout, const int32_t* tokens, int n, int c,
+                              cudaStream_t stream) {
+  if (n <= 0 || c <= 0) return cudaSuccess;
+  const dim3 grid(static_cast<unsigned>((c + kBlockSize - 1) / kBlockSize), kClasses);
+  EmbeddingBackwardKernel<T><<<grid, kBlockSize, 0, stream>>>(dtable, dout, tokens, n, c);
+  return cudaGetLastError();
+}
+
+#define SATDAR_INSTANTIATE(T)                                                                  \
+  template cudaError_t EmbeddingForward<T>(T*, const int32_t*, const T*, int, int, cudaStream_t); \
+  template cudaError_t EmbeddingBackward<T>(float*, const T*, const int32_t*, int, int,        \
+                                            cudaStream_t);
+SATDAR_INSTANTIATE(float)
+SATDAR_INSTANTIATE(__nv_bfloat16)
+#undef SATDAR_INSTANTIATE
+
+}  // namespace satdar::core::cuda

@@ -1,0 +1,215 @@
+// cuBLASLt GEMM: row-major problems mapped onto column-major cuBLASLt, algorithms chosen by
+// the heuristic once per problem and cached in the handle.
+//
+// Row-major C (M,N) is column-major C^T (N,M), and C^T = op(B)^T op(A)^T, so every call is
+// the column-major product with the operands swapped: A' = B (rows N), B' = A (columns M).
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "core/cuda/check.h"
+#include "core/ops/gemm_cuda.h"
+
+#define SATDAR_CUBLAS_RETURN_IF_ERROR(call) \
+  SATDAR_GPU_RETURN_IF_ERROR(call, CUBLAS_STATUS_SUCCESS, cublasLtGetStatusString)
+
+namespace satdar::core::cuda {
+
+namespace {
+
+// Largest power of two (at most 256) dividing the address: the heuristic must only choose
+// kernels whose alignment assumptions hold for these pointers.
+int Alignment(const void* p) {
+  const uintptr_t u = reinterpret_cast<uintptr_t>(p);
+  int a = 256;
+  while (a > 1 && (u % a) != 0) a /= 2;
+  return a;
+}
+
+using Key = std::tuple<int, bool, bool, int, int, int, int, int, int, int, int, int, bool>;
+
+// cuBLASLt descriptors of one problem, destroyed with it.
+struct Descs {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  ~Descs() {
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+}  // namespace
+
+struct GemmHandle::Impl {
+  cublasLtHandle_t lt = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  cudaStream_t stream = nullptr;
+  std::map<Key, cublasLtMatmulAlgo_t> algos;
+
+  ~Impl() {
+    if (workspace) cudaFree(workspace);
+    if (lt) cublasLtDestroy(lt);
+  }
+};
+
+GemmHandle::GemmHandle(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+GemmHandle::~GemmHandle() = default;
+
+absl::StatusOr<std::unique_ptr<GemmHandle>> GemmHandle::Create(CUstream_st* stream,
+                                                              size_t workspace_bytes) {
+  auto impl = std::make_unique<Impl>();
+  SATDAR_CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&impl->lt));
+  if (workspace_bytes > 0) {
+    SATDAR_CUDA_RETURN_IF_ERROR(cudaMalloc(&impl->workspace, workspace_bytes));
+  }
+  impl->workspace_bytes = workspace_bytes;
+  impl->stream = stream;
+  return std::unique_ptr<GemmHandle>(new GemmHandle(std::move(impl)));
+}
+
+void GemmHandle::SetStream(CUstream_st* stream) { impl_->stream = stream; }
+CUstream_st* GemmHandle::stream() const { return impl_->stream; }
+size_t GemmHandle::CachedAlgorithms() const { return impl_->algos.size(); }
+
+absl::Status GemmHandle::Gemm(DType dtype, bool trans_a, bool trans_b, int m, int n, int k,
+                              float alpha, const void* a, int lda, const void* b, int ldb,
+                              float beta, void* c, int ldc) {
+  if (dtype != DType::kF32 && dtype != DType::kBF16) {
+    return absl::InvalidArgumentError(absl::StrCat("cuda::Gemm: dtype ", DTypeName(dtype),
+                                                   " is not supported (f32 or bf16)"));
+  }
+  if (m < 0 || n < 0 || k < 0) return absl::InvalidArgumentError("cuda::Gemm: negative size");
+  if (m == 0 || n == 0) return absl::OkStatus();
+  const size_t es = DTypeSize(dtype);
+  if (k == 0) {
+    if (beta == 1.0f) return absl::OkStatus();
+    if (beta != 0.0f) return absl::UnimplementedError("cuda::Gemm: k == 0 with beta not 0 or 1");
+    SATDAR_CUDA_RETURN_IF_ERROR(
+        cudaMemset2DAsync(c, static_cast<size_t>(ldc) * es, 0, n * es, m, impl_->stream));
+    return absl::OkStatus();
+  }
+  const cudaDataType_t type = dtype == DType::kF32 ? CUDA_R_32F : CUDA_R_16BF;
+  // Column-major view (see the top of the file): C' (N,M) = op(A') op(B'), A' = B, B' = A.
+  const cublasOperation_t op_a = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const uint64_t a_rows = trans_b ? k : n, a_cols = trans_b ? n : k;
+  const uint64_t b_rows = trans_a ? m : k, b_cols = trans_a ? k : m;
+  Descs d;
+  SATDAR_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  SATDAR_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+      d.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+  SATDAR_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+      d.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+  SATDAR_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&d.a, type, a_rows, a_cols, ldb));
+  SATDAR_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&d.b, type, b_rows, b_cols, lda));
+  SATDAR_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&d.c, type, n, m, ldc));
+
+  const int align_a = Alignment(b), align_b = Alignment(a), align_c = Alignment(c);
+  const Key key{static_cast<int>(dtype), trans_a, trans_b, m, n, k, lda, ldb, ldc,
+                align_a, align_b, align_c, beta != 0.0f};
+  auto it = impl_->algos.find(key);
+  if (it == impl_->algos.end()) {
+    cublasLtMatmulPreference_t pref = nullptr;
+    SATDAR_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&pref));
+    const uint32_t aa = align_a, ab = align_b, ac = align_c;
+    cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &impl_->workspace_bytes,
+        sizeof(impl_->workspace_bytes));
+    if (st == CUBLAS_STATUS_SUCCESS) {
+      st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                &aa, sizeof(aa));
+    }
+    if (st == CUBLAS_STATUS_SUCCESS) {
+      st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                &ab, sizeof(ab));
+    }
+    if (st == CUBLAS_STATUS_SUCCESS) {
+      st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                &ac, sizeof(ac));
+    }
+    if (st == CUBLAS_STATUS_SUCCESS) {
+      st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                &ac, sizeof(ac));
+    }
+    cublasLtMatmulHeuristicResult_t result = {};
+    int found = 0;
+    if (st == CUBLAS_STATUS_SUCCESS) {
+      st = cublasLtMatmulAlgoGetHeuristic(impl_->lt, d.op, d.a, d.b, d.c, d.c, pref, 1, &result,
+                                          &found);
+    }
+    cublasLtMatmulPreferenceDestroy(pref);
+    SATDAR_CUBLAS_RETURN_IF_ERROR(st);
+    if (found == 0) {
+      return absl::NotFoundError(absl::StrCat("cuBLASLt has no algorithm for ", DTypeName(dtype),
+                                              " GEMM m=", m, " n=", n, " k=", k));
+    }
+    it = impl_->algos.emplace(key, result.algo).first;
+  }
+  SATDAR_CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(impl_->lt, d.op, &alpha, b, d.a, a, d.b, &beta, c,
+                                               d.c, c, d.c, &it->second, impl_->workspace,
+                                               impl_->workspace_bytes, impl_->stream));
+  return absl::OkStatus();
+}
+
+absl::Status MatmulForward(GemmHandle* h, DType dtype, void* out, const void* inp,
+                           const void* weight, int m, int n, int k) {
+  return h->Gemm(dtype, false, true, m, n, k, 1.0f, inp, k, weight, k, 0.0f, out, n);
+}
+
+absl::Status MatmulBackward(GemmHandle* h, DType dtype, void* dinp, void* dweight,
+                            const void* dout, const void* inp, const void* weight, int m, int n,
+                            int k) {
+  if (dinp != nullptr) {
+    absl::Status s = h->Gemm(dtype, false, false, m, k, n, 1.0f, dout, n, weight, k, 1.0f, dinp, k);
+    if (!s.ok()) return s;
+  }
+  if (dweight != nullptr) {
+    return h->Gemm(dtype, true, false, n, k, m, 1.0f, dout, n, inp, k, 1.0f, dweight, k);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GroupedMatmulForward(GemmHandle* h, DType dtype, void* out, const void* inp,
+                                  const void* const* weights, const int* rows, int groups, int n,
+                                  int k) {
+  const size_t es = DTypeSize(dtype);
+  size_t r0 = 0;
+  for (int g = 0; g < groups; ++g) {
+    if (rows[g] > 0) {
+      absl::Status s = MatmulForward(h, dtype, static_cast<char*>(out) + r0 * n * es,
+                                     static_cast<const char*>(inp) + r0 * k * es, weights[g],
+                                     rows[g], n, k);
+      if (!s.ok()) return s;
+    }
+    r0 += rows[g];
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GroupedMatmulBackward(GemmHandle* h, DType dtype, void* dinp, void* const* dweights,
+                                   const void* dout, const void* inp, const void* const* weights,
+                                   const int* rows, int groups, int n, int k) {
+  const size_t es = DTypeSize(dtype);
+  size_t r0 = 0;
+  for (int g = 0; g < groups; ++g) {
+    if (rows[g] > 0) {
+      absl::Status s = MatmulBackward(
+          h, dtype, dinp == nullptr ? nullptr : static_cast<char*>(dinp) + r0 * k * es,
+          dweights == nullptr ? nullptr : dweights[g],
+          static_cast<const char*>(dout) + r0 * n * es,
+          static_cast<const char*>(inp) + r0 * k * es, weights[g], rows[g], n, k);
+      if (!s.ok()) return s;
+    }
+    r0 += rows[g];
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace satdar::core::cuda
