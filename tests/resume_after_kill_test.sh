@@ -11,7 +11,10 @@ cat >config.json <<'JSON'
 {"vocab_size": 256, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
  "num_attention_heads": 4, "num_key_value_heads": 2}
 JSON
-ARGS=(train --config config.json --steps 12 --batch-size 4 --seq-len 32 --synthetic-data
+# Enough steps that the run is still going when the step-4 checkpoint appears, even on a fast
+# machine (a run that finishes first leaves the resumed run nothing to do).
+STEPS=300
+ARGS=(train --config config.json --steps $STEPS --batch-size 4 --seq-len 32 --synthetic-data
       --threads 2 --seed 3 --quiet)
 "$SATDAR" "${ARGS[@]}" --log-jsonl full.jsonl || { echo "FAIL: uninterrupted run"; exit 1; }
 
@@ -30,17 +33,18 @@ echo "killed; newest checkpoint: $last"
 
 "$SATDAR" "${ARGS[@]}" --log-jsonl resumed.jsonl --checkpoint-dir ckpt --checkpoint-every 2 --resume \
   || { echo "FAIL: resumed run"; exit 1; }
-python3 - <<'PY'
+python3 - "$STEPS" <<'PY'
 import json, sys
+steps = int(sys.argv[1])
 full = {j["step"]: j for j in map(json.loads, open("full.jsonl"))}
 resumed = [json.loads(l) for l in open("resumed.jsonl")]
 assert resumed, "resumed run logged nothing"
 bad = [r["step"] for r in resumed if r["loss"] != full[r["step"]]["loss"]
        or r["grad_norm"] != full[r["step"]]["grad_norm"]]
-assert resumed[-1]["step"] == 12, resumed[-1]
+assert resumed[-1]["step"] == steps, resumed[-1]
 if bad:
     print("FAIL: losses differ at steps", bad); sys.exit(1)
-print("resumed steps %d..%d match the uninterrupted run exactly" % (resumed[0]["step"], 12))
+print("resumed steps %d..%d match the uninterrupted run exactly" % (resumed[0]["step"], steps))
 PY
 rc=$?
 echo "$((rc == 0 ? 1 : 0)) passed, $((rc == 0 ? 0 : 1)) failed"
