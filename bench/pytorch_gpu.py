@@ -20,7 +20,6 @@ Needs PyTorch >= 2.0 and a CUDA device.
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -33,26 +32,16 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.p
 import torch_model  # pylint: disable=wrong-import-position
 
 
-def sdpa_attention_forward(self, x, state, x_k=None, x_v=None):
-    """torch_model.Attention.forward with PyTorch's fused causal attention."""
-    x_k = x if x_k is None else x_k
-    x_v = x if x_v is None else x_v
-    b, t, _ = x.shape
-    h, n, dh = self.num_heads, self.num_kv_heads, self.head_dim
-    q = self.q_proj(x).view(b, t, h, dh)
-    k = self.k_proj(x_k).view(b, t, n, dh)
-    v = self.mix_values(self.v_proj(x_v).view(b, t, n, dh), x_v, state)
-    if self.q_norm is not None:
-        q = self.q_norm(q)
-        k = self.k_norm(k)
-    q = torch_model.apply_rope(q.transpose(1, 2), state.cos, state.sin)
-    k = torch_model.apply_rope(k.transpose(1, 2), state.cos, state.sin)
-    v = v.transpose(1, 2)
+def sdpa_attend(self, q, k, v, state):
+    """torch_model.Attention.attend with PyTorch's fused causal attention."""
+    del state  # is_causal replaces the explicit mask
+    b, h, t, dh = q.shape
+    n = k.shape[1]
     if h != n:  # GQA: query head j reads KV head j // (h / n)
         k = k.repeat_interleave(h // n, dim=1)
         v = v.repeat_interleave(h // n, dim=1)
     out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    return self.o_proj(out.transpose(1, 2).reshape(b, t, h * dh))
+    return out.transpose(1, 2).reshape(b, t, h * dh)
 
 
 def main():
@@ -71,9 +60,7 @@ def main():
     if args.layers:
         raw['num_hidden_layers'] = args.layers
     config = torch_model.ModelConfig.from_dict(raw)
-    torch_model.Attention.forward = sdpa_attention_forward
-    # The reference builds an explicit (T, T) mask in its forward state; SDPA's is_causal
-    # replaces it, so it is never read.
+    torch_model.Attention.attend = sdpa_attend
     device = torch.device('cuda')
     torch.manual_seed(0)
     model = torch_model.CausalLM(config, dtype=torch.float32).to(device)

@@ -103,7 +103,6 @@ void Branches<T>::Resize(int b, int t) {
   dv_raw_.resize(nkv);
   if (value_residual_) {
     dv1_.resize(nkv);
-    if (!Owned(0)) v1_in_.resize(nkv);
     value_residual_->Resize(static_cast<int>(n));
   }
   ffn_->Resize(b, t);
@@ -207,7 +206,7 @@ void Branches<T>::AttentionNormedBackward(int i, const T* xq, const T* xk, const
 
 template <typename T>
 const T* Branches<T>::v1() const {
-  return Owned(0) ? layers_[0].attn.v.data() : v1_in_.data();
+  return Owned(0) ? layers_[0].attn.v.data() : v1_in_;
 }
 
 template <typename T>

@@ -57,11 +57,12 @@ class Branches {
   // Start of a backward pass: clears dV1 and records the loss scale for auxiliary losses.
   void BeginBackward(double loss_scale);
 
-  // Pipeline stages without layer 0 receive V1 (B*T, NKV*HS of this TP rank) here before
-  // Forward; after Backward, dv1() holds the gradient of V1 from this stage's layers plus
-  // what was put there after BeginBackward (the later stages' sum).
+  // Pipeline stages without layer 0 are given V1 (B*T, NKV*HS of this TP rank) before
+  // Forward; it is read in place until Backward returns. After Backward, dv1() holds the
+  // gradient of V1 from this stage's layers plus what was put there after BeginBackward (the
+  // later stages' sum).
   bool has_value_residual() const { return value_residual_ != nullptr; }
-  std::vector<T>* v1_input() { return &v1_in_; }
+  void SetV1(const T* v1) { v1_in_ = v1; }
   const T* v1() const;
   std::vector<T>* dv1() { return &dv1_; }
   // Sum of the FFNs' auxiliary losses in the last forward.
@@ -94,7 +95,8 @@ class Branches {
   AttentionDims dims_;
   std::vector<T> cos_, sin_;
   AttentionScratch<T> scratch_;
-  std::vector<T> dx_, dv_raw_, dv1_, v1_in_;
+  std::vector<T> dx_, dv_raw_, dv1_;
+  const T* v1_in_ = nullptr;  // V1 from an earlier pipeline stage
   const T* params_ = nullptr;
   T* grads_ = nullptr;
   double loss_scale_ = 1.0;

@@ -199,7 +199,7 @@ double DecoderModel<T>::Forward(const T* params, const int32_t* tokens, int b, i
     } else {
       for (const auto& v : stage_.in) in.push_back(v.data());
       if (branches_->has_value_residual()) {
-        *branches_->v1_input() = stage_.in.back();
+        branches_->SetV1(stage_.in.back().data());
         in.pop_back();
       }
     }

@@ -33,7 +33,8 @@ class Topology {
   // after sublayer l (1 <= l < 2L) as BoundaryTensors(l) tensors of (B*T, C) each (the
   // running stream, or a depth history's completed entries and partial sums), and runs a
   // range of sublayers [first, last] from such a state (h0 when first == 1) to the next one
-  // (x_final when last == 2L). Forward(...) is ForwardRange(1, 2L, ...).
+  // (x_final when last == 2L). Forward(...) is ForwardRange(1, 2L, ...). The tensors of `in`
+  // are read in place and must stay unchanged until BackwardRange returns.
   virtual bool SupportsStages() const { return false; }
   virtual int BoundaryTensors(int l) const { (void)l; return 0; }
   virtual void ForwardRange(const T* params, int first, int last, const T* h0,

@@ -6,27 +6,19 @@
 # Usage: dp_equivalence_test.sh PATH_TO_SATDAR
 set -u
 SATDAR=$(realpath "$1")
-COMPARE=$(dirname "$(realpath "$0")")/compare_runs.py
+HERE=$(dirname "$(realpath "$0")")
+COMPARE=$HERE/compare_runs.py
 WORK="${TEST_TMPDIR:-/tmp/satdar-test-$$}/dp"
 rm -rf "$WORK" && mkdir -p "$WORK"
 cd "$WORK"
 unset TEST_PREMATURE_EXIT_FILE XML_OUTPUT_FILE
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca btl self,tcp --mca btl_tcp_if_include lo
-        --mca oob_tcp_if_include lo)
+source "$HERE/parallel_testlib.sh"
 passed=0
 failed=0
-cat >base.json <<'JSON'
-{"vocab_size": 64, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
- "num_attention_heads": 4, "num_key_value_heads": 2}
-JSON
+write_small_configs
 python3 - <<'PY'
 import json
 base = json.load(open("base.json"))
-json.dump(base, open("baseline.json", "w"))
-json.dump(dict(base, value_residual="satformer"), open("satformer.json", "w"))
-json.dump(dict(base, residual="dar", block_size=4), open("dar.json", "w"))
-json.dump(dict(base, residual="dar", block_size=4, moe={"num_experts": 4, "top_k": 2,
-          "expert_intermediate_size": 16}), open("dar_moe.json", "w"))
 # Every topology, so the per-layer gradient reduction overlapped with backward is checked
 # against each one's backward order.
 three = dict(base, num_hidden_layers=3)

@@ -9,16 +9,17 @@
 # Usage: parallel_equivalence_test.sh PATH_TO_SATDAR [mpi|gloo]
 set -u
 SATDAR=$(realpath "$1")
-COMPARE=$(dirname "$(realpath "$0")")/compare_runs.py
+HERE=$(dirname "$(realpath "$0")")
+COMPARE=$HERE/compare_runs.py
 LAUNCHER=${2:-mpi}
 WORK="${TEST_TMPDIR:-/tmp/satdar-test-$$}/parallel-$LAUNCHER"
 rm -rf "$WORK" && mkdir -p "$WORK"
 cd "$WORK"
 unset TEST_PREMATURE_EXIT_FILE XML_OUTPUT_FILE
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca btl self,tcp --mca btl_tcp_if_include lo
-        --mca oob_tcp_if_include lo)
+source "$HERE/parallel_testlib.sh"
 passed=0
 failed=0
+launches=0
 
 # launch NP ARGS...: NP ranks of satdar ARGS, started by mpirun or (gloo) as NP background
 # processes meeting in a rendezvous folder; returns the worst exit status.
@@ -29,8 +30,9 @@ launch() {
     "${MPIRUN[@]}" -np "$np" "$SATDAR" "$@"
     return $?
   fi
-  local rdv
-  rdv=$(mktemp -d "$WORK/rdv.XXXXXX")
+  launches=$((launches + 1))
+  local rdv="$WORK/rendezvous-$launches"  # a fresh folder per launch
+  mkdir -p "$rdv"
   local pids=() worst=0
   for ((r = 0; r < np; r++)); do
     "$SATDAR" "$@" --launcher gloo --rank "$r" --world-size "$np" --rendezvous "$rdv" &
@@ -45,18 +47,10 @@ launch() {
   return $worst
 }
 
-cat >base.json <<'JSON'
-{"vocab_size": 64, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
- "num_attention_heads": 4, "num_key_value_heads": 2}
-JSON
+write_small_configs
 python3 - <<'PY'
 import json
 base = json.load(open("base.json"))
-json.dump(base, open("baseline.json", "w"))
-json.dump(dict(base, value_residual="satformer"), open("satformer.json", "w"))
-json.dump(dict(base, residual="dar", block_size=4), open("dar.json", "w"))
-json.dump(dict(base, residual="dar", block_size=4, moe={"num_experts": 4, "top_k": 2,
-          "expert_intermediate_size": 16}), open("dar_moe.json", "w"))
 # More designs whose state crosses pipeline stages: Full AttnRes (every sublayer output is a
 # history entry), Block AttnRes with SATFormer, Full DAR, and 4 stages of Block DAR (entries
 # made on stage 0 travel to stage 3).

@@ -6,12 +6,12 @@
 # Usage: parallel_fault_test.sh PATH_TO_SATDAR
 set -u
 SATDAR=$(realpath "$1")
+HERE=$(dirname "$(realpath "$0")")
 WORK="${TEST_TMPDIR:-/tmp/satdar-test-$$}/fault"
 rm -rf "$WORK" && mkdir -p "$WORK"
 cd "$WORK"
 unset TEST_PREMATURE_EXIT_FILE XML_OUTPUT_FILE
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca btl self,tcp --mca btl_tcp_if_include lo
-        --mca oob_tcp_if_include lo)
+source "$HERE/parallel_testlib.sh"
 cat >config.json <<'JSON'
 {"vocab_size": 256, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
  "num_attention_heads": 4}

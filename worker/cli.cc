@@ -598,6 +598,8 @@ absl::Status RunTrain(const std::vector<std::string>& args) {
         "satdar train: flag --launcher must be mpi, gloo or threads, got '", launcher, "'"));
   }
   const int world_size = mesh.size();
+  absl::StatusOr<TrainSummary> summary;
+  bool print_done = true;
   if (launcher == "gloo") {
     // One rank of a launch without mpirun: the ranks meet through a key-value store.
     parallel::GlooOptions g;
@@ -626,17 +628,9 @@ absl::Status RunTrain(const std::vector<std::string>& args) {
     g.timeout = absl::Seconds(o.comm_timeout_seconds);
     SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> world, parallel::GlooWorld(g));
     o.world = world->size() > 1 ? world.get() : nullptr;
-    absl::StatusOr<TrainSummary> summary = Train(o);
-    if (!summary.ok()) return summary.status();
-    if (!o.quiet && g.rank == 0) {
-      std::printf("done: %lld steps, final loss %.4f, %.0f tokens/s, peak RSS %.1f MiB\n",
-                  static_cast<long long>(summary->steps), summary->final_loss,
-                  summary->tokens_per_second, summary->peak_rss_bytes / 1048576.0);
-    }
-    return absl::OkStatus();
-  }
-  absl::StatusOr<TrainSummary> summary;
-  if (launcher == "threads" && world_size > 1) {
+    summary = Train(o);
+    print_done = g.rank == 0;
+  } else if (launcher == "threads" && world_size > 1) {
     // Every rank a thread of this process, talking through the in-process communicator.
     SATDAR_RETURN_IF_ERROR(parallel::ValidateMesh(mesh, world_size));
     auto comms = parallel::MakeLocalCommunicators(world_size);
@@ -680,7 +674,7 @@ absl::Status RunTrain(const std::vector<std::string>& args) {
     summary = Train(o);
   }
   if (!summary.ok()) return summary.status();
-  if (!o.quiet) {
+  if (!o.quiet && print_done) {
     std::printf("done: %lld steps, final loss %.4f, %.0f tokens/s, peak RSS %.1f MiB\n",
                 static_cast<long long>(summary->steps), summary->final_loss,
                 summary->tokens_per_second, summary->peak_rss_bytes / 1048576.0);

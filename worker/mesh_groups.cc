@@ -23,15 +23,15 @@ absl::StatusOr<MeshGroups> BuildMeshGroups(parallel::Communicator* world,
     if (size > 1) *out = std::make_unique<parallel::CountingCommunicator>(std::move(comm));
     return absl::OkStatus();
   };
-  for (const char* axis : {"tp", "pp", "ep", "dp"}) {
-    const parallel::SplitKey k = parallel::GroupAlong(shape, g.rank, axis);
-    std::unique_ptr<parallel::CountingCommunicator>* out =
-        axis[0] == 't' ? &g.tp : axis[0] == 'p' ? &g.pp : axis[0] == 'e' ? &g.ep : &g.dp;
-    const int size = axis[0] == 't'   ? shape.tp
-                     : axis[0] == 'p' ? shape.pp
-                     : axis[0] == 'e' ? shape.ep
-                                      : shape.dp;
-    SATDAR_RETURN_IF_ERROR(split(k.color, k.key, size, out));
+  const struct {
+    const char* axis;
+    int size;
+    std::unique_ptr<parallel::CountingCommunicator>* out;
+  } axes[] = {{"tp", shape.tp, &g.tp}, {"pp", shape.pp, &g.pp}, {"ep", shape.ep, &g.ep},
+              {"dp", shape.dp, &g.dp}};
+  for (const auto& a : axes) {
+    const parallel::SplitKey k = parallel::GroupAlong(shape, g.rank, a.axis);
+    SATDAR_RETURN_IF_ERROR(split(k.color, k.key, a.size, a.out));
   }
   const parallel::MeshCoord& c = g.coord;
   SATDAR_RETURN_IF_ERROR(split(c.pp * shape.tp + c.tp, g.data_rank(), g.data_size(), &g.data));

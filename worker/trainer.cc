@@ -134,7 +134,9 @@ class Validator {
 // What one rank's parameters mean for reductions and the gradient norm.
 struct ParamRoles {
   std::vector<std::pair<int64_t, int64_t>> tp_partial;  // (offset, numel): summed over TP
-  std::vector<std::pair<int64_t, int64_t>> experts;     // reduced over dp only
+  // The flat buffer as maximal runs of replicated weights (averaged over the data group) and
+  // of routed experts' (averaged over dp only).
+  std::vector<std::pair<int64_t, int64_t>> dense, experts;
   std::pair<int64_t, int64_t> tied_embedding{-1, 0};    // on both end stages of a pipeline
   std::vector<uint8_t> in_norm;  // per element: counted once in the global gradient norm
 };
@@ -145,7 +147,12 @@ ParamRoles RolesOf(const model::ParamTable& table, const MeshGroups& g, bool tie
   const bool pipeline = g.shape.pp > 1;
   for (const model::ParamSpec& spec : table.specs()) {
     if (spec.tp_partial_grad) r.tp_partial.emplace_back(spec.offset, spec.numel);
-    if (spec.expert) r.experts.emplace_back(spec.offset, spec.numel);
+    auto& runs = spec.expert ? r.experts : r.dense;
+    if (!runs.empty() && runs.back().first + runs.back().second == spec.offset) {
+      runs.back().second += spec.numel;
+    } else {
+      runs.emplace_back(spec.offset, spec.numel);
+    }
     const bool embedding = spec.name == "model.embed_tokens.weight";
     if (embedding && tied && pipeline) r.tied_embedding = {spec.offset, spec.numel};
     // Replicated copies count once: on TP rank 0 (unless sharded), EP rank 0 (unless an
@@ -380,10 +387,18 @@ absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& options) {
     for (auto& w : pending) SATDAR_RETURN_IF_ERROR(wait(std::move(w)));
     pending.clear();
     // Gradients: TP partial sums, the tied embedding's two pipeline copies, then the replicas.
-    if (g.tp) {
+    if (g.tp && !roles.tp_partial.empty()) {
+      // One all-reduce for all of them (q/k norms, ResFormer lambdas: a few numbers a layer).
+      std::vector<T> packed;
       for (const auto& [off, len] : roles.tp_partial) {
-        SATDAR_RETURN_IF_ERROR(wait(g.tp->AllReduce(grads.data() + off, len, kDType,
-                                                    parallel::ReduceOp::kSum, copts)));
+        packed.insert(packed.end(), grads.begin() + off, grads.begin() + off + len);
+      }
+      SATDAR_RETURN_IF_ERROR(wait(g.tp->AllReduce(packed.data(), packed.size(), kDType,
+                                                  parallel::ReduceOp::kSum, copts)));
+      size_t k = 0;
+      for (const auto& [off, len] : roles.tp_partial) {
+        std::copy(packed.begin() + k, packed.begin() + k + len, grads.begin() + off);
+        k += len;
       }
     }
     if (roles.tied_embedding.first >= 0 && (g.coord.pp == 0 || g.coord.pp == mesh.pp - 1)) {
@@ -400,26 +415,22 @@ absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& options) {
       }
     }
     if (g.data && !overlap && !zero) {
-      if (roles.experts.empty()) {
-        SATDAR_RETURN_IF_ERROR(wait(g.data->AllReduce(grads.data(), n, kDType,
-                                                      parallel::ReduceOp::kAvg, copts)));
-      } else {
-        // Expert weights already hold every EP rank's tokens: average over dp only (and
-        // divide by ep, as the loss is the mean over all dp x ep replicas).
-        std::vector<T> saved;
-        for (const auto& [off, len] : roles.experts) {
-          saved.insert(saved.end(), grads.begin() + off, grads.begin() + off + len);
-        }
-        SATDAR_RETURN_IF_ERROR(wait(g.data->AllReduce(grads.data(), n, kDType,
-                                                      parallel::ReduceOp::kAvg, copts)));
+      // Expert weights already hold every EP rank's tokens: average over dp only, and divide
+      // by ep, as the loss is the mean over all dp x ep replicas.
+      std::vector<std::unique_ptr<parallel::Work>> works;
+      for (const auto& [off, len] : roles.dense) {
+        works.push_back(g.data->AllReduce(grads.data() + off, len, kDType,
+                                          parallel::ReduceOp::kAvg, copts));
+      }
+      for (const auto& [off, len] : roles.experts) {
         if (g.dp) {
-          SATDAR_RETURN_IF_ERROR(wait(g.dp->AllReduce(saved.data(), saved.size(), kDType,
-                                                      parallel::ReduceOp::kAvg, copts)));
+          works.push_back(g.dp->AllReduce(grads.data() + off, len, kDType,
+                                          parallel::ReduceOp::kAvg, copts));
         }
-        size_t k = 0;
-        for (const auto& [off, len] : roles.experts) {
-          for (int64_t i = 0; i < len; ++i) grads[off + i] = saved[k++] / static_cast<T>(mesh.ep);
-        }
+      }
+      for (auto& w : works) SATDAR_RETURN_IF_ERROR(wait(std::move(w)));
+      for (const auto& [off, len] : roles.experts) {
+        for (int64_t i = 0; i < len; ++i) grads[off + i] /= static_cast<T>(mesh.ep);
       }
     } else if (zero) {
       g_shard.resize(shard_len);

@@ -6,11 +6,13 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "core/cuda/bf16.cuh"
 #include "core/cuda/check.h"
 #include "core/ops/gemm_cuda.h"
 
@@ -20,6 +22,19 @@
 namespace satdar::core::cuda {
 
 namespace {
+
+using namespace ::satdar::core::cuda::device;
+
+// C (M rows of N, row pitch ldc) *= beta: a GEMM with k == 0 (an empty sum).
+template <typename T>
+__global__ void ScaleMatrix(T* c, int m, int n, int ldc, float beta) {
+  const int64_t total = static_cast<int64_t>(m) * n;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    T* p = c + (i / n) * ldc + i % n;
+    St(p, beta * Ld(p));
+  }
+}
 
 // Largest power of two (at most 256) dividing the address: the heuristic must only choose
 // kernels whose alignment assumptions hold for these pointers.
@@ -90,9 +105,20 @@ absl::Status GemmHandle::Gemm(DType dtype, bool trans_a, bool trans_b, int m, in
   const size_t es = DTypeSize(dtype);
   if (k == 0) {
     if (beta == 1.0f) return absl::OkStatus();
-    if (beta != 0.0f) return absl::UnimplementedError("cuda::Gemm: k == 0 with beta not 0 or 1");
-    SATDAR_CUDA_RETURN_IF_ERROR(
-        cudaMemset2DAsync(c, static_cast<size_t>(ldc) * es, 0, n * es, m, impl_->stream));
+    if (beta == 0.0f) {
+      SATDAR_CUDA_RETURN_IF_ERROR(
+          cudaMemset2DAsync(c, static_cast<size_t>(ldc) * es, 0, n * es, m, impl_->stream));
+      return absl::OkStatus();
+    }
+    const int64_t total = static_cast<int64_t>(m) * n;
+    const int blocks = static_cast<int>(std::min<int64_t>((total + 255) / 256, 4096));
+    if (dtype == DType::kF32) {
+      ScaleMatrix<<<blocks, 256, 0, impl_->stream>>>(static_cast<float*>(c), m, n, ldc, beta);
+    } else {
+      ScaleMatrix<<<blocks, 256, 0, impl_->stream>>>(static_cast<__nv_bfloat16*>(c), m, n, ldc,
+                                                      beta);
+    }
+    SATDAR_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return absl::OkStatus();
   }
   const cudaDataType_t type = dtype == DType::kF32 ? CUDA_R_32F : CUDA_R_16BF;

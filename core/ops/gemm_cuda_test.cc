@@ -61,6 +61,25 @@ TEST_P(GemmCuda, GeneralGemmAllTransposes) {
   EXPECT_EQ((*h)->CachedAlgorithms(), 4u);
 }
 
+// k == 0 is an empty sum: C = beta C, for beta 0, 1 and anything else.
+TEST_P(GemmCuda, EmptySumScalesC) {
+  SATDAR_SKIP_WITHOUT_GPU();
+  const DType dt = GetParam();
+  auto h = cuda::GemmHandle::Create();
+  ASSERT_TRUE(h.ok()) << h.status();
+  const int m = 5, n = 7;
+  for (float beta : {0.0f, 1.0f, 0.5f}) {
+    std::vector<float> c = Random(static_cast<size_t>(m) * n, 4);
+    Quantize(&c, dt);
+    DeviceBuffer dc(c, dt);
+    ASSERT_TRUE((*h)->Gemm(dt, false, false, m, n, 0, 1.0f, nullptr, 1, nullptr, n, beta,
+                           dc.get(), n)
+                    .ok());
+    for (float& v : c) v *= beta;
+    EXPECT_LT(RelErr(dc.Download(), c), Tol(dt)) << "beta " << beta;
+  }
+}
+
 TEST_P(GemmCuda, LinearForwardBackwardMatchesCpu) {
   SATDAR_SKIP_WITHOUT_GPU();
   const DType dt = GetParam();

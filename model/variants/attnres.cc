@@ -80,9 +80,7 @@ class AttnRes : public Topology<T> {
       std::copy(h0, h0 + nc, h0_.begin());
       sources_[0] = h0_.data();
     } else {
-      imported_.resize(in.size());
-      for (size_t k = 0; k < in.size(); ++k) imported_[k].assign(in[k], in[k] + nc);
-      for (int j = 0; j < m; ++j) sources_[j] = imported_[j].data();
+      for (int j = 0; j < m; ++j) sources_[j] = in[j];  // read in place
       if (has_p) std::copy(in[m], in[m] + nc, steps_[first - 1].partial.begin());
     }
     const int end = last == sublayers_ ? sublayers_ + 1 : last;
@@ -225,7 +223,6 @@ class AttnRes : public Topology<T> {
   std::vector<int64_t> query_, norm_;  // per sublayer 1..2L, then the final readout
   std::vector<Step> steps_;
   const int first_, last_;                // this stage's sublayers
-  std::vector<std::vector<T>> imported_;  // the previous stage's state
   int rows_ = 0;
   std::vector<T> h0_;
   std::vector<const T*> sources_;  // completed sources: h0_, or steps' partial buffers

@@ -113,13 +113,11 @@ class Dar : public Topology<T> {
         sources_[s][0] = h0_[s].data();
       }
     } else {
-      // Import the previous stage's state (BoundaryTensors(first - 1) tensors).
-      imported_.resize(in.size());
-      for (size_t k = 0; k < in.size(); ++k) imported_[k].assign(in[k], in[k] + nc);
+      // The previous stage's state (BoundaryTensors(first - 1) tensors), read in place.
       for (int s = 0; s < 2; ++s) {
-        for (int j = 0; j < m; ++j) sources_[s][j] = imported_[EntryIndex(m, s, j)].data();
+        for (int j = 0; j < m; ++j) sources_[s][j] = in[EntryIndex(m, s, j)];
         if (has_p) {
-          const T* p = imported_[PartialIndex(m, s)].data();
+          const T* p = in[PartialIndex(m, s)];
           std::copy(p, p + nc, steps_[first - 1].partial[s].begin());
         }
       }
@@ -424,7 +422,6 @@ class Dar : public Topology<T> {
   std::vector<Offsets> offsets_;
   std::vector<Step> steps_;
   const int first_, last_;                     // this stage's sublayers
-  std::vector<std::vector<T>> imported_;       // the previous stage's state
   int rows_ = 0;
   std::vector<T> h0_[2];                       // each stream's first source
   std::vector<const T*> sources_[2];           // completed entries (h0_, or steps' partials)

@@ -94,7 +94,7 @@ class Moe : public Ffn<T> {
       const T* src = z + static_cast<size_t>(L.send_slots[r] / k_) * d_;
       std::copy(src, src + d_, xsend.data() + r * d_);
     }
-    Exchange(xsend, &xrecv, L.send_rows, L.recv_rows);
+    Exchange(std::move(xsend), &xrecv, L.send_rows, L.recv_rows);
     std::vector<T> yrecv(xrecv.size());
     for (int j = 0; j < el_; ++j) {
       const int ne = GatherExpert(L, j, xrecv, &L.expert_in[j]);
@@ -106,7 +106,7 @@ class Moe : public Ffn<T> {
                  dims, pool_);
       ScatterExpert(L, j, ye, &yrecv);
     }
-    Exchange(yrecv, &L.slot_out, L.recv_rows, L.send_rows);
+    Exchange(std::move(yrecv), &L.slot_out, L.recv_rows, L.send_rows);
     // Combine, in (expert, token) order.
     std::fill(out, out + static_cast<size_t>(n) * d_, T(0));
     for (size_t r = 0; r < L.send_slots.size(); ++r) {
@@ -159,7 +159,7 @@ class Moe : public Ffn<T> {
       }
       dweight_[slot] = dot;
     }
-    Exchange(dysend, &dyrecv, L.send_rows, L.recv_rows);
+    Exchange(std::move(dysend), &dyrecv, L.send_rows, L.recv_rows);
     std::vector<T> dxrecv(dyrecv.size()), dy, dxe;
     for (int j = 0; j < el_; ++j) {
       const int ne = GatherExpert(L, j, dyrecv, &dy);
@@ -172,7 +172,7 @@ class Moe : public Ffn<T> {
       ScatterExpert(L, j, dxe, &dxrecv);
     }
     std::vector<T> dxsend;
-    Exchange(dxrecv, &dxsend, L.recv_rows, L.send_rows);
+    Exchange(std::move(dxrecv), &dxsend, L.recv_rows, L.send_rows);
     for (size_t r = 0; r < L.send_slots.size(); ++r) {
       T* o = dz + static_cast<size_t>(L.send_slots[r] / k_) * d_;
       const T* g = dxsend.data() + r * d_;
@@ -266,15 +266,16 @@ class Moe : public Ffn<T> {
     }
   }
   // Rows (send_rows[q] to rank q) to rows (recv_rows[q] from rank q), over the EP group.
-  void Exchange(const std::vector<T>& in, std::vector<T>* out, const std::vector<size_t>& send_rows,
+  // With one EP rank the rows stay where they are (moved, not copied).
+  void Exchange(std::vector<T>&& in, std::vector<T>* out, const std::vector<size_t>& send_rows,
                 const std::vector<size_t>& recv_rows) {
+    if (shard_.ep_size == 1) {
+      *out = std::move(in);
+      return;
+    }
     size_t total = 0;
     for (size_t r : recv_rows) total += r;
     out->assign(total * d_, T(0));
-    if (shard_.ep_size == 1) {
-      std::copy(in.begin(), in.end(), out->begin());
-      return;
-    }
     std::vector<size_t> sc(send_rows.size()), rc(recv_rows.size());
     for (size_t q = 0; q < sc.size(); ++q) sc[q] = send_rows[q] * d_;
     for (size_t q = 0; q < rc.size(); ++q) rc[q] = recv_rows[q] * d_;

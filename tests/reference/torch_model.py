@@ -324,6 +324,14 @@ class Attention(torch_layers.MixingModule):
         q = apply_rope(q.transpose(1, 2), state.cos, state.sin)
         k = apply_rope(k.transpose(1, 2), state.cos, state.sin)
         v = v.transpose(1, 2)
+        return self.o_proj(self.attend(q, k, v, state))
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               state: ForwardState) -> torch.Tensor:
+        """Causal softmax attention: [B, H, T, dh] queries, [B, N, T, dh] keys
+        and values -> [B, T, H * dh] (before the output projection)."""
+        b, h, t, dh = q.shape
+        n = k.shape[1]
         # GQA without copies: query head j = g * rep + r reads KV head
         # g = j // rep, so view the query heads as [B, N, rep, T, dh] and
         # broadcast K and V over the rep axis.
@@ -337,8 +345,7 @@ class Attention(torch_layers.MixingModule):
         scores = scores.mul_(1.0 / math.sqrt(dh)).add_(state.mask)
         probs = torch.softmax(scores, dim=-1)
         out = torch.matmul(probs, v)  # [B, N, rep, T, dh]
-        out = out.reshape(b, h, t, dh).transpose(1, 2).reshape(b, t, h * dh)
-        return self.o_proj(out)
+        return out.reshape(b, h, t, dh).transpose(1, 2).reshape(b, t, h * dh)
 
 
 class DecoderLayer(nn.Module):
