@@ -132,6 +132,19 @@ expect_fail train_byte_vocab "byte-level text needs vocab_size >= 256" \
   "$SATDAR" train --config config.json --steps 1 --batch-size 2 --seq-len 8 --data "$WORK"
 expect_fail train_cuda "--device cuda" \
   "$SATDAR" train --config config.json --steps 1 --batch-size 2 --seq-len 8 --synthetic-data --device cuda
+expect_fail train_gloo_no_rank "--launcher gloo needs --rank, --world-size and --rendezvous" \
+  "$SATDAR" train --config config.json --steps 1 --batch-size 2 --seq-len 8 --synthetic-data \
+  --launcher gloo
+expect_fail train_gloo_world "the world has 3 ranks but --dp x --tp x --pp x --ep = dp=1 tp=2" \
+  "$SATDAR" train --config config.json --steps 1 --batch-size 2 --seq-len 8 --synthetic-data \
+  --tp 2 --launcher gloo --rank 0 --world-size 3 --rendezvous "$WORK/rdv"
+expect_fail train_tp_zero "flag --tp must be >= 1, got 0" \
+  "$SATDAR" train --config config.json --steps 1 --batch-size 2 --seq-len 8 --synthetic-data --tp 0
+expect_fail train_comm_timeout "flag --comm-timeout must be >= 1, got 0" \
+  "$SATDAR" train --config config.json --steps 1 --batch-size 2 --seq-len 8 --synthetic-data \
+  --comm-timeout 0
+expect_fail export_no_checkpoint "--checkpoint: cannot open $WORK/nope" \
+  "$SATDAR" export --config config.json --checkpoint "$WORK/nope" --out "$WORK/w.safetensors"
 expect_fail train_resume_no_dir "--resume and --checkpoint-every need --checkpoint-dir" \
   "$SATDAR" train --config config.json --steps 1 --batch-size 2 --seq-len 8 --synthetic-data --resume
 

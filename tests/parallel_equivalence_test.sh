@@ -176,6 +176,8 @@ expect_fail layers "--pp 3 does not divide config field \"num_hidden_layers\" (2
   --batch-size 3
 expect_fail experts "--ep 3 does not divide config field \"moe.num_experts\" (4)" 3 \
   "${S[@]}" --config dar_moe.json --ep 3
+expect_fail zero_with_ep "--zero 1 with --ep > 1 is not supported" 2 \
+  "${S[@]}" --config dar_moe.json --ep 2 --zero 1
 python3 -c "
 import json; c = json.load(open('base.json')); c['residual'] = 'hc'; json.dump(c, open('hc.json', 'w'))"
 expect_fail topology "\"hc\" cannot hand its state across pipeline stages" 2 \

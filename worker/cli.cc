@@ -233,9 +233,12 @@ absl::Status ExportTyped(const model::ModelConfig& config, const std::string& ch
   SATDAR_ASSIGN_OR_RETURN(auto model, model::CreateModel<T>(config, &pool));
   const model::ParamTable& table = model->params();
   std::vector<T> params(table.size());
-  SATDAR_RETURN_IF_ERROR(LoadCheckpoint<T>(checkpoint, model::ModelConfigToJson(config), table,
-                                           {&params, nullptr, nullptr})
-                             .status());
+  absl::Status loaded = LoadCheckpoint<T>(checkpoint, model::ModelConfigToJson(config), table,
+                                          {&params, nullptr, nullptr})
+                            .status();
+  if (!loaded.ok()) {
+    return absl::Status(loaded.code(), absl::StrCat("--checkpoint: ", loaded.message()));
+  }
   std::vector<core::TensorRef> out;
   for (const auto& spec : table.specs()) {
     out.push_back({spec.name, core::DTypeOf<T>::value, spec.shape, params.data() + spec.offset});
