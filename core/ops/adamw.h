@@ -9,6 +9,8 @@
 
 #include "core/thread_pool.h"
 
+struct CUstream_st;  // cudaStream_t
+
 namespace satdar::core {
 
 struct AdamWParams {
@@ -30,9 +32,9 @@ void AdamWUpdate(T* param, const T* grad, T* m, T* v, int64_t n, const AdamWPara
 
 namespace cuda {
 // Device pointers; fp32 master weights and moments. Returns a cudaError_t value (0 = ok);
-// launched on the default stream. Defined only in CUDA builds.
+// launched on `stream` (nullptr: the legacy default stream). Defined only in CUDA builds.
 int AdamWUpdate(float* param, const float* grad, float* m, float* v, int64_t n,
-                const AdamWParams& p);
+                const AdamWParams& p, CUstream_st* stream = nullptr);
 }  // namespace cuda
 
 }  // namespace satdar::core

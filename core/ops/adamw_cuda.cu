@@ -27,12 +27,12 @@ __global__ void AdamWKernel(float* param, const float* grad, float* m, float* v,
 }  // namespace
 
 int AdamWUpdate(float* param, const float* grad, float* m, float* v, int64_t n,
-                const AdamWParams& p) {
+                const AdamWParams& p, CUstream_st* stream) {
   if (n == 0) return 0;
   const float c1 = static_cast<float>(1.0 - std::pow(p.beta1, static_cast<double>(p.step)));
   const float c2 = static_cast<float>(1.0 - std::pow(p.beta2, static_cast<double>(p.step)));
   int64_t blocks = (n + kBlockSize - 1) / kBlockSize;
-  AdamWKernel<<<static_cast<unsigned>(blocks), kBlockSize>>>(
+  AdamWKernel<<<static_cast<unsigned>(blocks), kBlockSize, 0, stream>>>(
       param, grad, m, v, n, static_cast<float>(p.lr), static_cast<float>(p.beta1),
       static_cast<float>(p.beta2), c1, c2, static_cast<float>(p.eps),
       static_cast<float>(p.weight_decay), static_cast<float>(p.grad_scale));

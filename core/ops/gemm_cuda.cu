@@ -96,9 +96,21 @@ size_t GemmHandle::CachedAlgorithms() const { return impl_->algos.size(); }
 absl::Status GemmHandle::Gemm(DType dtype, bool trans_a, bool trans_b, int m, int n, int k,
                               float alpha, const void* a, int lda, const void* b, int ldb,
                               float beta, void* c, int ldc) {
-  if (dtype != DType::kF32 && dtype != DType::kBF16) {
-    return absl::InvalidArgumentError(absl::StrCat("cuda::Gemm: dtype ", DTypeName(dtype),
-                                                   " is not supported (f32 or bf16)"));
+  return GemmMixed(dtype, dtype, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+absl::Status GemmHandle::GemmMixed(DType ab_dtype, DType c_dtype, bool trans_a, bool trans_b,
+                                   int m, int n, int k, float alpha, const void* a, int lda,
+                                   const void* b, int ldb, float beta, void* c, int ldc) {
+  const DType dtype = c_dtype;
+  for (DType t : {ab_dtype, c_dtype}) {
+    if (t != DType::kF32 && t != DType::kBF16) {
+      return absl::InvalidArgumentError(absl::StrCat("cuda::Gemm: dtype ", DTypeName(t),
+                                                     " is not supported (f32 or bf16)"));
+    }
+  }
+  if (ab_dtype == DType::kF32 && c_dtype == DType::kBF16) {
+    return absl::InvalidArgumentError("cuda::Gemm: f32 inputs with a bf16 output");
   }
   if (m < 0 || n < 0 || k < 0) return absl::InvalidArgumentError("cuda::Gemm: negative size");
   if (m == 0 || n == 0) return absl::OkStatus();
@@ -121,7 +133,8 @@ absl::Status GemmHandle::Gemm(DType dtype, bool trans_a, bool trans_b, int m, in
     SATDAR_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return absl::OkStatus();
   }
-  const cudaDataType_t type = dtype == DType::kF32 ? CUDA_R_32F : CUDA_R_16BF;
+  const cudaDataType_t type = ab_dtype == DType::kF32 ? CUDA_R_32F : CUDA_R_16BF;
+  const cudaDataType_t c_type = c_dtype == DType::kF32 ? CUDA_R_32F : CUDA_R_16BF;
   // Column-major view (see the top of the file): C' (N,M) = op(A') op(B'), A' = B, B' = A.
   const cublasOperation_t op_a = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -135,10 +148,10 @@ absl::Status GemmHandle::Gemm(DType dtype, bool trans_a, bool trans_b, int m, in
       d.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
   SATDAR_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&d.a, type, a_rows, a_cols, ldb));
   SATDAR_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&d.b, type, b_rows, b_cols, lda));
-  SATDAR_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&d.c, type, n, m, ldc));
+  SATDAR_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&d.c, c_type, n, m, ldc));
 
   const int align_a = Alignment(b), align_b = Alignment(a), align_c = Alignment(c);
-  const Key key{static_cast<int>(dtype), trans_a, trans_b, m, n, k, lda, ldb, ldc,
+  const Key key{static_cast<int>(ab_dtype) * 16 + static_cast<int>(c_dtype), trans_a, trans_b, m, n, k, lda, ldb, ldc,
                 align_a, align_b, align_c, beta != 0.0f};
   auto it = impl_->algos.find(key);
   if (it == impl_->algos.end()) {
@@ -200,6 +213,17 @@ absl::Status MatmulBackward(GemmHandle* h, DType dtype, void* dinp, void* dweigh
     return h->Gemm(dtype, true, false, n, k, m, 1.0f, dout, n, inp, k, 1.0f, dweight, k);
   }
   return absl::OkStatus();
+}
+
+absl::Status MatmulBackwardInput(GemmHandle* h, DType dtype, void* dinp, const void* dout,
+                                 const void* weight, int m, int n, int k, float beta) {
+  return h->Gemm(dtype, false, false, m, k, n, 1.0f, dout, n, weight, k, beta, dinp, k);
+}
+
+absl::Status MatmulBackwardWeightF32(GemmHandle* h, DType dtype, float* dweight, const void* dout,
+                                     const void* inp, int m, int n, int k) {
+  return h->GemmMixed(dtype, DType::kF32, true, false, n, k, m, 1.0f, dout, n, inp, k, 1.0f,
+                      dweight, k);
 }
 
 absl::Status GroupedMatmulForward(GemmHandle* h, DType dtype, void* out, const void* inp,

@@ -43,6 +43,12 @@ class GemmHandle {
   absl::Status Gemm(DType dtype, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
                     const void* a, int lda, const void* b, int ldb, float beta, void* c, int ldc);
 
+  // Mixed precision: A and B of ab_dtype, C of c_dtype (bf16 inputs with an f32 C, e.g. fp32
+  // weight gradients accumulated from bf16 activations; f32 inputs with a bf16 C is refused).
+  absl::Status GemmMixed(DType ab_dtype, DType c_dtype, bool trans_a, bool trans_b, int m, int n,
+                         int k, float alpha, const void* a, int lda, const void* b, int ldb,
+                         float beta, void* c, int ldc);
+
   struct Impl;
 
  private:
@@ -57,6 +63,14 @@ absl::Status MatmulForward(GemmHandle* h, DType dtype, void* out, const void* in
 absl::Status MatmulBackward(GemmHandle* h, DType dtype, void* dinp, void* dweight,
                             const void* dout, const void* inp, const void* weight, int m, int n,
                             int k);
+
+// The two halves of MatmulBackward for mixed precision training:
+// dinp (M,K) = dout (M,N) weight (N,K) + beta * dinp (beta 0 overwrites);
+// dweight (N,K) fp32 += dout^T inp, with dout and inp of `dtype` (f32 or bf16).
+absl::Status MatmulBackwardInput(GemmHandle* h, DType dtype, void* dinp, const void* dout,
+                                 const void* weight, int m, int n, int k, float beta);
+absl::Status MatmulBackwardWeightF32(GemmHandle* h, DType dtype, float* dweight, const void* dout,
+                                     const void* inp, int m, int n, int k);
 
 // Grouped linear layers (MoE experts): group g owns rows [r_g, r_g + rows[g]) of inp/out (rows
 // are consecutive, r_0 = 0) and its own weight weights[g] (N,K). `rows` and `weights` are host

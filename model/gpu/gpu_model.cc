@@ -1,0 +1,687 @@
+#include "model/gpu/gpu_model.h"
+
+#include "absl/strings/str_cat.h"
+#include "model/model.h"
+
+#ifdef SATDAR_WITH_CUDA
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <array>
+#include <type_traits>
+#include <vector>
+
+#include "core/cuda/allocator.h"
+#include "core/cuda/check.h"
+#include "core/cuda/runtime.h"
+#include "core/ops/attention_cuda.h"
+#include "core/ops/cuda_ops.h"
+#include "core/ops/gemm_cuda.h"
+#include "core/ops/rope.h"
+#include "model/gpu/train_kernels.h"
+#include "model/layers/depth_retrieval_cuda.h"
+#include "model/layers/value_gate_cuda.h"
+#endif
+
+namespace satdar::model::gpu {
+
+absl::Status CheckGpuSupport(const ModelConfig& c) {
+  auto refuse = [](const std::string& field, const std::string& value) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--device cuda: ", field, " '", value,
+        "' is not on the GPU path yet (it has residual standard or dar, value_residual none or "
+        "satformer, dense FFNs); train it with --device cpu"));
+  };
+  if (c.residual != "standard" && c.residual != "dar") return refuse("residual", c.residual);
+  if (c.value_residual != "none" && c.value_residual != "satformer") {
+    return refuse("value_residual", c.value_residual);
+  }
+  if (c.moe.has_value()) return refuse("moe", "experts");
+  if (c.head_size() > 128) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--device cuda: head size hidden_size / num_attention_heads = ", c.head_size(),
+        " exceeds the attention kernel's limit of 128"));
+  }
+  return absl::OkStatus();
+}
+
+#ifndef SATDAR_WITH_CUDA
+
+absl::StatusOr<std::unique_ptr<GpuModel>> GpuModel::Create(const ModelConfig& config,
+                                                          const GpuModelOptions& options,
+                                                          CUstream_st* stream,
+                                                          core::cuda::CachingAllocator* alloc) {
+  (void)config, (void)options, (void)stream, (void)alloc;
+  return absl::FailedPreconditionError("this satdar was built without CUDA");
+}
+
+#else  // SATDAR_WITH_CUDA
+
+namespace {
+
+namespace kc = ::satdar::core::cuda;
+namespace lc = ::satdar::model::cuda;
+
+#define GPU_CHECK(call) SATDAR_CUDA_RETURN_IF_ERROR(call)
+
+std::string LayerName(int i, const char* suffix) {
+  return absl::StrCat("model.layers.", i, ".", suffix);
+}
+
+template <typename T>
+class GpuDecoder : public GpuModel {
+ public:
+  static constexpr core::DType kDt =
+      std::is_same<T, float>::value ? core::DType::kF32 : core::DType::kBF16;
+
+  GpuDecoder(const ModelConfig& c, const GpuModelOptions& o, cudaStream_t stream,
+             kc::CachingAllocator* alloc, ParamTable table)
+      : c_(c), o_(o), stream_(stream), alloc_(alloc), table_(std::move(table)),
+        sublayers_(2 * c.num_hidden_layers), dar_(c.residual == "dar"),
+        satformer_(c.value_residual == "satformer"),
+        block_(c.block_size > 0 ? c.block_size : 2), d_(c.hidden_size), nh_(c.num_attention_heads),
+        nkv_(c.num_key_value_heads), hs_(c.head_size()), f_(c.intermediate_size),
+        v_(c.vocab_size), eps_(static_cast<float>(c.rms_norm_eps)) {}
+
+  ~GpuDecoder() override {
+    cudaStreamSynchronize(stream_);
+    FreeAll();
+    if (w_copy_ != nullptr) (void)alloc_->Free(w_copy_);
+    if (pinned_) cudaFreeHost(pinned_);
+    if (copied_) cudaEventDestroy(copied_);
+  }
+
+  absl::Status Init() {
+    SATDAR_ASSIGN_OR_RETURN(gemm_, kc::GemmHandle::Create(stream_));
+    GPU_CHECK(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
+    const int layers = c_.num_hidden_layers;
+    off_.resize(layers);
+    for (int i = 0; i < layers; ++i) {
+      LayerOffsets& o = off_[i];
+      o.ln_attn = table_.Offset(LayerName(i, "input_layernorm.weight"));
+      o.wq = table_.Offset(LayerName(i, "self_attn.q_proj.weight"));
+      o.wk = table_.Offset(LayerName(i, "self_attn.k_proj.weight"));
+      o.wv = table_.Offset(LayerName(i, "self_attn.v_proj.weight"));
+      o.wo = table_.Offset(LayerName(i, "self_attn.o_proj.weight"));
+      if (c_.qk_norm) {
+        o.q_norm = table_.Offset(LayerName(i, "self_attn.q_norm.weight"));
+        o.k_norm = table_.Offset(LayerName(i, "self_attn.k_norm.weight"));
+      }
+      if (satformer_ && i >= 1) o.gate = table_.Offset(LayerName(i, "self_attn.value_gate.weight"));
+      o.ln_mlp = table_.Offset(LayerName(i, "post_attention_layernorm.weight"));
+      o.w_gate = table_.Offset(LayerName(i, "mlp.gate_proj.weight"));
+      o.w_up = table_.Offset(LayerName(i, "mlp.up_proj.weight"));
+      o.w_down = table_.Offset(LayerName(i, "mlp.down_proj.weight"));
+      if (o.w_up != o.w_gate + static_cast<int64_t>(f_) * d_) {
+        return absl::InternalError("gate_proj and up_proj are not adjacent in the param table");
+      }
+    }
+    embed_off_ = table_.Offset("model.embed_tokens.weight");
+    norm_off_ = table_.Offset("model.norm.weight");
+    head_off_ = c_.tie_word_embeddings ? embed_off_ : table_.Offset("lm_head.weight");
+    if (dar_) {
+      dar_off_.resize(sublayers_ + 1);
+      for (int l = 1; l <= sublayers_ + 1; ++l) {
+        const std::string p =
+            l == sublayers_ + 1
+                ? std::string("model.final_dar")
+                : absl::StrCat("model.layers.", (l - 1) / 2, l % 2 == 1 ? ".attn_dar" : ".mlp_dar");
+        DarOffsets& o = dar_off_[l - 1];
+        o.query = table_.Offset(p + ".query");
+        o.norm = table_.Offset(p + ".norm.weight");
+        o.mix = table_.Offset(p + ".mix");
+        if (l <= sublayers_) {
+          o.transport = table_.Offset(p + ".transport");
+          o.write = table_.Offset(p + ".write");
+        }
+      }
+      const std::string& v = c_.dar_variant;
+      // route_[s] = {key stream, value stream}, as model/variants/dar.cc.
+      if (v == "cross") route_ = {{{1, 0}, {0, 1}}};
+      if (v == "self_kv") route_ = {{{0, 0}, {1, 1}}};
+      if (v == "cross_v") route_ = {{{0, 1}, {1, 0}}};
+      if (v == "fixed_kv") route_ = {{{0, 1}, {0, 1}}};
+    }
+    if (kDt != core::DType::kF32) {
+      SATDAR_ASSIGN_OR_RETURN(void* raw, alloc_->Allocate(table_.size() * sizeof(T), stream_));
+      w_copy_ = static_cast<T*>(raw);
+    }
+    return absl::OkStatus();
+  }
+
+  const ParamTable& params() const override { return table_; }
+  const ModelConfig& config() const override { return c_; }
+  int64_t activation_bytes() const override { return activation_bytes_; }
+  void SetLayerGradientsReadyHook(std::function<void(int)> hook) override {
+    hook_ = std::move(hook);
+  }
+
+  absl::Status SetWeights(const float* master) override {
+    master_ = master;
+    if constexpr (std::is_same<T, float>::value) {
+      w_ = master;
+    } else {
+      GPU_CHECK(CastFromF32(w_copy_, master, table_.size(), stream_));
+      w_ = w_copy_;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Forward(const int32_t* tokens, int b, int t, float loss_scale,
+                       double* loss_acc) override {
+    if (w_ == nullptr) return absl::FailedPreconditionError("GpuModel::Forward before SetWeights");
+    SATDAR_RETURN_IF_ERROR(Resize(b, t));
+    const int n = b * t;
+    // The previous upload must be done before the staging buffer is rewritten.
+    GPU_CHECK(cudaEventSynchronize(copied_));
+    for (int bi = 0; bi < b; ++bi) {
+      for (int ti = 0; ti < t; ++ti) {
+        pinned_[bi * t + ti] = tokens[bi * (t + 1) + ti];
+        pinned_[n + bi * t + ti] = tokens[bi * (t + 1) + ti + 1];
+      }
+    }
+    GPU_CHECK(cudaMemcpyAsync(inputs_, pinned_, 2 * sizeof(int32_t) * n, cudaMemcpyHostToDevice,
+                              stream_));
+    GPU_CHECK(cudaEventRecord(copied_, stream_));
+    GPU_CHECK(kc::EmbeddingForward(h0_, inputs_, W(embed_off_), n, d_, stream_));
+    if (dar_) {
+      SATDAR_RETURN_IF_ERROR(DarForward());
+    } else {
+      for (int l = 1; l <= sublayers_; ++l) {
+        SATDAR_RETURN_IF_ERROR(BranchForward(l, h_[l - 1], y_));
+        GPU_CHECK(Add(h_[l], h_[l - 1], y_, static_cast<int64_t>(n) * d_, stream_));
+      }
+    }
+    GPU_CHECK(kc::RmsNormForward(lnf_, rstd_f_, x_final_, W(norm_off_), n, d_, eps_, stream_));
+    SATDAR_RETURN_IF_ERROR(kc::MatmulForward(gemm_.get(), kDt, logits_, lnf_, W(head_off_), n, v_, d_));
+    // The logits become their own gradient (loss_scale / N per position).
+    GPU_CHECK(kc::CrossEntropyForwardBackward(losses_, logits_, logits_, targets(), loss_scale / n,
+                                              n, v_, stream_));
+    GPU_CHECK(AccumulateLoss(loss_acc, losses_, n, static_cast<double>(loss_scale) / n, stream_));
+    forwarded_ = true;
+    return absl::OkStatus();
+  }
+
+  absl::Status Backward(float* grads) override {
+    if (!forwarded_) return absl::FailedPreconditionError("GpuModel::Backward without Forward");
+    forwarded_ = false;
+    g_ = grads;
+    const int n = b_ * t_;
+    const size_t nc = static_cast<size_t>(n) * d_;
+    SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardInput(gemm_.get(), kDt, lnf_grad_, logits_,
+                                                   W(head_off_), n, v_, d_, 0.0f));
+    SATDAR_RETURN_IF_ERROR(
+        kc::MatmulBackwardWeightF32(gemm_.get(), kDt, g_ + head_off_, logits_, lnf_, n, v_, d_));
+    GPU_CHECK(cudaMemsetAsync(dx_final_, 0, nc * sizeof(T), stream_));
+    if (satformer_) {
+      GPU_CHECK(cudaMemsetAsync(dv1_, 0, static_cast<size_t>(n) * nkv_ * hs_ * sizeof(T), stream_));
+    }
+    GPU_CHECK(kc::RmsNormBackward(dx_final_, g_ + norm_off_, lnf_grad_, x_final_, W(norm_off_),
+                                  rstd_f_, n, d_, stream_));
+    if (dar_) {
+      SATDAR_RETURN_IF_ERROR(DarBackward());
+    } else {
+      // dx_final_ carries d loss / d h_l down the stream; each branch adds its path in place.
+      for (int l = sublayers_; l >= 1; --l) {
+        SATDAR_RETURN_IF_ERROR(BranchBackward(l, h_[l - 1], dx_final_, dx_final_));
+      }
+      dh0_ = dx_final_;
+    }
+    GPU_CHECK(kc::EmbeddingBackward(g_ + embed_off_, dh0_, inputs_, n, d_, stream_));
+    return absl::OkStatus();
+  }
+
+ private:
+  struct LayerOffsets {
+    int64_t ln_attn = -1, wq = -1, wk = -1, wv = -1, wo = -1, q_norm = -1, k_norm = -1;
+    int64_t gate = -1, ln_mlp = -1, w_gate = -1, w_up = -1, w_down = -1;
+  };
+  struct DarOffsets {
+    int64_t query = -1, norm = -1, mix = -1, transport = -1, write = -1;
+  };
+  // What a layer's branches save for their backward (shared by all layers with recompute).
+  struct LayerActs {
+    T *x_attn = nullptr, *q_raw = nullptr, *k_raw = nullptr, *v = nullptr, *q = nullptr,
+      *k = nullptr, *vmix = nullptr, *att = nullptr;
+    float *rstd_attn = nullptr, *q_rstd = nullptr, *k_rstd = nullptr, *alpha = nullptr,
+          *lse = nullptr;
+    T *z = nullptr, *gate_up = nullptr, *act = nullptr;
+    float* rstd_mlp = nullptr;
+  };
+  struct DarStep {
+    T *u = nullptr, *y = nullptr, *r[2] = {nullptr, nullptr}, *partial[2] = {nullptr, nullptr};
+    float* alpha[2] = {nullptr, nullptr};
+  };
+
+  const T* W(int64_t off) const { return w_ + off; }
+  const int32_t* targets() const { return inputs_ + static_cast<size_t>(b_) * t_; }
+
+  template <typename U>
+  absl::Status Alloc(U** p, size_t count) {
+    SATDAR_ASSIGN_OR_RETURN(void* raw, alloc_->Allocate(count * sizeof(U), stream_));
+    blocks_.push_back(raw);
+    *p = static_cast<U*>(raw);
+    return absl::OkStatus();
+  }
+  template <typename U>
+  absl::Status Act(U** p, size_t count) {
+    activation_bytes_ += static_cast<int64_t>(count * sizeof(U));
+    return Alloc(p, count);
+  }
+  void FreeAll() {
+    for (void* p : blocks_) (void)alloc_->Free(p);
+    blocks_.clear();
+  }
+
+  absl::Status Resize(int b, int t) {
+    if (b == b_ && t == t_) return absl::OkStatus();
+    GPU_CHECK(cudaStreamSynchronize(stream_));
+    FreeAll();
+    activation_bytes_ = 0;
+    b_ = b;
+    t_ = t;
+    const size_t n = static_cast<size_t>(b) * t, nc = n * d_;
+    const size_t qd = static_cast<size_t>(nh_) * hs_, kd = static_cast<size_t>(nkv_) * hs_;
+    if (pinned_) cudaFreeHost(pinned_);
+    pinned_ = nullptr;
+    GPU_CHECK(cudaMallocHost(&pinned_, 2 * n * sizeof(int32_t)));
+    SATDAR_RETURN_IF_ERROR(Act(&inputs_, 2 * n));
+    // RoPE tables (T, HS/2), computed as on the CPU.
+    std::vector<float> cos, sin;
+    core::cpu::RopeTables(&cos, &sin, t, hs_, c_.rope_theta);
+    SATDAR_RETURN_IF_ERROR(Act(&cos_, cos.size()));
+    SATDAR_RETURN_IF_ERROR(Act(&sin_, sin.size()));
+    GPU_CHECK(cudaMemcpyAsync(cos_, cos.data(), cos.size() * sizeof(float), cudaMemcpyHostToDevice,
+                              stream_));
+    GPU_CHECK(cudaMemcpyAsync(sin_, sin.data(), sin.size() * sizeof(float), cudaMemcpyHostToDevice,
+                              stream_));
+    // Per-layer saved activations (one shared set with recompute).
+    const int layers = c_.num_hidden_layers;
+    const int sets = o_.recompute ? 1 : layers;
+    acts_.assign(layers, LayerActs());
+    for (int i = 0; i < sets; ++i) {
+      LayerActs& a = acts_[i];
+      SATDAR_RETURN_IF_ERROR(Act(&a.x_attn, nc));
+      SATDAR_RETURN_IF_ERROR(Act(&a.rstd_attn, n));
+      SATDAR_RETURN_IF_ERROR(Act(&a.q_raw, n * qd));
+      SATDAR_RETURN_IF_ERROR(Act(&a.k_raw, n * kd));
+      if (c_.qk_norm) {
+        SATDAR_RETURN_IF_ERROR(Act(&a.q, n * qd));
+        SATDAR_RETURN_IF_ERROR(Act(&a.k, n * kd));
+        SATDAR_RETURN_IF_ERROR(Act(&a.q_rstd, n * nh_));
+        SATDAR_RETURN_IF_ERROR(Act(&a.k_rstd, n * nkv_));
+      } else {
+        a.q = a.q_raw;  // RoPE in place
+        a.k = a.k_raw;
+      }
+      SATDAR_RETURN_IF_ERROR(Act(&a.v, n * kd));
+      if (satformer_) {
+        SATDAR_RETURN_IF_ERROR(Act(&a.vmix, n * kd));
+        SATDAR_RETURN_IF_ERROR(Act(&a.alpha, n * nkv_));
+      }
+      SATDAR_RETURN_IF_ERROR(Act(&a.att, n * qd));
+      SATDAR_RETURN_IF_ERROR(Act(&a.lse, n * nh_));
+      SATDAR_RETURN_IF_ERROR(Act(&a.z, nc));
+      SATDAR_RETURN_IF_ERROR(Act(&a.rstd_mlp, n));
+      SATDAR_RETURN_IF_ERROR(Act(&a.gate_up, n * 2 * f_));
+      SATDAR_RETURN_IF_ERROR(Act(&a.act, n * f_));
+    }
+    for (int i = sets; i < layers; ++i) acts_[i] = acts_[0];
+    if (satformer_) {
+      // Layer 1's values are V1, read by every later layer: never shared.
+      SATDAR_RETURN_IF_ERROR(Act(&v1_, n * kd));
+      SATDAR_RETURN_IF_ERROR(Act(&dv1_, n * kd));
+      acts_[0].v = v1_;
+      SATDAR_RETURN_IF_ERROR(Act(&dalpha_, n * nkv_));
+    }
+    // Backward scratch.
+    SATDAR_RETURN_IF_ERROR(Act(&datt_, n * qd));
+    SATDAR_RETURN_IF_ERROR(Act(&dq_, n * qd));
+    SATDAR_RETURN_IF_ERROR(Act(&dk_, n * kd));
+    SATDAR_RETURN_IF_ERROR(Act(&dv_, n * kd));
+    SATDAR_RETURN_IF_ERROR(Act(&dv_raw_, n * kd));
+    if (c_.qk_norm) {
+      SATDAR_RETURN_IF_ERROR(Act(&dq_raw_, n * qd));
+      SATDAR_RETURN_IF_ERROR(Act(&dk_raw_, n * kd));
+    } else {
+      dq_raw_ = dq_;
+      dk_raw_ = dk_;
+    }
+    SATDAR_RETURN_IF_ERROR(Act(&delta_, n * nh_));
+    SATDAR_RETURN_IF_ERROR(Act(&dx_, nc));
+    SATDAR_RETURN_IF_ERROR(Act(&dact_, n * f_));
+    SATDAR_RETURN_IF_ERROR(Act(&dgate_up_, n * 2 * f_));
+    SATDAR_RETURN_IF_ERROR(Act(&y_, nc));
+    // Decoder ends.
+    SATDAR_RETURN_IF_ERROR(Act(&h0_, nc));
+    SATDAR_RETURN_IF_ERROR(Act(&x_final_, nc));
+    SATDAR_RETURN_IF_ERROR(Act(&dx_final_, nc));
+    SATDAR_RETURN_IF_ERROR(Act(&lnf_, nc));
+    SATDAR_RETURN_IF_ERROR(Act(&lnf_grad_, nc));
+    SATDAR_RETURN_IF_ERROR(Act(&rstd_f_, n));
+    SATDAR_RETURN_IF_ERROR(Act(&logits_, n * v_));
+    SATDAR_RETURN_IF_ERROR(Act(&losses_, n));
+    SATDAR_RETURN_IF_ERROR(Act(&scratch_, 3 * kReduceBlocks));
+    if (dar_) {
+      SATDAR_RETURN_IF_ERROR(ResizeDar(n));
+    } else {
+      // The stream after each sublayer; h_[0] is the embedding, h_[2L] the final state.
+      h_.assign(sublayers_ + 1, nullptr);
+      h_[0] = h0_;
+      for (int l = 1; l < sublayers_; ++l) SATDAR_RETURN_IF_ERROR(Act(&h_[l], nc));
+      h_[sublayers_] = x_final_;
+    }
+    return absl::OkStatus();
+  }
+
+  // ---- Branches (model/branches.cc): sublayer l = 2i+1 is layer i's attention, 2i+2 its FFN.
+  absl::Status BranchForward(int l, const T* u, T* y) {
+    const int i = (l - 1) / 2;
+    const LayerOffsets& o = off_[i];
+    LayerActs& a = acts_[i];
+    const int n = b_ * t_;
+    kc::GemmHandle* h = gemm_.get();
+    if (l % 2 == 0) {
+      GPU_CHECK(kc::RmsNormForward(a.z, a.rstd_mlp, u, W(o.ln_mlp), n, d_, eps_, stream_));
+      SATDAR_RETURN_IF_ERROR(kc::MatmulForward(h, kDt, a.gate_up, a.z, W(o.w_gate), n, 2 * f_, d_));
+      GPU_CHECK(kc::SwigluForward(a.act, a.gate_up, n, f_, stream_));
+      return kc::MatmulForward(h, kDt, y, a.act, W(o.w_down), n, d_, f_);
+    }
+    const int qd = nh_ * hs_, kd = nkv_ * hs_;
+    GPU_CHECK(kc::RmsNormForward(a.x_attn, a.rstd_attn, u, W(o.ln_attn), n, d_, eps_, stream_));
+    SATDAR_RETURN_IF_ERROR(kc::MatmulForward(h, kDt, a.q_raw, a.x_attn, W(o.wq), n, qd, d_));
+    SATDAR_RETURN_IF_ERROR(kc::MatmulForward(h, kDt, a.k_raw, a.x_attn, W(o.wk), n, kd, d_));
+    SATDAR_RETURN_IF_ERROR(kc::MatmulForward(h, kDt, a.v, a.x_attn, W(o.wv), n, kd, d_));
+    if (c_.qk_norm) {
+      GPU_CHECK(kc::RmsNormForward(a.q, a.q_rstd, a.q_raw, W(o.q_norm), n * nh_, hs_, eps_, stream_));
+      GPU_CHECK(kc::RmsNormForward(a.k, a.k_rstd, a.k_raw, W(o.k_norm), n * nkv_, hs_, eps_, stream_));
+    }
+    GPU_CHECK(kc::RopeForward(a.q, cos_, sin_, b_, t_, nh_, hs_, stream_));
+    GPU_CHECK(kc::RopeForward(a.k, cos_, sin_, b_, t_, nkv_, hs_, stream_));
+    const T* values = a.v;
+    if (satformer_ && i >= 1) {
+      GPU_CHECK(lc::ValueGateForward(a.vmix, a.alpha, a.x_attn, W(o.gate), a.v, v1_, n, nkv_, hs_,
+                                     d_, stream_));
+      values = a.vmix;
+    }
+    SATDAR_RETURN_IF_ERROR(kc::AttentionForward(kDt, a.att, a.lse, a.q, a.k, values, b_, t_, nh_,
+                                                nkv_, hs_, stream_));
+    return kc::MatmulForward(h, kDt, y, a.att, W(o.wo), n, d_, qd);
+  }
+
+  // du += d/du <dy, f_l(u)>. dy may alias du: it is read before du is written.
+  absl::Status BranchBackward(int l, const T* u, const T* dy, T* du) {
+    const int i = (l - 1) / 2;
+    if (l % 2 == 0 && hook_ && i + 1 < c_.num_hidden_layers) hook_(i + 1);
+    if (o_.recompute) SATDAR_RETURN_IF_ERROR(BranchForward(l, u, y_));
+    const LayerOffsets& o = off_[i];
+    const LayerActs& a = acts_[i];
+    const int n = b_ * t_;
+    kc::GemmHandle* h = gemm_.get();
+    float* g = g_;
+    if (l % 2 == 0) {
+      SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardInput(h, kDt, dact_, dy, W(o.w_down), n, d_, f_, 0.0f));
+      SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardWeightF32(h, kDt, g + o.w_down, dy, a.act, n, d_, f_));
+      GPU_CHECK(kc::SwigluBackward(dgate_up_, dact_, a.gate_up, n, f_, stream_));
+      SATDAR_RETURN_IF_ERROR(
+          kc::MatmulBackwardInput(h, kDt, dx_, dgate_up_, W(o.w_gate), n, 2 * f_, d_, 0.0f));
+      SATDAR_RETURN_IF_ERROR(
+          kc::MatmulBackwardWeightF32(h, kDt, g + o.w_gate, dgate_up_, a.z, n, 2 * f_, d_));
+      GPU_CHECK(kc::RmsNormBackward(du, g + o.ln_mlp, dx_, u, W(o.ln_mlp), a.rstd_mlp, n, d_, stream_));
+      return absl::OkStatus();
+    }
+    const int qd = nh_ * hs_, kd = nkv_ * hs_;
+    const size_t nq = static_cast<size_t>(n) * qd, nk = static_cast<size_t>(n) * kd;
+    SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardInput(h, kDt, datt_, dy, W(o.wo), n, d_, qd, 0.0f));
+    SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardWeightF32(h, kDt, g + o.wo, dy, a.att, n, d_, qd));
+    GPU_CHECK(cudaMemsetAsync(dq_, 0, nq * sizeof(T), stream_));
+    GPU_CHECK(cudaMemsetAsync(dk_, 0, nk * sizeof(T), stream_));
+    GPU_CHECK(cudaMemsetAsync(dv_, 0, nk * sizeof(T), stream_));
+    const bool gated = satformer_ && i >= 1;
+    SATDAR_RETURN_IF_ERROR(kc::AttentionBackward(kDt, dq_, dk_, dv_, datt_, a.att, a.lse, a.q, a.k,
+                                                 gated ? a.vmix : a.v, delta_, b_, t_, nh_, nkv_,
+                                                 hs_, stream_));
+    GPU_CHECK(kc::RopeBackward(dq_, cos_, sin_, b_, t_, nh_, hs_, stream_));
+    GPU_CHECK(kc::RopeBackward(dk_, cos_, sin_, b_, t_, nkv_, hs_, stream_));
+    if (c_.qk_norm) {
+      GPU_CHECK(cudaMemsetAsync(dq_raw_, 0, nq * sizeof(T), stream_));
+      GPU_CHECK(cudaMemsetAsync(dk_raw_, 0, nk * sizeof(T), stream_));
+      GPU_CHECK(kc::RmsNormBackward(dq_raw_, g + o.q_norm, dq_, a.q_raw, W(o.q_norm), a.q_rstd,
+                                    n * nh_, hs_, stream_));
+      GPU_CHECK(kc::RmsNormBackward(dk_raw_, g + o.k_norm, dk_, a.k_raw, W(o.k_norm), a.k_rstd,
+                                    n * nkv_, hs_, stream_));
+    }
+    // dx collects the normed input's gradient: the gate's part, then the projections'.
+    GPU_CHECK(cudaMemsetAsync(dx_, 0, static_cast<size_t>(n) * d_ * sizeof(T), stream_));
+    const T* dv_proj = dv_;
+    if (gated) {
+      GPU_CHECK(lc::ValueGateBackward(dx_, g + o.gate, dv_raw_, dv1_, dalpha_, dv_, a.x_attn,
+                                      W(o.gate), v1_, a.alpha, n, nkv_, hs_, d_, stream_));
+      dv_proj = dv_raw_;
+    } else if (satformer_ && i == 0) {
+      // Layer 1's V is also V1: add the gradient every later layer sent it.
+      GPU_CHECK(Add(dv_raw_, dv_, dv1_, static_cast<int64_t>(nk), stream_));
+      dv_proj = dv_raw_;
+    }
+    SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardInput(h, kDt, dx_, dq_raw_, W(o.wq), n, qd, d_, 1.0f));
+    SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardInput(h, kDt, dx_, dk_raw_, W(o.wk), n, kd, d_, 1.0f));
+    SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardInput(h, kDt, dx_, dv_proj, W(o.wv), n, kd, d_, 1.0f));
+    SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardWeightF32(h, kDt, g + o.wq, dq_raw_, a.x_attn, n, qd, d_));
+    SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardWeightF32(h, kDt, g + o.wk, dk_raw_, a.x_attn, n, kd, d_));
+    SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardWeightF32(h, kDt, g + o.wv, dv_proj, a.x_attn, n, kd, d_));
+    GPU_CHECK(kc::RmsNormBackward(du, g + o.ln_attn, dx_, u, W(o.ln_attn), a.rstd_attn, n, d_, stream_));
+    return absl::OkStatus();
+  }
+
+  // ---- DAR (model/variants/dar.cc). Step l (1..2L+1; the last one reads out x_final) has
+  // m(l) = 1 + (l-1)/block completed entries per stream and a partial sum when
+  // (l-1) % block != 0; the write of sublayer l goes to steps_[l].partial.
+  int Entries(int l) const { return 1 + (l - 1) / block_; }
+  bool HasPartial(int l) const { return (l - 1) % block_ != 0; }
+  int Sources(int l) const { return Entries(l) + (HasPartial(l) ? 1 : 0); }
+  int MaxSources() const { return sublayers_ / block_ + 2; }
+  // Device pointer lists of step l, stream s: keys, values, dkeys, dvalues (MaxSources each).
+  T* const* PtrList(int l, int s, int which) const {
+    return dar_ptrs_ + ((static_cast<size_t>(l - 1) * 2 + s) * 4 + which) * MaxSources();
+  }
+
+  absl::Status ResizeDar(size_t n) {
+    const size_t nc = n * d_;
+    const int smax = MaxSources();
+    steps_.assign(sublayers_ + 1, DarStep());
+    for (int k = 0; k <= sublayers_; ++k) {
+      DarStep& st = steps_[k];
+      if (k < sublayers_) SATDAR_RETURN_IF_ERROR(Act(&st.u, nc));
+      if (k < sublayers_) SATDAR_RETURN_IF_ERROR(Act(&st.y, nc));
+      for (int s = 0; s < 2; ++s) {
+        SATDAR_RETURN_IF_ERROR(Act(&st.r[s], nc));
+        SATDAR_RETURN_IF_ERROR(Act(&st.alpha[s], n * smax));
+        if (k >= 1) SATDAR_RETURN_IF_ERROR(Act(&st.partial[s], nc));
+      }
+    }
+    for (int s = 0; s < 2; ++s) {
+      dsources_[s].assign(smax, nullptr);
+      for (int j = 0; j < smax; ++j) SATDAR_RETURN_IF_ERROR(Act(&dsources_[s][j], nc));
+      SATDAR_RETURN_IF_ERROR(Act(&dpartial_[s], nc));
+      SATDAR_RETURN_IF_ERROR(Act(&dr_[s], nc));
+    }
+    SATDAR_RETURN_IF_ERROR(Act(&du_, nc));
+    SATDAR_RETURN_IF_ERROR(Act(&dy_, nc));
+    SATDAR_RETURN_IF_ERROR(Act(&dar_work_, n * smax));
+    SATDAR_RETURN_IF_ERROR(Act(&dh0_buf_, nc));
+    // Pointer lists, fixed for this (B, T).
+    std::vector<T*> host(static_cast<size_t>(sublayers_ + 1) * 2 * 4 * smax, nullptr);
+    auto source = [&](int stream, int j) -> T* {
+      return j == 0 ? h0_ : steps_[j * block_].partial[stream];
+    };
+    for (int l = 1; l <= sublayers_ + 1; ++l) {
+      const int m = Entries(l);
+      for (int s = 0; s < 2; ++s) {
+        const int streams[2] = {route_[s][0], route_[s][1]};  // key, value
+        for (int which = 0; which < 4; ++which) {
+          const int stream = streams[which % 2];
+          T** list = host.data() + ((static_cast<size_t>(l - 1) * 2 + s) * 4 + which) * smax;
+          for (int j = 0; j < m; ++j) list[j] = which < 2 ? source(stream, j) : dsources_[stream][j];
+          if (HasPartial(l)) {
+            list[m] = which < 2 ? steps_[l - 1].partial[stream] : dpartial_[stream];
+          }
+        }
+      }
+    }
+    SATDAR_RETURN_IF_ERROR(Act(&dar_ptrs_, host.size()));
+    GPU_CHECK(cudaMemcpyAsync(dar_ptrs_, host.data(), host.size() * sizeof(T*),
+                              cudaMemcpyHostToDevice, stream_));
+    // The upload reads `host`, which goes out of scope.
+    GPU_CHECK(cudaStreamSynchronize(stream_));
+    return absl::OkStatus();
+  }
+
+  absl::Status DarForward() {
+    const int n = b_ * t_;
+    const int64_t nc = static_cast<int64_t>(n) * d_;
+    for (int l = 1; l <= sublayers_ + 1; ++l) {
+      DarStep& st = steps_[l - 1];
+      const DarOffsets& o = dar_off_[l - 1];
+      for (int s = 0; s < 2; ++s) {
+        GPU_CHECK(lc::DepthRetrievalForward(st.r[s], st.alpha[s], PtrList(l, s, 0),
+                                            PtrList(l, s, 1), Sources(l), W(o.query + s * d_),
+                                            W(o.norm), n, d_, eps_, stream_));
+      }
+      T* u = l <= sublayers_ ? st.u : x_final_;
+      GPU_CHECK(DarMixForward(u, st.r[0], st.r[1], master_ + o.mix, nc, stream_));
+      if (l > sublayers_) break;
+      SATDAR_RETURN_IF_ERROR(BranchForward(l, u, st.y));
+      const bool p = HasPartial(l);
+      GPU_CHECK(DarWriteForward(steps_[l].partial[0], steps_[l].partial[1],
+                                p ? st.partial[0] : nullptr, p ? st.partial[1] : nullptr, st.y,
+                                master_ + o.transport, master_ + o.write, nc, stream_));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status DarRetrievalBackward(int l, const T* du) {
+    const int n = b_ * t_;
+    const DarStep& st = steps_[l - 1];
+    const DarOffsets& o = dar_off_[l - 1];
+    GPU_CHECK(DarMixBackward(dr_[0], dr_[1], du, st.r[0], st.r[1], master_ + o.mix, g_ + o.mix,
+                             scratch_, static_cast<int64_t>(n) * d_, stream_));
+    for (int s = 0; s < 2; ++s) {
+      GPU_CHECK(lc::DepthRetrievalBackward(
+          PtrList(l, s, 2), PtrList(l, s, 3), g_ + o.query + s * d_, g_ + o.norm, dar_work_, dr_[s],
+          st.alpha[s], PtrList(l, s, 0), PtrList(l, s, 1), Sources(l), W(o.query + s * d_),
+          W(o.norm), n, d_, eps_, stream_));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status DarBackward() {
+    const int n = b_ * t_;
+    const size_t nc = static_cast<size_t>(n) * d_;
+    for (int s = 0; s < 2; ++s) {
+      for (T* p : dsources_[s]) GPU_CHECK(cudaMemsetAsync(p, 0, nc * sizeof(T), stream_));
+      GPU_CHECK(cudaMemsetAsync(dpartial_[s], 0, nc * sizeof(T), stream_));
+    }
+    SATDAR_RETURN_IF_ERROR(DarRetrievalBackward(sublayers_ + 1, dx_final_));
+    for (int l = sublayers_; l >= 1; --l) {
+      const DarStep& st = steps_[l - 1];
+      const DarOffsets& o = dar_off_[l - 1];
+      const bool closes = l % block_ == 0;  // the write completed an entry
+      const T* g0 = closes ? dsources_[0][Entries(l)] : dpartial_[0];
+      const T* g1 = closes ? dsources_[1][Entries(l)] : dpartial_[1];
+      const bool p = HasPartial(l);
+      GPU_CHECK(DarWriteBackward(dy_, dpartial_[0], dpartial_[1], g0, g1, st.y,
+                                 p ? st.partial[0] : nullptr, p ? st.partial[1] : nullptr,
+                                 master_ + o.transport, master_ + o.write, g_ + o.transport,
+                                 g_ + o.write, scratch_, static_cast<int64_t>(nc), stream_));
+      GPU_CHECK(cudaMemsetAsync(du_, 0, nc * sizeof(T), stream_));
+      SATDAR_RETURN_IF_ERROR(BranchBackward(l, st.u, dy_, du_));
+      SATDAR_RETURN_IF_ERROR(DarRetrievalBackward(l, du_));
+    }
+    // Both streams start from h0.
+    GPU_CHECK(Add(dh0_buf_, dsources_[0][0], dsources_[1][0], static_cast<int64_t>(nc), stream_));
+    dh0_ = dh0_buf_;
+    return absl::OkStatus();
+  }
+
+  const ModelConfig c_;
+  const GpuModelOptions o_;
+  cudaStream_t stream_;
+  kc::CachingAllocator* alloc_;
+  ParamTable table_;
+  const int sublayers_;
+  const bool dar_, satformer_;
+  const int block_, d_, nh_, nkv_, hs_, f_, v_;
+  const float eps_;
+  std::unique_ptr<kc::GemmHandle> gemm_;
+  std::vector<LayerOffsets> off_;
+  std::vector<DarOffsets> dar_off_;
+  std::array<std::array<int, 2>, 2> route_{};
+  int64_t embed_off_ = -1, norm_off_ = -1, head_off_ = -1;
+  std::function<void(int)> hook_;
+
+  std::vector<void*> blocks_;
+  int64_t activation_bytes_ = 0;
+  const float* master_ = nullptr;
+  const T* w_ = nullptr;
+  T* w_copy_ = nullptr;
+  float* g_ = nullptr;
+  bool forwarded_ = false;
+  int b_ = 0, t_ = 0;
+  int32_t* pinned_ = nullptr;
+  cudaEvent_t copied_ = nullptr;
+  int32_t* inputs_ = nullptr;  // inputs (N) then targets (N)
+  float *cos_ = nullptr, *sin_ = nullptr;
+  std::vector<LayerActs> acts_;
+  T *v1_ = nullptr, *dv1_ = nullptr;
+  float* dalpha_ = nullptr;
+  T *datt_ = nullptr, *dq_ = nullptr, *dk_ = nullptr, *dv_ = nullptr, *dv_raw_ = nullptr;
+  T *dq_raw_ = nullptr, *dk_raw_ = nullptr, *dx_ = nullptr, *dact_ = nullptr,
+    *dgate_up_ = nullptr, *y_ = nullptr;
+  float* delta_ = nullptr;
+  T *h0_ = nullptr, *x_final_ = nullptr, *dx_final_ = nullptr, *lnf_ = nullptr,
+    *lnf_grad_ = nullptr, *logits_ = nullptr;
+  const T* dh0_ = nullptr;
+  float *rstd_f_ = nullptr, *losses_ = nullptr, *scratch_ = nullptr;
+  std::vector<T*> h_;
+  // DAR.
+  std::vector<DarStep> steps_;
+  std::vector<T*> dsources_[2];
+  T *dpartial_[2] = {nullptr, nullptr}, *dr_[2] = {nullptr, nullptr};
+  T *du_ = nullptr, *dy_ = nullptr, *dh0_buf_ = nullptr;
+  float* dar_work_ = nullptr;
+  T** dar_ptrs_ = nullptr;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GpuModel>> GpuModel::Create(const ModelConfig& config,
+                                                          const GpuModelOptions& options,
+                                                          CUstream_st* stream,
+                                                          core::cuda::CachingAllocator* alloc) {
+  SATDAR_RETURN_IF_ERROR(CheckGpuSupport(config));
+  if (core::cuda::DeviceCount() == 0) {
+    return absl::FailedPreconditionError("--device cuda: no CUDA GPU on this machine");
+  }
+  if (alloc == nullptr) return absl::InvalidArgumentError("GpuModel: no allocator");
+  if (options.compute != core::DType::kBF16 && options.compute != core::DType::kF32) {
+    return absl::InvalidArgumentError("GpuModel: compute dtype must be bf16 or f32");
+  }
+  // The CPU model's table: the same parameters in the same order.
+  core::ThreadPool pool(1);
+  SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<Model<float>> cpu, CreateModel<float>(config, &pool));
+  ParamTable table = cpu->params();
+  if (options.compute == core::DType::kF32) {
+    auto m = std::make_unique<GpuDecoder<float>>(config, options, stream, alloc, std::move(table));
+    SATDAR_RETURN_IF_ERROR(m->Init());
+    return std::unique_ptr<GpuModel>(std::move(m));
+  }
+  auto m = std::make_unique<GpuDecoder<__nv_bfloat16>>(config, options, stream, alloc,
+                                                       std::move(table));
+  SATDAR_RETURN_IF_ERROR(m->Init());
+  return std::unique_ptr<GpuModel>(std::move(m));
+}
+
+#endif  // SATDAR_WITH_CUDA
+
+}  // namespace satdar::model::gpu

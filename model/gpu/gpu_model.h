@@ -1,0 +1,81 @@
+// model/gpu/gpu_model.h: the decoder of model/decoder.h on one GPU, with the CUDA kernels of
+// core/ops and model/layers: bf16 (or f32) activations and compute weights, fp32 master
+// weights, fp32 gradients and fp32 accumulation everywhere.
+//
+//   SATDAR_ASSIGN_OR_RETURN(auto m, GpuModel::Create(config, {DType::kBF16, false}, stream, &alloc));
+//   m->SetWeights(master);                       // fp32 device buffer of params().size()
+//   m->Forward(tokens, B, T, 1.0f, loss_acc);    // tokens: host (B, T+1); loss: device fp64 +=
+//   m->Backward(grads);                          // grads: device fp32 +=
+//
+// The parameter table is the CPU model's (same names, shapes, order and offsets), so
+// checkpoints, initialisation and exports are shared with the CPU path. Everything is
+// enqueued on one stream and nothing synchronises with the host except the token upload's
+// reuse of its pinned staging buffer. Designs: the standard residual and DAR (full and block,
+// every variant) topologies, no value residual or SATFormer's gate (value_residual none or
+// satformer), dense SwiGLU FFNs; one
+// rank's whole model (data parallelism is the trainer's). CheckGpuSupport names the config
+// field of anything else.
+#ifndef SATDAR_MODEL_GPU_GPU_MODEL_H_
+#define SATDAR_MODEL_GPU_GPU_MODEL_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/dtype.h"
+#include "model/config.h"
+#include "model/param_table.h"
+
+struct CUstream_st;  // cudaStream_t
+
+namespace satdar::core::cuda {
+class CachingAllocator;
+}  // namespace satdar::core::cuda
+
+namespace satdar::model::gpu {
+
+struct GpuModelOptions {
+  core::DType compute = core::DType::kBF16;  // activations and compute weights: kBF16 or kF32
+  // Activation recomputation: keep only each sublayer's input (and V1); a branch's internals
+  // (norms, q/k/v, attention output, SwiGLU) are recomputed right before its backward.
+  bool recompute = false;
+};
+
+// OK when the GPU path has this design; otherwise InvalidArgument naming the field.
+absl::Status CheckGpuSupport(const ModelConfig& config);
+
+class GpuModel {
+ public:
+  virtual ~GpuModel() = default;
+  // `alloc` serves every device buffer (its stats give the peak memory); `stream` runs all
+  // work. Fails without a CUDA build or device.
+  static absl::StatusOr<std::unique_ptr<GpuModel>> Create(const ModelConfig& config,
+                                                          const GpuModelOptions& options,
+                                                          CUstream_st* stream,
+                                                          core::cuda::CachingAllocator* alloc);
+
+  virtual const ParamTable& params() const = 0;
+  virtual const ModelConfig& config() const = 0;
+  // master: fp32 device weights, params().size() elements, read in place until the model is
+  // destroyed (the scalar parameters of DAR are read from it); refreshes the compute copy.
+  // Call after every change of the master weights.
+  virtual absl::Status SetWeights(const float* master) = 0;
+  // tokens: host (B, T+1), ids in [0, vocab) (checked by the caller). Adds loss_scale * mean
+  // cross-entropy to *loss_acc (device fp64) and keeps what Backward needs; the gradient of
+  // the loss (scaled by loss_scale) is computed here, fused with the cross-entropy.
+  virtual absl::Status Forward(const int32_t* tokens, int b, int t, float loss_scale,
+                               double* loss_acc) = 0;
+  // grads (device fp32, params().size()) += d(loss_scale * loss)/d(params) of the last Forward.
+  virtual absl::Status Backward(float* grads) = 0;
+  // As Model::SetLayerGradientsReadyHook: called (at enqueue time, on the host) once all of
+  // layer i's gradient work is enqueued on the stream, for layers L-1 .. 1.
+  virtual void SetLayerGradientsReadyHook(std::function<void(int layer)> hook) = 0;
+  // Bytes of device memory the model holds for (B, T) activations and scratch.
+  virtual int64_t activation_bytes() const = 0;
+};
+
+}  // namespace satdar::model::gpu
+
+#endif  // SATDAR_MODEL_GPU_GPU_MODEL_H_

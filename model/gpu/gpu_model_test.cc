@@ -1,0 +1,175 @@
+// The whole decoder on the GPU against the CPU model: the loss and every parameter gradient of
+// one forward/backward, per design, in f32 (tight) and bf16 (loose); recomputation must not
+// change a single bit; two runs must agree bit for bit. Skipped without a GPU.
+#include "model/gpu/gpu_model.h"
+
+#include <cmath>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/cuda/allocator.h"
+#include "core/cuda/runtime.h"
+#include "core/cuda/testing/gpu_test_util.h"
+#include "core/thread_pool.h"
+#include "gtest/gtest.h"
+#include "model/model.h"
+
+namespace satdar::model::gpu {
+namespace {
+
+namespace gt = core::gpu_test;
+
+ModelConfig Tiny(const std::string& residual, const std::string& value_residual, int block,
+                 bool tied) {
+  ModelConfig c;
+  c.vocab_size = 96;
+  c.hidden_size = 64;
+  c.intermediate_size = 96;
+  c.num_hidden_layers = 3;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.tie_word_embeddings = tied;
+  c.residual = residual;
+  c.value_residual = value_residual;
+  c.block_size = block;
+  return c;
+}
+
+struct Result {
+  double loss = 0;
+  std::vector<float> grads;
+};
+
+constexpr int kB = 2, kT = 24;
+
+std::vector<float> Params(const ParamTable& table) {
+  std::vector<float> p(table.size());
+  table.Initialize(p.data(), 7);
+  // Perturb every parameter so that constant inits (norm weights, DAR queries and gates) do
+  // not hide a wrong gradient.
+  std::mt19937 rng(11);
+  std::normal_distribution<float> noise(0.0f, 0.05f);
+  for (float& x : p) x += noise(rng);
+  return p;
+}
+
+Result Cpu(const ModelConfig& c, const std::vector<int32_t>& tokens) {
+  core::ThreadPool pool(2);
+  auto model = CreateModel<float>(c, &pool);
+  EXPECT_TRUE(model.ok()) << model.status();
+  const std::vector<float> p = Params((*model)->params());
+  Result r;
+  r.grads.assign(p.size(), 0.0f);
+  r.loss = (*model)->Forward(p.data(), tokens.data(), kB, kT);
+  (*model)->Backward(p.data(), r.grads.data(), 1.0);
+  return r;
+}
+
+#ifdef SATDAR_WITH_CUDA
+Result Gpu(const ModelConfig& c, const std::vector<int32_t>& tokens, core::DType dtype,
+           bool recompute) {
+  core::cuda::CachingAllocator alloc;
+  auto model = GpuModel::Create(c, {dtype, recompute}, nullptr, &alloc);
+  EXPECT_TRUE(model.ok()) << model.status();
+  const std::vector<float> p = Params((*model)->params());
+  gt::DeviceBuffer master(p, core::DType::kF32);
+  gt::DeviceBuffer grads(std::vector<float>(p.size(), 0.0f), core::DType::kF32);
+  gt::DeviceVector<double> loss(std::vector<double>{0.0});
+  EXPECT_TRUE((*model)->SetWeights(master.f32()).ok());
+  absl::Status s = (*model)->Forward(tokens.data(), kB, kT, 1.0f, loss.get());
+  EXPECT_TRUE(s.ok()) << s;
+  s = (*model)->Backward(grads.f32());
+  EXPECT_TRUE(s.ok()) << s;
+  Result r;
+  EXPECT_TRUE(core::cuda::Synchronize().ok());
+  EXPECT_TRUE(core::cuda::CopyToHost(&r.loss, loss.get(), sizeof(double)).ok());
+  r.grads = grads.Download();
+  return r;
+}
+#endif
+
+// Per tensor: ||got - want|| <= tol * max(||want||, floor).
+void ExpectGradsClose(const ParamTable& table, const Result& got, const Result& want, double tol) {
+  for (const ParamSpec& spec : table.specs()) {
+    double diff = 0, ref = 0;
+    for (int64_t i = 0; i < spec.numel; ++i) {
+      const double g = got.grads[spec.offset + i], w = want.grads[spec.offset + i];
+      diff += (g - w) * (g - w);
+      ref += w * w;
+    }
+    EXPECT_LE(std::sqrt(diff), tol * std::max(std::sqrt(ref), 1e-4))
+        << spec.name << ": |got - want| " << std::sqrt(diff) << ", |want| " << std::sqrt(ref);
+  }
+}
+
+struct Case {
+  std::string name;
+  ModelConfig config;
+};
+
+class GpuModelTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(GpuModelTest, MatchesCpuModel) {
+  SATDAR_SKIP_WITHOUT_GPU();
+  SATDAR_IF_CUDA({
+    const ModelConfig& c = GetParam().config;
+    const std::vector<int32_t> tokens = gt::RandomTokens(kB * (kT + 1), c.vocab_size, 3);
+    const Result want = Cpu(c, tokens);
+    core::ThreadPool pool(1);
+    auto cpu = CreateModel<float>(c, &pool);
+    ASSERT_TRUE(cpu.ok());
+    const ParamTable& table = (*cpu)->params();
+
+    const Result f32 = Gpu(c, tokens, core::DType::kF32, false);
+    EXPECT_NEAR(f32.loss, want.loss, 1e-5 * want.loss);
+    ExpectGradsClose(table, f32, want, 2e-3);
+
+    const Result bf16 = Gpu(c, tokens, core::DType::kBF16, false);
+    EXPECT_NEAR(bf16.loss, want.loss, 2e-2 * want.loss);
+    ExpectGradsClose(table, bf16, want, 1e-1);
+
+    // Recomputation reruns the same deterministic kernels: identical bits.
+    const Result again = Gpu(c, tokens, core::DType::kBF16, false);
+    const Result recomputed = Gpu(c, tokens, core::DType::kBF16, true);
+    EXPECT_EQ(again.loss, bf16.loss);
+    EXPECT_EQ(again.grads, bf16.grads);
+    EXPECT_EQ(recomputed.loss, bf16.loss);
+    EXPECT_EQ(recomputed.grads, bf16.grads);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Designs, GpuModelTest,
+    ::testing::Values(Case{"Transformer", Tiny("standard", "none", 0, true)},
+                      Case{"TransformerUntied", Tiny("standard", "none", 0, false)},
+                      Case{"SATFormer", Tiny("standard", "satformer", 0, true)},
+                      Case{"FullDar", Tiny("dar", "none", 0, true)},
+                      Case{"BlockDar", Tiny("dar", "none", 4, true)},
+                      Case{"BlockDarSelfKv", [] {
+                             ModelConfig c = Tiny("dar", "satformer", 3, true);
+                             c.dar_variant = "self_kv";
+                             return c;
+                           }()}),
+    [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
+
+TEST(GpuModelSupportTest, NamesTheField) {
+  ModelConfig c = Tiny("mhc", "none", 0, true);
+  absl::Status s = CheckGpuSupport(c);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(s.message()).find("residual 'mhc'"), std::string::npos) << s;
+  c = Tiny("standard", "resformer", 0, true);
+  s = CheckGpuSupport(c);
+  EXPECT_NE(std::string(s.message()).find("value_residual 'resformer'"), std::string::npos) << s;
+  EXPECT_TRUE(CheckGpuSupport(Tiny("dar", "satformer", 4, true)).ok());
+}
+
+TEST(GpuModelSupportTest, CreateFailsClearlyWithoutGpu) {
+  if (core::cuda::BuiltWithCuda() && core::cuda::DeviceCount() > 0) GTEST_SKIP() << "has a GPU";
+  auto m = GpuModel::Create(Tiny("standard", "none", 0, true), {}, nullptr, nullptr);
+  EXPECT_FALSE(m.ok());
+}
+
+}  // namespace
+}  // namespace satdar::model::gpu
