@@ -31,6 +31,10 @@ enum class ReduceOp { kSum, kAvg, kMax, kMin };
 struct CollectiveOptions {
   // A peer that does not arrive within this time fails the operation (never a hang).
   absl::Duration timeout = absl::Seconds(300);
+  // NCCL only (others ignore it): a CUDA event (cudaEvent_t) recorded after the work that
+  // produces the data; the communicator's stream waits for it instead of the caller
+  // synchronising, so the operation overlaps whatever is enqueued after the event.
+  void* ready_event = nullptr;
 };
 
 class Work {

@@ -436,6 +436,16 @@ class NcclCommunicator : public Communicator {
       done->status = flushed;
       return work;
     }
+    if (o.ready_event != nullptr) {
+      const cudaError_t err =
+          cudaStreamWaitEvent(s.stream, static_cast<cudaEvent_t>(o.ready_event), 0);
+      if (err != cudaSuccess) {
+        done->status = absl::InternalError(
+            absl::StrCat("rank ", s.rank, ": cudaStreamWaitEvent (ready_event of ", name,
+                         ") failed: ", cudaGetErrorString(err)));
+        return work;
+      }
+    }
     auto event = s.Enqueue(enqueue, name, o.timeout);
     if (event.ok()) {
       done->event = *event;

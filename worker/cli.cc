@@ -1,6 +1,7 @@
 #include "worker/cli.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -22,6 +23,7 @@
 #include "worker/checkpoint.h"
 #include "worker/eval.h"
 #include "worker/flags.h"
+#include "worker/gpu_trainer.h"
 #include "worker/trainer.h"
 #include "worker/weights.h"
 
@@ -451,8 +453,13 @@ absl::Status RunTrain(const std::vector<std::string>& args) {
   flags.Define("--microbatches", "micro-batches per step (gradient accumulation)", false, "1");
   flags.Define("--threads", "CPU threads", false, "1");
   flags.Define("--seed", "initial weights and data order", false, "0");
-  flags.Define("--dtype", "f32 or f64", false, "f32");
-  flags.Define("--device", "cpu or cuda", false, "cpu");
+  flags.Define("--dtype", "f32 or f64 (cpu); bf16 or f32 compute (cuda, default bf16)", false,
+               "f32");
+  flags.Define("--device", "cpu, cuda or cuda:N", false, "cpu");
+  flags.DefineBool("--recompute",
+                   "with --device cuda: recompute each sublayer's activations in backward");
+  flags.Define("--peak-tflops", "with --device cuda: the GPU's dense bf16 peak, for MFU", false,
+               "989");
   flags.Define("--lr", "peak learning rate", false, "1e-3");
   flags.Define("--min-lr-ratio", "final learning rate as a fraction of peak", false, "0.1");
   flags.Define("--warmup-steps", "linear warmup steps [default: steps/10]");
@@ -555,13 +562,29 @@ absl::Status RunTrain(const std::vector<std::string>& args) {
     return absl::InvalidArgumentError(
         "satdar train: give exactly one of --data DIR or --synthetic-data (or --task mqar)");
   }
-  SATDAR_ASSIGN_OR_RETURN(const bool f64, DtypeIsF64(flags, "train"));
-  o.f64 = f64;
   SATDAR_ASSIGN_OR_RETURN(core::Device device, core::ParseDevice(flags.Get("--device")));
-  SATDAR_RETURN_IF_ERROR(core::CheckDeviceAvailable(device));
-  if (device.type != core::DeviceType::kCpu) {
-    return absl::InvalidArgumentError(
-        "--device cuda: the CUDA training path is not part of this build yet; use --device cpu");
+  const bool cuda = device.type == core::DeviceType::kCuda;
+  GpuTrainOptions gpu;
+  if (cuda) {
+    const std::string dtype = flags.Has("--dtype") ? flags.Get("--dtype") : "bf16";
+    if (dtype != "bf16" && dtype != "f32") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "satdar train --device cuda: flag --dtype must be bf16 or f32, got '", dtype, "'"));
+    }
+    gpu.compute = dtype == "bf16" ? core::DType::kBF16 : core::DType::kF32;
+    gpu.recompute = flags.GetBool("--recompute");
+    gpu.device = flags.Get("--device").find(':') != std::string::npos ? device.index : -1;
+    SATDAR_ASSIGN_OR_RETURN(gpu.peak_tflops, flags.GetDouble("--peak-tflops", 0.0, false));
+    SATDAR_RETURN_IF_ERROR(core::CheckDeviceAvailable(device));
+  } else {
+    SATDAR_ASSIGN_OR_RETURN(const bool f64, DtypeIsF64(flags, "train"));
+    o.f64 = f64;
+    for (const char* f : {"--recompute", "--peak-tflops"}) {
+      if (flags.Has(f)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("satdar train: flag ", f, " is for --device cuda"));
+      }
+    }
   }
   o.log_jsonl = flags.Get("--log-jsonl");
   o.summary_json = flags.Get("--summary-json");
@@ -603,7 +626,44 @@ absl::Status RunTrain(const std::vector<std::string>& args) {
   const int world_size = mesh.size();
   absl::StatusOr<TrainSummary> summary;
   bool print_done = true;
-  if (launcher == "gloo") {
+  if (cuda) {
+    // One process per GPU: the rank comes from mpirun or from --rank/--world-size (or
+    // $SATDAR_RANK / $SATDAR_WORLD_SIZE); the ranks meet over NCCL through --rendezvous.
+    if (!flags.Has("--stats-every")) o.stats_every = 0;
+    auto env_int = [](const char* name, int fallback) {
+      const char* v = std::getenv(name);
+      return v == nullptr ? fallback : std::atoi(v);
+    };
+    gpu.world_size = env_int("OMPI_COMM_WORLD_SIZE", env_int("SATDAR_WORLD_SIZE", 1));
+    gpu.rank = env_int("OMPI_COMM_WORLD_RANK", env_int("SATDAR_RANK", 0));
+    if (flags.Has("--world-size")) {
+      SATDAR_ASSIGN_OR_RETURN(int64_t w, flags.GetInt("--world-size", 1));
+      gpu.world_size = static_cast<int>(w);
+    }
+    if (flags.Has("--rank")) {
+      SATDAR_ASSIGN_OR_RETURN(int64_t r, flags.GetInt("--rank", 0));
+      gpu.rank = static_cast<int>(r);
+    }
+    if (gpu.rank < 0 || gpu.rank >= gpu.world_size) {
+      return absl::InvalidArgumentError(absl::StrCat("satdar train --device cuda: rank ",
+                                                     gpu.rank, " is outside the world of ",
+                                                     gpu.world_size));
+    }
+    const char* rdv = std::getenv("SATDAR_RENDEZVOUS_DIR");
+    gpu.rendezvous_dir = flags.Has("--rendezvous") ? flags.Get("--rendezvous")
+                         : rdv != nullptr          ? rdv
+                                                   : "";
+    summary = TrainGpu(o, gpu);
+    print_done = gpu.rank == 0;
+    if (summary.ok() && !o.quiet && print_done) {
+      std::printf("done: %lld steps, final loss %.4f, %.0f tokens/s, MFU %.1f%%, peak GPU memory "
+                  "%.2f GiB\n",
+                  static_cast<long long>(summary->steps), summary->final_loss,
+                  summary->tokens_per_second, 100 * summary->mfu,
+                  summary->peak_device_bytes / 1073741824.0);
+      print_done = false;
+    }
+  } else if (launcher == "gloo") {
     // One rank of a launch without mpirun: the ranks meet through a key-value store.
     parallel::GlooOptions g;
     const absl::StatusOr<parallel::GlooOptions> env = parallel::GlooOptionsFromEnv();

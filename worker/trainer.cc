@@ -24,6 +24,7 @@
 #include "nlohmann/json.hpp"
 #include "parallel/pipeline.h"
 #include "worker/checkpoint.h"
+#include "worker/jsonl_writer.h"
 #include "worker/mesh_groups.h"
 
 namespace satdar::worker {
@@ -38,44 +39,6 @@ int64_t PeakRssBytes() {
   return static_cast<int64_t>(ru.ru_maxrss) * 1024;
 }
 
-// Hyperparameters that must be the same for a resumed run to continue the same trajectory.
-std::string TrainerJson(const TrainOptions& o) {
-  // The global batch (not the per-replica one, nor micro-batches, which only change rounding):
-  // a checkpoint resumes under another parallel layout.
-  Json j = {{"steps", o.steps},
-            {"global_batch_size", o.batch_size * o.mesh.dp * o.mesh.ep},
-            {"seq_len", o.seq_len},
-            {"lr", o.lr},                 {"min_lr_ratio", o.min_lr_ratio},
-            {"warmup_steps", o.warmup_steps}, {"weight_decay", o.weight_decay},
-            {"beta1", o.beta1},           {"beta2", o.beta2},
-            {"eps", o.eps},               {"grad_clip", o.grad_clip},
-            {"synthetic_data", o.synthetic_data}, {"data_dir", o.data_dir},
-            {"task", o.mqar.has_value() ? "mqar" : "lm"}};
-  return j.dump();
-}
-
-// Appends lines to a file, creating it.
-class JsonlWriter {
- public:
-  absl::Status Open(const std::string& path) {
-    file_ = std::fopen(path.c_str(), "a");
-    if (file_ == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("--log-jsonl: cannot open ", path));
-    }
-    return absl::OkStatus();
-  }
-  void Write(const Json& j) {
-    if (file_ == nullptr) return;
-    std::fprintf(file_, "%s\n", j.dump().c_str());
-    std::fflush(file_);
-  }
-  ~JsonlWriter() {
-    if (file_ != nullptr) std::fclose(file_);
-  }
-
- private:
-  FILE* file_ = nullptr;
-};
 
 // Mean cross-entropy on the first eval_batches batches of the validation split.
 template <typename T>
@@ -584,6 +547,23 @@ absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& options) {
 }
 
 }  // namespace
+
+// Hyperparameters that must be the same for a resumed run to continue the same trajectory.
+std::string TrainerJson(const TrainOptions& o) {
+  using Json = nlohmann::json;
+  // The global batch (not the per-replica one, nor micro-batches, which only change rounding):
+  // a checkpoint resumes under another parallel layout.
+  Json j = {{"steps", o.steps},
+            {"global_batch_size", o.batch_size * o.mesh.dp * o.mesh.ep},
+            {"seq_len", o.seq_len},
+            {"lr", o.lr},                 {"min_lr_ratio", o.min_lr_ratio},
+            {"warmup_steps", o.warmup_steps}, {"weight_decay", o.weight_decay},
+            {"beta1", o.beta1},           {"beta2", o.beta2},
+            {"eps", o.eps},               {"grad_clip", o.grad_clip},
+            {"synthetic_data", o.synthetic_data}, {"data_dir", o.data_dir},
+            {"task", o.mqar.has_value() ? "mqar" : "lm"}};
+  return j.dump();
+}
 
 double LearningRate(const TrainOptions& o, int64_t step) {
   if (o.warmup_steps > 0 && step <= o.warmup_steps) {

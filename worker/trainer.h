@@ -77,7 +77,13 @@ struct TrainSummary {
   double final_loss = 0;
   double tokens_per_second = 0;
   int64_t peak_rss_bytes = 0;
+  // GPU runs: the caching allocator's peak and the model FLOPs utilisation.
+  int64_t peak_device_bytes = 0;
+  double mfu = 0;
 };
+
+// The hyperparameters that must match for a checkpoint to resume (JSON, in every checkpoint).
+std::string TrainerJson(const TrainOptions& options);
 
 // Learning rate at 1-based step s.
 double LearningRate(const TrainOptions& options, int64_t step);

@@ -63,6 +63,12 @@ absl::Status Synchronize() {
   return absl::OkStatus();
 }
 
+std::string DeviceName(int device) {
+  cudaDeviceProp prop;
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) return "unknown GPU";
+  return prop.name;
+}
+
 #else  // !SATDAR_WITH_CUDA
 
 namespace {
@@ -73,6 +79,7 @@ absl::Status NoCuda() {
 
 bool BuiltWithCuda() { return false; }
 int DeviceCount() { return 0; }
+std::string DeviceName(int device) { return absl::StrCat("no GPU (cuda:", device, ")"); }
 absl::StatusOr<void*> Malloc(size_t, int) { return NoCuda(); }
 void Free(void*) {}
 absl::Status CopyToDevice(void*, const void*, size_t) { return NoCuda(); }

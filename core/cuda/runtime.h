@@ -4,6 +4,7 @@
 #define SATDAR_CORE_CUDA_RUNTIME_H_
 
 #include <cstddef>
+#include <string>
 
 #include "absl/status/statusor.h"
 
@@ -12,6 +13,8 @@ namespace satdar::core::cuda {
 bool BuiltWithCuda();
 // Number of visible GPUs; 0 when there is no driver or no device.
 int DeviceCount();
+// The device's marketing name ("NVIDIA H200"), or a placeholder when it cannot be read.
+std::string DeviceName(int device);
 absl::StatusOr<void*> Malloc(size_t bytes, int device);
 void Free(void* ptr);
 absl::Status CopyToDevice(void* dst, const void* src, size_t bytes);
