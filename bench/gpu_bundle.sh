@@ -36,6 +36,9 @@ done
 # The CUDA runtime this build was compiled against (small; the driver must support it).
 cp -L /usr/local/cuda/lib64/libcudart.so.[0-9]* "$OUT/lib/" 2>/dev/null || true
 strip --strip-unneeded "$OUT"/bin/* "$OUT"/tests/* 2>/dev/null || true
+# OpenBLAS (Debian's has kernels for every x86 generation, ~36 MB) travels xz-compressed;
+# gpu_check.sh unpacks it on the GPU machine (xz, or Python's lzma).
+xz -9 -T2 -f "$OUT"/lib/libopenblas.so.0
 echo "glibc here: $(ldd --version | head -1)"
 echo "$OUT: $(du -sh "$OUT" | cut -f1) ($(ls "$OUT/tests" | wc -l) GPU test binaries, $(ls "$OUT/lib" | wc -l) libraries)"
 size=$(du -sm "$OUT" | cut -f1)

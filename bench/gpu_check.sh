@@ -15,6 +15,16 @@ set -u
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 BUNDLE=$(realpath "${1:-gpu_bundle}")
+if compgen -G "$BUNDLE/lib/*.xz" >/dev/null; then
+  # The carried folder may be read-only: unpack a working copy.
+  rm -rf /tmp/gpu_bundle && cp -r "$BUNDLE" /tmp/gpu_bundle && chmod -R u+w /tmp/gpu_bundle
+  BUNDLE=/tmp/gpu_bundle
+  for z in "$BUNDLE"/lib/*.xz; do
+    xz -d -f "$z" 2>/dev/null ||
+      python3 -c "import lzma, sys; open(sys.argv[1][:-3], 'wb').write(lzma.open(sys.argv[1]).read())" "$z"
+    rm -f "$z"
+  done
+fi
 START=$(date +%s)
 DEADLINE=$((START + 460))
 left() { echo $((DEADLINE - $(date +%s))); }
@@ -74,22 +84,73 @@ done
 echo "   $pass passed, $fail failed"
 
 echo "== training side by side (random tokens, bf16 compute, fp32 master weights)"
+RESULTS=/tmp/gpu_check.results
+rm -rf "$RESULTS" && mkdir -p "$RESULTS"
 run_pair() {  # CONFIG BATCH SEQ STEPS [LAYERS]
   local config=$1 batch=$2 seq=$3 steps=$4 layers=${5:-0}
-  (( $(left) > 45 )) || { echo "   (time is short: skipping $config)"; return; }
-  local extra=()
-  [[ $layers -gt 0 ]] && extra=(--layers "$layers")
-  timeout $(( $(left) - 30 )) python3 bench/pytorch_gpu.py --config "$config" \
-    --batch-size "$batch" --seq-len "$seq" --steps "$steps" --warmup-steps 5 "${extra[@]}" ||
-    echo "   pytorch: $config failed"
-  timeout 60 "${RUN[@]}" "$BUNDLE/bin/satdar" train --config "$config" --device cuda \
-    --synthetic-data --batch-size "$batch" --seq-len "$seq" --steps "$steps" --quiet \
-    --summary-json /tmp/gpu_check.satdar.json 2>&1 | tail -2 &&
-    cat /tmp/gpu_check.satdar.json 2>/dev/null
+  local name
+  name=$(basename "$config" .json)
+  (( $(left) > 60 )) || { echo "   (time is short: skipping $name)"; return; }
+  if [[ $layers -gt 0 ]]; then  # the same shape with fewer layers, for both frameworks
+    name="$name-${layers}l"
+    python3 -c "import json, sys; c = json.load(open(sys.argv[1])); c['num_hidden_layers'] = int(sys.argv[2]); json.dump(c, open(sys.argv[3], 'w'))" \
+      "$config" "$layers" "$RESULTS/$name.config.json"
+    config="$RESULTS/$name.config.json"
+  fi
+  echo "-- $name: batch $batch x $seq, $steps steps"
+  timeout $(( ($(left) - 20) / 2 )) python3 bench/pytorch_gpu.py --config "$config" \
+    --batch-size "$batch" --seq-len "$seq" --steps "$steps" --warmup-steps 5 \
+    >"$RESULTS/$name.pytorch.out" 2>&1
+  tail -1 "$RESULTS/$name.pytorch.out" | grep '^{' >"$RESULTS/$name.pytorch.json" ||
+    { echo "   pytorch failed:"; tail -5 "$RESULTS/$name.pytorch.out"; }
+  timeout $(( $(left) - 10 )) "${RUN[@]}" "$BUNDLE/bin/satdar" train --config "$config" \
+    --device cuda --synthetic-data --batch-size "$batch" --seq-len "$seq" --steps "$steps" \
+    --warmup-steps 5 --log-every 10 --summary-json "$RESULTS/$name.satdar.json" \
+    >"$RESULTS/$name.satdar.out" 2>&1 || echo "   satdar failed (exit $?):"
+  tail -3 "$RESULTS/$name.satdar.out" | sed 's/^/   satdar: /'
+  cat "$RESULTS/$name.pytorch.json" 2>/dev/null | sed 's/^/   pytorch: /'
 }
-run_pair configs/satformer-130m.json 16 2048 40
-run_pair configs/transformer-760m.json 8 2048 30
-run_pair configs/satformer-760m.json 8 2048 30
-run_pair configs/dar-760m.json 8 2048 30
+run_pair configs/satformer-130m.json 16 2048 200
+run_pair configs/transformer-760m.json 8 2048 60
+run_pair configs/satformer-760m.json 8 2048 60
+run_pair configs/dar-760m.json 8 2048 60
 run_pair configs/dar-moe-7b.json 4 2048 20 4
+
+echo "== summary (tokens/s, MFU, peak GiB; the targets of issue 6 at 760m)"
+python3 - "$RESULTS" <<'PY'
+import glob, json, os, sys
+d = sys.argv[1]
+def load(path):
+    try:
+        return json.load(open(path))
+    except Exception:
+        return None
+rows = {}
+for f in sorted(glob.glob(os.path.join(d, '*.json'))):
+    base = os.path.basename(f)
+    if base.endswith('.config.json'):
+        continue
+    name, framework, _ = base.rsplit('.', 2)
+    rows.setdefault(name, {})[framework] = load(f)
+print('%-22s %14s %14s %7s %8s %8s %9s %9s' % ('config', 'satdar tok/s', 'pytorch tok/s',
+      'ratio', 'MFU s', 'MFU pt', 'GiB s', 'GiB pt'))
+for name, r in rows.items():
+    s, p = r.get('satdar') or {}, r.get('pytorch') or {}
+    st, pt = s.get('tokens_per_second', 0), p.get('tokens_per_second', 0)
+    print('%-22s %14.0f %14.0f %7s %7.1f%% %7.1f%% %9.2f %9.2f' % (
+        name, st, pt, '%.2fx' % (st / pt) if st and pt else '-', 100 * s.get('mfu', 0),
+        100 * p.get('mfu', 0), s.get('peak_memory_gib', 0), p.get('peak_memory_gib', 0)))
+base = (rows.get('transformer-760m', {}).get('satdar') or {}).get('tokens_per_second', 0)
+for name, limit in (('satformer-760m', 0.97), ('dar-760m', 0.90)):
+    t = (rows.get(name, {}).get('satdar') or {}).get('tokens_per_second', 0)
+    if base and t:
+        print('%s / transformer-760m in satdar: %.3f (target >= %.2f: %s)' % (
+            name, t / base, limit, 'met' if t / base >= limit else 'MISSED'))
+s = rows.get('satformer-760m', {})
+if s.get('satdar') and s.get('pytorch'):
+    ratio = s['satdar']['tokens_per_second'] / s['pytorch']['tokens_per_second']
+    mfu = s['satdar'].get('mfu', 0)
+    print('satformer-760m satdar / pytorch: %.2fx (target >= 1.0: %s), MFU %.1f%% (target >= 40%%: %s)' % (
+        ratio, 'met' if ratio >= 1.0 else 'MISSED', 100 * mfu, 'met' if mfu >= 0.4 else 'MISSED'))
+PY
 echo "== done in $(( $(date +%s) - START )) s"
