@@ -11,7 +11,7 @@ cat >config.json <<'JSON'
 {"vocab_size": 256, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
  "num_attention_heads": 4, "num_key_value_heads": 2}
 JSON
-# Enough steps that the run is still going when the step-4 checkpoint appears, even on a fast
+# Enough steps that the run is still going when the first checkpoint appears, even on a fast
 # machine (a run that finishes first leaves the resumed run nothing to do).
 STEPS=300
 ARGS=(train --config config.json --steps $STEPS --batch-size 4 --seq-len 32 --synthetic-data
@@ -20,9 +20,10 @@ ARGS=(train --config config.json --steps $STEPS --batch-size 4 --seq-len 32 --sy
 
 "$SATDAR" "${ARGS[@]}" --log-jsonl part.jsonl --checkpoint-dir ckpt --checkpoint-every 2 &
 pid=$!
-# Kill it as soon as the step-4 checkpoint exists (or the run ends).
+# Kill it as soon as any checkpoint exists (or the run ends). Not a fixed step: only the newest
+# 3 are kept, so a fast run may have pruned the step-4 one before the next poll.
 for _ in $(seq 1 600); do
-  [[ -e ckpt/ckpt_00000004.safetensors ]] && break
+  compgen -G "ckpt/ckpt_*.safetensors" >/dev/null && break
   kill -0 $pid 2>/dev/null || break
   sleep 0.05
 done
