@@ -142,6 +142,14 @@ absl::StatusOr<TrainSummary> Run(const TrainOptions& options, const GpuTrainOpti
       model::gpu::GpuModel::Create(o.config, {gpu.compute, gpu.recompute}, stream, &alloc));
   const model::ParamTable& table = model->params();
   const int64_t n = table.size();
+  const model::gpu::DeviceLayout& layout = model->layout();
+  const int64_t nd = layout.size;  // elements of each device buffer (aligned tensors)
+  auto device_offset = [&](const std::string& name) {
+    for (size_t i = 0; i < table.specs().size(); ++i) {
+      if (table.specs()[i].name == name) return layout.offsets[i];
+    }
+    return int64_t{-1};
+  };
 
   std::string data_description;
   std::unique_ptr<data::BatchSource> source;
@@ -183,22 +191,29 @@ absl::StatusOr<TrainSummary> Run(const TrainOptions& options, const GpuTrainOpti
     }
   }
   DeviceBuffers dev(&alloc);
-  SATDAR_ASSIGN_OR_RETURN(float* master, dev.Zeros<float>(n));
-  SATDAR_ASSIGN_OR_RETURN(float* grads, dev.Zeros<float>(n));
-  SATDAR_ASSIGN_OR_RETURN(float* m, dev.Zeros<float>(n));
-  SATDAR_ASSIGN_OR_RETURN(float* v, dev.Zeros<float>(n));
+  SATDAR_ASSIGN_OR_RETURN(float* master, dev.Zeros<float>(nd));
+  SATDAR_ASSIGN_OR_RETURN(float* grads, dev.Zeros<float>(nd));
+  SATDAR_ASSIGN_OR_RETURN(float* m, dev.Zeros<float>(nd));
+  SATDAR_ASSIGN_OR_RETURN(float* v, dev.Zeros<float>(nd));
   SATDAR_ASSIGN_OR_RETURN(double* scalars, dev.Zeros<double>(2));  // loss, squared norm
   SATDAR_ASSIGN_OR_RETURN(double* norm_scratch, dev.Zeros<double>(model::gpu::kReduceBlocks));
+  std::vector<float> staging(nd);
   auto upload = [&](float* dst, const std::vector<float>& src) {
-    return kc::CopyToDevice(dst, src.data(), src.size() * sizeof(float));
+    model::gpu::PackToDevice(table, layout, src.data(), staging.data());
+    return kc::CopyToDevice(dst, staging.data(), nd * sizeof(float));
   };
   auto download = [&](std::vector<float>* dst, const float* src) -> absl::Status {
     SATDAR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-    return kc::CopyToHost(dst->data(), src, dst->size() * sizeof(float));
+    SATDAR_RETURN_IF_ERROR(kc::CopyToHost(staging.data(), src, nd * sizeof(float)));
+    model::gpu::UnpackFromDevice(table, layout, staging.data(), dst->data());
+    return absl::OkStatus();
   };
   SATDAR_RETURN_IF_ERROR(upload(master, params));
   SATDAR_RETURN_IF_ERROR(upload(m, exp_avg));
   SATDAR_RETURN_IF_ERROR(upload(v, exp_avg_sq));
+  // The zeroing and uploads ran on the legacy stream, which the compute stream (non-blocking)
+  // does not wait for.
+  SATDAR_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
   SATDAR_RETURN_IF_ERROR(model->SetWeights(master));
 
   // Data parallelism: layer i's gradient slice [layer_start[i], layer_start[i+1]) is
@@ -206,9 +221,9 @@ absl::StatusOr<TrainSummary> Run(const TrainOptions& options, const GpuTrainOpti
   std::vector<int64_t> layer_start;
   for (int i = 0; i < o.config.num_hidden_layers; ++i) {
     layer_start.push_back(
-        table.Offset(absl::StrCat("model.layers.", i, ".input_layernorm.weight")));
+        device_offset(absl::StrCat("model.layers.", i, ".input_layernorm.weight")));
   }
-  layer_start.push_back(table.Offset("model.norm.weight"));
+  layer_start.push_back(device_offset("model.norm.weight"));
   std::vector<kc::Event> ready(o.config.num_hidden_layers + 1);
   for (auto& e : ready) {
     SATDAR_ASSIGN_OR_RETURN(e, kc::Event::Create());
@@ -249,18 +264,23 @@ absl::StatusOr<TrainSummary> Run(const TrainOptions& options, const GpuTrainOpti
   TrainSummary summary;
   double timed_seconds = 0;
   int64_t timed_tokens = 0;
+  // Every error inside a step goes through here: collectives already issued are waited for
+  // first (each ends by completing or by its timeout aborting the communicator), so no device
+  // work is left waiting on a peer when the buffers are freed.
   auto fail = [&](const absl::Status& s, int64_t step) {
+    for (auto& w : pending) (void)w->Wait();
+    pending.clear();
     return absl::Status(s.code(), absl::StrCat("rank ", rank, " (cuda:", device, "), step ", step,
                                                ": ", s.message()));
   };
   for (int64_t step = start_step + 1; step <= o.steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
-    SATDAR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(grads, 0, n * sizeof(float), stream));
+    SATDAR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(grads, 0, nd * sizeof(float), stream));
     SATDAR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(scalars, 0, 2 * sizeof(double), stream));
     for (int mb = 0; mb < o.microbatches; ++mb) {
       batches.Next(&micro[mb]);
       absl::Status s = model->Forward(micro[mb].data(), mb_size, o.seq_len,
-                                      1.0f / o.microbatches, scalars);
+                                      1.0 / o.microbatches, scalars);
       if (!s.ok()) return fail(s, step);
       const bool hooked = world != nullptr && mb + 1 == o.microbatches;
       if (hooked) {
@@ -274,25 +294,28 @@ absl::StatusOr<TrainSummary> Run(const TrainOptions& options, const GpuTrainOpti
         model->SetLayerGradientsReadyHook(nullptr);
         // What the hook did not cover: embedding and layer 0, then final norm and head.
         reduce_range(0, 0, layer_start.size() > 2 ? layer_start[1] : layer_start.back());
-        reduce_range(o.config.num_hidden_layers, layer_start.back(), n);
+        reduce_range(o.config.num_hidden_layers, layer_start.back(), nd);
       }
     }
     if (!hook_status.ok()) return fail(hook_status, step);
     double loss = 0;
     if (world != nullptr) {
       // The loss, averaged over the replicas on the NCCL stream after the compute stream.
-      SATDAR_RETURN_IF_ERROR(ready[0].Record(stream));
+      absl::Status recorded = ready[0].Record(stream);
+      if (!recorded.ok()) return fail(recorded, step);
       parallel::CollectiveOptions c = copts;
       c.ready_event = ready[0].get();
       pending.push_back(world->AllReduce(scalars, 1, core::DType::kF64, parallel::ReduceOp::kAvg, c));
+      absl::Status first;
       for (auto& w : pending) {
         absl::Status s = w->Wait();
-        if (!s.ok()) return fail(s, step);
+        if (first.ok() && !s.ok()) first = s;
       }
       pending.clear();
+      if (!first.ok()) return fail(first, step);
     }
     // Global gradient norm; the device holds the averaged gradients now.
-    SATDAR_CUDA_RETURN_IF_ERROR(model::gpu::SumSquares(scalars + 1, grads, n, norm_scratch, stream));
+    SATDAR_CUDA_RETURN_IF_ERROR(model::gpu::SumSquares(scalars + 1, grads, nd, norm_scratch, stream));
     double host[2];
     SATDAR_CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(host, scalars, sizeof(host), cudaMemcpyDeviceToHost, stream));
@@ -312,7 +335,7 @@ absl::StatusOr<TrainSummary> Run(const TrainOptions& options, const GpuTrainOpti
     hp.step = step;
     hp.grad_scale = (o.grad_clip > 0 && grad_norm > o.grad_clip) ? o.grad_clip / grad_norm : 1.0;
     SATDAR_CUDA_RETURN_IF_ERROR(
-        static_cast<cudaError_t>(core::cuda::AdamWUpdate(master, grads, m, v, n, hp, stream)));
+        static_cast<cudaError_t>(core::cuda::AdamWUpdate(master, grads, m, v, nd, hp, stream)));
     SATDAR_RETURN_IF_ERROR(model->SetWeights(master));  // the bf16 compute copy
     // Step time includes the update (the next step's first kernels queue behind it).
     SATDAR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));

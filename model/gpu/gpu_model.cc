@@ -1,5 +1,7 @@
 #include "model/gpu/gpu_model.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "model/model.h"
 
@@ -9,6 +11,8 @@
 
 #include <algorithm>
 #include <array>
+#include <map>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -44,6 +48,34 @@ absl::Status CheckGpuSupport(const ModelConfig& c) {
         " exceeds the attention kernel's limit of 128"));
   }
   return absl::OkStatus();
+}
+
+DeviceLayout MakeDeviceLayout(const ParamTable& table) {
+  DeviceLayout l;
+  for (const ParamSpec& spec : table.specs()) {
+    l.offsets.push_back(l.size);
+    l.size += (spec.numel + kDeviceAlign - 1) / kDeviceAlign * kDeviceAlign;
+  }
+  return l;
+}
+
+void PackToDevice(const ParamTable& table, const DeviceLayout& layout, const float* packed,
+                  float* device_layout) {
+  std::fill(device_layout, device_layout + layout.size, 0.0f);
+  for (size_t i = 0; i < table.specs().size(); ++i) {
+    const ParamSpec& spec = table.specs()[i];
+    std::copy(packed + spec.offset, packed + spec.offset + spec.numel,
+              device_layout + layout.offsets[i]);
+  }
+}
+
+void UnpackFromDevice(const ParamTable& table, const DeviceLayout& layout,
+                      const float* device_layout, float* packed) {
+  for (size_t i = 0; i < table.specs().size(); ++i) {
+    const ParamSpec& spec = table.specs()[i];
+    std::copy(device_layout + layout.offsets[i], device_layout + layout.offsets[i] + spec.numel,
+              packed + spec.offset);
+  }
 }
 
 #ifndef SATDAR_WITH_CUDA
@@ -82,7 +114,12 @@ class GpuDecoder : public GpuModel {
         satformer_(c.value_residual == "satformer"),
         block_(c.block_size > 0 ? c.block_size : 2), d_(c.hidden_size), nh_(c.num_attention_heads),
         nkv_(c.num_key_value_heads), hs_(c.head_size()), f_(c.intermediate_size),
-        v_(c.vocab_size), eps_(static_cast<float>(c.rms_norm_eps)) {}
+        v_(c.vocab_size), eps_(static_cast<float>(c.rms_norm_eps)),
+        layout_(MakeDeviceLayout(table_)) {
+    for (size_t i = 0; i < table_.specs().size(); ++i) {
+      spec_index_[table_.specs()[i].name] = i;
+    }
+  }
 
   ~GpuDecoder() override {
     cudaStreamSynchronize(stream_);
@@ -99,27 +136,27 @@ class GpuDecoder : public GpuModel {
     off_.resize(layers);
     for (int i = 0; i < layers; ++i) {
       LayerOffsets& o = off_[i];
-      o.ln_attn = table_.Offset(LayerName(i, "input_layernorm.weight"));
-      o.wq = table_.Offset(LayerName(i, "self_attn.q_proj.weight"));
-      o.wk = table_.Offset(LayerName(i, "self_attn.k_proj.weight"));
-      o.wv = table_.Offset(LayerName(i, "self_attn.v_proj.weight"));
-      o.wo = table_.Offset(LayerName(i, "self_attn.o_proj.weight"));
+      o.ln_attn = Off(LayerName(i, "input_layernorm.weight"));
+      o.wq = Off(LayerName(i, "self_attn.q_proj.weight"));
+      o.wk = Off(LayerName(i, "self_attn.k_proj.weight"));
+      o.wv = Off(LayerName(i, "self_attn.v_proj.weight"));
+      o.wo = Off(LayerName(i, "self_attn.o_proj.weight"));
       if (c_.qk_norm) {
-        o.q_norm = table_.Offset(LayerName(i, "self_attn.q_norm.weight"));
-        o.k_norm = table_.Offset(LayerName(i, "self_attn.k_norm.weight"));
+        o.q_norm = Off(LayerName(i, "self_attn.q_norm.weight"));
+        o.k_norm = Off(LayerName(i, "self_attn.k_norm.weight"));
       }
-      if (satformer_ && i >= 1) o.gate = table_.Offset(LayerName(i, "self_attn.value_gate.weight"));
-      o.ln_mlp = table_.Offset(LayerName(i, "post_attention_layernorm.weight"));
-      o.w_gate = table_.Offset(LayerName(i, "mlp.gate_proj.weight"));
-      o.w_up = table_.Offset(LayerName(i, "mlp.up_proj.weight"));
-      o.w_down = table_.Offset(LayerName(i, "mlp.down_proj.weight"));
+      if (satformer_ && i >= 1) o.gate = Off(LayerName(i, "self_attn.value_gate.weight"));
+      o.ln_mlp = Off(LayerName(i, "post_attention_layernorm.weight"));
+      o.w_gate = Off(LayerName(i, "mlp.gate_proj.weight"));
+      o.w_up = Off(LayerName(i, "mlp.up_proj.weight"));
+      o.w_down = Off(LayerName(i, "mlp.down_proj.weight"));
       if (o.w_up != o.w_gate + static_cast<int64_t>(f_) * d_) {
         return absl::InternalError("gate_proj and up_proj are not adjacent in the param table");
       }
     }
-    embed_off_ = table_.Offset("model.embed_tokens.weight");
-    norm_off_ = table_.Offset("model.norm.weight");
-    head_off_ = c_.tie_word_embeddings ? embed_off_ : table_.Offset("lm_head.weight");
+    embed_off_ = Off("model.embed_tokens.weight");
+    norm_off_ = Off("model.norm.weight");
+    head_off_ = c_.tie_word_embeddings ? embed_off_ : Off("lm_head.weight");
     if (dar_) {
       dar_off_.resize(sublayers_ + 1);
       for (int l = 1; l <= sublayers_ + 1; ++l) {
@@ -128,12 +165,12 @@ class GpuDecoder : public GpuModel {
                 ? std::string("model.final_dar")
                 : absl::StrCat("model.layers.", (l - 1) / 2, l % 2 == 1 ? ".attn_dar" : ".mlp_dar");
         DarOffsets& o = dar_off_[l - 1];
-        o.query = table_.Offset(p + ".query");
-        o.norm = table_.Offset(p + ".norm.weight");
-        o.mix = table_.Offset(p + ".mix");
+        o.query = Off(p + ".query");
+        o.norm = Off(p + ".norm.weight");
+        o.mix = Off(p + ".mix");
         if (l <= sublayers_) {
-          o.transport = table_.Offset(p + ".transport");
-          o.write = table_.Offset(p + ".write");
+          o.transport = Off(p + ".transport");
+          o.write = Off(p + ".write");
         }
       }
       const std::string& v = c_.dar_variant;
@@ -144,13 +181,14 @@ class GpuDecoder : public GpuModel {
       if (v == "fixed_kv") route_ = {{{0, 1}, {0, 1}}};
     }
     if (kDt != core::DType::kF32) {
-      SATDAR_ASSIGN_OR_RETURN(void* raw, alloc_->Allocate(table_.size() * sizeof(T), stream_));
+      SATDAR_ASSIGN_OR_RETURN(void* raw, alloc_->Allocate(layout_.size * sizeof(T), stream_));
       w_copy_ = static_cast<T*>(raw);
     }
     return absl::OkStatus();
   }
 
   const ParamTable& params() const override { return table_; }
+  const DeviceLayout& layout() const override { return layout_; }
   const ModelConfig& config() const override { return c_; }
   int64_t activation_bytes() const override { return activation_bytes_; }
   void SetLayerGradientsReadyHook(std::function<void(int)> hook) override {
@@ -162,19 +200,25 @@ class GpuDecoder : public GpuModel {
     if constexpr (std::is_same<T, float>::value) {
       w_ = master;
     } else {
-      GPU_CHECK(CastFromF32(w_copy_, master, table_.size(), stream_));
+      GPU_CHECK(CastFromF32(w_copy_, master, layout_.size, stream_));
       w_ = w_copy_;
     }
     return absl::OkStatus();
   }
 
-  absl::Status Forward(const int32_t* tokens, int b, int t, float loss_scale,
+  absl::Status Forward(const int32_t* tokens, int b, int t, double loss_scale,
                        double* loss_acc) override {
     if (w_ == nullptr) return absl::FailedPreconditionError("GpuModel::Forward before SetWeights");
     SATDAR_RETURN_IF_ERROR(Resize(b, t));
     const int n = b * t;
     // The previous upload must be done before the staging buffer is rewritten.
     GPU_CHECK(cudaEventSynchronize(copied_));
+    for (int64_t i = 0; i < static_cast<int64_t>(b) * (t + 1); ++i) {
+      if (tokens[i] < 0 || tokens[i] >= v_) {
+        return absl::InvalidArgumentError(absl::StrCat("token id ", tokens[i], " at position ", i,
+                                                       " is outside [0, ", v_, ")"));
+      }
+    }
     for (int bi = 0; bi < b; ++bi) {
       for (int ti = 0; ti < t; ++ti) {
         pinned_[bi * t + ti] = tokens[bi * (t + 1) + ti];
@@ -196,9 +240,9 @@ class GpuDecoder : public GpuModel {
     GPU_CHECK(kc::RmsNormForward(lnf_, rstd_f_, x_final_, W(norm_off_), n, d_, eps_, stream_));
     SATDAR_RETURN_IF_ERROR(kc::MatmulForward(gemm_.get(), kDt, logits_, lnf_, W(head_off_), n, v_, d_));
     // The logits become their own gradient (loss_scale / N per position).
-    GPU_CHECK(kc::CrossEntropyForwardBackward(losses_, logits_, logits_, targets(), loss_scale / n,
-                                              n, v_, stream_));
-    GPU_CHECK(AccumulateLoss(loss_acc, losses_, n, static_cast<double>(loss_scale) / n, stream_));
+    GPU_CHECK(kc::CrossEntropyForwardBackward(losses_, logits_, logits_, targets(),
+                                              static_cast<float>(loss_scale / n), n, v_, stream_));
+    GPU_CHECK(AccumulateLoss(loss_acc, losses_, n, loss_scale / n, stream_));
     forwarded_ = true;
     return absl::OkStatus();
   }
@@ -255,6 +299,12 @@ class GpuDecoder : public GpuModel {
   };
 
   const T* W(int64_t off) const { return w_ + off; }
+  // Where tensor `name` starts in the device layout.
+  int64_t Off(const std::string& name) const {
+    auto it = spec_index_.find(name);
+    SATDAR_CHECK(it != spec_index_.end()) << "no parameter " << name;
+    return layout_.offsets[it->second];
+  }
   const int32_t* targets() const { return inputs_ + static_cast<size_t>(b_) * t_; }
 
   template <typename U>
@@ -279,8 +329,7 @@ class GpuDecoder : public GpuModel {
     GPU_CHECK(cudaStreamSynchronize(stream_));
     FreeAll();
     activation_bytes_ = 0;
-    b_ = b;
-    t_ = t;
+    b_ = t_ = 0;  // set once everything is allocated
     const size_t n = static_cast<size_t>(b) * t, nc = n * d_;
     const size_t qd = static_cast<size_t>(nh_) * hs_, kd = static_cast<size_t>(nkv_) * hs_;
     if (pinned_) cudaFreeHost(pinned_);
@@ -315,8 +364,10 @@ class GpuDecoder : public GpuModel {
         a.q = a.q_raw;  // RoPE in place
         a.k = a.k_raw;
       }
-      SATDAR_RETURN_IF_ERROR(Act(&a.v, n * kd));
-      if (satformer_) {
+      // Layer 1's values of SATFormer are V1 (v1_ below), and it has no gate.
+      const bool own_layer0 = satformer_ && i == 0 && !o_.recompute;
+      if (!own_layer0) SATDAR_RETURN_IF_ERROR(Act(&a.v, n * kd));
+      if (satformer_ && !own_layer0) {
         SATDAR_RETURN_IF_ERROR(Act(&a.vmix, n * kd));
         SATDAR_RETURN_IF_ERROR(Act(&a.alpha, n * nkv_));
       }
@@ -372,6 +423,10 @@ class GpuDecoder : public GpuModel {
       for (int l = 1; l < sublayers_; ++l) SATDAR_RETURN_IF_ERROR(Act(&h_[l], nc));
       h_[sublayers_] = x_final_;
     }
+    // The RoPE tables' host vectors go out of scope here.
+    GPU_CHECK(cudaStreamSynchronize(stream_));
+    b_ = b;
+    t_ = t;
     return absl::OkStatus();
   }
 
@@ -613,6 +668,8 @@ class GpuDecoder : public GpuModel {
   const bool dar_, satformer_;
   const int block_, d_, nh_, nkv_, hs_, f_, v_;
   const float eps_;
+  const DeviceLayout layout_;
+  std::map<std::string, size_t> spec_index_;
   std::unique_ptr<kc::GemmHandle> gemm_;
   std::vector<LayerOffsets> off_;
   std::vector<DarOffsets> dar_off_;

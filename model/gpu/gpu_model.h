@@ -3,8 +3,8 @@
 // weights, fp32 gradients and fp32 accumulation everywhere.
 //
 //   SATDAR_ASSIGN_OR_RETURN(auto m, GpuModel::Create(config, {DType::kBF16, false}, stream, &alloc));
-//   m->SetWeights(master);                       // fp32 device buffer of params().size()
-//   m->Forward(tokens, B, T, 1.0f, loss_acc);    // tokens: host (B, T+1); loss: device fp64 +=
+//   m->SetWeights(master);                       // fp32 device buffer in m->layout()
+//   m->Forward(tokens, B, T, 1.0, loss_acc);     // tokens: host (B, T+1); loss: device fp64 +=
 //   m->Backward(grads);                          // grads: device fp32 +=
 //
 // The parameter table is the CPU model's (same names, shapes, order and offsets), so
@@ -14,13 +14,15 @@
 // every variant) topologies, no value residual or SATFormer's gate (value_residual none or
 // satformer), dense SwiGLU FFNs; one
 // rank's whole model (data parallelism is the trainer's). CheckGpuSupport names the config
-// field of anything else.
+// field of anything else. As in llm.c, the bf16 path also keeps the residual stream, DAR's
+// states and their gradients in bf16 (each add and accumulation is done in fp32 and rounded).
 #ifndef SATDAR_MODEL_GPU_GPU_MODEL_H_
 #define SATDAR_MODEL_GPU_GPU_MODEL_H_
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -46,6 +48,22 @@ struct GpuModelOptions {
 // OK when the GPU path has this design; otherwise InvalidArgument naming the field.
 absl::Status CheckGpuSupport(const ModelConfig& config);
 
+// The device layout of the flat buffers (master weights, gradients, AdamW moments): the param
+// table's tensors in table order, each starting at a multiple of kDeviceAlign elements, so
+// every GEMM operand is aligned for cuBLASLt's fast kernels (the table itself is packed, and a
+// DAR layer's few scalars would misalign everything after them). Padding elements stay 0.
+constexpr int64_t kDeviceAlign = 32;
+struct DeviceLayout {
+  std::vector<int64_t> offsets;  // per ParamTable spec, in table order
+  int64_t size = 0;              // elements of a device buffer
+};
+DeviceLayout MakeDeviceLayout(const ParamTable& table);
+// Host copies between the table's packed layout and the device layout.
+void PackToDevice(const ParamTable& table, const DeviceLayout& layout, const float* packed,
+                  float* device_layout);
+void UnpackFromDevice(const ParamTable& table, const DeviceLayout& layout,
+                      const float* device_layout, float* packed);
+
 class GpuModel {
  public:
   virtual ~GpuModel() = default;
@@ -58,16 +76,18 @@ class GpuModel {
 
   virtual const ParamTable& params() const = 0;
   virtual const ModelConfig& config() const = 0;
-  // master: fp32 device weights, params().size() elements, read in place until the model is
-  // destroyed (the scalar parameters of DAR are read from it); refreshes the compute copy.
-  // Call after every change of the master weights.
+  // The layout of every device buffer below (MakeDeviceLayout(params())).
+  virtual const DeviceLayout& layout() const = 0;
+  // master: fp32 device weights in layout(), read in place until the model is destroyed (the
+  // scalar parameters of DAR are read from it); refreshes the compute copy. Call after every
+  // change of the master weights.
   virtual absl::Status SetWeights(const float* master) = 0;
-  // tokens: host (B, T+1), ids in [0, vocab) (checked by the caller). Adds loss_scale * mean
+  // tokens: host (B, T+1); an id outside [0, vocab) is an InvalidArgument error. Adds loss_scale * mean
   // cross-entropy to *loss_acc (device fp64) and keeps what Backward needs; the gradient of
   // the loss (scaled by loss_scale) is computed here, fused with the cross-entropy.
-  virtual absl::Status Forward(const int32_t* tokens, int b, int t, float loss_scale,
+  virtual absl::Status Forward(const int32_t* tokens, int b, int t, double loss_scale,
                                double* loss_acc) = 0;
-  // grads (device fp32, params().size()) += d(loss_scale * loss)/d(params) of the last Forward.
+  // grads (device fp32, in layout()) += d(loss_scale * loss)/d(params) of the last Forward.
   virtual absl::Status Backward(float* grads) = 0;
   // As Model::SetLayerGradientsReadyHook: called (at enqueue time, on the host) once all of
   // layer i's gradient work is enqueued on the stream, for layers L-1 .. 1.

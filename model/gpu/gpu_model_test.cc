@@ -73,19 +73,32 @@ Result Gpu(const ModelConfig& c, const std::vector<int32_t>& tokens, core::DType
   core::cuda::CachingAllocator alloc;
   auto model = GpuModel::Create(c, {dtype, recompute}, nullptr, &alloc);
   EXPECT_TRUE(model.ok()) << model.status();
-  const std::vector<float> p = Params((*model)->params());
-  gt::DeviceBuffer master(p, core::DType::kF32);
-  gt::DeviceBuffer grads(std::vector<float>(p.size(), 0.0f), core::DType::kF32);
+  const ParamTable& table = (*model)->params();
+  const DeviceLayout& layout = (*model)->layout();
+  const std::vector<float> p = Params(table);
+  std::vector<float> staged(layout.size);
+  PackToDevice(table, layout, p.data(), staged.data());
+  gt::DeviceBuffer master(staged, core::DType::kF32);
+  gt::DeviceBuffer grads(std::vector<float>(layout.size, 0.0f), core::DType::kF32);
   gt::DeviceVector<double> loss(std::vector<double>{0.0});
   EXPECT_TRUE((*model)->SetWeights(master.f32()).ok());
-  absl::Status s = (*model)->Forward(tokens.data(), kB, kT, 1.0f, loss.get());
+  absl::Status s = (*model)->Forward(tokens.data(), kB, kT, 1.0, loss.get());
   EXPECT_TRUE(s.ok()) << s;
   s = (*model)->Backward(grads.f32());
   EXPECT_TRUE(s.ok()) << s;
   Result r;
   EXPECT_TRUE(core::cuda::Synchronize().ok());
   EXPECT_TRUE(core::cuda::CopyToHost(&r.loss, loss.get(), sizeof(double)).ok());
-  r.grads = grads.Download();
+  const std::vector<float> g = grads.Download();
+  r.grads.assign(p.size(), 0.0f);
+  UnpackFromDevice(table, layout, g.data(), r.grads.data());
+  // Padding stays zero.
+  float padding = 0;
+  for (size_t i = 0; i < table.specs().size(); ++i) {
+    const int64_t end = i + 1 < table.specs().size() ? layout.offsets[i + 1] : layout.size;
+    for (int64_t e = layout.offsets[i] + table.specs()[i].numel; e < end; ++e) padding += std::abs(g[e]);
+  }
+  EXPECT_EQ(padding, 0.0f);
   return r;
 }
 #endif
@@ -163,6 +176,31 @@ TEST(GpuModelSupportTest, NamesTheField) {
   s = CheckGpuSupport(c);
   EXPECT_NE(std::string(s.message()).find("value_residual 'resformer'"), std::string::npos) << s;
   EXPECT_TRUE(CheckGpuSupport(Tiny("dar", "satformer", 4, true)).ok());
+}
+
+TEST(GpuModelSupportTest, DeviceLayoutAlignsEveryTensorAndRoundTrips) {
+  core::ThreadPool pool(1);
+  auto cpu = CreateModel<float>(Tiny("dar", "satformer", 3, false), &pool);
+  ASSERT_TRUE(cpu.ok());
+  const ParamTable& table = (*cpu)->params();
+  const DeviceLayout layout = MakeDeviceLayout(table);
+  ASSERT_EQ(layout.offsets.size(), table.specs().size());
+  for (size_t i = 0; i < layout.offsets.size(); ++i) {
+    EXPECT_EQ(layout.offsets[i] % kDeviceAlign, 0) << table.specs()[i].name;
+    if (i > 0) {
+      EXPECT_GE(layout.offsets[i], layout.offsets[i - 1] + table.specs()[i - 1].numel);
+    }
+  }
+  EXPECT_GE(layout.size, table.size());
+  const std::vector<float> p = Params(table);
+  std::vector<float> dev(layout.size, 1.0f), back(p.size(), 0.0f);
+  PackToDevice(table, layout, p.data(), dev.data());
+  UnpackFromDevice(table, layout, dev.data(), back.data());
+  EXPECT_EQ(back, p);
+  double sum_dev = 0, sum_p = 0;
+  for (float x : dev) sum_dev += x;
+  for (float x : p) sum_p += x;
+  EXPECT_DOUBLE_EQ(sum_dev, sum_p);  // the padding is zero
 }
 
 TEST(GpuModelSupportTest, CreateFailsClearlyWithoutGpu) {
