@@ -382,6 +382,14 @@ absl::StatusOr<CheckpointInfo> LoadCheckpoint(const std::string& path,
   return info;
 }
 
+absl::Status CheckSameRun(const CheckpointInfo& info, const std::string& path,
+                          const std::string& trainer_json, uint64_t seed) {
+  if (info.trainer_json == trainer_json && info.seed == seed) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--resume: checkpoint ", path, " was written with different training flags or --seed (",
+      info.trainer_json, ", seed ", info.seed, "); resume with the same flags"));
+}
+
 absl::Status PruneCheckpoints(const std::string& dir, int keep) {
   SATDAR_ASSIGN_OR_RETURN(auto all, ListCheckpoints(dir));
   for (size_t i = 0; i + keep < all.size(); ++i) SATDAR_RETURN_IF_ERROR(RemoveTree(all[i].second));

@@ -70,6 +70,11 @@ absl::StatusOr<CheckpointInfo> LoadCheckpoint(const std::string& path,
                                               const model::ParamTable& table,
                                               const OptimizerBuffers<T>& buffers);
 
+// OK when checkpoint `path` (its loaded info) was written by a run with these training flags
+// (TrainerJson) and seed; otherwise InvalidArgument saying to resume with the same flags.
+absl::Status CheckSameRun(const CheckpointInfo& info, const std::string& path,
+                          const std::string& trainer_json, uint64_t seed);
+
 // Removes all but the newest `keep` checkpoints in dir.
 absl::Status PruneCheckpoints(const std::string& dir, int keep);
 

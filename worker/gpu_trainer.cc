@@ -177,12 +177,7 @@ absl::StatusOr<TrainSummary> Run(const TrainOptions& options, const GpuTrainOpti
     if (!latest.empty()) {
       SATDAR_ASSIGN_OR_RETURN(CheckpointInfo info,
                               LoadCheckpoint<float>(latest, config_json, table, buffers));
-      if (info.trainer_json != trainer_json || info.seed != o.seed) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--resume: checkpoint ", latest,
-            " was written with different training flags or --seed (", info.trainer_json,
-            ", seed ", info.seed, "); resume with the same flags"));
-      }
+      SATDAR_RETURN_IF_ERROR(CheckSameRun(info, latest, trainer_json, o.seed));
       start_step = info.step;
       first_sample = info.data_position;
       if (!o.quiet) {

@@ -243,12 +243,7 @@ absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& options) {
         exp_avg.clear();
         exp_avg_sq.clear();
       }
-      if (info.trainer_json != trainer_json || info.seed != o.seed) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--resume: checkpoint ", latest,
-            " was written with different training flags or --seed (", info.trainer_json,
-            ", seed ", info.seed, "); resume with the same flags"));
-      }
+      SATDAR_RETURN_IF_ERROR(CheckSameRun(info, latest, trainer_json, o.seed));
       start_step = info.step;
       first_sample = info.data_position;
       if (!o.quiet) std::printf("resume: %s (step %lld, %lld samples consumed)\n", latest.c_str(),
