@@ -441,6 +441,20 @@ absl::Status RunPrep(const std::vector<std::string>& args) {
 
 // --- satdar train ------------------------------------------------------------------------
 
+// --rank, --world-size and --rendezvous, when given, override what *id holds (the environment's).
+absl::Status ApplyRankFlags(const FlagSet& flags, parallel::GlooOptions* id) {
+  if (flags.Has("--rank")) {
+    SATDAR_ASSIGN_OR_RETURN(int64_t r, flags.GetInt("--rank", 0));
+    id->rank = static_cast<int>(r);
+  }
+  if (flags.Has("--world-size")) {
+    SATDAR_ASSIGN_OR_RETURN(int64_t w, flags.GetInt("--world-size", 1));
+    id->world_size = static_cast<int>(w);
+  }
+  if (flags.Has("--rendezvous")) id->store_dir = flags.Get("--rendezvous");
+  return absl::OkStatus();
+}
+
 absl::Status RunTrain(const std::vector<std::string>& args) {
   FlagSet flags("train");
   flags.Define("--config", "model config JSON", true);
@@ -498,11 +512,14 @@ absl::Status RunTrain(const std::vector<std::string>& args) {
                "gloo (one process each, started any way, meeting in --rendezvous) or threads "
                "(one process)",
                false, "mpi");
-  flags.Define("--rank", "with --launcher gloo: this process's rank (or $SATDAR_RANK)");
+  flags.Define("--rank",
+               "with --launcher gloo or --device cuda: this process's rank (or $SATDAR_RANK)");
   flags.Define("--world-size",
-               "with --launcher gloo: the number of processes (or $SATDAR_WORLD_SIZE)");
+               "with --launcher gloo or --device cuda: the number of processes (or "
+               "$SATDAR_WORLD_SIZE)");
   flags.Define("--rendezvous",
-               "with --launcher gloo: a folder every rank can reach (shared file system), "
+               "with --launcher gloo or --device cuda --dp > 1: a folder every rank can reach "
+               "(shared file system), "
                "fresh per launch (or $SATDAR_RENDEZVOUS_DIR)");
   flags.Define("--gloo-iface", "with --launcher gloo: network interface (default: loopback)");
   flags.DefineBool("--quiet", "no console output");
@@ -630,29 +647,22 @@ absl::Status RunTrain(const std::vector<std::string>& args) {
     // One process per GPU: the rank comes from mpirun or from --rank/--world-size (or
     // $SATDAR_RANK / $SATDAR_WORLD_SIZE); the ranks meet over NCCL through --rendezvous.
     if (!flags.Has("--stats-every")) o.stats_every = 0;
-    auto env_int = [](const char* name, int fallback) {
-      const char* v = std::getenv(name);
-      return v == nullptr ? fallback : std::atoi(v);
-    };
-    gpu.world_size = env_int("OMPI_COMM_WORLD_SIZE", env_int("SATDAR_WORLD_SIZE", 1));
-    gpu.rank = env_int("OMPI_COMM_WORLD_RANK", env_int("SATDAR_RANK", 0));
-    if (flags.Has("--world-size")) {
-      SATDAR_ASSIGN_OR_RETURN(int64_t w, flags.GetInt("--world-size", 1));
-      gpu.world_size = static_cast<int>(w);
-    }
-    if (flags.Has("--rank")) {
-      SATDAR_ASSIGN_OR_RETURN(int64_t r, flags.GetInt("--rank", 0));
-      gpu.rank = static_cast<int>(r);
-    }
-    if (gpu.rank < 0 || gpu.rank >= gpu.world_size) {
+    parallel::GlooOptions id;  // rank, world size and rendezvous folder (not Gloo's transport)
+    const absl::StatusOr<parallel::GlooOptions> env = parallel::GlooOptionsFromEnv();
+    if (env.ok()) id = *env;
+    if (const char* r = std::getenv("OMPI_COMM_WORLD_RANK")) id.rank = std::atoi(r);
+    if (const char* w = std::getenv("OMPI_COMM_WORLD_SIZE")) id.world_size = std::atoi(w);
+    SATDAR_RETURN_IF_ERROR(ApplyRankFlags(flags, &id));
+    if (id.world_size < 1) id.world_size = 1;  // alone
+    if (id.rank < 0 && id.world_size == 1) id.rank = 0;
+    if (id.rank < 0 || id.rank >= id.world_size) {
       return absl::InvalidArgumentError(absl::StrCat("satdar train --device cuda: rank ",
-                                                     gpu.rank, " is outside the world of ",
-                                                     gpu.world_size));
+                                                     id.rank, " is outside the world of ",
+                                                     id.world_size));
     }
-    const char* rdv = std::getenv("SATDAR_RENDEZVOUS_DIR");
-    gpu.rendezvous_dir = flags.Has("--rendezvous") ? flags.Get("--rendezvous")
-                         : rdv != nullptr          ? rdv
-                                                   : "";
+    gpu.rank = id.rank;
+    gpu.world_size = id.world_size;
+    gpu.rendezvous_dir = id.store_dir;
     summary = TrainGpu(o, gpu);
     print_done = gpu.rank == 0;
     if (summary.ok() && !o.quiet && print_done) {
@@ -668,15 +678,7 @@ absl::Status RunTrain(const std::vector<std::string>& args) {
     parallel::GlooOptions g;
     const absl::StatusOr<parallel::GlooOptions> env = parallel::GlooOptionsFromEnv();
     if (env.ok()) g = *env;
-    if (flags.Has("--rank")) {
-      SATDAR_ASSIGN_OR_RETURN(int64_t r, flags.GetInt("--rank", 0));
-      g.rank = static_cast<int>(r);
-    }
-    if (flags.Has("--world-size")) {
-      SATDAR_ASSIGN_OR_RETURN(int64_t w, flags.GetInt("--world-size", 1));
-      g.world_size = static_cast<int>(w);
-    }
-    if (flags.Has("--rendezvous")) g.store_dir = flags.Get("--rendezvous");
+    SATDAR_RETURN_IF_ERROR(ApplyRankFlags(flags, &g));
     if (flags.Has("--gloo-iface")) g.interface = flags.Get("--gloo-iface");
     if (g.rank < 0 || g.world_size < 1 || g.store_dir.empty()) {
       return absl::InvalidArgumentError(

@@ -20,7 +20,6 @@
 #include "core/file_util.h"
 #include "core/ops/adamw.h"
 #include "data/batches.h"
-#include "data/mqar.h"
 #include "data/stream.h"
 #include "model/gpu/train_kernels.h"
 #include "nlohmann/json.hpp"
@@ -93,7 +92,9 @@ absl::Status Unsupported(const TrainOptions& o) {
   return model::gpu::CheckGpuSupport(o.config);
 }
 
-absl::StatusOr<TrainSummary> Run(const TrainOptions& options, const GpuTrainOptions& gpu) {
+}  // namespace
+
+absl::StatusOr<TrainSummary> TrainGpu(const TrainOptions& options, const GpuTrainOptions& gpu) {
   TrainOptions o = options;
   SATDAR_RETURN_IF_ERROR(Unsupported(o));
   const int devices = kc::DeviceCount();
@@ -145,24 +146,12 @@ absl::StatusOr<TrainSummary> Run(const TrainOptions& options, const GpuTrainOpti
   const model::gpu::DeviceLayout& layout = model->layout();
   const int64_t nd = layout.size;  // elements of each device buffer (aligned tensors)
   auto device_offset = [&](const std::string& name) {
-    for (size_t i = 0; i < table.specs().size(); ++i) {
-      if (table.specs()[i].name == name) return layout.offsets[i];
-    }
-    return int64_t{-1};
+    return layout.offsets[table.Find(name) - table.specs().data()];
   };
 
   std::string data_description;
-  std::unique_ptr<data::BatchSource> source;
-  if (o.mqar.has_value()) {
-    SATDAR_RETURN_IF_ERROR(o.mqar->Validate(o.config.vocab_size, o.seq_len));
-    source = std::make_unique<data::MqarBatches>(o.seed, *o.mqar);
-    data_description = "MQAR";
-  } else {
-    SATDAR_ASSIGN_OR_RETURN(source, data::OpenBatchSource({o.synthetic_data, o.data_dir,
-                                                           o.data_format, o.seed,
-                                                           o.config.vocab_size, o.seq_len},
-                                                          &data_description));
-  }
+  SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<data::BatchSource> source,
+                          OpenTrainingData(o, &data_description));
   if (!o.quiet) std::printf("data: %s\n", data_description.c_str());
 
   // Host copies for initialisation, resume and checkpoints; the device holds the truth.
@@ -321,14 +310,7 @@ absl::StatusOr<TrainSummary> Run(const TrainOptions& options, const GpuTrainOpti
       return fail(absl::InternalError(absl::StrCat("loss is ", loss, "; lower --lr or check the data")),
                   step);
     }
-    core::AdamWParams hp;
-    hp.lr = LearningRate(o, step);
-    hp.beta1 = o.beta1;
-    hp.beta2 = o.beta2;
-    hp.eps = o.eps;
-    hp.weight_decay = o.weight_decay;
-    hp.step = step;
-    hp.grad_scale = (o.grad_clip > 0 && grad_norm > o.grad_clip) ? o.grad_clip / grad_norm : 1.0;
+    const core::AdamWParams hp = AdamWStep(o, step, grad_norm);
     SATDAR_CUDA_RETURN_IF_ERROR(
         static_cast<cudaError_t>(core::cuda::AdamWUpdate(master, grads, m, v, nd, hp, stream)));
     SATDAR_RETURN_IF_ERROR(model->SetWeights(master));  // the bf16 compute copy
@@ -402,11 +384,6 @@ absl::StatusOr<TrainSummary> Run(const TrainOptions& options, const GpuTrainOpti
   return summary;
 }
 
-}  // namespace
-
-absl::StatusOr<TrainSummary> TrainGpu(const TrainOptions& options, const GpuTrainOptions& gpu) {
-  return Run(options, gpu);
-}
 
 #endif  // SATDAR_WITH_CUDA
 

@@ -182,19 +182,8 @@ absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& options) {
 
   // Data: the training source, and the validation split for --eval-every.
   std::string data_description;
-  std::unique_ptr<data::BatchSource> source;
-  if (o.mqar.has_value()) {
-    SATDAR_RETURN_IF_ERROR(o.mqar->Validate(o.config.vocab_size, o.seq_len));
-    source = std::make_unique<data::MqarBatches>(o.seed, *o.mqar);
-    data_description = absl::StrCat("MQAR, ", o.mqar->pairs, " pairs of ", o.mqar->keys,
-                                    " keys and ", o.mqar->values, " values, ", o.mqar->queries,
-                                    " queries per sequence");
-  } else {
-    SATDAR_ASSIGN_OR_RETURN(source, data::OpenBatchSource({o.synthetic_data, o.data_dir,
-                                                           o.data_format, o.seed,
-                                                           o.config.vocab_size, o.seq_len},
-                                                          &data_description));
-  }
+  SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<data::BatchSource> source,
+                          OpenTrainingData(o, &data_description));
   if (!o.quiet) std::printf("data: %s\n", data_description.c_str());
   SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<Validator<T>> validator,
                           Validator<T>::Create(o, model));
@@ -416,14 +405,7 @@ absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& options) {
           wait(g.mp->AllReduce(&sq, 1, core::DType::kF64, parallel::ReduceOp::kSum, copts)));
     }
     double grad_norm = std::sqrt(sq);
-    core::AdamWParams hp;
-    hp.lr = LearningRate(o, step);
-    hp.beta1 = o.beta1;
-    hp.beta2 = o.beta2;
-    hp.eps = o.eps;
-    hp.weight_decay = o.weight_decay;
-    hp.step = step;
-    hp.grad_scale = (o.grad_clip > 0 && grad_norm > o.grad_clip) ? o.grad_clip / grad_norm : 1.0;
+    const core::AdamWParams hp = AdamWStep(o, step, grad_norm);
     if (zero) {
       // Update this replica's slice, then every replica gathers the whole parameter buffer.
       core::cpu::AdamWUpdate(params.data() + lo, g_shard.data(), m_shard.data(), v_shard.data(),
@@ -558,6 +540,32 @@ std::string TrainerJson(const TrainOptions& o) {
             {"synthetic_data", o.synthetic_data}, {"data_dir", o.data_dir},
             {"task", o.mqar.has_value() ? "mqar" : "lm"}};
   return j.dump();
+}
+
+core::AdamWParams AdamWStep(const TrainOptions& o, int64_t step, double grad_norm) {
+  core::AdamWParams hp;
+  hp.lr = LearningRate(o, step);
+  hp.beta1 = o.beta1;
+  hp.beta2 = o.beta2;
+  hp.eps = o.eps;
+  hp.weight_decay = o.weight_decay;
+  hp.step = step;
+  hp.grad_scale = (o.grad_clip > 0 && grad_norm > o.grad_clip) ? o.grad_clip / grad_norm : 1.0;
+  return hp;
+}
+
+absl::StatusOr<std::unique_ptr<data::BatchSource>> OpenTrainingData(const TrainOptions& o,
+                                                                     std::string* description) {
+  if (o.mqar.has_value()) {
+    SATDAR_RETURN_IF_ERROR(o.mqar->Validate(o.config.vocab_size, o.seq_len));
+    *description = absl::StrCat("MQAR, ", o.mqar->pairs, " pairs of ", o.mqar->keys,
+                                " keys and ", o.mqar->values, " values, ", o.mqar->queries,
+                                " queries per sequence");
+    return std::unique_ptr<data::BatchSource>(std::make_unique<data::MqarBatches>(o.seed, *o.mqar));
+  }
+  return data::OpenBatchSource(
+      {o.synthetic_data, o.data_dir, o.data_format, o.seed, o.config.vocab_size, o.seq_len},
+      description);
 }
 
 double LearningRate(const TrainOptions& o, int64_t step) {

@@ -8,10 +8,13 @@
 #define SATDAR_WORKER_TRAINER_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "core/ops/adamw.h"
+#include "data/batches.h"
 #include "data/mqar.h"
 #include "parallel/communicator.h"
 #include "parallel/mesh.h"
@@ -87,6 +90,15 @@ std::string TrainerJson(const TrainOptions& options);
 
 // Learning rate at 1-based step s.
 double LearningRate(const TrainOptions& options, int64_t step);
+
+// The AdamW hyperparameters of 1-based step s: the scheduled learning rate and, when the
+// global gradient norm exceeds grad_clip, the gradient scale that clips it.
+core::AdamWParams AdamWStep(const TrainOptions& options, int64_t step, double grad_norm);
+
+// The training batches --task mqar / --synthetic-data / --data describe; *description says
+// what they are (printed at the start of a run).
+absl::StatusOr<std::unique_ptr<data::BatchSource>> OpenTrainingData(const TrainOptions& options,
+                                                                     std::string* description);
 
 absl::StatusOr<TrainSummary> Train(const TrainOptions& options);
 

@@ -11,7 +11,6 @@
 
 #include <algorithm>
 #include <array>
-#include <map>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -115,11 +114,7 @@ class GpuDecoder : public GpuModel {
         block_(c.block_size > 0 ? c.block_size : 2), d_(c.hidden_size), nh_(c.num_attention_heads),
         nkv_(c.num_key_value_heads), hs_(c.head_size()), f_(c.intermediate_size),
         v_(c.vocab_size), eps_(static_cast<float>(c.rms_norm_eps)),
-        layout_(MakeDeviceLayout(table_)) {
-    for (size_t i = 0; i < table_.specs().size(); ++i) {
-      spec_index_[table_.specs()[i].name] = i;
-    }
-  }
+        layout_(MakeDeviceLayout(table_)) {}
 
   ~GpuDecoder() override {
     cudaStreamSynchronize(stream_);
@@ -301,23 +296,20 @@ class GpuDecoder : public GpuModel {
   const T* W(int64_t off) const { return w_ + off; }
   // Where tensor `name` starts in the device layout.
   int64_t Off(const std::string& name) const {
-    auto it = spec_index_.find(name);
-    SATDAR_CHECK(it != spec_index_.end()) << "no parameter " << name;
-    return layout_.offsets[it->second];
+    const ParamSpec* spec = table_.Find(name);
+    SATDAR_CHECK(spec != nullptr) << "no parameter " << name;
+    return layout_.offsets[spec - table_.specs().data()];
   }
   const int32_t* targets() const { return inputs_ + static_cast<size_t>(b_) * t_; }
 
-  template <typename U>
-  absl::Status Alloc(U** p, size_t count) {
-    SATDAR_ASSIGN_OR_RETURN(void* raw, alloc_->Allocate(count * sizeof(U), stream_));
-    blocks_.push_back(raw);
-    *p = static_cast<U*>(raw);
-    return absl::OkStatus();
-  }
+  // An activation or scratch buffer of (B, T), freed by the next Resize.
   template <typename U>
   absl::Status Act(U** p, size_t count) {
+    SATDAR_ASSIGN_OR_RETURN(void* raw, alloc_->Allocate(count * sizeof(U), stream_));
+    blocks_.push_back(raw);
     activation_bytes_ += static_cast<int64_t>(count * sizeof(U));
-    return Alloc(p, count);
+    *p = static_cast<U*>(raw);
+    return absl::OkStatus();
   }
   void FreeAll() {
     for (void* p : blocks_) (void)alloc_->Free(p);
@@ -669,7 +661,6 @@ class GpuDecoder : public GpuModel {
   const int block_, d_, nh_, nkv_, hs_, f_, v_;
   const float eps_;
   const DeviceLayout layout_;
-  std::map<std::string, size_t> spec_index_;
   std::unique_ptr<kc::GemmHandle> gemm_;
   std::vector<LayerOffsets> off_;
   std::vector<DarOffsets> dar_off_;
