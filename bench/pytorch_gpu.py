@@ -12,7 +12,8 @@ dense peak, peak GPU memory.
     python3 bench/pytorch_gpu.py --config configs/satformer-760m.json --batch-size 8 \
         --seq-len 2048 --steps 30 --warmup-steps 5
 
-MFU counts 6 x (non-embedding parameters + the tied head) FLOPs per token plus causal
+MFU counts 6 x parameters (for MoE the active ones: top_k of the routed experts) FLOPs per
+token (the embedding table counted once, as the head's matmul) plus causal
 attention's 6 x L x T x d (half of the 12 L T d of full attention), over the peak
 (--peak-tflops, 989 for an H100/H200 SXM in bf16 dense).
 Needs PyTorch >= 2.0 and a CUDA device.
@@ -68,7 +69,6 @@ def main():
     if args.compile:
         model = torch.compile(model)
     params = sum(p.numel() for p in model.parameters())
-    embedding = config.vocab_size * config.hidden_size
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1,
                             eps=1e-8, fused=True)
     gen = torch.Generator(device=device).manual_seed(1)
@@ -92,7 +92,12 @@ def main():
     torch.cuda.synchronize()
     seconds = time.perf_counter() - start
     tps = timed_tokens / seconds
-    flops_per_token = 6 * (params - embedding + embedding) + \
+    active = params
+    if config.moe is not None:  # a token runs top_k of the num_experts routed experts
+        moe = config.moe
+        active -= config.num_hidden_layers * (moe.num_experts - moe.top_k) * 3 * \
+            moe.expert_intermediate_size * config.hidden_size
+    flops_per_token = 6 * active + \
         6 * config.num_hidden_layers * args.seq_len * config.hidden_size
     result = {
         'framework': 'pytorch %s eager%s (SDPA)' % (torch.__version__,

@@ -31,7 +31,12 @@
 namespace satdar::worker {
 
 double FlopsPerToken(int64_t parameters, const model::ModelConfig& c, int seq_len) {
-  return 6.0 * static_cast<double>(parameters) +
+  double active = static_cast<double>(parameters);
+  if (c.moe.has_value()) {  // a token runs top_k of the num_experts routed experts
+    active -= static_cast<double>(c.num_hidden_layers) * (c.moe->num_experts - c.moe->top_k) * 3.0 *
+              c.moe->expert_intermediate_size * c.hidden_size;
+  }
+  return 6.0 * active +
          6.0 * c.num_hidden_layers * static_cast<double>(seq_len) * c.hidden_size;
 }
 

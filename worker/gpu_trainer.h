@@ -36,7 +36,8 @@ struct GpuTrainOptions {
 absl::StatusOr<TrainSummary> TrainGpu(const TrainOptions& options, const GpuTrainOptions& gpu);
 
 // Model FLOPs per token, as bench/pytorch_gpu.py counts them: 6 x parameters (matmuls forward
-// and backward) + 6 x layers x seq_len x hidden (causal attention scores and mixing).
+// and backward; for MoE only the active ones: top_k of the routed experts) + 6 x layers x
+// seq_len x hidden (causal attention scores and mixing).
 double FlopsPerToken(int64_t parameters, const model::ModelConfig& config, int seq_len);
 
 }  // namespace satdar::worker

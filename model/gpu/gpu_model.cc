@@ -4,6 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/model.h"
+#include "model/variants/moe_cuda.h"
+#include "model/variants/moe_router_cuda.h"
 
 #ifdef SATDAR_WITH_CUDA
 #include <cuda_bf16.h>
@@ -22,6 +24,7 @@
 #include "core/ops/cuda_ops.h"
 #include "core/ops/gemm_cuda.h"
 #include "core/ops/rope.h"
+#include "model/gpu/gpu_moe.h"
 #include "model/gpu/train_kernels.h"
 #include "model/layers/depth_retrieval_cuda.h"
 #include "model/layers/value_gate_cuda.h"
@@ -34,13 +37,24 @@ absl::Status CheckGpuSupport(const ModelConfig& c) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--device cuda: ", field, " '", value,
         "' is not on the GPU path yet (it has residual standard or dar, value_residual none or "
-        "satformer, dense FFNs); train it with --device cpu"));
+        "satformer, dense or MoE FFNs); train it with --device cpu"));
   };
   if (c.residual != "standard" && c.residual != "dar") return refuse("residual", c.residual);
   if (c.value_residual != "none" && c.value_residual != "satformer") {
     return refuse("value_residual", c.value_residual);
   }
-  if (c.moe.has_value()) return refuse("moe", "experts");
+  if (c.moe.has_value()) {
+    if (c.moe->num_experts > cuda::kMoeMaxExperts) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--device cuda: moe.num_experts ", c.moe->num_experts,
+                       " exceeds the GPU router's limit of ", cuda::kMoeMaxExperts));
+    }
+    if (c.moe->top_k > cuda::kMoeMaxTopK) {
+      return absl::InvalidArgumentError(absl::StrCat("--device cuda: moe.top_k ", c.moe->top_k,
+                                                     " exceeds the GPU router's limit of ",
+                                                     cuda::kMoeMaxTopK));
+    }
+  }
   if (c.head_size() > 128) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--device cuda: head size hidden_size / num_attention_heads = ", c.head_size(),
@@ -142,12 +156,18 @@ class GpuDecoder : public GpuModel {
       }
       if (satformer_ && i >= 1) o.gate = Off(LayerName(i, "self_attn.value_gate.weight"));
       o.ln_mlp = Off(LayerName(i, "post_attention_layernorm.weight"));
+      if (c_.moe.has_value()) continue;  // the experts' offsets are GpuMoe's
       o.w_gate = Off(LayerName(i, "mlp.gate_proj.weight"));
       o.w_up = Off(LayerName(i, "mlp.up_proj.weight"));
       o.w_down = Off(LayerName(i, "mlp.down_proj.weight"));
       if (o.w_up != o.w_gate + static_cast<int64_t>(f_) * d_) {
         return absl::InternalError("gate_proj and up_proj are not adjacent in the param table");
       }
+    }
+    if (c_.moe.has_value()) {
+      SATDAR_ASSIGN_OR_RETURN(
+          moe_, GpuMoe<T>::Create(c_, stream_, gemm_.get(), alloc_,
+                                  [this](const std::string& name) { return Off(name); }));
     }
     embed_off_ = Off("model.embed_tokens.weight");
     norm_off_ = Off("model.norm.weight");
@@ -223,6 +243,8 @@ class GpuDecoder : public GpuModel {
     GPU_CHECK(cudaMemcpyAsync(inputs_, pinned_, 2 * sizeof(int32_t) * n, cudaMemcpyHostToDevice,
                               stream_));
     GPU_CHECK(cudaEventRecord(copied_, stream_));
+    loss_acc_ = loss_acc;  // the MoE layers add their aux and z losses
+    loss_scale_ = loss_scale;
     GPU_CHECK(kc::EmbeddingForward(h0_, inputs_, W(embed_off_), n, d_, stream_));
     if (dar_) {
       SATDAR_RETURN_IF_ERROR(DarForward());
@@ -245,6 +267,7 @@ class GpuDecoder : public GpuModel {
   absl::Status Backward(float* grads) override {
     if (!forwarded_) return absl::FailedPreconditionError("GpuModel::Backward without Forward");
     forwarded_ = false;
+    loss_acc_ = nullptr;  // a recomputed forward adds no loss
     g_ = grads;
     const int n = b_ * t_;
     const size_t nc = static_cast<size_t>(n) * d_;
@@ -367,8 +390,14 @@ class GpuDecoder : public GpuModel {
       SATDAR_RETURN_IF_ERROR(Act(&a.lse, n * nh_));
       SATDAR_RETURN_IF_ERROR(Act(&a.z, nc));
       SATDAR_RETURN_IF_ERROR(Act(&a.rstd_mlp, n));
-      SATDAR_RETURN_IF_ERROR(Act(&a.gate_up, n * 2 * f_));
-      SATDAR_RETURN_IF_ERROR(Act(&a.act, n * f_));
+      if (!moe_) {
+        SATDAR_RETURN_IF_ERROR(Act(&a.gate_up, n * 2 * f_));
+        SATDAR_RETURN_IF_ERROR(Act(&a.act, n * f_));
+      }
+    }
+    if (moe_) {
+      SATDAR_RETURN_IF_ERROR(moe_->Resize(b, t, o_.recompute));
+      activation_bytes_ += moe_->activation_bytes();
     }
     for (int i = sets; i < layers; ++i) acts_[i] = acts_[0];
     if (satformer_) {
@@ -393,8 +422,10 @@ class GpuDecoder : public GpuModel {
     }
     SATDAR_RETURN_IF_ERROR(Act(&delta_, n * nh_));
     SATDAR_RETURN_IF_ERROR(Act(&dx_, nc));
-    SATDAR_RETURN_IF_ERROR(Act(&dact_, n * f_));
-    SATDAR_RETURN_IF_ERROR(Act(&dgate_up_, n * 2 * f_));
+    if (!moe_) {
+      SATDAR_RETURN_IF_ERROR(Act(&dact_, n * f_));
+      SATDAR_RETURN_IF_ERROR(Act(&dgate_up_, n * 2 * f_));
+    }
     SATDAR_RETURN_IF_ERROR(Act(&y_, nc));
     // Decoder ends.
     SATDAR_RETURN_IF_ERROR(Act(&h0_, nc));
@@ -431,6 +462,7 @@ class GpuDecoder : public GpuModel {
     kc::GemmHandle* h = gemm_.get();
     if (l % 2 == 0) {
       GPU_CHECK(kc::RmsNormForward(a.z, a.rstd_mlp, u, W(o.ln_mlp), n, d_, eps_, stream_));
+      if (moe_) return moe_->Forward(i, w_, a.z, y, loss_acc_, loss_scale_);
       SATDAR_RETURN_IF_ERROR(kc::MatmulForward(h, kDt, a.gate_up, a.z, W(o.w_gate), n, 2 * f_, d_));
       GPU_CHECK(kc::SwigluForward(a.act, a.gate_up, n, f_, stream_));
       return kc::MatmulForward(h, kDt, y, a.act, W(o.w_down), n, d_, f_);
@@ -467,6 +499,11 @@ class GpuDecoder : public GpuModel {
     const int n = b_ * t_;
     kc::GemmHandle* h = gemm_.get();
     float* g = g_;
+    if (l % 2 == 0 && moe_) {
+      SATDAR_RETURN_IF_ERROR(moe_->Backward(i, w_, g, a.z, dy, dx_, loss_scale_));
+      GPU_CHECK(kc::RmsNormBackward(du, g + o.ln_mlp, dx_, u, W(o.ln_mlp), a.rstd_mlp, n, d_, stream_));
+      return absl::OkStatus();
+    }
     if (l % 2 == 0) {
       SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardInput(h, kDt, dact_, dy, W(o.w_down), n, d_, f_, 0.0f));
       SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardWeightF32(h, kDt, g + o.w_down, dy, a.act, n, d_, f_));
@@ -667,6 +704,9 @@ class GpuDecoder : public GpuModel {
   std::array<std::array<int, 2>, 2> route_{};
   int64_t embed_off_ = -1, norm_off_ = -1, head_off_ = -1;
   std::function<void(int)> hook_;
+  std::unique_ptr<GpuMoe<T>> moe_;  // MoE FFNs (null: dense)
+  double* loss_acc_ = nullptr;      // the current Forward's loss (null while recomputing)
+  double loss_scale_ = 1.0;
 
   std::vector<void*> blocks_;
   int64_t activation_bytes_ = 0;

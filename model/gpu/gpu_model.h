@@ -12,7 +12,7 @@
 // enqueued on one stream and nothing synchronises with the host except the token upload's
 // reuse of its pinned staging buffer. Designs: the standard residual and DAR (full and block,
 // every variant) topologies, no value residual or SATFormer's gate (value_residual none or
-// satformer), dense SwiGLU FFNs; one
+// satformer), dense SwiGLU or MoE FFNs (gpu_moe.h; no expert parallelism); one
 // rank's whole model (data parallelism is the trainer's). CheckGpuSupport names the config
 // field of anything else. As in llm.c, the bf16 path also keeps the residual stream, DAR's
 // states and their gradients in bf16 (each add and accumulation is done in fp32 and rounded).

@@ -117,9 +117,24 @@ void ExpectGradsClose(const ParamTable& table, const Result& got, const Result& 
   }
 }
 
+ModelConfig Moe(ModelConfig c, int experts, int top_k, int shared, bool norm_topk) {
+  MoeConfig m;
+  m.num_experts = experts;
+  m.top_k = top_k;
+  m.expert_intermediate_size = 32;
+  m.num_shared_experts = shared;
+  m.norm_topk_prob = norm_topk;
+  c.moe = m;
+  return c;
+}
+
 struct Case {
   std::string name;
   ModelConfig config;
+  // bf16 gradients are compared unless the design routes tokens: a bf16 router may choose a
+  // different expert than the f32 CPU model for a near-tie, which changes that token's whole
+  // path (the f32 comparison and the bit-identity checks still cover MoE).
+  bool compare_bf16_grads = true;
 };
 
 class GpuModelTest : public ::testing::TestWithParam<Case> {};
@@ -141,7 +156,7 @@ TEST_P(GpuModelTest, MatchesCpuModel) {
 
     const Result bf16 = Gpu(c, tokens, core::DType::kBF16, false);
     EXPECT_NEAR(bf16.loss, want.loss, 2e-2 * want.loss);
-    ExpectGradsClose(table, bf16, want, 1e-1);
+    if (GetParam().compare_bf16_grads) ExpectGradsClose(table, bf16, want, 1e-1);
 
     // Recomputation reruns the same deterministic kernels: identical bits.
     const Result again = Gpu(c, tokens, core::DType::kBF16, false);
@@ -164,7 +179,11 @@ INSTANTIATE_TEST_SUITE_P(
                              ModelConfig c = Tiny("dar", "satformer", 3, true);
                              c.dar_variant = "self_kv";
                              return c;
-                           }()}),
+                           }()},
+                      Case{"MoeTransformer", Moe(Tiny("standard", "none", 0, true), 4, 2, 1, false),
+                           false},
+                      Case{"MoeBlockDarSatformer", Moe(Tiny("dar", "satformer", 2, false), 8, 3, 0, true),
+                           false}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
 TEST(GpuModelSupportTest, NamesTheField) {
@@ -176,6 +195,16 @@ TEST(GpuModelSupportTest, NamesTheField) {
   s = CheckGpuSupport(c);
   EXPECT_NE(std::string(s.message()).find("value_residual 'resformer'"), std::string::npos) << s;
   EXPECT_TRUE(CheckGpuSupport(Tiny("dar", "satformer", 4, true)).ok());
+  c = Moe(Tiny("dar", "none", 4, true), 64, 8, 1, false);
+  EXPECT_TRUE(CheckGpuSupport(c).ok());
+  c.moe->num_experts = 300;
+  s = CheckGpuSupport(c);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(s.message()).find("moe.num_experts 300"), std::string::npos) << s;
+  c.moe->num_experts = 64;
+  c.moe->top_k = 20;
+  s = CheckGpuSupport(c);
+  EXPECT_NE(std::string(s.message()).find("moe.top_k 20"), std::string::npos) << s;
 }
 
 TEST(GpuModelSupportTest, DeviceLayoutAlignsEveryTensorAndRoundTrips) {

@@ -1,0 +1,303 @@
+// MoE router kernels (see moe_router_cuda.h). One warp per token for the softmax, top-k and
+// backward (a token's E <= 256 values in shared memory); the dispatch plan is a counting sort,
+// one block per expert scanning every slot in order (block-wide prefix sums from warp ballots),
+// so slots come out in (expert, token) order with no atomics; the per-sequence statistics count
+// with shared-memory integer atomics (exact) and sum probabilities in a fixed order.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+#include "core/cuda/bf16.cuh"
+#include "core/cuda/check.h"
+#include "model/variants/moe_cuda.h"
+#include "model/variants/moe_router_cuda.h"
+
+namespace satdar::model::cuda {
+
+namespace {
+
+using namespace ::satdar::core::cuda::device;  // St, WarpSum (bf16.cuh)
+
+constexpr int kWarps = 4;  // tokens per block in the per-token kernels
+constexpr int kPlanThreads = 256;
+constexpr unsigned kFull = 0xffffffffu;
+
+__device__ float WarpMax(float v) {
+  for (int off = 16; off > 0; off /= 2) v = fmaxf(v, __shfl_xor_sync(kFull, v, off));
+  return v;
+}
+
+// The largest value and its index; ties go to the lower index.
+__device__ void WarpArgMax(float* v, int* i) {
+  for (int off = 16; off > 0; off /= 2) {
+    const float ov = __shfl_xor_sync(kFull, *v, off);
+    const int oi = __shfl_xor_sync(kFull, *i, off);
+    if (ov > *v || (ov == *v && oi < *i)) {
+      *v = ov;
+      *i = oi;
+    }
+  }
+}
+
+__global__ void RouteKernel(float* probs, float* lse, int* sel, float* weight,
+                            const float* logits, int n, int e, int k, bool norm_topk) {
+  __shared__ float cand_s[kWarps][kMoeMaxExperts];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int tok = blockIdx.x * kWarps + warp;
+  if (tok >= n) return;  // the whole warp leaves together
+  const float* x = logits + static_cast<int64_t>(tok) * e;
+  float* p = probs + static_cast<int64_t>(tok) * e;
+  float* cand = cand_s[warp];
+  float mx = -INFINITY;
+  for (int j = lane; j < e; j += 32) mx = fmaxf(mx, x[j]);
+  mx = WarpMax(mx);
+  float sum = 0.0f;
+  for (int j = lane; j < e; j += 32) sum += expf(x[j] - mx);
+  sum = WarpSum(sum);
+  for (int j = lane; j < e; j += 32) {
+    const float pj = expf(x[j] - mx) / sum;
+    p[j] = pj;
+    cand[j] = pj;
+  }
+  if (lane == 0) lse[tok] = mx + logf(sum);
+  __syncwarp();
+  // k passes of arg-max; a chosen expert is marked -1 (probabilities are >= 0).
+  float total = 0.0f;
+  for (int c = 0; c < k; ++c) {
+    float best = -2.0f;
+    int idx = INT_MAX;
+    for (int j = lane; j < e; j += 32) {
+      if (cand[j] > best) {
+        best = cand[j];
+        idx = j;
+      }
+    }
+    WarpArgMax(&best, &idx);
+    if (lane == 0) {
+      sel[static_cast<int64_t>(tok) * k + c] = idx;
+      weight[static_cast<int64_t>(tok) * k + c] = best;
+      cand[idx] = -1.0f;
+    }
+    total += best;
+    __syncwarp();
+  }
+  if (norm_topk && lane < k) weight[static_cast<int64_t>(tok) * k + lane] /= total;
+}
+
+// counts[e] = number of slots routed to expert blockIdx.x.
+__global__ void PlanCountKernel(int* counts, const int* sel, int64_t nk) {
+  __shared__ int part[kPlanThreads];
+  const int e = blockIdx.x;
+  int cnt = 0;
+  for (int64_t s = threadIdx.x; s < nk; s += blockDim.x) cnt += sel[s] == e;
+  part[threadIdx.x] = cnt;
+  __syncthreads();
+  for (int w = blockDim.x / 2; w > 0; w /= 2) {
+    if (threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) counts[e] = part[0];
+}
+
+// Expert blockIdx.x's slots, in increasing slot (= token) order, at its offset in `slots`.
+__global__ void PlanScatterKernel(int* slots, int* row_of_slot, const int* counts,
+                                  const int* sel, int64_t nk) {
+  __shared__ int warp_total[kPlanThreads / 32];
+  __shared__ int offset;
+  const int e = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (threadIdx.x == 0) {
+    int o = 0;
+    for (int j = 0; j < e; ++j) o += counts[j];
+    offset = o;
+  }
+  __syncthreads();
+  int running = offset;
+  for (int64_t base = 0; base < nk; base += blockDim.x) {
+    const int64_t s = base + threadIdx.x;
+    const bool mine = s < nk && sel[s] == e;
+    const unsigned ballot = __ballot_sync(kFull, mine);
+    if (lane == 0) warp_total[warp] = __popc(ballot);
+    __syncthreads();
+    int before = 0, chunk = 0;
+    for (int w = 0; w < kPlanThreads / 32; ++w) {
+      if (w < warp) before += warp_total[w];
+      chunk += warp_total[w];
+    }
+    if (mine) {
+      const int row = running + before + __popc(ballot & ((1u << lane) - 1u));
+      slots[row] = static_cast<int>(s);
+      row_of_slot[s] = row;
+    }
+    running += chunk;
+    __syncthreads();  // warp_total is rewritten by the next chunk
+  }
+}
+
+// Sequence blockIdx.x: fraction (E) and sum_e f_e P_e into scratch[b].
+__global__ void SeqStatsKernel(float* fraction, double* scratch, const float* probs,
+                               const int* sel, int t, int e, int k) {
+  __shared__ int hist[kMoeMaxExperts];
+  __shared__ double contrib[kMoeMaxExperts];
+  const int b = blockIdx.x;
+  for (int j = threadIdx.x; j < e; j += blockDim.x) hist[j] = 0;
+  __syncthreads();
+  const int64_t tk = static_cast<int64_t>(t) * k;
+  for (int64_t j = threadIdx.x; j < tk; j += blockDim.x) atomicAdd(&hist[sel[b * tk + j]], 1);
+  __syncthreads();
+  for (int j = threadIdx.x; j < e; j += blockDim.x) {
+    double sum = 0.0;
+    for (int r = 0; r < t; ++r) sum += probs[(static_cast<int64_t>(b) * t + r) * e + j];
+    const double f = static_cast<double>(hist[j]) / static_cast<double>(tk);
+    fraction[static_cast<int64_t>(b) * e + j] = static_cast<float>(f);
+    contrib[j] = f * (sum / t);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double s = 0.0;
+    for (int j = 0; j < e; ++j) s += contrib[j];
+    scratch[b] = s;
+  }
+}
+
+__global__ void RouterLossKernel(double* loss_acc, const double* scratch, const float* lse,
+                                 int b, int n, int e, double aux_coef, double z_coef,
+                                 double scale) {
+  __shared__ double part[kPlanThreads];
+  double z = 0.0;
+  for (int r = threadIdx.x; r < n; r += blockDim.x) z += static_cast<double>(lse[r]) * lse[r];
+  part[threadIdx.x] = z;
+  __syncthreads();
+  for (int w = blockDim.x / 2; w > 0; w /= 2) {
+    if (threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    double aux = 0.0;
+    for (int j = 0; j < b; ++j) aux += e * scratch[j];
+    *loss_acc += scale * (aux_coef * aux / b + z_coef * part[0] / n);
+  }
+}
+
+template <typename T>
+__global__ void RouteBackwardKernel(T* dlogits, const float* probs, const float* lse,
+                                    const int* sel, const float* weight, const float* dweight,
+                                    const float* fraction, int n, int t, int e, int k,
+                                    bool norm_topk, float aux_grad, float z_grad) {
+  __shared__ float dp_s[kWarps][kMoeMaxExperts];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int tok = blockIdx.x * kWarps + warp;
+  if (tok >= n) return;
+  const int b = tok / t;
+  const float* pr = probs + static_cast<int64_t>(tok) * e;
+  float* dp = dp_s[warp];
+  for (int j = lane; j < e; j += 32) dp[j] = aux_grad * fraction[static_cast<int64_t>(b) * e + j];
+  __syncwarp();
+  if (lane == 0) {
+    const int* s = sel + static_cast<int64_t>(tok) * k;
+    const float* w = weight + static_cast<int64_t>(tok) * k;
+    const float* dw = dweight + static_cast<int64_t>(tok) * k;
+    if (norm_topk) {
+      float sum = 0.0f, dot = 0.0f;
+      for (int c = 0; c < k; ++c) {
+        sum += pr[s[c]];
+        dot += dw[c] * w[c];
+      }
+      for (int c = 0; c < k; ++c) dp[s[c]] += (dw[c] - dot) / sum;
+    } else {
+      for (int c = 0; c < k; ++c) dp[s[c]] += dw[c];
+    }
+  }
+  __syncwarp();
+  float pdp = 0.0f;
+  for (int j = lane; j < e; j += 32) pdp += pr[j] * dp[j];
+  pdp = WarpSum(pdp);
+  const float zl = z_grad * lse[tok];
+  T* dl = dlogits + static_cast<int64_t>(tok) * e;
+  for (int j = lane; j < e; j += 32) St(dl + j, pr[j] * (dp[j] - pdp) + zl * pr[j]);
+}
+
+absl::Status CheckRouter(int e, int k) {
+  if (e <= 0 || e > kMoeMaxExperts) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MoE router cuda: num_experts ", e, " outside [1, ", kMoeMaxExperts, "]"));
+  }
+  if (k <= 0 || k > kMoeMaxTopK || k > e) {
+    return absl::InvalidArgumentError(absl::StrCat("MoE router cuda: top_k ", k, " outside [1, ",
+                                                   kMoeMaxTopK < e ? kMoeMaxTopK : e, "]"));
+  }
+  return absl::OkStatus();
+}
+
+unsigned TokenBlocks(int n) { return static_cast<unsigned>((n + kWarps - 1) / kWarps); }
+
+}  // namespace
+
+absl::Status MoeRoute(float* probs, float* lse, int* sel, float* weight, const float* logits,
+                      int n, int e, int k, bool norm_topk, CUstream_st* stream) {
+  if (absl::Status st = CheckRouter(e, k); !st.ok()) return st;
+  if (n == 0) return absl::OkStatus();
+  RouteKernel<<<TokenBlocks(n), kWarps * 32, 0, stream>>>(probs, lse, sel, weight, logits, n, e,
+                                                          k, norm_topk);
+  SATDAR_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::OkStatus();
+}
+
+absl::Status MoePlan(int* counts, int* slots, int* row_of_slot, const int* sel, int n, int e,
+                     int k, CUstream_st* stream) {
+  if (absl::Status st = CheckRouter(e, k); !st.ok()) return st;
+  const int64_t nk = static_cast<int64_t>(n) * k;
+  if (nk > INT_MAX) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MoE router cuda: ", nk, " slots exceed the int32 slot index"));
+  }
+  PlanCountKernel<<<e, kPlanThreads, 0, stream>>>(counts, sel, nk);
+  PlanScatterKernel<<<e, kPlanThreads, 0, stream>>>(slots, row_of_slot, counts, sel, nk);
+  SATDAR_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::OkStatus();
+}
+
+absl::Status MoeRouterLoss(double* loss_acc, float* fraction, double* scratch, const float* probs,
+                           const float* lse, const int* sel, int b, int t, int e, int k,
+                           double aux_coef, double z_coef, double scale, CUstream_st* stream) {
+  if (absl::Status st = CheckRouter(e, k); !st.ok()) return st;
+  if (b == 0 || t == 0) return absl::OkStatus();
+  SeqStatsKernel<<<b, kPlanThreads, 0, stream>>>(fraction, scratch, probs, sel, t, e, k);
+  if (loss_acc == nullptr) {
+    SATDAR_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    return absl::OkStatus();
+  }
+  RouterLossKernel<<<1, kPlanThreads, 0, stream>>>(loss_acc, scratch, lse, b, b * t, e, aux_coef,
+                                                   z_coef, scale);
+  SATDAR_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::OkStatus();
+}
+
+absl::Status MoeRouteBackward(core::DType dtype, void* dlogits, const float* probs,
+                              const float* lse, const int* sel, const float* weight,
+                              const float* dweight, const float* fraction, int b, int t, int e,
+                              int k, bool norm_topk, double aux_grad, double z_grad,
+                              CUstream_st* stream) {
+  if (absl::Status st = CheckRouter(e, k); !st.ok()) return st;
+  const int n = b * t;
+  if (n == 0) return absl::OkStatus();
+  const float ag = static_cast<float>(aux_grad), zg = static_cast<float>(z_grad);
+  if (dtype == core::DType::kBF16) {
+    RouteBackwardKernel<<<TokenBlocks(n), kWarps * 32, 0, stream>>>(
+        static_cast<__nv_bfloat16*>(dlogits), probs, lse, sel, weight, dweight, fraction, n, t,
+        e, k, norm_topk, ag, zg);
+  } else if (dtype == core::DType::kF32) {
+    RouteBackwardKernel<<<TokenBlocks(n), kWarps * 32, 0, stream>>>(
+        static_cast<float*>(dlogits), probs, lse, sel, weight, dweight, fraction, n, t, e, k,
+        norm_topk, ag, zg);
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("MoE router cuda: dtype ",
+                                                   core::DTypeName(dtype), " (f32, bf16)"));
+  }
+  SATDAR_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::OkStatus();
+}
+
+}  // namespace satdar::model::cuda
