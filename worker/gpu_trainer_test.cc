@@ -100,6 +100,7 @@ INSTANTIATE_TEST_SUITE_P(Designs, GpuTrainerTest,
                          ::testing::Values(std::make_pair("standard", "none"),
                                            std::make_pair("standard", "satformer"),
                                            std::make_pair("dar", "none"),
+                                           std::make_pair("standard", "resformer"),
                                            std::make_pair("dar-moe", "none")));
 
 TEST(GpuTrainer, ResumeIsExactAndCheckpointsLoadOnCpu) {

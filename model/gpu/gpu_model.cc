@@ -36,11 +36,12 @@ absl::Status CheckGpuSupport(const ModelConfig& c) {
   auto refuse = [](const std::string& field, const std::string& value) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--device cuda: ", field, " '", value,
-        "' is not on the GPU path yet (it has residual standard or dar, value_residual none or "
-        "satformer, dense or MoE FFNs); train it with --device cpu"));
+        "' is not on the GPU path yet (it has residual standard or dar, every value_residual, "
+        "dense or MoE FFNs); train it with --device cpu"));
   };
   if (c.residual != "standard" && c.residual != "dar") return refuse("residual", c.residual);
-  if (c.value_residual != "none" && c.value_residual != "satformer") {
+  if (c.value_residual != "none" && c.value_residual != "satformer" &&
+      c.value_residual != "resformer") {
     return refuse("value_residual", c.value_residual);
   }
   if (c.moe.has_value()) {
@@ -124,7 +125,9 @@ class GpuDecoder : public GpuModel {
              kc::CachingAllocator* alloc, ParamTable table)
       : c_(c), o_(o), stream_(stream), alloc_(alloc), table_(std::move(table)),
         sublayers_(2 * c.num_hidden_layers), dar_(c.residual == "dar"),
-        satformer_(c.value_residual == "satformer"),
+        satformer_(c.value_residual == "satformer"), resformer_(c.value_residual == "resformer"),
+        value_res_(satformer_ || resformer_),
+        learnable_res_(resformer_ && c.resformer_mode == "learnable_plus"),
         block_(c.block_size > 0 ? c.block_size : 2), d_(c.hidden_size), nh_(c.num_attention_heads),
         nkv_(c.num_key_value_heads), hs_(c.head_size()), f_(c.intermediate_size),
         v_(c.vocab_size), eps_(static_cast<float>(c.rms_norm_eps)),
@@ -155,6 +158,7 @@ class GpuDecoder : public GpuModel {
         o.k_norm = Off(LayerName(i, "self_attn.k_norm.weight"));
       }
       if (satformer_ && i >= 1) o.gate = Off(LayerName(i, "self_attn.value_gate.weight"));
+      if (resformer_ && learnable_res_ && i >= 1) o.lambda2 = Off(LayerName(i, "self_attn.lambda2"));
       o.ln_mlp = Off(LayerName(i, "post_attention_layernorm.weight"));
       if (c_.moe.has_value()) continue;  // the experts' offsets are GpuMoe's
       o.w_gate = Off(LayerName(i, "mlp.gate_proj.weight"));
@@ -168,6 +172,10 @@ class GpuDecoder : public GpuModel {
       SATDAR_ASSIGN_OR_RETURN(
           moe_, GpuMoe<T>::Create(c_, stream_, gemm_.get(), alloc_,
                                   [this](const std::string& name) { return Off(name); }));
+    }
+    if (resformer_ && learnable_res_) {
+      res_scale_off_ = Off("model.value_residual.lambda_scale");
+      res_logits_off_ = Off("model.value_residual.lambda_logits");
     }
     embed_off_ = Off("model.embed_tokens.weight");
     norm_off_ = Off("model.norm.weight");
@@ -276,7 +284,7 @@ class GpuDecoder : public GpuModel {
     SATDAR_RETURN_IF_ERROR(
         kc::MatmulBackwardWeightF32(gemm_.get(), kDt, g_ + head_off_, logits_, lnf_, n, v_, d_));
     GPU_CHECK(cudaMemsetAsync(dx_final_, 0, nc * sizeof(T), stream_));
-    if (satformer_) {
+    if (value_res_) {
       GPU_CHECK(cudaMemsetAsync(dv1_, 0, static_cast<size_t>(n) * nkv_ * hs_ * sizeof(T), stream_));
     }
     GPU_CHECK(kc::RmsNormBackward(dx_final_, g_ + norm_off_, lnf_grad_, x_final_, W(norm_off_),
@@ -297,7 +305,7 @@ class GpuDecoder : public GpuModel {
  private:
   struct LayerOffsets {
     int64_t ln_attn = -1, wq = -1, wk = -1, wv = -1, wo = -1, q_norm = -1, k_norm = -1;
-    int64_t gate = -1, ln_mlp = -1, w_gate = -1, w_up = -1, w_down = -1;
+    int64_t gate = -1, lambda2 = -1, ln_mlp = -1, w_gate = -1, w_up = -1, w_down = -1;
   };
   struct DarOffsets {
     int64_t query = -1, norm = -1, mix = -1, transport = -1, write = -1;
@@ -317,6 +325,19 @@ class GpuDecoder : public GpuModel {
   };
 
   const T* W(int64_t off) const { return w_ + off; }
+  // ResFormer's lambda parameters of layer i in `base` (the fp32 master weights or gradients);
+  // null pointers in fixed mode.
+  ResformerParams Resformer(int i, const float* base) const {
+    ResformerParams p;
+    p.layer = i;
+    p.layers = c_.num_hidden_layers;
+    if (learnable_res_) {
+      p.scale = base + res_scale_off_;
+      p.logits = base + res_logits_off_;
+      p.lambda2 = base + off_[i].lambda2;
+    }
+    return p;
+  }
   // Where tensor `name` starts in the device layout.
   int64_t Off(const std::string& name) const {
     const ParamSpec* spec = table_.Find(name);
@@ -379,13 +400,11 @@ class GpuDecoder : public GpuModel {
         a.q = a.q_raw;  // RoPE in place
         a.k = a.k_raw;
       }
-      // Layer 1's values of SATFormer are V1 (v1_ below), and it has no gate.
-      const bool own_layer0 = satformer_ && i == 0 && !o_.recompute;
+      // Layer 1's values are V1 (v1_ below), and it has no gate or mix.
+      const bool own_layer0 = value_res_ && i == 0 && !o_.recompute;
       if (!own_layer0) SATDAR_RETURN_IF_ERROR(Act(&a.v, n * kd));
-      if (satformer_ && !own_layer0) {
-        SATDAR_RETURN_IF_ERROR(Act(&a.vmix, n * kd));
-        SATDAR_RETURN_IF_ERROR(Act(&a.alpha, n * nkv_));
-      }
+      if (value_res_ && !own_layer0) SATDAR_RETURN_IF_ERROR(Act(&a.vmix, n * kd));
+      if (satformer_ && !own_layer0) SATDAR_RETURN_IF_ERROR(Act(&a.alpha, n * nkv_));
       SATDAR_RETURN_IF_ERROR(Act(&a.att, n * qd));
       SATDAR_RETURN_IF_ERROR(Act(&a.lse, n * nh_));
       SATDAR_RETURN_IF_ERROR(Act(&a.z, nc));
@@ -400,13 +419,13 @@ class GpuDecoder : public GpuModel {
       activation_bytes_ += moe_->activation_bytes();
     }
     for (int i = sets; i < layers; ++i) acts_[i] = acts_[0];
-    if (satformer_) {
+    if (value_res_) {
       // Layer 1's values are V1, read by every later layer: never shared.
       SATDAR_RETURN_IF_ERROR(Act(&v1_, n * kd));
       SATDAR_RETURN_IF_ERROR(Act(&dv1_, n * kd));
       acts_[0].v = v1_;
-      SATDAR_RETURN_IF_ERROR(Act(&dalpha_, n * nkv_));
     }
+    if (satformer_) SATDAR_RETURN_IF_ERROR(Act(&dalpha_, n * nkv_));
     // Backward scratch.
     SATDAR_RETURN_IF_ERROR(Act(&datt_, n * qd));
     SATDAR_RETURN_IF_ERROR(Act(&dq_, n * qd));
@@ -483,6 +502,9 @@ class GpuDecoder : public GpuModel {
       GPU_CHECK(lc::ValueGateForward(a.vmix, a.alpha, a.x_attn, W(o.gate), a.v, v1_, n, nkv_, hs_,
                                      d_, stream_));
       values = a.vmix;
+    } else if (resformer_ && i >= 1) {
+      GPU_CHECK(ResformerMixForward(a.vmix, v1_, a.v, Resformer(i, master_), n * kd, stream_));
+      values = a.vmix;
     }
     SATDAR_RETURN_IF_ERROR(kc::AttentionForward(kDt, a.att, a.lse, a.q, a.k, values, b_, t_, nh_,
                                                 nkv_, hs_, stream_));
@@ -522,9 +544,9 @@ class GpuDecoder : public GpuModel {
     GPU_CHECK(cudaMemsetAsync(dq_, 0, nq * sizeof(T), stream_));
     GPU_CHECK(cudaMemsetAsync(dk_, 0, nk * sizeof(T), stream_));
     GPU_CHECK(cudaMemsetAsync(dv_, 0, nk * sizeof(T), stream_));
-    const bool gated = satformer_ && i >= 1;
+    const bool mixed = value_res_ && i >= 1;
     SATDAR_RETURN_IF_ERROR(kc::AttentionBackward(kDt, dq_, dk_, dv_, datt_, a.att, a.lse, a.q, a.k,
-                                                 gated ? a.vmix : a.v, delta_, b_, t_, nh_, nkv_,
+                                                 mixed ? a.vmix : a.v, delta_, b_, t_, nh_, nkv_,
                                                  hs_, stream_));
     GPU_CHECK(kc::RopeBackward(dq_, cos_, sin_, b_, t_, nh_, hs_, stream_));
     GPU_CHECK(kc::RopeBackward(dk_, cos_, sin_, b_, t_, nkv_, hs_, stream_));
@@ -539,11 +561,19 @@ class GpuDecoder : public GpuModel {
     // dx collects the normed input's gradient: the gate's part, then the projections'.
     GPU_CHECK(cudaMemsetAsync(dx_, 0, static_cast<size_t>(n) * d_ * sizeof(T), stream_));
     const T* dv_proj = dv_;
-    if (gated) {
+    if (mixed && satformer_) {
       GPU_CHECK(lc::ValueGateBackward(dx_, g + o.gate, dv_raw_, dv1_, dalpha_, dv_, a.x_attn,
                                       W(o.gate), v1_, a.alpha, n, nkv_, hs_, d_, stream_));
       dv_proj = dv_raw_;
-    } else if (satformer_ && i == 0) {
+    } else if (mixed) {
+      const ResformerParams grad = Resformer(i, g);
+      GPU_CHECK(ResformerMixBackward(dv_raw_, dv1_, dv_, v1_, a.v, Resformer(i, master_),
+                                     const_cast<float*>(grad.scale),
+                                     const_cast<float*>(grad.logits),
+                                     const_cast<float*>(grad.lambda2), scratch_,
+                                     static_cast<int64_t>(nk), stream_));
+      dv_proj = dv_raw_;
+    } else if (value_res_ && i == 0) {
       // Layer 1's V is also V1: add the gradient every later layer sent it.
       GPU_CHECK(Add(dv_raw_, dv_, dv1_, static_cast<int64_t>(nk), stream_));
       dv_proj = dv_raw_;
@@ -694,7 +724,9 @@ class GpuDecoder : public GpuModel {
   kc::CachingAllocator* alloc_;
   ParamTable table_;
   const int sublayers_;
-  const bool dar_, satformer_;
+  const bool dar_, satformer_, resformer_;
+  const bool value_res_;      // SATFormer or ResFormer: later layers read layer 1's V1
+  const bool learnable_res_;  // ResFormer learnable_plus
   const int block_, d_, nh_, nkv_, hs_, f_, v_;
   const float eps_;
   const DeviceLayout layout_;
@@ -703,6 +735,7 @@ class GpuDecoder : public GpuModel {
   std::vector<DarOffsets> dar_off_;
   std::array<std::array<int, 2>, 2> route_{};
   int64_t embed_off_ = -1, norm_off_ = -1, head_off_ = -1;
+  int64_t res_scale_off_ = -1, res_logits_off_ = -1;
   std::function<void(int)> hook_;
   std::unique_ptr<GpuMoe<T>> moe_;  // MoE FFNs (null: dense)
   double* loss_acc_ = nullptr;      // the current Forward's loss (null while recomputing)

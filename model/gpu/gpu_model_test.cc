@@ -180,6 +180,12 @@ INSTANTIATE_TEST_SUITE_P(
                              c.dar_variant = "self_kv";
                              return c;
                            }()},
+                      Case{"ResFormer", Tiny("standard", "resformer", 0, true)},
+                      Case{"ResFormerLearnableDar", [] {
+                             ModelConfig c = Tiny("dar", "resformer", 2, true);
+                             c.resformer_mode = "learnable_plus";
+                             return c;
+                           }()},
                       Case{"MoeTransformer", Moe(Tiny("standard", "none", 0, true), 4, 2, 1, false),
                            false},
                       Case{"MoeBlockDarSatformer", Moe(Tiny("dar", "satformer", 2, false), 8, 3, 0, true),
@@ -191,9 +197,10 @@ TEST(GpuModelSupportTest, NamesTheField) {
   absl::Status s = CheckGpuSupport(c);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(std::string(s.message()).find("residual 'mhc'"), std::string::npos) << s;
-  c = Tiny("standard", "resformer", 0, true);
+  c = Tiny("denseformer", "resformer", 0, true);
   s = CheckGpuSupport(c);
-  EXPECT_NE(std::string(s.message()).find("value_residual 'resformer'"), std::string::npos) << s;
+  EXPECT_NE(std::string(s.message()).find("residual 'denseformer'"), std::string::npos) << s;
+  EXPECT_TRUE(CheckGpuSupport(Tiny("standard", "resformer", 0, true)).ok());
   EXPECT_TRUE(CheckGpuSupport(Tiny("dar", "satformer", 4, true)).ok());
   c = Moe(Tiny("dar", "none", 4, true), 64, 8, 1, false);
   EXPECT_TRUE(CheckGpuSupport(c).ok());

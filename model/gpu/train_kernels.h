@@ -1,6 +1,7 @@
 // model/gpu/train_kernels.h: the small kernels the GPU model and trainer need besides the ops of
 // core/ops/cuda_ops.h and model/layers/*_cuda.h: weight casts, residual adds, DAR's mix and
-// write (the CPU math is model/variants/dar.cc), the mean loss and the gradient norm.
+// write (the CPU math is model/variants/dar.cc), ResFormer's value mix (resformer.cc), the mean
+// loss and the gradient norm.
 //
 // T is float or __nv_bfloat16; arithmetic is fp32. Scalar parameters (DAR's mix logits,
 // transport and write gates) are read from the fp32 master weights on the device, so no step
@@ -55,6 +56,26 @@ cudaError_t DarWriteBackward(T* dy, T* dp0, T* dp1, const T* g0, const T* g1, co
                              const T* p0, const T* p1, const float* transport,
                              const float* write, float* grad_transport, float* grad_write,
                              float* scratch, int64_t n, cudaStream_t stream);
+
+// ResFormer (model/variants/resformer.cc) at layer `layer` >= 1 of `layers`: vmix = l1 V1 + l2 V.
+// Fixed mode (scale null): l1 = l2 = 0.5. learnable_plus: l1 = scale * softmax(logits)[layer-1],
+// l2 = lambda2 (device pointers into the fp32 master weights).
+struct ResformerParams {
+  const float* scale = nullptr;    // model.value_residual.lambda_scale [1]
+  const float* logits = nullptr;   // model.value_residual.lambda_logits [layers - 1]
+  const float* lambda2 = nullptr;  // model.layers.{layer}.self_attn.lambda2 [1]
+  int layer = 1, layers = 2;
+};
+template <typename T>
+cudaError_t ResformerMixForward(T* vmix, const T* v1, const T* v, const ResformerParams& p,
+                                int64_t n, cudaStream_t stream);
+// dv = l2 dvmix (overwritten), dv1 += l1 dvmix; learnable_plus: the lambdas' gradients (+=,
+// fp32, the same offsets as p's pointers in the gradient buffer). scratch: 2 * kReduceBlocks.
+template <typename T>
+cudaError_t ResformerMixBackward(T* dv, T* dv1, const T* dvmix, const T* v1, const T* v,
+                                 const ResformerParams& p, float* grad_scale, float* grad_logits,
+                                 float* grad_lambda2, float* scratch, int64_t n,
+                                 cudaStream_t stream);
 
 // *acc (fp64) += scale * sum(losses[0..n)).
 cudaError_t AccumulateLoss(double* acc, const float* losses, int n, double scale,
