@@ -43,7 +43,7 @@ TrainOptions Options(const std::string& name, std::string residual,
   o.config.num_key_value_heads = 2;
   o.config.residual = residual;
   o.config.value_residual = value_residual;
-  if (residual == "dar") o.config.block_size = 4;
+  if (residual == "dar" || residual == "attnres") o.config.block_size = 4;
   o.steps = 8;
   o.batch_size = 4;
   o.microbatches = 2;
@@ -101,6 +101,7 @@ INSTANTIATE_TEST_SUITE_P(Designs, GpuTrainerTest,
                                            std::make_pair("standard", "satformer"),
                                            std::make_pair("dar", "none"),
                                            std::make_pair("standard", "resformer"),
+                                           std::make_pair("attnres", "none"),
                                            std::make_pair("dar-moe", "none")));
 
 TEST(GpuTrainer, ResumeIsExactAndCheckpointsLoadOnCpu) {

@@ -36,10 +36,12 @@ absl::Status CheckGpuSupport(const ModelConfig& c) {
   auto refuse = [](const std::string& field, const std::string& value) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--device cuda: ", field, " '", value,
-        "' is not on the GPU path yet (it has residual standard or dar, every value_residual, "
+        "' is not on the GPU path yet (it has residual standard, attnres or dar, every value_residual, "
         "dense or MoE FFNs); train it with --device cpu"));
   };
-  if (c.residual != "standard" && c.residual != "dar") return refuse("residual", c.residual);
+  if (c.residual != "standard" && c.residual != "dar" && c.residual != "attnres") {
+    return refuse("residual", c.residual);
+  }
   if (c.value_residual != "none" && c.value_residual != "satformer" &&
       c.value_residual != "resformer") {
     return refuse("value_residual", c.value_residual);
@@ -125,10 +127,11 @@ class GpuDecoder : public GpuModel {
              kc::CachingAllocator* alloc, ParamTable table)
       : c_(c), o_(o), stream_(stream), alloc_(alloc), table_(std::move(table)),
         sublayers_(2 * c.num_hidden_layers), dar_(c.residual == "dar"),
+        attnres_(c.residual == "attnres"), depth_(dar_ || attnres_), streams_(dar_ ? 2 : 1),
         satformer_(c.value_residual == "satformer"), resformer_(c.value_residual == "resformer"),
         value_res_(satformer_ || resformer_),
         learnable_res_(resformer_ && c.resformer_mode == "learnable_plus"),
-        block_(c.block_size > 0 ? c.block_size : 2), d_(c.hidden_size), nh_(c.num_attention_heads),
+        block_(c.block_size > 0 ? c.block_size : (dar_ ? 2 : 1)), d_(c.hidden_size), nh_(c.num_attention_heads),
         nkv_(c.num_key_value_heads), hs_(c.head_size()), f_(c.intermediate_size),
         v_(c.vocab_size), eps_(static_cast<float>(c.rms_norm_eps)),
         layout_(MakeDeviceLayout(table_)) {}
@@ -180,28 +183,31 @@ class GpuDecoder : public GpuModel {
     embed_off_ = Off("model.embed_tokens.weight");
     norm_off_ = Off("model.norm.weight");
     head_off_ = c_.tie_word_embeddings ? embed_off_ : Off("lm_head.weight");
-    if (dar_) {
+    if (depth_) {
       dar_off_.resize(sublayers_ + 1);
+      const char* kind = dar_ ? "dar" : "res";
       for (int l = 1; l <= sublayers_ + 1; ++l) {
-        const std::string p =
-            l == sublayers_ + 1
-                ? std::string("model.final_dar")
-                : absl::StrCat("model.layers.", (l - 1) / 2, l % 2 == 1 ? ".attn_dar" : ".mlp_dar");
+        const std::string p = l == sublayers_ + 1
+                                  ? absl::StrCat("model.final_", kind)
+                                  : absl::StrCat("model.layers.", (l - 1) / 2,
+                                                 l % 2 == 1 ? ".attn_" : ".mlp_", kind);
         DarOffsets& o = dar_off_[l - 1];
         o.query = Off(p + ".query");
         o.norm = Off(p + ".norm.weight");
+        if (attnres_) continue;  // one stream: no mix, transport or write gates
         o.mix = Off(p + ".mix");
         if (l <= sublayers_) {
           o.transport = Off(p + ".transport");
           o.write = Off(p + ".write");
         }
       }
+      if (attnres_) route_ = {{{0, 0}, {0, 0}}};
       const std::string& v = c_.dar_variant;
       // route_[s] = {key stream, value stream}, as model/variants/dar.cc.
-      if (v == "cross") route_ = {{{1, 0}, {0, 1}}};
-      if (v == "self_kv") route_ = {{{0, 0}, {1, 1}}};
-      if (v == "cross_v") route_ = {{{0, 1}, {1, 0}}};
-      if (v == "fixed_kv") route_ = {{{0, 1}, {0, 1}}};
+      if (dar_ && v == "cross") route_ = {{{1, 0}, {0, 1}}};
+      if (dar_ && v == "self_kv") route_ = {{{0, 0}, {1, 1}}};
+      if (dar_ && v == "cross_v") route_ = {{{0, 1}, {1, 0}}};
+      if (dar_ && v == "fixed_kv") route_ = {{{0, 1}, {0, 1}}};
     }
     if (kDt != core::DType::kF32) {
       SATDAR_ASSIGN_OR_RETURN(void* raw, alloc_->Allocate(layout_.size * sizeof(T), stream_));
@@ -254,7 +260,7 @@ class GpuDecoder : public GpuModel {
     loss_acc_ = loss_acc;  // the MoE layers add their aux and z losses
     loss_scale_ = loss_scale;
     GPU_CHECK(kc::EmbeddingForward(h0_, inputs_, W(embed_off_), n, d_, stream_));
-    if (dar_) {
+    if (depth_) {
       SATDAR_RETURN_IF_ERROR(DarForward());
     } else {
       for (int l = 1; l <= sublayers_; ++l) {
@@ -289,7 +295,7 @@ class GpuDecoder : public GpuModel {
     }
     GPU_CHECK(kc::RmsNormBackward(dx_final_, g_ + norm_off_, lnf_grad_, x_final_, W(norm_off_),
                                   rstd_f_, n, d_, stream_));
-    if (dar_) {
+    if (depth_) {
       SATDAR_RETURN_IF_ERROR(DarBackward());
     } else {
       // dx_final_ carries d loss / d h_l down the stream; each branch adds its path in place.
@@ -456,7 +462,7 @@ class GpuDecoder : public GpuModel {
     SATDAR_RETURN_IF_ERROR(Act(&logits_, n * v_));
     SATDAR_RETURN_IF_ERROR(Act(&losses_, n));
     SATDAR_RETURN_IF_ERROR(Act(&scratch_, 3 * kReduceBlocks));
-    if (dar_) {
+    if (depth_) {
       SATDAR_RETURN_IF_ERROR(ResizeDar(n));
     } else {
       // The stream after each sublayer; h_[0] is the embedding, h_[2L] the final state.
@@ -608,22 +614,22 @@ class GpuDecoder : public GpuModel {
       DarStep& st = steps_[k];
       if (k < sublayers_) SATDAR_RETURN_IF_ERROR(Act(&st.u, nc));
       if (k < sublayers_) SATDAR_RETURN_IF_ERROR(Act(&st.y, nc));
-      for (int s = 0; s < 2; ++s) {
-        SATDAR_RETURN_IF_ERROR(Act(&st.r[s], nc));
+      for (int s = 0; s < streams_; ++s) {
+        if (dar_) SATDAR_RETURN_IF_ERROR(Act(&st.r[s], nc));  // AttnRes retrieves into u
         SATDAR_RETURN_IF_ERROR(Act(&st.alpha[s], n * smax));
         if (k >= 1) SATDAR_RETURN_IF_ERROR(Act(&st.partial[s], nc));
       }
     }
-    for (int s = 0; s < 2; ++s) {
+    for (int s = 0; s < streams_; ++s) {
       dsources_[s].assign(smax, nullptr);
       for (int j = 0; j < smax; ++j) SATDAR_RETURN_IF_ERROR(Act(&dsources_[s][j], nc));
       SATDAR_RETURN_IF_ERROR(Act(&dpartial_[s], nc));
-      SATDAR_RETURN_IF_ERROR(Act(&dr_[s], nc));
+      if (dar_) SATDAR_RETURN_IF_ERROR(Act(&dr_[s], nc));
     }
     SATDAR_RETURN_IF_ERROR(Act(&du_, nc));
     SATDAR_RETURN_IF_ERROR(Act(&dy_, nc));
     SATDAR_RETURN_IF_ERROR(Act(&dar_work_, n * smax));
-    SATDAR_RETURN_IF_ERROR(Act(&dh0_buf_, nc));
+    if (dar_) SATDAR_RETURN_IF_ERROR(Act(&dh0_buf_, nc));
     // Pointer lists, fixed for this (B, T).
     std::vector<T*> host(static_cast<size_t>(sublayers_ + 1) * 2 * 4 * smax, nullptr);
     auto source = [&](int stream, int j) -> T* {
@@ -631,7 +637,7 @@ class GpuDecoder : public GpuModel {
     };
     for (int l = 1; l <= sublayers_ + 1; ++l) {
       const int m = Entries(l);
-      for (int s = 0; s < 2; ++s) {
+      for (int s = 0; s < streams_; ++s) {
         const int streams[2] = {route_[s][0], route_[s][1]};  // key, value
         for (int which = 0; which < 4; ++which) {
           const int stream = streams[which % 2];
@@ -657,16 +663,25 @@ class GpuDecoder : public GpuModel {
     for (int l = 1; l <= sublayers_ + 1; ++l) {
       DarStep& st = steps_[l - 1];
       const DarOffsets& o = dar_off_[l - 1];
-      for (int s = 0; s < 2; ++s) {
-        GPU_CHECK(lc::DepthRetrievalForward(st.r[s], st.alpha[s], PtrList(l, s, 0),
+      T* u = l <= sublayers_ ? st.u : x_final_;
+      for (int s = 0; s < streams_; ++s) {
+        GPU_CHECK(lc::DepthRetrievalForward(attnres_ ? u : st.r[s], st.alpha[s], PtrList(l, s, 0),
                                             PtrList(l, s, 1), Sources(l), W(o.query + s * d_),
                                             W(o.norm), n, d_, eps_, stream_));
       }
-      T* u = l <= sublayers_ ? st.u : x_final_;
-      GPU_CHECK(DarMixForward(u, st.r[0], st.r[1], master_ + o.mix, nc, stream_));
+      if (dar_) GPU_CHECK(DarMixForward(u, st.r[0], st.r[1], master_ + o.mix, nc, stream_));
       if (l > sublayers_) break;
       SATDAR_RETURN_IF_ERROR(BranchForward(l, u, st.y));
       const bool p = HasPartial(l);
+      if (attnres_) {  // P = P + y, or y when P is empty
+        if (p) {
+          GPU_CHECK(Add(steps_[l].partial[0], st.partial[0], st.y, nc, stream_));
+        } else {
+          GPU_CHECK(cudaMemcpyAsync(steps_[l].partial[0], st.y, nc * sizeof(T),
+                                    cudaMemcpyDeviceToDevice, stream_));
+        }
+        continue;
+      }
       GPU_CHECK(DarWriteForward(steps_[l].partial[0], steps_[l].partial[1],
                                 p ? st.partial[0] : nullptr, p ? st.partial[1] : nullptr, st.y,
                                 master_ + o.transport, master_ + o.write, nc, stream_));
@@ -678,11 +693,14 @@ class GpuDecoder : public GpuModel {
     const int n = b_ * t_;
     const DarStep& st = steps_[l - 1];
     const DarOffsets& o = dar_off_[l - 1];
-    GPU_CHECK(DarMixBackward(dr_[0], dr_[1], du, st.r[0], st.r[1], master_ + o.mix, g_ + o.mix,
-                             scratch_, static_cast<int64_t>(n) * d_, stream_));
-    for (int s = 0; s < 2; ++s) {
+    if (dar_) {
+      GPU_CHECK(DarMixBackward(dr_[0], dr_[1], du, st.r[0], st.r[1], master_ + o.mix,
+                               g_ + o.mix, scratch_, static_cast<int64_t>(n) * d_, stream_));
+    }
+    for (int s = 0; s < streams_; ++s) {
       GPU_CHECK(lc::DepthRetrievalBackward(
-          PtrList(l, s, 2), PtrList(l, s, 3), g_ + o.query + s * d_, g_ + o.norm, dar_work_, dr_[s],
+          PtrList(l, s, 2), PtrList(l, s, 3), g_ + o.query + s * d_, g_ + o.norm, dar_work_,
+          attnres_ ? du : dr_[s],
           st.alpha[s], PtrList(l, s, 0), PtrList(l, s, 1), Sources(l), W(o.query + s * d_),
           W(o.norm), n, d_, eps_, stream_));
     }
@@ -692,7 +710,7 @@ class GpuDecoder : public GpuModel {
   absl::Status DarBackward() {
     const int n = b_ * t_;
     const size_t nc = static_cast<size_t>(n) * d_;
-    for (int s = 0; s < 2; ++s) {
+    for (int s = 0; s < streams_; ++s) {
       for (T* p : dsources_[s]) GPU_CHECK(cudaMemsetAsync(p, 0, nc * sizeof(T), stream_));
       GPU_CHECK(cudaMemsetAsync(dpartial_[s], 0, nc * sizeof(T), stream_));
     }
@@ -702,15 +720,29 @@ class GpuDecoder : public GpuModel {
       const DarOffsets& o = dar_off_[l - 1];
       const bool closes = l % block_ == 0;  // the write completed an entry
       const T* g0 = closes ? dsources_[0][Entries(l)] : dpartial_[0];
-      const T* g1 = closes ? dsources_[1][Entries(l)] : dpartial_[1];
       const bool p = HasPartial(l);
-      GPU_CHECK(DarWriteBackward(dy_, dpartial_[0], dpartial_[1], g0, g1, st.y,
-                                 p ? st.partial[0] : nullptr, p ? st.partial[1] : nullptr,
-                                 master_ + o.transport, master_ + o.write, g_ + o.transport,
-                                 g_ + o.write, scratch_, static_cast<int64_t>(nc), stream_));
+      if (attnres_) {  // P_after = P_before + y: y gets P_after's gradient, and so does P_before
+        GPU_CHECK(cudaMemcpyAsync(dy_, g0, nc * sizeof(T), cudaMemcpyDeviceToDevice, stream_));
+        if (!p) {
+          GPU_CHECK(cudaMemsetAsync(dpartial_[0], 0, nc * sizeof(T), stream_));
+        } else if (closes) {
+          GPU_CHECK(cudaMemcpyAsync(dpartial_[0], g0, nc * sizeof(T), cudaMemcpyDeviceToDevice,
+                                    stream_));
+        }
+      } else {
+        const T* g1 = closes ? dsources_[1][Entries(l)] : dpartial_[1];
+        GPU_CHECK(DarWriteBackward(dy_, dpartial_[0], dpartial_[1], g0, g1, st.y,
+                                   p ? st.partial[0] : nullptr, p ? st.partial[1] : nullptr,
+                                   master_ + o.transport, master_ + o.write, g_ + o.transport,
+                                   g_ + o.write, scratch_, static_cast<int64_t>(nc), stream_));
+      }
       GPU_CHECK(cudaMemsetAsync(du_, 0, nc * sizeof(T), stream_));
       SATDAR_RETURN_IF_ERROR(BranchBackward(l, st.u, dy_, du_));
       SATDAR_RETURN_IF_ERROR(DarRetrievalBackward(l, du_));
+    }
+    if (attnres_) {
+      dh0_ = dsources_[0][0];
+      return absl::OkStatus();
     }
     // Both streams start from h0.
     GPU_CHECK(Add(dh0_buf_, dsources_[0][0], dsources_[1][0], static_cast<int64_t>(nc), stream_));
@@ -724,7 +756,10 @@ class GpuDecoder : public GpuModel {
   kc::CachingAllocator* alloc_;
   ParamTable table_;
   const int sublayers_;
-  const bool dar_, satformer_, resformer_;
+  const bool dar_, attnres_;
+  const bool depth_;    // DAR or AttnRes: depth retrieval over a history of states
+  const int streams_;   // DAR's two streams, AttnRes's one
+  const bool satformer_, resformer_;
   const bool value_res_;      // SATFormer or ResFormer: later layers read layer 1's V1
   const bool learnable_res_;  // ResFormer learnable_plus
   const int block_, d_, nh_, nkv_, hs_, f_, v_;

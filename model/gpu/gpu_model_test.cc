@@ -180,6 +180,8 @@ INSTANTIATE_TEST_SUITE_P(
                              c.dar_variant = "self_kv";
                              return c;
                            }()},
+                      Case{"FullAttnRes", Tiny("attnres", "none", 1, true)},
+                      Case{"BlockAttnResSatformer", Tiny("attnres", "satformer", 4, false)},
                       Case{"ResFormer", Tiny("standard", "resformer", 0, true)},
                       Case{"ResFormerLearnableDar", [] {
                              ModelConfig c = Tiny("dar", "resformer", 2, true);
