@@ -1,0 +1,75 @@
+// CheckGpuSupport and the device layout of gpu_model.h: plain host code, built with or without
+// CUDA.
+#include <algorithm>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "model/gpu/gpu_model.h"
+#include "model/variants/moe_cuda.h"
+#include "model/variants/moe_router_cuda.h"
+
+namespace satdar::model::gpu {
+
+absl::Status CheckGpuSupport(const ModelConfig& c) {
+  auto refuse = [](const std::string& field, const std::string& value) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--device cuda: ", field, " '", value,
+        "' is not on the GPU path yet (it has residual standard, attnres or dar, every value_residual, "
+        "dense or MoE FFNs); train it with --device cpu"));
+  };
+  if (c.residual != "standard" && c.residual != "dar" && c.residual != "attnres") {
+    return refuse("residual", c.residual);
+  }
+  if (c.value_residual != "none" && c.value_residual != "satformer" &&
+      c.value_residual != "resformer") {
+    return refuse("value_residual", c.value_residual);
+  }
+  if (c.moe.has_value()) {
+    if (c.moe->num_experts > cuda::kMoeMaxExperts) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--device cuda: moe.num_experts ", c.moe->num_experts,
+                       " exceeds the GPU router's limit of ", cuda::kMoeMaxExperts));
+    }
+    if (c.moe->top_k > cuda::kMoeMaxTopK) {
+      return absl::InvalidArgumentError(absl::StrCat("--device cuda: moe.top_k ", c.moe->top_k,
+                                                     " exceeds the GPU router's limit of ",
+                                                     cuda::kMoeMaxTopK));
+    }
+  }
+  if (c.head_size() > 128) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--device cuda: head size hidden_size / num_attention_heads = ", c.head_size(),
+        " exceeds the attention kernel's limit of 128"));
+  }
+  return absl::OkStatus();
+}
+
+DeviceLayout MakeDeviceLayout(const ParamTable& table) {
+  DeviceLayout l;
+  for (const ParamSpec& spec : table.specs()) {
+    l.offsets.push_back(l.size);
+    l.size += (spec.numel + kDeviceAlign - 1) / kDeviceAlign * kDeviceAlign;
+  }
+  return l;
+}
+
+void PackToDevice(const ParamTable& table, const DeviceLayout& layout, const float* packed,
+                  float* device_layout) {
+  std::fill(device_layout, device_layout + layout.size, 0.0f);
+  for (size_t i = 0; i < table.specs().size(); ++i) {
+    const ParamSpec& spec = table.specs()[i];
+    std::copy(packed + spec.offset, packed + spec.offset + spec.numel,
+              device_layout + layout.offsets[i]);
+  }
+}
+
+void UnpackFromDevice(const ParamTable& table, const DeviceLayout& layout,
+                      const float* device_layout, float* packed) {
+  for (size_t i = 0; i < table.specs().size(); ++i) {
+    const ParamSpec& spec = table.specs()[i];
+    std::copy(device_layout + layout.offsets[i], device_layout + layout.offsets[i] + spec.numel,
+              packed + spec.offset);
+  }
+}
+
+}  // namespace satdar::model::gpu
