@@ -7,7 +7,7 @@
 #  2. runs every carried GPU test binary (the conformance suite: each CUDA op against the CPU
 #     path, forward and backward; the NCCL communicator);
 #  3. trains sat-130m and sat-760m (and the baseline and Block DAR at 760m, and the DAR-MoE 7B
-#     shape with 4 layers) in PyTorch 2 eager with SDPA (bench/pytorch_gpu.py) and in satdar
+#     shape with 4 layers: 64 experts, top 8) in PyTorch 2 eager with SDPA (bench/pytorch_gpu.py) and in satdar
 #     (`satdar train --device cuda`), printing tokens/s, MFU and peak memory of each.
 # It stops itself before 8 minutes.
 # Usage: bash bench/gpu_check.sh [BUNDLE_DIR]
