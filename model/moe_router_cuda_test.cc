@@ -187,6 +187,43 @@ TEST_P(MoeRouterCuda, MatchesMoeCc) {
   }
 }
 
+// A diverged run's NaN or Inf logits must give a NaN loss (as on the CPU), not an illegal
+// address: every choice stays a valid expert and every slot is dispatched.
+TEST(MoeRouterCudaNonFinite, ChoicesStayValidAndTheLossIsNan) {
+  SATDAR_SKIP_WITHOUT_GPU();
+  const int b = 2, t = 3, e = 8, k = 2, n = b * t;
+  std::vector<float> logits = core::gpu_test::RandomNormal(static_cast<size_t>(n) * e, 5);
+  logits[1 * e + 3] = std::nanf("");
+  logits[4 * e + 0] = INFINITY;
+  DeviceBuffer glogits(logits, DType::kF32), gprobs(n * e, DType::kF32), glse(n, DType::kF32);
+  DeviceBuffer gweight(n * k, DType::kF32), gfraction(b * e, DType::kF32);
+  DeviceVector<int> gsel(std::vector<int>(n * k, -1)), gcounts(std::vector<int>(e, 0));
+  DeviceVector<int> gslots(std::vector<int>(n * k, -1)), ginv(std::vector<int>(n * k, -1));
+  DeviceVector<double> gloss(std::vector<double>{0.0}), gscratch(std::vector<double>(static_cast<size_t>(b)));
+  ASSERT_TRUE(cuda::MoeRoute(gprobs.f32(), glse.f32(), gsel.get(), gweight.f32(), glogits.f32(),
+                             n, e, k, false)
+                  .ok());
+  ASSERT_TRUE(cuda::MoePlan(gcounts.get(), gslots.get(), ginv.get(), gsel.get(), n, e, k).ok());
+  // Without a loss accumulator only the fraction is computed.
+  ASSERT_TRUE(cuda::MoeRouterLoss(nullptr, gfraction.f32(), gscratch.get(), gprobs.f32(),
+                                  glse.f32(), gsel.get(), b, t, e, k, 0.01, 0.001, 1.0)
+                  .ok());
+  const std::vector<float> fraction = gfraction.Download();
+  ASSERT_TRUE(cuda::MoeRouterLoss(gloss.get(), gfraction.f32(), gscratch.get(), gprobs.f32(),
+                                  glse.f32(), gsel.get(), b, t, e, k, 0.01, 0.001, 1.0)
+                  .ok());
+  ASSERT_TRUE(rt::Synchronize().ok());
+  const std::vector<int> sel = DownloadInts(gsel), counts = DownloadInts(gcounts);
+  for (int x : sel) EXPECT_TRUE(x >= 0 && x < e) << x;
+  EXPECT_EQ(std::accumulate(counts.begin(), counts.end(), 0), n * k);
+  double fsum = 0;
+  for (float f : fraction) fsum += f;
+  EXPECT_NEAR(fsum, b, 1e-5);  // each sequence's fractions sum to 1
+  std::vector<double> loss(1);
+  ASSERT_TRUE(rt::CopyToHost(loss.data(), gloss.get(), sizeof(double)).ok());
+  EXPECT_FALSE(std::isfinite(loss[0]));
+}
+
 TEST_P(MoeRouterCuda, RejectsBadShapes) {
   SATDAR_SKIP_WITHOUT_GPU();
   EXPECT_EQ(cuda::MoeRoute(nullptr, nullptr, nullptr, nullptr, nullptr, 4,

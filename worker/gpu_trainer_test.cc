@@ -33,6 +33,10 @@ TrainOptions Options(const std::string& name, std::string residual,
     m.top_k = 2;
     m.expert_intermediate_size = 64;
     m.num_shared_experts = 1;
+    // Larger than the defaults, so that a lost or double-counted aux or z loss (about 0.1 and
+    // 0.04 of a loss near 5.5) exceeds the 1e-2 tolerance below.
+    m.router_aux_loss_coef = 0.1;
+    m.router_z_loss_coef = 0.01;
     o.config.moe = m;
   }
   o.config.vocab_size = 256;

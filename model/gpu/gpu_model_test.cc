@@ -188,7 +188,7 @@ INSTANTIATE_TEST_SUITE_P(
                              c.resformer_mode = "learnable_plus";
                              return c;
                            }()},
-                      Case{"MoeTransformer", Moe(Tiny("standard", "none", 0, true), 4, 2, 1, false),
+                      Case{"MoeTransformer", Moe(Tiny("standard", "none", 0, true), 8, 2, 1, false),
                            false},
                       Case{"MoeBlockDarSatformer", Moe(Tiny("dar", "satformer", 2, false), 8, 3, 0, true),
                            false}),
@@ -214,6 +214,18 @@ TEST(GpuModelSupportTest, NamesTheField) {
   c.moe->top_k = 20;
   s = CheckGpuSupport(c);
   EXPECT_NE(std::string(s.message()).find("moe.top_k 20"), std::string::npos) << s;
+  c.moe->top_k = 8;
+  c.moe->expert_intermediate_size = 33;
+  c.hidden_size = 65;
+  s = CheckGpuSupport(c);
+  EXPECT_NE(std::string(s.message()).find("moe.expert_intermediate_size x hidden_size = 33 x 65"),
+            std::string::npos) << s;
+  c = Tiny("standard", "none", 0, true);
+  c.intermediate_size = 97;
+  c.hidden_size = 66;
+  s = CheckGpuSupport(c);
+  EXPECT_NE(std::string(s.message()).find("intermediate_size x hidden_size = 97 x 66"),
+            std::string::npos) << s;
 }
 
 TEST(GpuModelSupportTest, DeviceLayoutAlignsEveryTensorAndRoundTrips) {

@@ -209,6 +209,9 @@ absl::Status GpuMoe<T>::Backward(int layer, const T* w, float* grads, const T* z
   constexpr core::DType kDt = DtOf<T>();
   const LayerOffsets& o = off_[layer];
   const Saved& s = saved_[layer];
+  if (static_cast<int>(s.host_counts.size()) != e_) {
+    return absl::FailedPreconditionError("GpuMoe::Backward without a Forward of the layer");
+  }
   const int n = b_ * t_, rows = n * k_;
   const int64_t fd = static_cast<int64_t>(f_) * d_;
   SATDAR_CUDA_RETURN_IF_ERROR(

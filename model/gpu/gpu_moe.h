@@ -5,9 +5,9 @@
 // weighted combine, shared experts as dense SwiGLUs, the sequence-wise aux loss and z-loss
 // added to the model's device loss; the backward of all of it with fp32 weight gradients.
 //
-// One host synchronisation per MoE layer and forward pass: the per-expert row counts come back
-// to the host, because each expert's GEMM is launched with its row count (Megatron's dropless
-// grouped GEMM does the same). Expert parallelism is not on the GPU path (the trainer refuses
+// One host synchronisation per MoE layer and forward pass (two with recomputation, which runs
+// the forward again): the per-expert row counts come back to the host, because each expert's
+// GEMM is launched with its row count (Megatron's dropless grouped GEMM does the same). Expert parallelism is not on the GPU path (the trainer refuses
 // --ep). CUDA builds only.
 #ifndef SATDAR_MODEL_GPU_GPU_MOE_H_
 #define SATDAR_MODEL_GPU_GPU_MOE_H_

@@ -24,7 +24,20 @@ absl::Status CheckGpuSupport(const ModelConfig& c) {
       c.value_residual != "resformer") {
     return refuse("value_residual", c.value_residual);
   }
+  // gate_proj and up_proj run as one (2F, D) weight: adjacent in the device layout, whose tensors
+  // start at multiples of kDeviceAlign elements.
+  if (!c.moe.has_value() && (static_cast<int64_t>(c.intermediate_size) * c.hidden_size) % kDeviceAlign != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--device cuda: intermediate_size x hidden_size = ", c.intermediate_size, " x ",
+        c.hidden_size, " must be a multiple of ", kDeviceAlign));
+  }
   if (c.moe.has_value()) {
+    if ((static_cast<int64_t>(c.moe->expert_intermediate_size) * c.hidden_size) % kDeviceAlign != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--device cuda: moe.expert_intermediate_size x hidden_size = ",
+          c.moe->expert_intermediate_size, " x ", c.hidden_size, " must be a multiple of ",
+          kDeviceAlign));
+    }
     if (c.moe->num_experts > cuda::kMoeMaxExperts) {
       return absl::InvalidArgumentError(
           absl::StrCat("--device cuda: moe.num_experts ", c.moe->num_experts,

@@ -60,7 +60,9 @@ __global__ void RouteKernel(float* probs, float* lse, int* sel, float* weight,
   for (int j = lane; j < e; j += 32) {
     const float pj = expf(x[j] - mx) / sum;
     p[j] = pj;
-    cand[j] = pj;
+    // A NaN logit (a diverged run) makes every pj NaN; as candidates they count as 0, so the
+    // choice stays a valid expert index and the NaN reaches the loss through lse and probs.
+    cand[j] = fmaxf(pj, 0.0f);
   }
   if (lane == 0) lse[tok] = mx + logf(sum);
   __syncwarp();
