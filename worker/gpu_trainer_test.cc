@@ -106,6 +106,7 @@ INSTANTIATE_TEST_SUITE_P(Designs, GpuTrainerTest,
                                            std::make_pair("dar", "none"),
                                            std::make_pair("standard", "resformer"),
                                            std::make_pair("attnres", "none"),
+                                           std::make_pair("denseformer", "none"),
                                            std::make_pair("dar-moe", "none")));
 
 TEST(GpuTrainer, ResumeIsExactAndCheckpointsLoadOnCpu) {

@@ -182,6 +182,8 @@ INSTANTIATE_TEST_SUITE_P(
                            }()},
                       Case{"FullAttnRes", Tiny("attnres", "none", 1, true)},
                       Case{"BlockAttnResSatformer", Tiny("attnres", "satformer", 4, false)},
+                      Case{"DenseFormer", Tiny("denseformer", "none", 0, true)},
+                      Case{"DenseFormerSatformer", Tiny("denseformer", "satformer", 0, false)},
                       Case{"ResFormer", Tiny("standard", "resformer", 0, true)},
                       Case{"ResFormerLearnableDar", [] {
                              ModelConfig c = Tiny("dar", "resformer", 2, true);
@@ -199,9 +201,9 @@ TEST(GpuModelSupportTest, NamesTheField) {
   absl::Status s = CheckGpuSupport(c);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(std::string(s.message()).find("residual 'mhc'"), std::string::npos) << s;
-  c = Tiny("denseformer", "resformer", 0, true);
+  c = Tiny("muddformer", "resformer", 0, true);
   s = CheckGpuSupport(c);
-  EXPECT_NE(std::string(s.message()).find("residual 'denseformer'"), std::string::npos) << s;
+  EXPECT_NE(std::string(s.message()).find("residual 'muddformer'"), std::string::npos) << s;
   EXPECT_TRUE(CheckGpuSupport(Tiny("standard", "resformer", 0, true)).ok());
   EXPECT_TRUE(CheckGpuSupport(Tiny("dar", "satformer", 4, true)).ok());
   c = Moe(Tiny("dar", "none", 4, true), 64, 8, 1, false);

@@ -14,10 +14,11 @@ absl::Status CheckGpuSupport(const ModelConfig& c) {
   auto refuse = [](const std::string& field, const std::string& value) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--device cuda: ", field, " '", value,
-        "' is not on the GPU path yet (it has residual standard, attnres or dar, every value_residual, "
-        "dense or MoE FFNs); train it with --device cpu"));
+        "' is not on the GPU path yet (it has residual standard, attnres, dar or denseformer, "
+        "every value_residual, dense or MoE FFNs); train it with --device cpu"));
   };
-  if (c.residual != "standard" && c.residual != "dar" && c.residual != "attnres") {
+  if (c.residual != "standard" && c.residual != "dar" && c.residual != "attnres" &&
+      c.residual != "denseformer") {
     return refuse("residual", c.residual);
   }
   if (c.value_residual != "none" && c.value_residual != "satformer" &&

@@ -1,7 +1,7 @@
 // model/gpu/train_kernels.h: the small kernels the GPU model and trainer need besides the ops of
 // core/ops/cuda_ops.h and model/layers/*_cuda.h: weight casts, residual adds, DAR's mix and
-// write (the CPU math is model/variants/dar.cc), ResFormer's value mix (resformer.cc), the mean
-// loss and the gradient norm.
+// write (the CPU math is model/variants/dar.cc), ResFormer's value mix (resformer.cc),
+// DenseFormer's depth-weighted average (denseformer.cc), the mean loss and the gradient norm.
 //
 // T is float or __nv_bfloat16; arithmetic is fp32. Scalar parameters (DAR's mix logits,
 // transport and write gates) are read from the fp32 master weights on the device, so no step
@@ -76,6 +76,16 @@ cudaError_t ResformerMixBackward(T* dv, T* dv1, const T* dvmix, const T* v1, con
                                  const ResformerParams& p, float* grad_scale, float* grad_logits,
                                  float* grad_lambda2, float* scratch, int64_t n,
                                  cudaStream_t stream);
+
+// DenseFormer's depth-weighted average (model/variants/denseformer.cc): out = sum_j a[j] xs[j]
+// over count sources (device pointer lists; a: fp32 master weights), summed in source order.
+template <typename T>
+cudaError_t DwaForward(T* out, const T* const* xs, int count, const float* a, int64_t n,
+                       cudaStream_t stream);
+// dxs[j] += a[j] dy; grad_a[j] (fp32) += <xs[j], dy>. scratch: count * kReduceBlocks floats.
+template <typename T>
+cudaError_t DwaBackward(T* const* dxs, float* grad_a, const T* dy, const T* const* xs, int count,
+                        const float* a, float* scratch, int64_t n, cudaStream_t stream);
 
 // *acc (fp64) += scale * sum(losses[0..n)).
 cudaError_t AccumulateLoss(double* acc, const float* losses, int n, double scale,
