@@ -52,7 +52,9 @@ void Check(const Case& c, DType dt) {
   const size_t ne = static_cast<size_t>(n) * e, nk = static_cast<size_t>(n) * k;
   std::vector<float> logits = core::gpu_test::RandomNormal(ne, 21, 2.0f);
   if (c.ties) {
-    for (int r = 0; r < n; r += 4) std::fill(logits.begin() + r * e, logits.begin() + (r + 1) * e, 0.5f);
+    for (int r = 0; r < n; r += 4) {
+      std::fill(logits.begin() + r * e, logits.begin() + (r + 1) * e, 0.5f);
+    }
   }
   DeviceBuffer glogits(logits, DType::kF32);
   DeviceBuffer gprobs(ne, DType::kF32), glse(n, DType::kF32), gweight(nk, DType::kF32);
@@ -81,7 +83,9 @@ void Check(const Case& c, DType dt) {
     const double mx = *std::max_element(x, x + e);
     double sum = 0;
     for (int j = 0; j < e; ++j) sum += std::exp(x[j] - mx);
-    for (int j = 0; j < e; ++j) probs_ref[r * e + j] = static_cast<float>(std::exp(x[j] - mx) / sum);
+    for (int j = 0; j < e; ++j) {
+      probs_ref[r * e + j] = static_cast<float>(std::exp(x[j] - mx) / sum);
+    }
     lse_ref[r] = static_cast<float>(mx + std::log(sum));
     const float* pr = probs.data() + static_cast<size_t>(r) * e;
     std::vector<int> order(e);
@@ -199,7 +203,8 @@ TEST(MoeRouterCudaNonFinite, ChoicesStayValidAndTheLossIsNan) {
   DeviceBuffer gweight(n * k, DType::kF32), gfraction(b * e, DType::kF32);
   DeviceVector<int> gsel(std::vector<int>(n * k, -1)), gcounts(std::vector<int>(e, 0));
   DeviceVector<int> gslots(std::vector<int>(n * k, -1)), ginv(std::vector<int>(n * k, -1));
-  DeviceVector<double> gloss(std::vector<double>{0.0}), gscratch(std::vector<double>(static_cast<size_t>(b)));
+  DeviceVector<double> gloss(std::vector<double>{0.0});
+  DeviceVector<double> gscratch(std::vector<double>(static_cast<size_t>(b)));
   ASSERT_TRUE(cuda::MoeRoute(gprobs.f32(), glse.f32(), gsel.get(), gweight.f32(), glogits.f32(),
                              n, e, k, false)
                   .ok());

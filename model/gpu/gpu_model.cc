@@ -22,6 +22,7 @@
 #include "core/ops/cuda_ops.h"
 #include "core/ops/gemm_cuda.h"
 #include "core/ops/rope.h"
+#include "model/gpu/gpu_denseformer.h"
 #include "model/gpu/gpu_moe.h"
 #include "model/gpu/train_kernels.h"
 #include "model/layers/depth_retrieval_cuda.h"
@@ -63,7 +64,8 @@ class GpuDecoder : public GpuModel {
              kc::CachingAllocator* alloc, ParamTable table)
       : c_(c), o_(o), stream_(stream), alloc_(alloc), table_(std::move(table)),
         sublayers_(2 * c.num_hidden_layers), dar_(c.residual == "dar"),
-        attnres_(c.residual == "attnres"), denseformer_(c.residual == "denseformer"), depth_(dar_ || attnres_), streams_(dar_ ? 2 : 1),
+        attnres_(c.residual == "attnres"), denseformer_(c.residual == "denseformer"),
+        depth_(dar_ || attnres_), streams_(dar_ ? 2 : 1),
         satformer_(c.value_residual == "satformer"), resformer_(c.value_residual == "resformer"),
         value_res_(satformer_ || resformer_),
         learnable_res_(resformer_ && c.resformer_mode == "learnable_plus"),
@@ -116,8 +118,9 @@ class GpuDecoder : public GpuModel {
       res_scale_off_ = Off("model.value_residual.lambda_scale");
       res_logits_off_ = Off("model.value_residual.lambda_logits");
     }
-    for (int i = 0; denseformer_ && i < layers; ++i) {
-      dwa_off_.push_back(Off(LayerName(i, "dwa.weight")));
+    if (denseformer_) {
+      dense_ = std::make_unique<GpuDenseFormer<T>>(
+          c_, stream_, alloc_, [this](const std::string& name) { return Off(name); });
     }
     embed_off_ = Off("model.embed_tokens.weight");
     norm_off_ = Off("model.norm.weight");
@@ -202,7 +205,8 @@ class GpuDecoder : public GpuModel {
     if (depth_) {
       SATDAR_RETURN_IF_ERROR(DarForward());
     } else if (denseformer_) {
-      SATDAR_RETURN_IF_ERROR(DenseForward());
+      SATDAR_RETURN_IF_ERROR(dense_->Forward(
+          master_, [this](int l, const T* u, T* y) { return BranchForward(l, u, y); }));
     } else {
       for (int l = 1; l <= sublayers_; ++l) {
         SATDAR_RETURN_IF_ERROR(BranchForward(l, h_[l - 1], y_));
@@ -239,7 +243,10 @@ class GpuDecoder : public GpuModel {
     if (depth_) {
       SATDAR_RETURN_IF_ERROR(DarBackward());
     } else if (denseformer_) {
-      SATDAR_RETURN_IF_ERROR(DenseBackward());
+      SATDAR_RETURN_IF_ERROR(dense_->Backward(
+          master_, g_, dx_final_,
+          [this](int l, const T* u, const T* dy, T* du) { return BranchBackward(l, u, dy, du); },
+          &dh0_));
     } else {
       // dx_final_ carries d loss / d h_l down the stream; each branch adds its path in place.
       for (int l = sublayers_; l >= 1; --l) {
@@ -413,7 +420,10 @@ class GpuDecoder : public GpuModel {
       h_[0] = h0_;
       for (int l = 1; l < sublayers_; ++l) SATDAR_RETURN_IF_ERROR(Act(&h_[l], nc));
       h_[sublayers_] = x_final_;
-      if (denseformer_) SATDAR_RETURN_IF_ERROR(ResizeDense(n));
+      if (dense_) {
+        SATDAR_RETURN_IF_ERROR(dense_->Resize(b, t, h_, y_));
+        activation_bytes_ += dense_->activation_bytes();
+      }
     }
     // The RoPE tables' host vectors go out of scope here.
     GPU_CHECK(cudaStreamSynchronize(stream_));
@@ -535,61 +545,6 @@ class GpuDecoder : public GpuModel {
     SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardWeightF32(h, kDt, g + o.wk, dk_raw_, a.x_attn, n, kd, d_));
     SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardWeightF32(h, kDt, g + o.wv, dv_proj, a.x_attn, n, kd, d_));
     GPU_CHECK(kc::RmsNormBackward(du, g + o.ln_attn, dx_, u, W(o.ln_attn), a.rstd_attn, n, d_, stream_));
-    return absl::OkStatus();
-  }
-
-  // ---- DenseFormer (model/variants/denseformer.cc). h_[2i] is layer i's input (the DWA output
-  // of layer i-1, h0 for i = 0), h_[2i+1] the state after its attention; X_0 = h0 and X_{i+1} =
-  // h_[2i+1] + mlp(h_[2i+1]) are the DWA's sources; the last DWA writes x_final.
-  absl::Status ResizeDense(size_t n) {
-    const int layers = c_.num_hidden_layers;
-    dense_x_.assign(layers + 1, h0_);
-    dense_dx_.assign(layers + 1, nullptr);
-    for (int j = 0; j <= layers; ++j) {
-      if (j > 0) SATDAR_RETURN_IF_ERROR(Act(&dense_x_[j], n * d_));
-      SATDAR_RETURN_IF_ERROR(Act(&dense_dx_[j], n * d_));
-    }
-    SATDAR_RETURN_IF_ERROR(Act(&dmid_, n * d_));
-    SATDAR_RETURN_IF_ERROR(Act(&dh0_buf_, n * d_));
-    SATDAR_RETURN_IF_ERROR(Act(&dwa_scratch_, static_cast<size_t>(layers + 1) * kReduceBlocks));
-    std::vector<T*> host(dense_x_);
-    host.insert(host.end(), dense_dx_.begin(), dense_dx_.end());
-    SATDAR_RETURN_IF_ERROR(Act(&dense_ptrs_, host.size()));
-    GPU_CHECK(cudaMemcpyAsync(dense_ptrs_, host.data(), host.size() * sizeof(T*),
-                              cudaMemcpyHostToDevice, stream_));
-    GPU_CHECK(cudaStreamSynchronize(stream_));  // `host` goes out of scope
-    return absl::OkStatus();
-  }
-
-  absl::Status DenseForward() {
-    const int64_t nc = static_cast<int64_t>(b_) * t_ * d_;
-    for (int i = 0; i < c_.num_hidden_layers; ++i) {
-      SATDAR_RETURN_IF_ERROR(BranchForward(2 * i + 1, h_[2 * i], y_));
-      GPU_CHECK(Add(h_[2 * i + 1], h_[2 * i], y_, nc, stream_));
-      SATDAR_RETURN_IF_ERROR(BranchForward(2 * i + 2, h_[2 * i + 1], y_));
-      GPU_CHECK(Add(dense_x_[i + 1], h_[2 * i + 1], y_, nc, stream_));
-      GPU_CHECK(DwaForward(h_[2 * i + 2], dense_ptrs_, i + 2, master_ + dwa_off_[i], nc, stream_));
-    }
-    return absl::OkStatus();
-  }
-
-  absl::Status DenseBackward() {
-    const int layers = c_.num_hidden_layers;
-    const int64_t nc = static_cast<int64_t>(b_) * t_ * d_;
-    for (T* p : dense_dx_) GPU_CHECK(cudaMemsetAsync(p, 0, nc * sizeof(T), stream_));
-    const T* dy = dx_final_;  // d loss / d (layer i's DWA output)
-    for (int i = layers - 1; i >= 0; --i) {
-      GPU_CHECK(DwaBackward(dense_ptrs_ + layers + 1, g_ + dwa_off_[i], dy, dense_ptrs_, i + 2,
-                            master_ + dwa_off_[i], dwa_scratch_, nc, stream_));
-      // X_{i+1} = mid + mlp(mid), mid = in + attn(in): both branches add their paths in place.
-      GPU_CHECK(cudaMemcpyAsync(dmid_, dense_dx_[i + 1], nc * sizeof(T), cudaMemcpyDeviceToDevice,
-                                stream_));
-      SATDAR_RETURN_IF_ERROR(BranchBackward(2 * i + 2, h_[2 * i + 1], dmid_, dmid_));
-      SATDAR_RETURN_IF_ERROR(BranchBackward(2 * i + 1, h_[2 * i], dmid_, dmid_));
-      dy = dmid_;
-    }
-    GPU_CHECK(Add(dh0_buf_, dmid_, dense_dx_[0], nc, stream_));
-    dh0_ = dh0_buf_;
     return absl::OkStatus();
   }
 
@@ -772,6 +727,7 @@ class GpuDecoder : public GpuModel {
   int64_t res_scale_off_ = -1, res_logits_off_ = -1;
   std::function<void(int)> hook_;
   std::unique_ptr<GpuMoe<T>> moe_;  // MoE FFNs (null: dense)
+  std::unique_ptr<GpuDenseFormer<T>> dense_;  // DenseFormer's topology (null: another)
   double* loss_acc_ = nullptr;      // the current Forward's loss (null while recomputing)
   double loss_scale_ = 1.0;
 
@@ -806,12 +762,6 @@ class GpuDecoder : public GpuModel {
   T *du_ = nullptr, *dy_ = nullptr, *dh0_buf_ = nullptr;
   float* dar_work_ = nullptr;
   T** dar_ptrs_ = nullptr;
-  // DenseFormer.
-  std::vector<int64_t> dwa_off_;
-  std::vector<T*> dense_x_, dense_dx_;
-  T** dense_ptrs_ = nullptr;  // device: the sources X_0..X_L, then their gradients
-  T* dmid_ = nullptr;
-  float* dwa_scratch_ = nullptr;
 };
 
 }  // namespace

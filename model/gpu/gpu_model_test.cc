@@ -192,7 +192,8 @@ INSTANTIATE_TEST_SUITE_P(
                            }()},
                       Case{"MoeTransformer", Moe(Tiny("standard", "none", 0, true), 8, 2, 1, false),
                            false},
-                      Case{"MoeBlockDarSatformer", Moe(Tiny("dar", "satformer", 2, false), 8, 3, 0, true),
+                      Case{"MoeBlockDarSatformer",
+                           Moe(Tiny("dar", "satformer", 2, false), 8, 3, 0, true),
                            false}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 

@@ -189,7 +189,8 @@ absl::Status GpuMoe<T>::Forward(int layer, const T* w, const T* z, T* out, doubl
     }
     r0 += cnt;
   }
-  SATDAR_RETURN_IF_ERROR(lc::MoeCombine(kDt, out, s.y, s.weight, s.row_of_slot, n, k_, d_, stream_));
+  SATDAR_RETURN_IF_ERROR(
+      lc::MoeCombine(kDt, out, s.y, s.weight, s.row_of_slot, n, k_, d_, stream_));
   for (int j = 0; j < shared_; ++j) {
     SATDAR_RETURN_IF_ERROR(
         kc::MatmulForward(gemm_, kDt, s.shared_gate_up[j], z, w + o.shared[j], n, 2 * f_, d_));
@@ -230,8 +231,8 @@ absl::Status GpuMoe<T>::Backward(int layer, const T* w, float* grads, const T* z
         kc::MatmulBackwardWeightF32(gemm_, kDt, grads + gate, dsgate_up_, z, n, 2 * f_, d_));
   }
   // Combine: each row's output gradient and each slot's weight gradient.
-  SATDAR_RETURN_IF_ERROR(
-      lc::MoeCombineBackward(kDt, dy_, dweight_, dout, s.y, s.weight, s.slots, rows, k_, d_, stream_));
+  SATDAR_RETURN_IF_ERROR(lc::MoeCombineBackward(kDt, dy_, dweight_, dout, s.y, s.weight, s.slots,
+                                                rows, k_, d_, stream_));
   int64_t r0 = 0;
   for (int e = 0; e < e_; ++e) {
     const int cnt = s.host_counts[e];

@@ -7,8 +7,8 @@
 //
 // One host synchronisation per MoE layer and forward pass (two with recomputation, which runs
 // the forward again): the per-expert row counts come back to the host, because each expert's
-// GEMM is launched with its row count (Megatron's dropless grouped GEMM does the same). Expert parallelism is not on the GPU path (the trainer refuses
-// --ep). CUDA builds only.
+// GEMM is launched with its row count (Megatron's dropless grouped GEMM does the same).
+// Expert parallelism is not on the GPU path (the trainer refuses --ep). CUDA builds only.
 #ifndef SATDAR_MODEL_GPU_GPU_MOE_H_
 #define SATDAR_MODEL_GPU_GPU_MOE_H_
 
@@ -39,7 +39,8 @@ class GpuMoe {
   // offset_of(name): where parameter `name` starts in the device layout (weights, gradients).
   static absl::StatusOr<std::unique_ptr<GpuMoe>> Create(
       const ModelConfig& config, cudaStream_t stream, core::cuda::GemmHandle* gemm,
-      core::cuda::CachingAllocator* alloc, const std::function<int64_t(const std::string&)>& offset_of);
+      core::cuda::CachingAllocator* alloc,
+      const std::function<int64_t(const std::string&)>& offset_of);
   ~GpuMoe();
 
   // Buffers for (B, T); with `shared_sets` every layer uses one set of saved activations (the

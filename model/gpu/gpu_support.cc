@@ -27,13 +27,15 @@ absl::Status CheckGpuSupport(const ModelConfig& c) {
   }
   // gate_proj and up_proj run as one (2F, D) weight: adjacent in the device layout, whose tensors
   // start at multiples of kDeviceAlign elements.
-  if (!c.moe.has_value() && (static_cast<int64_t>(c.intermediate_size) * c.hidden_size) % kDeviceAlign != 0) {
+  const int64_t ffn = static_cast<int64_t>(c.intermediate_size) * c.hidden_size;
+  if (!c.moe.has_value() && ffn % kDeviceAlign != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--device cuda: intermediate_size x hidden_size = ", c.intermediate_size, " x ",
         c.hidden_size, " must be a multiple of ", kDeviceAlign));
   }
   if (c.moe.has_value()) {
-    if ((static_cast<int64_t>(c.moe->expert_intermediate_size) * c.hidden_size) % kDeviceAlign != 0) {
+    const int64_t expert = static_cast<int64_t>(c.moe->expert_intermediate_size) * c.hidden_size;
+    if (expert % kDeviceAlign != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--device cuda: moe.expert_intermediate_size x hidden_size = ",
           c.moe->expert_intermediate_size, " x ", c.hidden_size, " must be a multiple of ",

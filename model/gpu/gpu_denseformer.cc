@@ -1,0 +1,113 @@
+#include "model/gpu/gpu_denseformer.h"
+
+#ifdef SATDAR_WITH_CUDA
+
+#include <cuda_bf16.h>
+
+#include "absl/strings/str_cat.h"
+#include "core/check.h"
+#include "core/cuda/allocator.h"
+#include "core/cuda/check.h"
+#include "model/gpu/train_kernels.h"
+
+namespace satdar::model::gpu {
+
+template <typename T>
+GpuDenseFormer<T>::GpuDenseFormer(const ModelConfig& c, cudaStream_t stream,
+                                  core::cuda::CachingAllocator* alloc,
+                                  const std::function<int64_t(const std::string&)>& offset_of)
+    : layers_(c.num_hidden_layers), d_(c.hidden_size), stream_(stream), alloc_(alloc) {
+  for (int i = 0; i < layers_; ++i) {
+    dwa_off_.push_back(offset_of(absl::StrCat("model.layers.", i, ".dwa.weight")));
+  }
+}
+
+template <typename T>
+GpuDenseFormer<T>::~GpuDenseFormer() {
+  cudaStreamSynchronize(stream_);
+  FreeAll();
+}
+
+template <typename T>
+template <typename U>
+absl::Status GpuDenseFormer<T>::Alloc(U** p, size_t count) {
+  SATDAR_ASSIGN_OR_RETURN(void* raw, alloc_->Allocate(count * sizeof(U), stream_));
+  blocks_.push_back(raw);
+  bytes_ += static_cast<int64_t>(count * sizeof(U));
+  *p = static_cast<U*>(raw);
+  return absl::OkStatus();
+}
+
+template <typename T>
+void GpuDenseFormer<T>::FreeAll() {
+  for (void* p : blocks_) (void)alloc_->Free(p);
+  blocks_.clear();
+  bytes_ = 0;
+}
+
+template <typename T>
+absl::Status GpuDenseFormer<T>::Resize(int b, int t, const std::vector<T*>& h, T* y) {
+  SATDAR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  FreeAll();
+  SATDAR_CHECK(static_cast<int>(h.size()) == 2 * layers_ + 1) << "DenseFormer: states";
+  h_ = h;
+  y_ = y;
+  const size_t nc = static_cast<size_t>(b) * t * d_;
+  nc_ = static_cast<int64_t>(nc);
+  x_.assign(layers_ + 1, h[0]);
+  dx_.assign(layers_ + 1, nullptr);
+  for (int j = 0; j <= layers_; ++j) {
+    if (j > 0) SATDAR_RETURN_IF_ERROR(Alloc(&x_[j], nc));
+    SATDAR_RETURN_IF_ERROR(Alloc(&dx_[j], nc));
+  }
+  SATDAR_RETURN_IF_ERROR(Alloc(&dmid_, nc));
+  SATDAR_RETURN_IF_ERROR(Alloc(&dh0_, nc));
+  SATDAR_RETURN_IF_ERROR(Alloc(&scratch_, static_cast<size_t>(layers_ + 1) * kReduceBlocks));
+  std::vector<T*> host(x_);
+  host.insert(host.end(), dx_.begin(), dx_.end());
+  SATDAR_RETURN_IF_ERROR(Alloc(&ptrs_, host.size()));
+  SATDAR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(ptrs_, host.data(), host.size() * sizeof(T*),
+                                              cudaMemcpyHostToDevice, stream_));
+  SATDAR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));  // `host` goes out of scope
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status GpuDenseFormer<T>::Forward(const float* master, const BranchForward& branch) {
+  for (int i = 0; i < layers_; ++i) {
+    SATDAR_RETURN_IF_ERROR(branch(2 * i + 1, h_[2 * i], y_));
+    SATDAR_CUDA_RETURN_IF_ERROR(Add(h_[2 * i + 1], h_[2 * i], y_, nc_, stream_));
+    SATDAR_RETURN_IF_ERROR(branch(2 * i + 2, h_[2 * i + 1], y_));
+    SATDAR_CUDA_RETURN_IF_ERROR(Add(x_[i + 1], h_[2 * i + 1], y_, nc_, stream_));
+    SATDAR_CUDA_RETURN_IF_ERROR(
+        DwaForward(h_[2 * i + 2], ptrs_, i + 2, master + dwa_off_[i], nc_, stream_));
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status GpuDenseFormer<T>::Backward(const float* master, float* grads, const T* dx_final,
+                                         const BranchBackward& branch, const T** dh0) {
+  for (T* p : dx_) SATDAR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(p, 0, nc_ * sizeof(T), stream_));
+  const T* dy = dx_final;  // d loss / d (layer i's DWA output)
+  for (int i = layers_ - 1; i >= 0; --i) {
+    SATDAR_CUDA_RETURN_IF_ERROR(DwaBackward(ptrs_ + layers_ + 1, grads + dwa_off_[i], dy, ptrs_,
+                                            i + 2, master + dwa_off_[i], scratch_, nc_, stream_));
+    // X_{i+1} = mid + mlp(mid), mid = in + attn(in): both branches add their paths in place.
+    SATDAR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dmid_, dx_[i + 1], nc_ * sizeof(T),
+                                                cudaMemcpyDeviceToDevice, stream_));
+    SATDAR_RETURN_IF_ERROR(branch(2 * i + 2, h_[2 * i + 1], dmid_, dmid_));
+    SATDAR_RETURN_IF_ERROR(branch(2 * i + 1, h_[2 * i], dmid_, dmid_));
+    dy = dmid_;
+  }
+  SATDAR_CUDA_RETURN_IF_ERROR(Add(dh0_, dmid_, dx_[0], nc_, stream_));
+  *dh0 = dh0_;
+  return absl::OkStatus();
+}
+
+template class GpuDenseFormer<float>;
+template class GpuDenseFormer<__nv_bfloat16>;
+
+}  // namespace satdar::model::gpu
+
+#endif  // SATDAR_WITH_CUDA

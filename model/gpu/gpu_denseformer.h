@@ -1,0 +1,73 @@
+// model/gpu/gpu_denseformer.h: DenseFormer's topology (model/variants/denseformer.cc) for
+// model/gpu/gpu_model.cc. Layer i maps its input h[2i] through the attention branch to h[2i+1]
+// and the MLP branch to X_{i+1}; its depth-weighted average of X_0 = h0 .. X_{i+1} (weights
+// model.layers.{i}.dwa.weight, read from the fp32 master weights) is the next layer's input
+// h[2i+2] (the last one: x_final). The branches are the decoder's, passed as callbacks.
+// CUDA builds only.
+#ifndef SATDAR_MODEL_GPU_GPU_DENSEFORMER_H_
+#define SATDAR_MODEL_GPU_GPU_DENSEFORMER_H_
+
+#ifdef SATDAR_WITH_CUDA
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "model/config.h"
+
+namespace satdar::core::cuda {
+class CachingAllocator;
+}  // namespace satdar::core::cuda
+
+namespace satdar::model::gpu {
+
+template <typename T>  // float or __nv_bfloat16
+class GpuDenseFormer {
+ public:
+  using BranchForward = std::function<absl::Status(int l, const T* u, T* y)>;  // y = f_l(u)
+  // du += d/du <dy, f_l(u)>; dy may alias du.
+  using BranchBackward = std::function<absl::Status(int l, const T* u, const T* dy, T* du)>;
+
+  // offset_of(name): where parameter `name` starts in the device layout.
+  GpuDenseFormer(const ModelConfig& config, cudaStream_t stream,
+                 core::cuda::CachingAllocator* alloc,
+                 const std::function<int64_t(const std::string&)>& offset_of);
+  ~GpuDenseFormer();
+
+  // h: the decoder's 2L+1 states for (B, T) (h[0] = the embedding, h[2L] = x_final); y: an
+  // (N, D) scratch buffer.
+  absl::Status Resize(int b, int t, const std::vector<T*>& h, T* y);
+  int64_t activation_bytes() const { return bytes_; }
+
+  absl::Status Forward(const float* master, const BranchForward& branch);
+  // From d loss / d x_final; *dh0 = d loss / d h0 (valid until the next call).
+  absl::Status Backward(const float* master, float* grads, const T* dx_final,
+                        const BranchBackward& branch, const T** dh0);
+
+ private:
+  template <typename U>
+  absl::Status Alloc(U** p, size_t count);
+  void FreeAll();
+
+  const int layers_, d_;
+  cudaStream_t stream_;
+  core::cuda::CachingAllocator* alloc_;
+  std::vector<int64_t> dwa_off_;
+  std::vector<void*> blocks_;
+  int64_t bytes_ = 0, nc_ = 0;
+  std::vector<T*> h_, x_, dx_;  // the decoder's states; the sources X_0..X_L; their gradients
+  T* y_ = nullptr;
+  T** ptrs_ = nullptr;  // device: x_ then dx_
+  T *dmid_ = nullptr, *dh0_ = nullptr;
+  float* scratch_ = nullptr;
+};
+
+}  // namespace satdar::model::gpu
+
+#endif  // SATDAR_WITH_CUDA
+
+#endif  // SATDAR_MODEL_GPU_GPU_DENSEFORMER_H_
