@@ -16,7 +16,8 @@ template <typename T>
 GpuDenseFormer<T>::GpuDenseFormer(const ModelConfig& c, cudaStream_t stream,
                                   core::cuda::CachingAllocator* alloc,
                                   const std::function<int64_t(const std::string&)>& offset_of)
-    : layers_(c.num_hidden_layers), d_(c.hidden_size), stream_(stream), alloc_(alloc) {
+    : layers_(c.num_hidden_layers), d_(c.hidden_size), stream_(stream),
+      arena_(alloc, stream) {
   for (int i = 0; i < layers_; ++i) {
     dwa_off_.push_back(offset_of(absl::StrCat("model.layers.", i, ".dwa.weight")));
   }
@@ -25,30 +26,13 @@ GpuDenseFormer<T>::GpuDenseFormer(const ModelConfig& c, cudaStream_t stream,
 template <typename T>
 GpuDenseFormer<T>::~GpuDenseFormer() {
   cudaStreamSynchronize(stream_);
-  FreeAll();
-}
-
-template <typename T>
-template <typename U>
-absl::Status GpuDenseFormer<T>::Alloc(U** p, size_t count) {
-  SATDAR_ASSIGN_OR_RETURN(void* raw, alloc_->Allocate(count * sizeof(U), stream_));
-  blocks_.push_back(raw);
-  bytes_ += static_cast<int64_t>(count * sizeof(U));
-  *p = static_cast<U*>(raw);
-  return absl::OkStatus();
-}
-
-template <typename T>
-void GpuDenseFormer<T>::FreeAll() {
-  for (void* p : blocks_) (void)alloc_->Free(p);
-  blocks_.clear();
-  bytes_ = 0;
+  arena_.FreeAll();
 }
 
 template <typename T>
 absl::Status GpuDenseFormer<T>::Resize(int b, int t, const std::vector<T*>& h, T* y) {
   SATDAR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-  FreeAll();
+  arena_.FreeAll();
   SATDAR_CHECK(static_cast<int>(h.size()) == 2 * layers_ + 1) << "DenseFormer: states";
   h_ = h;
   y_ = y;
@@ -57,15 +41,15 @@ absl::Status GpuDenseFormer<T>::Resize(int b, int t, const std::vector<T*>& h, T
   x_.assign(layers_ + 1, h[0]);
   dx_.assign(layers_ + 1, nullptr);
   for (int j = 0; j <= layers_; ++j) {
-    if (j > 0) SATDAR_RETURN_IF_ERROR(Alloc(&x_[j], nc));
-    SATDAR_RETURN_IF_ERROR(Alloc(&dx_[j], nc));
+    if (j > 0) SATDAR_RETURN_IF_ERROR(arena_.Alloc(&x_[j], nc));
+    SATDAR_RETURN_IF_ERROR(arena_.Alloc(&dx_[j], nc));
   }
-  SATDAR_RETURN_IF_ERROR(Alloc(&dmid_, nc));
-  SATDAR_RETURN_IF_ERROR(Alloc(&dh0_, nc));
-  SATDAR_RETURN_IF_ERROR(Alloc(&scratch_, static_cast<size_t>(layers_ + 1) * kReduceBlocks));
+  SATDAR_RETURN_IF_ERROR(arena_.Alloc(&dmid_, nc));
+  SATDAR_RETURN_IF_ERROR(arena_.Alloc(&dh0_, nc));
+  SATDAR_RETURN_IF_ERROR(arena_.Alloc(&scratch_, static_cast<size_t>(layers_ + 1) * kReduceBlocks));
   std::vector<T*> host(x_);
   host.insert(host.end(), dx_.begin(), dx_.end());
-  SATDAR_RETURN_IF_ERROR(Alloc(&ptrs_, host.size()));
+  SATDAR_RETURN_IF_ERROR(arena_.Alloc(&ptrs_, host.size()));
   SATDAR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(ptrs_, host.data(), host.size() * sizeof(T*),
                                               cudaMemcpyHostToDevice, stream_));
   SATDAR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));  // `host` goes out of scope

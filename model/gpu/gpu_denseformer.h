@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "model/config.h"
+#include "model/gpu/device_arena.h"
 
 namespace satdar::core::cuda {
 class CachingAllocator;
@@ -41,7 +42,7 @@ class GpuDenseFormer {
   // h: the decoder's 2L+1 states for (B, T) (h[0] = the embedding, h[2L] = x_final); y: an
   // (N, D) scratch buffer.
   absl::Status Resize(int b, int t, const std::vector<T*>& h, T* y);
-  int64_t activation_bytes() const { return bytes_; }
+  int64_t activation_bytes() const { return arena_.bytes(); }
 
   absl::Status Forward(const float* master, const BranchForward& branch);
   // From d loss / d x_final; *dh0 = d loss / d h0 (valid until the next call).
@@ -49,16 +50,12 @@ class GpuDenseFormer {
                         const BranchBackward& branch, const T** dh0);
 
  private:
-  template <typename U>
-  absl::Status Alloc(U** p, size_t count);
-  void FreeAll();
 
   const int layers_, d_;
   cudaStream_t stream_;
-  core::cuda::CachingAllocator* alloc_;
   std::vector<int64_t> dwa_off_;
-  std::vector<void*> blocks_;
-  int64_t bytes_ = 0, nc_ = 0;
+  DeviceArena arena_;
+  int64_t nc_ = 0;
   std::vector<T*> h_, x_, dx_;  // the decoder's states; the sources X_0..X_L; their gradients
   T* y_ = nullptr;
   T** ptrs_ = nullptr;  // device: x_ then dx_

@@ -22,6 +22,7 @@
 #include "core/ops/cuda_ops.h"
 #include "core/ops/gemm_cuda.h"
 #include "core/ops/rope.h"
+#include "model/gpu/device_arena.h"
 #include "model/gpu/gpu_denseformer.h"
 #include "model/gpu/gpu_moe.h"
 #include "model/gpu/train_kernels.h"
@@ -72,11 +73,11 @@ class GpuDecoder : public GpuModel {
         block_(c.block_size > 0 ? c.block_size : (dar_ ? 2 : 1)), d_(c.hidden_size), nh_(c.num_attention_heads),
         nkv_(c.num_key_value_heads), hs_(c.head_size()), f_(c.intermediate_size),
         v_(c.vocab_size), eps_(static_cast<float>(c.rms_norm_eps)),
-        layout_(MakeDeviceLayout(table_)) {}
+        layout_(MakeDeviceLayout(table_)), arena_(alloc, stream) {}
 
   ~GpuDecoder() override {
     cudaStreamSynchronize(stream_);
-    FreeAll();
+    arena_.FreeAll();
     if (w_copy_ != nullptr) (void)alloc_->Free(w_copy_);
     if (pinned_) cudaFreeHost(pinned_);
     if (copied_) cudaEventDestroy(copied_);
@@ -161,7 +162,10 @@ class GpuDecoder : public GpuModel {
   const ParamTable& params() const override { return table_; }
   const DeviceLayout& layout() const override { return layout_; }
   const ModelConfig& config() const override { return c_; }
-  int64_t activation_bytes() const override { return activation_bytes_; }
+  int64_t activation_bytes() const override {
+    return arena_.bytes() + (moe_ ? moe_->activation_bytes() : 0) +
+           (dense_ ? dense_->activation_bytes() : 0);
+  }
   void SetLayerGradientsReadyHook(std::function<void(int)> hook) override {
     hook_ = std::move(hook);
   }
@@ -305,22 +309,13 @@ class GpuDecoder : public GpuModel {
   // An activation or scratch buffer of (B, T), freed by the next Resize.
   template <typename U>
   absl::Status Act(U** p, size_t count) {
-    SATDAR_ASSIGN_OR_RETURN(void* raw, alloc_->Allocate(count * sizeof(U), stream_));
-    blocks_.push_back(raw);
-    activation_bytes_ += static_cast<int64_t>(count * sizeof(U));
-    *p = static_cast<U*>(raw);
-    return absl::OkStatus();
-  }
-  void FreeAll() {
-    for (void* p : blocks_) (void)alloc_->Free(p);
-    blocks_.clear();
+    return arena_.Alloc(p, count);
   }
 
   absl::Status Resize(int b, int t) {
     if (b == b_ && t == t_) return absl::OkStatus();
     GPU_CHECK(cudaStreamSynchronize(stream_));
-    FreeAll();
-    activation_bytes_ = 0;
+    arena_.FreeAll();
     b_ = t_ = 0;  // set once everything is allocated
     const size_t n = static_cast<size_t>(b) * t, nc = n * d_;
     const size_t qd = static_cast<size_t>(nh_) * hs_, kd = static_cast<size_t>(nkv_) * hs_;
@@ -372,7 +367,6 @@ class GpuDecoder : public GpuModel {
     }
     if (moe_) {
       SATDAR_RETURN_IF_ERROR(moe_->Resize(b, t, o_.recompute));
-      activation_bytes_ += moe_->activation_bytes();
     }
     for (int i = sets; i < layers; ++i) acts_[i] = acts_[0];
     if (value_res_) {
@@ -422,7 +416,6 @@ class GpuDecoder : public GpuModel {
       h_[sublayers_] = x_final_;
       if (dense_) {
         SATDAR_RETURN_IF_ERROR(dense_->Resize(b, t, h_, y_));
-        activation_bytes_ += dense_->activation_bytes();
       }
     }
     // The RoPE tables' host vectors go out of scope here.
@@ -731,8 +724,7 @@ class GpuDecoder : public GpuModel {
   double* loss_acc_ = nullptr;      // the current Forward's loss (null while recomputing)
   double loss_scale_ = 1.0;
 
-  std::vector<void*> blocks_;
-  int64_t activation_bytes_ = 0;
+  DeviceArena arena_;  // (B, T) activations and scratch
   const float* master_ = nullptr;
   const T* w_ = nullptr;
   T* w_copy_ = nullptr;

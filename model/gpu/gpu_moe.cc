@@ -39,12 +39,13 @@ GpuMoe<T>::GpuMoe(const ModelConfig& c, cudaStream_t stream, kc::GemmHandle* gem
                   kc::CachingAllocator* alloc)
     : c_(c), d_(c.hidden_size), e_(c.moe->num_experts), k_(c.moe->top_k),
       f_(c.moe->expert_intermediate_size), shared_(c.moe->num_shared_experts),
-      norm_topk_(c.moe->norm_topk_prob), stream_(stream), gemm_(gemm), alloc_(alloc) {}
+      norm_topk_(c.moe->norm_topk_prob), stream_(stream), gemm_(gemm),
+      arena_(alloc, stream) {}
 
 template <typename T>
 GpuMoe<T>::~GpuMoe() {
   cudaStreamSynchronize(stream_);
-  FreeAll();
+  arena_.FreeAll();
   if (pinned_counts_ != nullptr) cudaFreeHost(pinned_counts_);
 }
 
@@ -80,64 +81,47 @@ absl::StatusOr<std::unique_ptr<GpuMoe<T>>> GpuMoe<T>::Create(
 }
 
 template <typename T>
-template <typename U>
-absl::Status GpuMoe<T>::Alloc(U** p, size_t count) {
-  SATDAR_ASSIGN_OR_RETURN(void* raw, alloc_->Allocate(count * sizeof(U), stream_));
-  blocks_.push_back(raw);
-  bytes_ += static_cast<int64_t>(count * sizeof(U));
-  *p = static_cast<U*>(raw);
-  return absl::OkStatus();
-}
-
-template <typename T>
-void GpuMoe<T>::FreeAll() {
-  for (void* p : blocks_) (void)alloc_->Free(p);
-  blocks_.clear();
-  bytes_ = 0;
-}
-
-template <typename T>
 absl::Status GpuMoe<T>::Resize(int b, int t, bool shared_sets) {
   SATDAR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-  FreeAll();
+  arena_.FreeAll();
   b_ = t_ = 0;
   const size_t n = static_cast<size_t>(b) * t, nk = n * k_;  // nk = R rows (dropless)
   const int layers = c_.num_hidden_layers;
   saved_.assign(layers, Saved());
   for (int i = 0; i < (shared_sets ? 1 : layers); ++i) {
     Saved& s = saved_[i];
-    SATDAR_RETURN_IF_ERROR(Alloc(&s.probs, n * e_));
-    SATDAR_RETURN_IF_ERROR(Alloc(&s.lse, n));
-    SATDAR_RETURN_IF_ERROR(Alloc(&s.weight, nk));
-    SATDAR_RETURN_IF_ERROR(Alloc(&s.fraction, static_cast<size_t>(b) * e_));
-    SATDAR_RETURN_IF_ERROR(Alloc(&s.sel, nk));
-    SATDAR_RETURN_IF_ERROR(Alloc(&s.counts, e_));
-    SATDAR_RETURN_IF_ERROR(Alloc(&s.slots, nk));
-    SATDAR_RETURN_IF_ERROR(Alloc(&s.row_of_slot, nk));
-    SATDAR_RETURN_IF_ERROR(Alloc(&s.xp, nk * d_));
-    SATDAR_RETURN_IF_ERROR(Alloc(&s.gate_up, nk * 2 * f_));
-    SATDAR_RETURN_IF_ERROR(Alloc(&s.act, nk * f_));
-    SATDAR_RETURN_IF_ERROR(Alloc(&s.y, nk * d_));
+    SATDAR_RETURN_IF_ERROR(arena_.Alloc(&s.probs, n * e_));
+    SATDAR_RETURN_IF_ERROR(arena_.Alloc(&s.lse, n));
+    SATDAR_RETURN_IF_ERROR(arena_.Alloc(&s.weight, nk));
+    SATDAR_RETURN_IF_ERROR(arena_.Alloc(&s.fraction, static_cast<size_t>(b) * e_));
+    SATDAR_RETURN_IF_ERROR(arena_.Alloc(&s.sel, nk));
+    SATDAR_RETURN_IF_ERROR(arena_.Alloc(&s.counts, e_));
+    SATDAR_RETURN_IF_ERROR(arena_.Alloc(&s.slots, nk));
+    SATDAR_RETURN_IF_ERROR(arena_.Alloc(&s.row_of_slot, nk));
+    SATDAR_RETURN_IF_ERROR(arena_.Alloc(&s.xp, nk * d_));
+    SATDAR_RETURN_IF_ERROR(arena_.Alloc(&s.gate_up, nk * 2 * f_));
+    SATDAR_RETURN_IF_ERROR(arena_.Alloc(&s.act, nk * f_));
+    SATDAR_RETURN_IF_ERROR(arena_.Alloc(&s.y, nk * d_));
     s.shared_gate_up.assign(shared_, nullptr);
     s.shared_act.assign(shared_, nullptr);
     for (int j = 0; j < shared_; ++j) {
-      SATDAR_RETURN_IF_ERROR(Alloc(&s.shared_gate_up[j], n * 2 * f_));
-      SATDAR_RETURN_IF_ERROR(Alloc(&s.shared_act[j], n * f_));
+      SATDAR_RETURN_IF_ERROR(arena_.Alloc(&s.shared_gate_up[j], n * 2 * f_));
+      SATDAR_RETURN_IF_ERROR(arena_.Alloc(&s.shared_act[j], n * f_));
     }
   }
   for (int i = 1; shared_sets && i < layers; ++i) saved_[i] = saved_[0];
-  SATDAR_RETURN_IF_ERROR(Alloc(&logits_, n * e_));
-  SATDAR_RETURN_IF_ERROR(Alloc(&dweight_, nk));
-  SATDAR_RETURN_IF_ERROR(Alloc(&seq_scratch_, static_cast<size_t>(b)));
-  SATDAR_RETURN_IF_ERROR(Alloc(&dlogits_, n * e_));
-  SATDAR_RETURN_IF_ERROR(Alloc(&dy_, nk * d_));
-  SATDAR_RETURN_IF_ERROR(Alloc(&dact_, nk * f_));
-  SATDAR_RETURN_IF_ERROR(Alloc(&dgate_up_, nk * 2 * f_));
-  SATDAR_RETURN_IF_ERROR(Alloc(&dxp_, nk * d_));
+  SATDAR_RETURN_IF_ERROR(arena_.Alloc(&logits_, n * e_));
+  SATDAR_RETURN_IF_ERROR(arena_.Alloc(&dweight_, nk));
+  SATDAR_RETURN_IF_ERROR(arena_.Alloc(&seq_scratch_, static_cast<size_t>(b)));
+  SATDAR_RETURN_IF_ERROR(arena_.Alloc(&dlogits_, n * e_));
+  SATDAR_RETURN_IF_ERROR(arena_.Alloc(&dy_, nk * d_));
+  SATDAR_RETURN_IF_ERROR(arena_.Alloc(&dact_, nk * f_));
+  SATDAR_RETURN_IF_ERROR(arena_.Alloc(&dgate_up_, nk * 2 * f_));
+  SATDAR_RETURN_IF_ERROR(arena_.Alloc(&dxp_, nk * d_));
   if (shared_ > 0) {
-    SATDAR_RETURN_IF_ERROR(Alloc(&shared_out_, n * d_));
-    SATDAR_RETURN_IF_ERROR(Alloc(&dsact_, n * f_));
-    SATDAR_RETURN_IF_ERROR(Alloc(&dsgate_up_, n * 2 * f_));
+    SATDAR_RETURN_IF_ERROR(arena_.Alloc(&shared_out_, n * d_));
+    SATDAR_RETURN_IF_ERROR(arena_.Alloc(&dsact_, n * f_));
+    SATDAR_RETURN_IF_ERROR(arena_.Alloc(&dsgate_up_, n * 2 * f_));
   }
   b_ = b;
   t_ = t;

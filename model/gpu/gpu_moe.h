@@ -25,6 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "model/config.h"
+#include "model/gpu/device_arena.h"
 
 namespace satdar::core::cuda {
 class CachingAllocator;
@@ -46,7 +47,7 @@ class GpuMoe {
   // Buffers for (B, T); with `shared_sets` every layer uses one set of saved activations (the
   // trainer's recomputation runs Forward again right before Backward).
   absl::Status Resize(int b, int t, bool shared_sets);
-  int64_t activation_bytes() const { return bytes_; }
+  int64_t activation_bytes() const { return arena_.bytes(); }
 
   // out (N, D) = MoE_i(z). With loss_acc (device fp64) non-null, adds scale * (aux + z-loss).
   absl::Status Forward(int layer, const T* w, const T* z, T* out, double* loss_acc, double scale);
@@ -71,21 +72,16 @@ class GpuMoe {
 
   GpuMoe(const ModelConfig& c, cudaStream_t stream, core::cuda::GemmHandle* gemm,
          core::cuda::CachingAllocator* alloc);
-  template <typename U>
-  absl::Status Alloc(U** p, size_t count);
-  void FreeAll();
 
   const ModelConfig c_;
   const int d_, e_, k_, f_, shared_;
   const bool norm_topk_;
   cudaStream_t stream_;
   core::cuda::GemmHandle* gemm_;
-  core::cuda::CachingAllocator* alloc_;
   std::vector<LayerOffsets> off_;
   std::vector<Saved> saved_;
   int b_ = 0, t_ = 0;
-  std::vector<void*> blocks_;
-  int64_t bytes_ = 0;
+  DeviceArena arena_;
   int* pinned_counts_ = nullptr;
   // Scratch shared by all layers.
   float *logits_ = nullptr, *dweight_ = nullptr;
