@@ -262,4 +262,25 @@ absl::Status GroupedMatmulBackward(GemmHandle* h, DType dtype, void* dinp, void*
   return absl::OkStatus();
 }
 
+absl::Status GroupedMatmulBackwardF32(GemmHandle* h, DType dtype, void* dinp,
+                                      float* const* dweights, const void* dout, const void* inp,
+                                      const void* const* weights, const int* rows, int groups,
+                                      int n, int k) {
+  const size_t es = DTypeSize(dtype);
+  size_t r0 = 0;
+  for (int g = 0; g < groups; ++g) {
+    if (rows[g] > 0) {
+      const char* dout_g = static_cast<const char*>(dout) + r0 * n * es;
+      absl::Status s = MatmulBackwardInput(h, dtype, static_cast<char*>(dinp) + r0 * k * es,
+                                           dout_g, weights[g], rows[g], n, k, 0.0f);
+      if (!s.ok()) return s;
+      s = MatmulBackwardWeightF32(h, dtype, dweights[g], dout_g,
+                                  static_cast<const char*>(inp) + r0 * k * es, rows[g], n, k);
+      if (!s.ok()) return s;
+    }
+    r0 += rows[g];
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace satdar::core::cuda

@@ -83,6 +83,12 @@ absl::Status GroupedMatmulForward(GemmHandle* h, DType dtype, void* out, const v
 absl::Status GroupedMatmulBackward(GemmHandle* h, DType dtype, void* dinp, void* const* dweights,
                                    const void* dout, const void* inp, const void* const* weights,
                                    const int* rows, int groups, int n, int k);
+// Mixed precision (as MatmulBackwardInput / MatmulBackwardWeightF32 per group): the groups'
+// rows of dinp overwritten with dout_g W_g; fp32 dweights[g] += dout_g^T inp_g.
+absl::Status GroupedMatmulBackwardF32(GemmHandle* h, DType dtype, void* dinp,
+                                      float* const* dweights, const void* dout, const void* inp,
+                                      const void* const* weights, const int* rows, int groups,
+                                      int n, int k);
 
 }  // namespace satdar::core::cuda
 

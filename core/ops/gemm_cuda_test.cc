@@ -108,6 +108,7 @@ TEST_P(GemmCuda, LinearForwardBackwardMatchesCpu) {
   }
 }
 
+// Also GroupedMatmulBackwardF32 (MoE experts with fp32 weight gradients).
 TEST_P(GemmCuda, GroupedMatchesPerGroupCpu) {
   SATDAR_SKIP_WITHOUT_GPU();
   const DType dt = GetParam();
@@ -162,6 +163,24 @@ TEST_P(GemmCuda, GroupedMatchesPerGroupCpu) {
     if (rows[g] > 0) {
       EXPECT_LT(RelErr(gdw[g]->Download(), dw[g]), Tol(dt)) << "group " << g;
     }
+  }
+  // The mixed-precision form: dx overwritten (starts as garbage), fp32 dW accumulated onto 1.
+  DeviceBuffer gdx1(std::vector<float>(dx.size(), 7.f), dt);
+  std::vector<std::unique_ptr<DeviceBuffer>> gdw32;
+  std::vector<float*> dwp32;
+  for (size_t g = 0; g < rows.size(); ++g) {
+    gdw32.push_back(
+        std::make_unique<DeviceBuffer>(std::vector<float>(dw[g].size(), 1.f), DType::kF32));
+    dwp32.push_back(gdw32.back()->f32());
+  }
+  ASSERT_TRUE(cuda::GroupedMatmulBackwardF32(h->get(), dt, gdx1.get(), dwp32.data(), gdout.get(),
+                                             gx.get(), wp.data(), rows.data(), groups, n, k)
+                  .ok());
+  EXPECT_LT(RelErr(gdx1.Download(), dx), Tol(dt)) << "mixed dx";
+  for (size_t g = 0; g < rows.size(); ++g) {
+    std::vector<float> want = dw[g];
+    for (float& v : want) v += 1.f;
+    EXPECT_LT(RelErr(gdw32[g]->Download(), want), Tol(dt)) << "mixed group " << g;
   }
 }
 

@@ -668,8 +668,11 @@ class GpuDecoder : public GpuModel {
       const bool closes = l % block_ == 0;  // the write completed an entry
       const T* g0 = closes ? dsources_[0][Entries(l)] : dpartial_[0];
       const bool p = HasPartial(l);
-      if (attnres_) {  // P_after = P_before + y: y gets P_after's gradient, and so does P_before
-        GPU_CHECK(cudaMemcpyAsync(dy_, g0, nc * sizeof(T), cudaMemcpyDeviceToDevice, stream_));
+      GPU_CHECK(cudaMemsetAsync(du_, 0, nc * sizeof(T), stream_));
+      if (attnres_) {
+        // P_after = P_before + y: y gets P_after's gradient (read in place, before dpartial_
+        // changes), and so does P_before.
+        SATDAR_RETURN_IF_ERROR(BranchBackward(l, st.u, g0, du_));
         if (!p) {
           GPU_CHECK(cudaMemsetAsync(dpartial_[0], 0, nc * sizeof(T), stream_));
         } else if (closes) {
@@ -682,9 +685,8 @@ class GpuDecoder : public GpuModel {
                                    p ? st.partial[0] : nullptr, p ? st.partial[1] : nullptr,
                                    master_ + o.transport, master_ + o.write, g_ + o.transport,
                                    g_ + o.write, scratch_, static_cast<int64_t>(nc), stream_));
+        SATDAR_RETURN_IF_ERROR(BranchBackward(l, st.u, dy_, du_));
       }
-      GPU_CHECK(cudaMemsetAsync(du_, 0, nc * sizeof(T), stream_));
-      SATDAR_RETURN_IF_ERROR(BranchBackward(l, st.u, dy_, du_));
       SATDAR_RETURN_IF_ERROR(DarRetrievalBackward(l, du_));
     }
     if (attnres_) {

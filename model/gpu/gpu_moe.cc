@@ -154,25 +154,12 @@ absl::Status GpuMoe<T>::Forward(int layer, const T* w, const T* z, T* out, doubl
   s.host_counts.assign(pinned_counts_, pinned_counts_ + e_);
   const int rows = n * k_;
   SATDAR_RETURN_IF_ERROR(lc::MoePermute(kDt, s.xp, z, s.slots, rows, k_, d_, stream_));
-  int64_t r0 = 0;
-  for (int e = 0; e < e_; ++e) {
-    const int cnt = s.host_counts[e];
-    if (cnt > 0) {
-      SATDAR_RETURN_IF_ERROR(kc::MatmulForward(gemm_, kDt, s.gate_up + r0 * 2 * f_,
-                                               s.xp + r0 * d_, w + o.experts[e], cnt, 2 * f_, d_));
-    }
-    r0 += cnt;
-  }
+  const std::vector<const void*> gate_w = ExpertWeights(o, w, 0), down_w = ExpertWeights(o, w, 2);
+  SATDAR_RETURN_IF_ERROR(kc::GroupedMatmulForward(gemm_, kDt, s.gate_up, s.xp, gate_w.data(),
+                                                  s.host_counts.data(), e_, 2 * f_, d_));
   SATDAR_CUDA_RETURN_IF_ERROR(kc::SwigluForward(s.act, s.gate_up, rows, f_, stream_));
-  r0 = 0;
-  for (int e = 0; e < e_; ++e) {
-    const int cnt = s.host_counts[e];
-    if (cnt > 0) {
-      SATDAR_RETURN_IF_ERROR(kc::MatmulForward(gemm_, kDt, s.y + r0 * d_, s.act + r0 * f_,
-                                               w + o.experts[e] + 2 * fd, cnt, d_, f_));
-    }
-    r0 += cnt;
-  }
+  SATDAR_RETURN_IF_ERROR(kc::GroupedMatmulForward(gemm_, kDt, s.y, s.act, down_w.data(),
+                                                  s.host_counts.data(), e_, d_, f_));
   SATDAR_RETURN_IF_ERROR(
       lc::MoeCombine(kDt, out, s.y, s.weight, s.row_of_slot, n, k_, d_, stream_));
   for (int j = 0; j < shared_; ++j) {
@@ -217,31 +204,19 @@ absl::Status GpuMoe<T>::Backward(int layer, const T* w, float* grads, const T* z
   // Combine: each row's output gradient and each slot's weight gradient.
   SATDAR_RETURN_IF_ERROR(lc::MoeCombineBackward(kDt, dy_, dweight_, dout, s.y, s.weight, s.slots,
                                                 rows, k_, d_, stream_));
-  int64_t r0 = 0;
+  const std::vector<const void*> gate_w = ExpertWeights(o, w, 0), down_w = ExpertWeights(o, w, 2);
+  std::vector<float*> gate_g(e_), down_g(e_);
   for (int e = 0; e < e_; ++e) {
-    const int cnt = s.host_counts[e];
-    if (cnt > 0) {
-      const int64_t down = o.experts[e] + 2 * fd;
-      SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardInput(gemm_, kDt, dact_ + r0 * f_, dy_ + r0 * d_,
-                                                     w + down, cnt, d_, f_, 0.0f));
-      SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardWeightF32(gemm_, kDt, grads + down, dy_ + r0 * d_,
-                                                         s.act + r0 * f_, cnt, d_, f_));
-    }
-    r0 += cnt;
+    gate_g[e] = grads + o.experts[e];
+    down_g[e] = grads + o.experts[e] + 2 * fd;
   }
+  SATDAR_RETURN_IF_ERROR(kc::GroupedMatmulBackwardF32(gemm_, kDt, dact_, down_g.data(), dy_, s.act,
+                                                      down_w.data(), s.host_counts.data(), e_, d_,
+                                                      f_));
   SATDAR_CUDA_RETURN_IF_ERROR(kc::SwigluBackward(dgate_up_, dact_, s.gate_up, rows, f_, stream_));
-  r0 = 0;
-  for (int e = 0; e < e_; ++e) {
-    const int cnt = s.host_counts[e];
-    if (cnt > 0) {
-      const int64_t gate = o.experts[e];
-      SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardInput(
-          gemm_, kDt, dxp_ + r0 * d_, dgate_up_ + r0 * 2 * f_, w + gate, cnt, 2 * f_, d_, 0.0f));
-      SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardWeightF32(
-          gemm_, kDt, grads + gate, dgate_up_ + r0 * 2 * f_, s.xp + r0 * d_, cnt, 2 * f_, d_));
-    }
-    r0 += cnt;
-  }
+  SATDAR_RETURN_IF_ERROR(kc::GroupedMatmulBackwardF32(gemm_, kDt, dxp_, gate_g.data(), dgate_up_,
+                                                      s.xp, gate_w.data(), s.host_counts.data(),
+                                                      e_, 2 * f_, d_));
   SATDAR_RETURN_IF_ERROR(lc::MoePermuteBackward(kDt, dz, dxp_, s.row_of_slot, n, k_, d_, stream_));
   // The router: the routing weights' gradient plus the aux and z losses, through the softmax.
   const double aux_grad =
@@ -253,6 +228,14 @@ absl::Status GpuMoe<T>::Backward(int layer, const T* w, float* grads, const T* z
   SATDAR_RETURN_IF_ERROR(
       kc::MatmulBackwardInput(gemm_, kDt, dz, dlogits_, w + o.router, n, e_, d_, 1.0f));
   return kc::MatmulBackwardWeightF32(gemm_, kDt, grads + o.router, dlogits_, z, n, e_, d_);
+}
+
+template <typename T>
+std::vector<const void*> GpuMoe<T>::ExpertWeights(const LayerOffsets& o, const T* w,
+                                                  int part) const {
+  std::vector<const void*> out;
+  for (int64_t gate : o.experts) out.push_back(w + gate + part * static_cast<int64_t>(f_) * d_);
+  return out;
 }
 
 template class GpuMoe<float>;

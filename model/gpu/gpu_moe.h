@@ -70,6 +70,9 @@ class GpuMoe {
     std::vector<int> host_counts;  // rows per expert, on the host
   };
 
+  // Each routed expert's weight `part` (0: gate and up, 2: down) in w.
+  std::vector<const void*> ExpertWeights(const LayerOffsets& o, const T* w, int part) const;
+
   GpuMoe(const ModelConfig& c, cudaStream_t stream, core::cuda::GemmHandle* gemm,
          core::cuda::CachingAllocator* alloc);
 
