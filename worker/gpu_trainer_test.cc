@@ -107,6 +107,9 @@ INSTANTIATE_TEST_SUITE_P(Designs, GpuTrainerTest,
                                            std::make_pair("standard", "resformer"),
                                            std::make_pair("attnres", "none"),
                                            std::make_pair("denseformer", "none"),
+                                           std::make_pair("hc", "none"),
+                                           std::make_pair("mhc", "satformer"),
+                                           std::make_pair("muddformer", "none"),
                                            std::make_pair("dar-moe", "none")));
 
 TEST(GpuTrainer, ResumeIsExactAndCheckpointsLoadOnCpu) {

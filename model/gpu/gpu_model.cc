@@ -24,7 +24,9 @@
 #include "core/ops/rope.h"
 #include "model/gpu/device_arena.h"
 #include "model/gpu/gpu_denseformer.h"
+#include "model/gpu/gpu_hyper.h"
 #include "model/gpu/gpu_moe.h"
+#include "model/gpu/gpu_muddformer.h"
 #include "model/gpu/train_kernels.h"
 #include "model/layers/depth_retrieval_cuda.h"
 #include "model/layers/value_gate_cuda.h"
@@ -66,6 +68,8 @@ class GpuDecoder : public GpuModel {
       : c_(c), o_(o), stream_(stream), alloc_(alloc), table_(std::move(table)),
         sublayers_(2 * c.num_hidden_layers), dar_(c.residual == "dar"),
         attnres_(c.residual == "attnres"), denseformer_(c.residual == "denseformer"),
+        hyper_residual_(c.residual == "hc" || c.residual == "mhc"),
+        muddformer_(c.residual == "muddformer"),
         depth_(dar_ || attnres_), streams_(dar_ ? 2 : 1),
         satformer_(c.value_residual == "satformer"), resformer_(c.value_residual == "resformer"),
         value_res_(satformer_ || resformer_),
@@ -119,9 +123,13 @@ class GpuDecoder : public GpuModel {
       res_scale_off_ = Off("model.value_residual.lambda_scale");
       res_logits_off_ = Off("model.value_residual.lambda_logits");
     }
-    if (denseformer_) {
-      dense_ = std::make_unique<GpuDenseFormer<T>>(
-          c_, stream_, alloc_, [this](const std::string& name) { return Off(name); });
+    auto offset_of = [this](const std::string& name) { return Off(name); };
+    if (denseformer_) dense_ = std::make_unique<GpuDenseFormer<T>>(c_, stream_, alloc_, offset_of);
+    if (hyper_residual_) {
+      SATDAR_ASSIGN_OR_RETURN(hyper_, GpuHyper<T>::Create(c_, stream_, gemm_.get(), alloc_, offset_of));
+    }
+    if (muddformer_) {
+      mudd_ = std::make_unique<GpuMuddFormer<T>>(c_, stream_, gemm_.get(), alloc_, offset_of);
     }
     embed_off_ = Off("model.embed_tokens.weight");
     norm_off_ = Off("model.norm.weight");
@@ -164,7 +172,8 @@ class GpuDecoder : public GpuModel {
   const ModelConfig& config() const override { return c_; }
   int64_t activation_bytes() const override {
     return arena_.bytes() + (moe_ ? moe_->activation_bytes() : 0) +
-           (dense_ ? dense_->activation_bytes() : 0);
+           (dense_ ? dense_->activation_bytes() : 0) + (hyper_ ? hyper_->activation_bytes() : 0) +
+           (mudd_ ? mudd_->activation_bytes() : 0);
   }
   void SetLayerGradientsReadyHook(std::function<void(int)> hook) override {
     hook_ = std::move(hook);
@@ -206,11 +215,15 @@ class GpuDecoder : public GpuModel {
     loss_acc_ = loss_acc;  // the MoE layers add their aux and z losses
     loss_scale_ = loss_scale;
     GPU_CHECK(kc::EmbeddingForward(h0_, inputs_, W(embed_off_), n, d_, stream_));
+    auto branch = [this](int l, const T* u, T* y) { return BranchForward(l, u, y); };
     if (depth_) {
       SATDAR_RETURN_IF_ERROR(DarForward());
     } else if (denseformer_) {
-      SATDAR_RETURN_IF_ERROR(dense_->Forward(
-          master_, [this](int l, const T* u, T* y) { return BranchForward(l, u, y); }));
+      SATDAR_RETURN_IF_ERROR(dense_->Forward(master_, branch));
+    } else if (hyper_) {
+      SATDAR_RETURN_IF_ERROR(hyper_->Forward(w_, master_, h0_, x_final_, branch));
+    } else if (mudd_) {
+      SATDAR_RETURN_IF_ERROR(mudd_->Forward(w_, master_, MuddBranches()));
     } else {
       for (int l = 1; l <= sublayers_; ++l) {
         SATDAR_RETURN_IF_ERROR(BranchForward(l, h_[l - 1], y_));
@@ -244,13 +257,17 @@ class GpuDecoder : public GpuModel {
     }
     GPU_CHECK(kc::RmsNormBackward(dx_final_, g_ + norm_off_, lnf_grad_, x_final_, W(norm_off_),
                                   rstd_f_, n, d_, stream_));
+    auto branch = [this](int l, const T* u, const T* dy, T* du) {
+      return BranchBackward(l, u, dy, du);
+    };
     if (depth_) {
       SATDAR_RETURN_IF_ERROR(DarBackward());
     } else if (denseformer_) {
-      SATDAR_RETURN_IF_ERROR(dense_->Backward(
-          master_, g_, dx_final_,
-          [this](int l, const T* u, const T* dy, T* du) { return BranchBackward(l, u, dy, du); },
-          &dh0_));
+      SATDAR_RETURN_IF_ERROR(dense_->Backward(master_, g_, dx_final_, branch, &dh0_));
+    } else if (hyper_) {
+      SATDAR_RETURN_IF_ERROR(hyper_->Backward(w_, master_, g_, dx_final_, branch, &dh0_));
+    } else if (mudd_) {
+      SATDAR_RETURN_IF_ERROR(mudd_->Backward(w_, master_, g_, MuddBranches(), &dh0_));
     } else {
       // dx_final_ carries d loss / d h_l down the stream; each branch adds its path in place.
       for (int l = sublayers_; l >= 1; --l) {
@@ -408,6 +425,10 @@ class GpuDecoder : public GpuModel {
     SATDAR_RETURN_IF_ERROR(Act(&scratch_, 3 * kReduceBlocks));
     if (depth_) {
       SATDAR_RETURN_IF_ERROR(ResizeDar(n));
+    } else if (hyper_) {
+      SATDAR_RETURN_IF_ERROR(hyper_->Resize(b, t));
+    } else if (mudd_) {
+      SATDAR_RETURN_IF_ERROR(mudd_->Resize(b, t, h0_, x_final_, dx_final_));
     } else {
       // The stream after each sublayer; h_[0] is the embedding, h_[2L] the final state.
       h_.assign(sublayers_ + 1, nullptr);
@@ -425,6 +446,23 @@ class GpuDecoder : public GpuModel {
     return absl::OkStatus();
   }
 
+  // MUDDFormer's view of the branches.
+  typename GpuMuddFormer<T>::Branches MuddBranches() {
+    typename GpuMuddFormer<T>::Branches br;
+    br.attention = [this](int i, const T* xq, const T* xk, const T* xv, T* y) {
+      return AttentionForward(i, xq, xk, xv, y);
+    };
+    br.attention_backward = [this](int i, const T* xq, const T* xk, const T* xv, const T* dy,
+                                   T* dxq, T* dxk, T* dxv) {
+      return AttentionBackward(i, xq, xk, xv, dy, dxq, dxk, dxv);
+    };
+    br.forward = [this](int l, const T* u, T* y) { return BranchForward(l, u, y); };
+    br.backward = [this](int l, const T* u, const T* dy, T* du) {
+      return BranchBackward(l, u, dy, du);
+    };
+    return br;
+  }
+
   // ---- Branches (model/branches.cc): sublayer l = 2i+1 is layer i's attention, 2i+2 its FFN.
   absl::Status BranchForward(int l, const T* u, T* y) {
     const int i = (l - 1) / 2;
@@ -439,11 +477,21 @@ class GpuDecoder : public GpuModel {
       GPU_CHECK(kc::SwigluForward(a.act, a.gate_up, n, f_, stream_));
       return kc::MatmulForward(h, kDt, y, a.act, W(o.w_down), n, d_, f_);
     }
-    const int qd = nh_ * hs_, kd = nkv_ * hs_;
     GPU_CHECK(kc::RmsNormForward(a.x_attn, a.rstd_attn, u, W(o.ln_attn), n, d_, eps_, stream_));
-    SATDAR_RETURN_IF_ERROR(kc::MatmulForward(h, kDt, a.q_raw, a.x_attn, W(o.wq), n, qd, d_));
-    SATDAR_RETURN_IF_ERROR(kc::MatmulForward(h, kDt, a.k_raw, a.x_attn, W(o.wk), n, kd, d_));
-    SATDAR_RETURN_IF_ERROR(kc::MatmulForward(h, kDt, a.v, a.x_attn, W(o.wv), n, kd, d_));
+    return AttentionForward(i, a.x_attn, a.x_attn, a.x_attn, y);
+  }
+
+  // y = attention of layer i on the normed inputs of its q, k and v projections (all one
+  // normed u in a decoder layer; three in MUDDFormer).
+  absl::Status AttentionForward(int i, const T* xq, const T* xk, const T* xv, T* y) {
+    const LayerOffsets& o = off_[i];
+    LayerActs& a = acts_[i];
+    const int n = b_ * t_;
+    kc::GemmHandle* h = gemm_.get();
+    const int qd = nh_ * hs_, kd = nkv_ * hs_;
+    SATDAR_RETURN_IF_ERROR(kc::MatmulForward(h, kDt, a.q_raw, xq, W(o.wq), n, qd, d_));
+    SATDAR_RETURN_IF_ERROR(kc::MatmulForward(h, kDt, a.k_raw, xk, W(o.wk), n, kd, d_));
+    SATDAR_RETURN_IF_ERROR(kc::MatmulForward(h, kDt, a.v, xv, W(o.wv), n, kd, d_));
     if (c_.qk_norm) {
       GPU_CHECK(kc::RmsNormForward(a.q, a.q_rstd, a.q_raw, W(o.q_norm), n * nh_, hs_, eps_, stream_));
       GPU_CHECK(kc::RmsNormForward(a.k, a.k_rstd, a.k_raw, W(o.k_norm), n * nkv_, hs_, eps_, stream_));
@@ -452,7 +500,7 @@ class GpuDecoder : public GpuModel {
     GPU_CHECK(kc::RopeForward(a.k, cos_, sin_, b_, t_, nkv_, hs_, stream_));
     const T* values = a.v;
     if (satformer_ && i >= 1) {
-      GPU_CHECK(lc::ValueGateForward(a.vmix, a.alpha, a.x_attn, W(o.gate), a.v, v1_, n, nkv_, hs_,
+      GPU_CHECK(lc::ValueGateForward(a.vmix, a.alpha, xv, W(o.gate), a.v, v1_, n, nkv_, hs_,
                                      d_, stream_));
       values = a.vmix;
     } else if (resformer_ && i >= 1) {
@@ -468,28 +516,47 @@ class GpuDecoder : public GpuModel {
   absl::Status BranchBackward(int l, const T* u, const T* dy, T* du) {
     const int i = (l - 1) / 2;
     if (l % 2 == 0 && hook_ && i + 1 < c_.num_hidden_layers) hook_(i + 1);
-    if (o_.recompute) SATDAR_RETURN_IF_ERROR(BranchForward(l, u, y_));
     const LayerOffsets& o = off_[i];
     const LayerActs& a = acts_[i];
     const int n = b_ * t_;
     kc::GemmHandle* h = gemm_.get();
     float* g = g_;
-    if (l % 2 == 0 && moe_) {
+    if (l % 2 == 1) {
+      if (o_.recompute) {
+        GPU_CHECK(kc::RmsNormForward(a.x_attn, a.rstd_attn, u, W(o.ln_attn), n, d_, eps_, stream_));
+      }
+      // dx collects the normed input's gradient: the gate's part, then the projections'.
+      GPU_CHECK(cudaMemsetAsync(dx_, 0, static_cast<size_t>(n) * d_ * sizeof(T), stream_));
+      SATDAR_RETURN_IF_ERROR(AttentionBackward(i, a.x_attn, a.x_attn, a.x_attn, dy, dx_, dx_, dx_));
+      GPU_CHECK(kc::RmsNormBackward(du, g + o.ln_attn, dx_, u, W(o.ln_attn), a.rstd_attn, n, d_, stream_));
+      return absl::OkStatus();
+    }
+    if (o_.recompute) SATDAR_RETURN_IF_ERROR(BranchForward(l, u, y_));
+    if (moe_) {
       SATDAR_RETURN_IF_ERROR(moe_->Backward(i, w_, g, a.z, dy, dx_, loss_scale_));
       GPU_CHECK(kc::RmsNormBackward(du, g + o.ln_mlp, dx_, u, W(o.ln_mlp), a.rstd_mlp, n, d_, stream_));
       return absl::OkStatus();
     }
-    if (l % 2 == 0) {
-      SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardInput(h, kDt, dact_, dy, W(o.w_down), n, d_, f_, 0.0f));
-      SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardWeightF32(h, kDt, g + o.w_down, dy, a.act, n, d_, f_));
-      GPU_CHECK(kc::SwigluBackward(dgate_up_, dact_, a.gate_up, n, f_, stream_));
-      SATDAR_RETURN_IF_ERROR(
-          kc::MatmulBackwardInput(h, kDt, dx_, dgate_up_, W(o.w_gate), n, 2 * f_, d_, 0.0f));
-      SATDAR_RETURN_IF_ERROR(
-          kc::MatmulBackwardWeightF32(h, kDt, g + o.w_gate, dgate_up_, a.z, n, 2 * f_, d_));
-      GPU_CHECK(kc::RmsNormBackward(du, g + o.ln_mlp, dx_, u, W(o.ln_mlp), a.rstd_mlp, n, d_, stream_));
-      return absl::OkStatus();
-    }
+    SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardInput(h, kDt, dact_, dy, W(o.w_down), n, d_, f_, 0.0f));
+    SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardWeightF32(h, kDt, g + o.w_down, dy, a.act, n, d_, f_));
+    GPU_CHECK(kc::SwigluBackward(dgate_up_, dact_, a.gate_up, n, f_, stream_));
+    SATDAR_RETURN_IF_ERROR(
+        kc::MatmulBackwardInput(h, kDt, dx_, dgate_up_, W(o.w_gate), n, 2 * f_, d_, 0.0f));
+    SATDAR_RETURN_IF_ERROR(
+        kc::MatmulBackwardWeightF32(h, kDt, g + o.w_gate, dgate_up_, a.z, n, 2 * f_, d_));
+    GPU_CHECK(kc::RmsNormBackward(du, g + o.ln_mlp, dx_, u, W(o.ln_mlp), a.rstd_mlp, n, d_, stream_));
+    return absl::OkStatus();
+  }
+
+  // dxq, dxk, dxv += the input gradients of AttentionForward (they may alias).
+  absl::Status AttentionBackward(int i, const T* xq, const T* xk, const T* xv, const T* dy,
+                                 T* dxq, T* dxk, T* dxv) {
+    if (o_.recompute) SATDAR_RETURN_IF_ERROR(AttentionForward(i, xq, xk, xv, y_));
+    const LayerOffsets& o = off_[i];
+    const LayerActs& a = acts_[i];
+    const int n = b_ * t_;
+    kc::GemmHandle* h = gemm_.get();
+    float* g = g_;
     const int qd = nh_ * hs_, kd = nkv_ * hs_;
     const size_t nq = static_cast<size_t>(n) * qd, nk = static_cast<size_t>(n) * kd;
     SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardInput(h, kDt, datt_, dy, W(o.wo), n, d_, qd, 0.0f));
@@ -511,11 +578,9 @@ class GpuDecoder : public GpuModel {
       GPU_CHECK(kc::RmsNormBackward(dk_raw_, g + o.k_norm, dk_, a.k_raw, W(o.k_norm), a.k_rstd,
                                     n * nkv_, hs_, stream_));
     }
-    // dx collects the normed input's gradient: the gate's part, then the projections'.
-    GPU_CHECK(cudaMemsetAsync(dx_, 0, static_cast<size_t>(n) * d_ * sizeof(T), stream_));
     const T* dv_proj = dv_;
     if (mixed && satformer_) {
-      GPU_CHECK(lc::ValueGateBackward(dx_, g + o.gate, dv_raw_, dv1_, dalpha_, dv_, a.x_attn,
+      GPU_CHECK(lc::ValueGateBackward(dxv, g + o.gate, dv_raw_, dv1_, dalpha_, dv_, xv,
                                       W(o.gate), v1_, a.alpha, n, nkv_, hs_, d_, stream_));
       dv_proj = dv_raw_;
     } else if (mixed) {
@@ -531,13 +596,12 @@ class GpuDecoder : public GpuModel {
       GPU_CHECK(Add(dv_raw_, dv_, dv1_, static_cast<int64_t>(nk), stream_));
       dv_proj = dv_raw_;
     }
-    SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardInput(h, kDt, dx_, dq_raw_, W(o.wq), n, qd, d_, 1.0f));
-    SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardInput(h, kDt, dx_, dk_raw_, W(o.wk), n, kd, d_, 1.0f));
-    SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardInput(h, kDt, dx_, dv_proj, W(o.wv), n, kd, d_, 1.0f));
-    SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardWeightF32(h, kDt, g + o.wq, dq_raw_, a.x_attn, n, qd, d_));
-    SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardWeightF32(h, kDt, g + o.wk, dk_raw_, a.x_attn, n, kd, d_));
-    SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardWeightF32(h, kDt, g + o.wv, dv_proj, a.x_attn, n, kd, d_));
-    GPU_CHECK(kc::RmsNormBackward(du, g + o.ln_attn, dx_, u, W(o.ln_attn), a.rstd_attn, n, d_, stream_));
+    SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardInput(h, kDt, dxq, dq_raw_, W(o.wq), n, qd, d_, 1.0f));
+    SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardInput(h, kDt, dxk, dk_raw_, W(o.wk), n, kd, d_, 1.0f));
+    SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardInput(h, kDt, dxv, dv_proj, W(o.wv), n, kd, d_, 1.0f));
+    SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardWeightF32(h, kDt, g + o.wq, dq_raw_, xq, n, qd, d_));
+    SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardWeightF32(h, kDt, g + o.wk, dk_raw_, xk, n, kd, d_));
+    SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardWeightF32(h, kDt, g + o.wv, dv_proj, xv, n, kd, d_));
     return absl::OkStatus();
   }
 
@@ -705,7 +769,7 @@ class GpuDecoder : public GpuModel {
   kc::CachingAllocator* alloc_;
   ParamTable table_;
   const int sublayers_;
-  const bool dar_, attnres_, denseformer_;
+  const bool dar_, attnres_, denseformer_, hyper_residual_, muddformer_;
   const bool depth_;    // DAR or AttnRes: depth retrieval over a history of states
   const int streams_;   // DAR's two streams, AttnRes's one
   const bool satformer_, resformer_;
@@ -723,6 +787,8 @@ class GpuDecoder : public GpuModel {
   std::function<void(int)> hook_;
   std::unique_ptr<GpuMoe<T>> moe_;  // MoE FFNs (null: dense)
   std::unique_ptr<GpuDenseFormer<T>> dense_;  // DenseFormer's topology (null: another)
+  std::unique_ptr<GpuHyper<T>> hyper_;        // HC or mHC
+  std::unique_ptr<GpuMuddFormer<T>> mudd_;    // MUDDFormer
   double* loss_acc_ = nullptr;      // the current Forward's loss (null while recomputing)
   double loss_scale_ = 1.0;
 

@@ -190,6 +190,16 @@ INSTANTIATE_TEST_SUITE_P(
                              c.resformer_mode = "learnable_plus";
                              return c;
                            }()},
+                      Case{"HyperConnections", Tiny("hc", "none", 0, true)},
+                      Case{"HyperConnectionsTwoStreamsSatformer", [] {
+                             ModelConfig c = Tiny("hc", "satformer", 0, false);
+                             c.hc_streams = 2;
+                             return c;
+                           }()},
+                      Case{"Mhc", Tiny("mhc", "none", 0, true)},
+                      Case{"MhcResFormer", Tiny("mhc", "resformer", 0, false)},
+                      Case{"MuddFormer", Tiny("muddformer", "none", 0, true)},
+                      Case{"MuddFormerSatformer", Tiny("muddformer", "satformer", 0, false)},
                       Case{"MoeTransformer", Moe(Tiny("standard", "none", 0, true), 8, 2, 1, false),
                            false},
                       Case{"MoeBlockDarSatformer",
@@ -198,13 +208,27 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
 TEST(GpuModelSupportTest, NamesTheField) {
-  ModelConfig c = Tiny("mhc", "none", 0, true);
+  ModelConfig c = Tiny("bogus", "none", 0, true);
   absl::Status s = CheckGpuSupport(c);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(std::string(s.message()).find("residual 'mhc'"), std::string::npos) << s;
-  c = Tiny("muddformer", "resformer", 0, true);
+  EXPECT_NE(std::string(s.message()).find("residual 'bogus'"), std::string::npos) << s;
+  for (const char* residual : {"hc", "mhc", "muddformer", "denseformer", "attnres"}) {
+    EXPECT_TRUE(CheckGpuSupport(Tiny(residual, "satformer", 0, true)).ok()) << residual;
+  }
+  c = Tiny("mhc", "none", 0, true);
+  c.hc_streams = 9;
   s = CheckGpuSupport(c);
-  EXPECT_NE(std::string(s.message()).find("residual 'muddformer'"), std::string::npos) << s;
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(s.message()).find("hc_streams 9 exceeds"), std::string::npos) << s;
+  c = Tiny("hc", "none", 0, true);
+  c.hc_streams = 2;
+  c.hidden_size = 48;
+  c.intermediate_size = 64;
+  s = CheckGpuSupport(c);
+  EXPECT_NE(std::string(s.message()).find("(hc_streams + 1) x hidden_size = 3 x 48"),
+            std::string::npos) << s;
+  c.residual = "mhc";  // mHC's projection is one tensor: no adjacency needed
+  EXPECT_TRUE(CheckGpuSupport(c).ok());
   EXPECT_TRUE(CheckGpuSupport(Tiny("standard", "resformer", 0, true)).ok());
   EXPECT_TRUE(CheckGpuSupport(Tiny("dar", "satformer", 4, true)).ok());
   c = Moe(Tiny("dar", "none", 4, true), 64, 8, 1, false);

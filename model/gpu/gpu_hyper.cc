@@ -1,0 +1,264 @@
+#include "model/gpu/gpu_hyper.h"
+
+#ifdef SATDAR_WITH_CUDA
+
+#include <cuda_bf16.h>
+
+#include <type_traits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/check.h"
+#include "core/cuda/allocator.h"
+#include "core/cuda/check.h"
+#include "core/ops/cuda_ops.h"
+#include "core/ops/gemm_cuda.h"
+#include "model/layers/sinkhorn_cuda.h"
+#include "model/variants/hyper_cuda.h"
+
+namespace satdar::model::gpu {
+
+namespace {
+
+namespace kc = ::satdar::core::cuda;
+namespace lc = ::satdar::model::cuda;
+
+constexpr int kSinkhornIterations = 20;  // as model/variants/mhc.cc
+constexpr int kSinkhornSteps = 2 * kSinkhornIterations;
+
+#define GPU_CHECK(call) SATDAR_CUDA_RETURN_IF_ERROR(call)
+
+}  // namespace
+
+template <typename T>
+GpuHyper<T>::GpuHyper(const ModelConfig& c, cudaStream_t stream, kc::GemmHandle* gemm,
+                      kc::CachingAllocator* alloc)
+    : mhc_(c.residual == "mhc"), sublayers_(2 * c.num_hidden_layers), n_(c.hc_streams),
+      d_(c.hidden_size), k_(mhc_ ? n_ * (n_ + 2) : n_ + 2), ld_((k_ + 7) / 8 * 8),
+      eps_(static_cast<float>(c.rms_norm_eps)), stream_(stream), gemm_(gemm),
+      arena_(alloc, stream), off_(sublayers_) {}
+
+template <typename T>
+absl::StatusOr<std::unique_ptr<GpuHyper<T>>> GpuHyper<T>::Create(
+    const ModelConfig& config, cudaStream_t stream, kc::GemmHandle* gemm,
+    kc::CachingAllocator* alloc, const std::function<int64_t(const std::string&)>& offset_of) {
+  std::unique_ptr<GpuHyper> m(new GpuHyper(config, stream, gemm, alloc));
+  for (int l = 1; l <= m->sublayers_; ++l) {
+    const std::string p =
+        absl::StrCat("model.layers.", (l - 1) / 2, l % 2 == 1 ? ".attn_" : ".mlp_",
+                     m->mhc_ ? "mhc" : "hc");
+    Offsets& o = m->off_[l - 1];
+    if (m->mhc_) {
+      o.fn = offset_of(p + ".fn");
+      o.scale = offset_of(p + ".scale");
+      o.base = offset_of(p + ".base");
+      continue;
+    }
+    o.norm = offset_of(p + ".norm.weight");
+    o.static_alpha = offset_of(p + ".static_alpha");
+    o.static_beta = offset_of(p + ".static_beta");
+    o.dynamic = offset_of(p + ".dynamic_alpha");
+    o.alpha_scale = offset_of(p + ".alpha_scale");
+    o.beta_scale = offset_of(p + ".beta_scale");
+    // dynamic_alpha (n+1, C) and dynamic_beta (1, C) run as one (n+2, C) projection.
+    if (offset_of(p + ".dynamic_beta") != o.dynamic + static_cast<int64_t>(m->n_ + 1) * m->d_) {
+      return absl::InternalError(
+          absl::StrCat(p, ".dynamic_alpha and .dynamic_beta are not adjacent on the device"));
+    }
+  }
+  return m;
+}
+
+template <typename T>
+GpuHyper<T>::~GpuHyper() {
+  cudaStreamSynchronize(stream_);
+  arena_.FreeAll();
+}
+
+template <typename T>
+absl::Status GpuHyper<T>::Resize(int b, int t) {
+  GPU_CHECK(cudaStreamSynchronize(stream_));
+  arena_.FreeAll();
+  rows_ = b * t;
+  const size_t n = rows_, nc = n * d_, hc = nc * n_, hr = n * n_;
+  steps_.assign(sublayers_, Step());
+  for (Step& s : steps_) {
+    SATDAR_RETURN_IF_ERROR(arena_.Alloc(&s.h, hc));
+    SATDAR_RETURN_IF_ERROR(arena_.Alloc(&s.u, nc));
+    SATDAR_RETURN_IF_ERROR(arena_.Alloc(&s.y, nc));
+    if (mhc_) {
+      SATDAR_RETURN_IF_ERROR(arena_.Alloc(&s.proj, n * ld_));
+      SATDAR_RETURN_IF_ERROR(arena_.Alloc(&s.coef, n * 2 * n_));
+      SATDAR_RETURN_IF_ERROR(arena_.Alloc(&s.rms, n));
+      SATDAR_RETURN_IF_ERROR(arena_.Alloc(&s.logits, n * n_ * n_));
+    } else {
+      SATDAR_RETURN_IF_ERROR(arena_.Alloc(&s.rstd, hr));
+      SATDAR_RETURN_IF_ERROR(arena_.Alloc(&s.proj, hr * ld_));
+      SATDAR_RETURN_IF_ERROR(arena_.Alloc(&s.coef, n * n_ * (n_ + 2)));
+    }
+  }
+  SATDAR_RETURN_IF_ERROR(arena_.Alloc(&h_last_, hc));
+  SATDAR_RETURN_IF_ERROR(arena_.Alloc(&dnext_, hc));
+  SATDAR_RETURN_IF_ERROR(arena_.Alloc(&dh_, hc));
+  SATDAR_RETURN_IF_ERROR(arena_.Alloc(&dy_, nc));
+  SATDAR_RETURN_IF_ERROR(arena_.Alloc(&du_, nc));
+  SATDAR_RETURN_IF_ERROR(arena_.Alloc(&dh0_, nc));
+  SATDAR_RETURN_IF_ERROR(arena_.Alloc(&dcoef_, n * n_ * (n_ + 2)));
+  SATDAR_RETURN_IF_ERROR(arena_.Alloc(&scales_, n * 3));
+  if (mhc_) {
+    SATDAR_RETURN_IF_ERROR(arena_.Alloc(&dproj_, n * ld_));
+    SATDAR_RETURN_IF_ERROR(arena_.Alloc(&sinkhorn_, n * kSinkhornSteps * n_ * n_));
+    SATDAR_RETURN_IF_ERROR(arena_.Alloc(&dres_, n * n_ * n_));
+    SATDAR_RETURN_IF_ERROR(arena_.Alloc(&dlogits_, n * n_ * n_));
+    SATDAR_RETURN_IF_ERROR(arena_.Alloc(&dz_, n * k_));
+    SATDAR_RETURN_IF_ERROR(arena_.Alloc(&rowcoef_, n));
+  } else {
+    SATDAR_RETURN_IF_ERROR(arena_.Alloc(&dproj_, hr * ld_));
+    SATDAR_RETURN_IF_ERROR(arena_.Alloc(&hbar_, hc));
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status GpuHyper<T>::Coefficients(const T* w, const float* master, int l) {
+  constexpr core::DType kDt =
+      std::is_same<T, float>::value ? core::DType::kF32 : core::DType::kBF16;
+  Step& s = steps_[l - 1];
+  const Offsets& o = off_[l - 1];
+  const int hr = rows_ * n_, nd = n_ * d_;
+  if (mhc_) {
+    GPU_CHECK(lc::MhcRms(s.rms, s.h, rows_, nd, eps_, stream_));
+    SATDAR_RETURN_IF_ERROR(gemm_->GemmMixed(kDt, core::DType::kF32, false, true, rows_, k_, nd,
+                                            1.0f, s.h, nd, w + o.fn, nd, 0.0f, s.proj, ld_));
+    GPU_CHECK(lc::MhcCoefForward(s.coef, s.logits, s.proj, ld_, s.rms, master + o.scale,
+                                 master + o.base, rows_, n_, stream_));
+    GPU_CHECK(lc::SinkhornForward(sinkhorn_, s.logits, rows_, n_, kSinkhornIterations, stream_));
+    return absl::OkStatus();
+  }
+  GPU_CHECK(kc::RmsNormForward(hbar_, s.rstd, s.h, w + o.norm, hr, d_, eps_, stream_));
+  SATDAR_RETURN_IF_ERROR(gemm_->GemmMixed(kDt, core::DType::kF32, false, true, hr, k_, d_, 1.0f,
+                                          hbar_, d_, w + o.dynamic, d_, 0.0f, s.proj, ld_));
+  lc::HcParams p{master + o.static_alpha, master + o.static_beta, master + o.alpha_scale,
+                 master + o.beta_scale};
+  GPU_CHECK(lc::HcCoefForward(s.coef, s.proj, ld_, p, rows_, n_, stream_));
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status GpuHyper<T>::Forward(const T* w, const float* master, const T* h0, T* x_final,
+                                  const BranchForward& branch) {
+  GPU_CHECK(lc::StreamsBroadcast(steps_[0].h, h0, rows_, n_, d_, stream_));
+  for (int l = 1; l <= sublayers_; ++l) {
+    Step& s = steps_[l - 1];
+    SATDAR_RETURN_IF_ERROR(Coefficients(w, master, l));
+    const lc::HyperCoefs c = Coefs(s.coef);
+    GPU_CHECK(lc::HyperWidthForward(s.u, s.h, c, rows_, n_, d_, stream_));
+    SATDAR_RETURN_IF_ERROR(branch(l, s.u, s.y));
+    T* next = l < sublayers_ ? steps_[l].h : h_last_;
+    GPU_CHECK(lc::HyperDepthForward(next, s.h, s.y, c, rows_, n_, d_, stream_));
+  }
+  GPU_CHECK(lc::StreamsSum(x_final, h_last_, rows_, n_, d_, stream_));
+  return absl::OkStatus();
+}
+
+template <typename T>
+lc::HyperCoefs GpuHyper<T>::Coefs(float* coef) const {
+  if (!mhc_) return lc::HcCoefs(coef, n_);
+  lc::HyperCoefs c;
+  c.pre = coef;
+  c.pre_token = 2 * n_;
+  c.post = coef + n_;
+  c.post_token = 2 * n_;
+  c.res = sinkhorn_ + (kSinkhornSteps - 1) * n_ * n_;  // the last iterate
+  c.res_token = kSinkhornSteps * n_ * n_;
+  c.res_row = n_;
+  return c;
+}
+
+template <typename T>
+lc::HyperCoefs GpuHyper<T>::GradCoefs() const {
+  if (!mhc_) return lc::HcCoefs(dcoef_, n_);
+  lc::HyperCoefs c;  // [dpre | dpost | unused] per token; dres (N, n, n) for the Sinkhorn
+  c.pre = dcoef_;
+  c.pre_token = k_;
+  c.post = dcoef_ + n_;
+  c.post_token = k_;
+  c.res = dres_;
+  c.res_token = n_ * n_;
+  c.res_row = n_;
+  return c;
+}
+
+template <typename T>
+absl::Status GpuHyper<T>::Backward(const T* w, const float* master, float* grads,
+                                   const T* dx_final, const BranchBackward& branch,
+                                   const T** dh0) {
+  const size_t nc = static_cast<size_t>(rows_) * d_;
+  GPU_CHECK(lc::StreamsBroadcast(dnext_, dx_final, rows_, n_, d_, stream_));
+  for (int l = sublayers_; l >= 1; --l) {
+    const Step& s = steps_[l - 1];
+    if (mhc_) {  // the Sinkhorn iterates of this sublayer (the same bits as in the forward)
+      GPU_CHECK(lc::SinkhornForward(sinkhorn_, s.logits, rows_, n_, kSinkhornIterations, stream_));
+    }
+    const lc::HyperCoefs c = Coefs(s.coef), dc = GradCoefs();
+    GPU_CHECK(lc::HyperDepthBackward(dy_, dh_, dc, dnext_, s.y, s.h, c, rows_, n_, d_, stream_));
+    GPU_CHECK(cudaMemsetAsync(du_, 0, nc * sizeof(T), stream_));
+    SATDAR_RETURN_IF_ERROR(branch(l, s.u, dy_, du_));
+    GPU_CHECK(lc::HyperWidthBackward(dh_, dc, du_, s.h, c, rows_, n_, d_, stream_));
+    SATDAR_RETURN_IF_ERROR(CoefficientsBackward(w, master, grads, l, dh_));
+    std::swap(dnext_, dh_);  // dnext_ = d loss / d H before sublayer l
+  }
+  GPU_CHECK(lc::StreamsSum(dh0_, dnext_, rows_, n_, d_, stream_));  // every stream began as h0
+  *dh0 = dh0_;
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status GpuHyper<T>::CoefficientsBackward(const T* w, const float* master, float* grads,
+                                               int l, T* dh) {
+  constexpr core::DType kDt =
+      std::is_same<T, float>::value ? core::DType::kF32 : core::DType::kBF16;
+  const Step& s = steps_[l - 1];
+  const Offsets& o = off_[l - 1];
+  const int hr = rows_ * n_, nd = n_ * d_;
+  if (mhc_) {
+    GPU_CHECK(lc::SinkhornBackward(dlogits_, dres_, sinkhorn_, rows_, n_, kSinkhornIterations,
+                                   stream_));
+    GPU_CHECK(lc::MhcCoefBackward(dproj_, dz_, scales_, rowcoef_, dcoef_, dlogits_, s.coef,
+                                  s.proj, ld_, s.rms, master + o.scale, rows_, n_, nd, stream_));
+    GPU_CHECK(lc::ColumnSums(grads + o.base, dz_, rows_, k_, k_, stream_));
+    GPU_CHECK(lc::ColumnSums(grads + o.scale, scales_, rows_, 3, 3, stream_));
+    GPU_CHECK(lc::RowScaleAdd(dh, rowcoef_, s.h, rows_, nd, stream_));
+    SATDAR_RETURN_IF_ERROR(gemm_->Gemm(kDt, false, false, rows_, nd, k_, 1.0f, dproj_, ld_,
+                                       w + o.fn, nd, 1.0f, dh, nd));
+    return gemm_->GemmMixed(kDt, core::DType::kF32, true, false, k_, nd, rows_, 1.0f, dproj_, ld_,
+                            s.h, nd, 1.0f, grads + o.fn, nd);
+  }
+  const lc::HcParams p{master + o.static_alpha, master + o.static_beta, master + o.alpha_scale,
+                       master + o.beta_scale};
+  GPU_CHECK(lc::HcCoefBackward(dproj_, scales_, dcoef_, s.proj, ld_, p, rows_, n_, stream_));
+  const int cols = n_ * (n_ + 2);
+  GPU_CHECK(lc::ColumnSums(grads + o.static_alpha, dcoef_, rows_, n_ * (n_ + 1), cols, stream_));
+  GPU_CHECK(lc::ColumnSums(grads + o.static_beta, dcoef_ + n_ * (n_ + 1), rows_, n_, cols,
+                           stream_));
+  GPU_CHECK(lc::ColumnSums(grads + o.alpha_scale, scales_, rows_, 1, 2, stream_));
+  GPU_CHECK(lc::ColumnSums(grads + o.beta_scale, scales_ + 1, rows_, 1, 2, stream_));
+  // RMSNorm(H_j) again (the same bits as the forward's), then back through the projection.
+  float* rstd = s.rstd;
+  GPU_CHECK(kc::RmsNormForward(hbar_, rstd, s.h, w + o.norm, hr, d_, eps_, stream_));
+  SATDAR_RETURN_IF_ERROR(gemm_->GemmMixed(kDt, core::DType::kF32, true, false, k_, d_, hr, 1.0f,
+                                          dproj_, ld_, hbar_, d_, 1.0f, grads + o.dynamic, d_));
+  // hbar_ becomes its own gradient (the GEMM above is ordered before on the stream).
+  SATDAR_RETURN_IF_ERROR(gemm_->Gemm(kDt, false, false, hr, d_, k_, 1.0f, dproj_, ld_,
+                                     w + o.dynamic, d_, 0.0f, hbar_, d_));
+  GPU_CHECK(kc::RmsNormBackward(dh, grads + o.norm, hbar_, s.h, w + o.norm, rstd, hr, d_,
+                                stream_));
+  return absl::OkStatus();
+}
+
+template class GpuHyper<float>;
+template class GpuHyper<__nv_bfloat16>;
+
+}  // namespace satdar::model::gpu
+
+#endif  // SATDAR_WITH_CUDA
