@@ -85,11 +85,6 @@ absl::Status Unsupported(const TrainOptions& o) {
   if (o.zero_stage != 0) {
     return absl::InvalidArgumentError("--device cuda: --zero 1 is not on the GPU path yet");
   }
-  if (o.eval_every > 0) {
-    return absl::InvalidArgumentError(
-        "--device cuda: --eval-every is not on the GPU path yet (run satdar eval on a "
-        "checkpoint)");
-  }
   if (o.stats_every > 0) {
     return absl::InvalidArgumentError("--device cuda: --stats-every is not on the GPU path yet");
   }
@@ -158,6 +153,10 @@ absl::StatusOr<TrainSummary> TrainGpu(const TrainOptions& options, const GpuTrai
   SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<data::BatchSource> source,
                           OpenTrainingData(o, &data_description));
   if (!o.quiet) std::printf("data: %s\n", data_description.c_str());
+  std::unique_ptr<data::BatchSource> eval_source;
+  if (o.eval_every > 0) {
+    SATDAR_ASSIGN_OR_RETURN(eval_source, OpenEvalData(o));
+  }
 
   // Host copies for initialisation, resume and checkpoints; the device holds the truth.
   std::vector<float> params(n), exp_avg(n, 0.0f), exp_avg_sq(n, 0.0f);
@@ -186,6 +185,7 @@ absl::StatusOr<TrainSummary> TrainGpu(const TrainOptions& options, const GpuTrai
   SATDAR_ASSIGN_OR_RETURN(float* v, dev.Zeros<float>(nd));
   SATDAR_ASSIGN_OR_RETURN(double* scalars, dev.Zeros<double>(2));  // loss, squared norm
   SATDAR_ASSIGN_OR_RETURN(double* norm_scratch, dev.Zeros<double>(model::gpu::kReduceBlocks));
+  SATDAR_ASSIGN_OR_RETURN(double* eval_sum, dev.Zeros<double>(1));
   std::vector<float> staging(nd);
   auto upload = [&](float* dst, const std::vector<float>& src) {
     model::gpu::PackToDevice(table, layout, src.data(), staging.data());
@@ -246,6 +246,22 @@ absl::StatusOr<TrainSummary> TrainGpu(const TrainOptions& options, const GpuTrai
   }
 
   std::vector<std::vector<int32_t>> micro(o.microbatches);
+  // Validation (as the CPU trainer's): the mean cross-entropy of the first eval_batches
+  // batches of the held-out split, micro-batch sized, the same on every replica.
+  auto validation_loss = [&]() -> absl::StatusOr<double> {
+    const int b = o.batch_size / o.microbatches;
+    std::vector<int32_t> tokens(static_cast<size_t>(b) * (o.seq_len + 1));
+    SATDAR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(eval_sum, 0, sizeof(double), stream));
+    for (int i = 0; i < o.eval_batches; ++i) {
+      eval_source->Batch(0, 0, static_cast<int64_t>(i) * b, b, o.seq_len, tokens.data());
+      SATDAR_RETURN_IF_ERROR(model->Evaluate(tokens.data(), b, o.seq_len, eval_sum));
+    }
+    double sum = 0;
+    SATDAR_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(&sum, eval_sum, sizeof(double), cudaMemcpyDeviceToHost, stream));
+    SATDAR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    return sum / o.eval_batches;
+  };
   data::BatchStream batches(source.get(), {o.seq_len, o.batch_size, o.microbatches, rank,
                                            world_size, start_step + 1, first_sample});
   const int mb_size = o.batch_size / o.microbatches;
@@ -331,15 +347,25 @@ absl::StatusOr<TrainSummary> TrainGpu(const TrainOptions& options, const GpuTrai
     summary.final_loss = loss;
     const kc::AllocatorStats mem = alloc.Stats();
     const double mfu = tps / world_size * flops_per_token / (gpu.peak_tflops * 1e12);
-    log.Write(Json{{"step", step},
-                   {"loss", loss},
-                   {"lr", hp.lr},
-                   {"grad_norm", grad_norm},
-                   {"tokens", step * tokens_per_step},
-                   {"tokens_per_second", tps},
-                   {"step_seconds", seconds},
-                   {"mfu", mfu},
-                   {"peak_device_bytes", mem.peak_bytes}});
+    Json line{{"step", step},
+              {"loss", loss},
+              {"lr", hp.lr},
+              {"grad_norm", grad_norm},
+              {"tokens", step * tokens_per_step},
+              {"tokens_per_second", tps},
+              {"step_seconds", seconds},
+              {"mfu", mfu},
+              {"peak_device_bytes", mem.peak_bytes}};
+    if (eval_source != nullptr && step % o.eval_every == 0) {
+      absl::StatusOr<double> val = validation_loss();
+      if (!val.ok()) return fail(val.status(), step);
+      line["val_loss"] = *val;
+      if (!o.quiet) {
+        std::printf("step %5lld/%lld | validation loss %.4f\n", static_cast<long long>(step),
+                    static_cast<long long>(o.steps), *val);
+      }
+    }
+    log.Write(line);
     if (!o.quiet && (step % o.log_every == 0 || step == o.steps || step == start_step + 1)) {
       std::printf("step %5lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | MFU "
                   "%.1f%% | peak %.2f GiB\n",

@@ -11,7 +11,9 @@
 
 #include "core/cuda/runtime.h"
 #include "core/cuda/testing/gpu_test_util.h"
+#include "core/file_util.h"
 #include "core/testing/tmp_dir.h"
+#include "data/prep.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "worker/checkpoint.h"
@@ -111,6 +113,66 @@ INSTANTIATE_TEST_SUITE_P(Designs, GpuTrainerTest,
                                            std::make_pair("mhc", "satformer"),
                                            std::make_pair("muddformer", "none"),
                                            std::make_pair("dar-moe", "none")));
+
+std::vector<double> ValLosses(const std::string& path) {
+  std::vector<double> out;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (j.contains("val_loss")) out.push_back(j["val_loss"].get<double>());
+  }
+  return out;
+}
+
+// --eval-every on the GPU: the same validation losses as the CPU trainer. With MoE, so that
+// counting the router's aux and z losses (0.1 and 0.01 here) into the validation loss fails.
+TEST(GpuTrainer, ValidationLossMatchesCpuTrainer) {
+  SATDAR_SKIP_WITHOUT_GPU();
+  const std::string corpus = TestTmpDir("eval_corpus");
+  const char* words[] = {"the", "jury", "said", "city", "election", "law", "new", "would",
+                         "praise", "committee", "charge", "many", "of", "in", "was", "a",
+                         "report", "court", "judge", "county", "vote", "people", "state", "year"};
+  uint32_t x = 12345;
+  for (int f = 0; f < 8; ++f) {
+    std::string text;
+    for (int s = 0; s < 60; ++s) {
+      for (int w = 0; w < 12; ++w) {
+        x = x * 1664525u + 1013904223u;
+        text += std::string(words[(x >> 16) % 24]) + (w == 11 ? ".\n" : " ");
+      }
+    }
+    ASSERT_TRUE(core::WriteFileAtomically(corpus + "/doc" + std::to_string(f) + ".txt", text).ok());
+  }
+  data::PrepOptions p;
+  p.inputs = {corpus};
+  p.out = TestTmpDir("eval_ds") + "/ds";
+  p.vocab_size = 256;
+  p.val_fraction = 0.3;
+  p.format = "text";
+  p.progress = false;
+  ASSERT_TRUE(data::Prep(p).ok());
+  auto with_eval = [&](const std::string& name) {
+    TrainOptions o = Options(name, "dar-moe", "satformer");
+    o.synthetic_data = false;
+    o.data_dir = p.out;
+    o.eval_every = 4;
+    o.eval_batches = 2;
+    return o;
+  };
+  const TrainOptions cpu = with_eval("eval_cpu");
+  ASSERT_TRUE(Train(cpu).ok());
+  const TrainOptions gpu = with_eval("eval_gpu");
+  GpuTrainOptions g;
+  g.compute = core::DType::kF32;
+  ASSERT_TRUE(TrainGpu(gpu, g).ok());
+  const std::vector<double> want = ValLosses(cpu.log_jsonl), got = ValLosses(gpu.log_jsonl);
+  ASSERT_EQ(want.size(), 2u);
+  ASSERT_EQ(got.size(), want.size());
+  // 1e-2 as for the MoE training losses (a near-tie may route differently); the aux loss
+  // alone would add about 2e-2.
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-2 * want[i]) << i;
+}
 
 TEST(GpuTrainer, ResumeIsExactAndCheckpointsLoadOnCpu) {
   SATDAR_SKIP_WITHOUT_GPU();

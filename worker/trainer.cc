@@ -47,15 +47,8 @@ class Validator {
   static absl::StatusOr<std::unique_ptr<Validator>> Create(const TrainOptions& o,
                                                            model::Model<T>* model) {
     if (o.eval_every <= 0) return std::unique_ptr<Validator>();
-    if (o.synthetic_data || o.mqar.has_value() || !data::Dataset::IsDataset(o.data_dir)) {
-      return absl::InvalidArgumentError(
-          "--eval-every: validation needs a prepared dataset (--data DIR written by satdar "
-          "prep), whose held-out split it reads");
-    }
-    SATDAR_ASSIGN_OR_RETURN(auto dataset, data::Dataset::Open(o.data_dir, o.config.vocab_size));
     auto v = std::unique_ptr<Validator>(new Validator(o, model));
-    SATDAR_ASSIGN_OR_RETURN(v->source_,
-                            data::OpenValidation(dataset, o.seq_len, o.seed, "--eval-every"));
+    SATDAR_ASSIGN_OR_RETURN(v->source_, OpenEvalData(o));
     return v;
   }
   // Every rank of a replica takes part; with pipeline stages the batches flow through the
@@ -91,7 +84,7 @@ class Validator {
   model::Model<T>* model_;
   const int batches_, batch_, seq_len_;
   std::vector<int32_t> tokens_;
-  std::unique_ptr<data::DatasetBatches> source_;
+  std::unique_ptr<data::BatchSource> source_;
 };
 
 // What one rank's parameters mean for reductions and the gradient norm.
@@ -552,6 +545,18 @@ core::AdamWParams AdamWStep(const TrainOptions& o, int64_t step, double grad_nor
   hp.step = step;
   hp.grad_scale = (o.grad_clip > 0 && grad_norm > o.grad_clip) ? o.grad_clip / grad_norm : 1.0;
   return hp;
+}
+
+absl::StatusOr<std::unique_ptr<data::BatchSource>> OpenEvalData(const TrainOptions& o) {
+  if (o.synthetic_data || o.mqar.has_value() || !data::Dataset::IsDataset(o.data_dir)) {
+    return absl::InvalidArgumentError(
+        "--eval-every: validation needs a prepared dataset (--data DIR written by satdar "
+        "prep), whose held-out split it reads");
+  }
+  SATDAR_ASSIGN_OR_RETURN(auto dataset, data::Dataset::Open(o.data_dir, o.config.vocab_size));
+  SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<data::DatasetBatches> split,
+                          data::OpenValidation(dataset, o.seq_len, o.seed, "--eval-every"));
+  return std::unique_ptr<data::BatchSource>(std::move(split));
 }
 
 absl::StatusOr<std::unique_ptr<data::BatchSource>> OpenTrainingData(const TrainOptions& o,

@@ -100,6 +100,10 @@ core::AdamWParams AdamWStep(const TrainOptions& options, int64_t step, double gr
 absl::StatusOr<std::unique_ptr<data::BatchSource>> OpenTrainingData(const TrainOptions& options,
                                                                      std::string* description);
 
+// The validation split --eval-every reads (the first eval_batches batches of it):
+// InvalidArgument unless the training data is a prepared dataset (satdar prep).
+absl::StatusOr<std::unique_ptr<data::BatchSource>> OpenEvalData(const TrainOptions& options);
+
 absl::StatusOr<TrainSummary> Train(const TrainOptions& options);
 
 }  // namespace satdar::worker

@@ -212,7 +212,7 @@ class GpuDecoder : public GpuModel {
     GPU_CHECK(cudaMemcpyAsync(inputs_, pinned_, 2 * sizeof(int32_t) * n, cudaMemcpyHostToDevice,
                               stream_));
     GPU_CHECK(cudaEventRecord(copied_, stream_));
-    loss_acc_ = loss_acc;  // the MoE layers add their aux and z losses
+    loss_acc_ = evaluating_ ? nullptr : loss_acc;  // the MoE layers add their aux and z losses
     loss_scale_ = loss_scale;
     GPU_CHECK(kc::EmbeddingForward(h0_, inputs_, W(embed_off_), n, d_, stream_));
     auto branch = [this](int l, const T* u, T* y) { return BranchForward(l, u, y); };
@@ -238,6 +238,14 @@ class GpuDecoder : public GpuModel {
     GPU_CHECK(AccumulateLoss(loss_acc, losses_, n, loss_scale / n, stream_));
     forwarded_ = true;
     return absl::OkStatus();
+  }
+
+  absl::Status Evaluate(const int32_t* tokens, int b, int t, double* ce_acc) override {
+    evaluating_ = true;
+    absl::Status s = Forward(tokens, b, t, 1.0, ce_acc);
+    evaluating_ = false;
+    forwarded_ = false;
+    return s;
   }
 
   absl::Status Backward(float* grads) override {
@@ -798,6 +806,7 @@ class GpuDecoder : public GpuModel {
   T* w_copy_ = nullptr;
   float* g_ = nullptr;
   bool forwarded_ = false;
+  bool evaluating_ = false;  // inside Evaluate: no auxiliary losses
   int b_ = 0, t_ = 0;
   int32_t* pinned_ = nullptr;
   cudaEvent_t copied_ = nullptr;

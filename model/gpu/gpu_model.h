@@ -87,6 +87,9 @@ class GpuModel {
   // the loss (scaled by loss_scale) is computed here, fused with the cross-entropy.
   virtual absl::Status Forward(const int32_t* tokens, int b, int t, double loss_scale,
                                double* loss_acc) = 0;
+  // Validation: adds the mean cross-entropy alone (no MoE aux or z loss) to *ce_acc (device
+  // fp64); keeps nothing for a Backward (which then fails).
+  virtual absl::Status Evaluate(const int32_t* tokens, int b, int t, double* ce_acc) = 0;
   // grads (device fp32, in layout()) += d(loss_scale * loss)/d(params) of the last Forward.
   virtual absl::Status Backward(float* grads) = 0;
   // As Model::SetLayerGradientsReadyHook: called (at enqueue time, on the host) once all of
