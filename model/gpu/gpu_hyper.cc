@@ -161,6 +161,9 @@ absl::Status GpuHyper<T>::Forward(const T* w, const float* master, const T* h0, 
   return absl::OkStatus();
 }
 
+// mHC's res is the last Sinkhorn iterate in the one shared sinkhorn_ buffer: valid from the
+// step's Coefficients (forward) or its recomputation (backward) until the next sublayer's;
+// the branch in between never touches it.
 template <typename T>
 lc::HyperCoefs GpuHyper<T>::Coefs(float* coef) const {
   if (!mhc_) return lc::HcCoefs(coef, n_);

@@ -10,7 +10,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <array>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -24,11 +23,11 @@
 #include "core/ops/rope.h"
 #include "model/gpu/device_arena.h"
 #include "model/gpu/gpu_denseformer.h"
+#include "model/gpu/gpu_depth.h"
 #include "model/gpu/gpu_hyper.h"
 #include "model/gpu/gpu_moe.h"
 #include "model/gpu/gpu_muddformer.h"
 #include "model/gpu/train_kernels.h"
-#include "model/layers/depth_retrieval_cuda.h"
 #include "model/layers/value_gate_cuda.h"
 #endif
 
@@ -70,11 +69,11 @@ class GpuDecoder : public GpuModel {
         attnres_(c.residual == "attnres"), denseformer_(c.residual == "denseformer"),
         hyper_residual_(c.residual == "hc" || c.residual == "mhc"),
         muddformer_(c.residual == "muddformer"),
-        depth_(dar_ || attnres_), streams_(dar_ ? 2 : 1),
+        depth_(dar_ || attnres_),
         satformer_(c.value_residual == "satformer"), resformer_(c.value_residual == "resformer"),
         value_res_(satformer_ || resformer_),
         learnable_res_(resformer_ && c.resformer_mode == "learnable_plus"),
-        block_(c.block_size > 0 ? c.block_size : (dar_ ? 2 : 1)), d_(c.hidden_size), nh_(c.num_attention_heads),
+        d_(c.hidden_size), nh_(c.num_attention_heads),
         nkv_(c.num_key_value_heads), hs_(c.head_size()), f_(c.intermediate_size),
         v_(c.vocab_size), eps_(static_cast<float>(c.rms_norm_eps)),
         layout_(MakeDeviceLayout(table_)), arena_(alloc, stream) {}
@@ -135,30 +134,7 @@ class GpuDecoder : public GpuModel {
     norm_off_ = Off("model.norm.weight");
     head_off_ = c_.tie_word_embeddings ? embed_off_ : Off("lm_head.weight");
     if (depth_) {
-      dar_off_.resize(sublayers_ + 1);
-      const char* kind = dar_ ? "dar" : "res";
-      for (int l = 1; l <= sublayers_ + 1; ++l) {
-        const std::string p = l == sublayers_ + 1
-                                  ? absl::StrCat("model.final_", kind)
-                                  : absl::StrCat("model.layers.", (l - 1) / 2,
-                                                 l % 2 == 1 ? ".attn_" : ".mlp_", kind);
-        DarOffsets& o = dar_off_[l - 1];
-        o.query = Off(p + ".query");
-        o.norm = Off(p + ".norm.weight");
-        if (attnres_) continue;  // one stream: no mix, transport or write gates
-        o.mix = Off(p + ".mix");
-        if (l <= sublayers_) {
-          o.transport = Off(p + ".transport");
-          o.write = Off(p + ".write");
-        }
-      }
-      if (attnres_) route_ = {{{0, 0}, {0, 0}}};
-      const std::string& v = c_.dar_variant;
-      // route_[s] = {key stream, value stream}, as model/variants/dar.cc.
-      if (dar_ && v == "cross") route_ = {{{1, 0}, {0, 1}}};
-      if (dar_ && v == "self_kv") route_ = {{{0, 0}, {1, 1}}};
-      if (dar_ && v == "cross_v") route_ = {{{0, 1}, {1, 0}}};
-      if (dar_ && v == "fixed_kv") route_ = {{{0, 1}, {0, 1}}};
+      depth_res_ = std::make_unique<GpuDepthResidual<T>>(c_, stream_, alloc_, offset_of);
     }
     if (kDt != core::DType::kF32) {
       SATDAR_ASSIGN_OR_RETURN(void* raw, alloc_->Allocate(layout_.size * sizeof(T), stream_));
@@ -173,7 +149,8 @@ class GpuDecoder : public GpuModel {
   int64_t activation_bytes() const override {
     return arena_.bytes() + (moe_ ? moe_->activation_bytes() : 0) +
            (dense_ ? dense_->activation_bytes() : 0) + (hyper_ ? hyper_->activation_bytes() : 0) +
-           (mudd_ ? mudd_->activation_bytes() : 0);
+           (mudd_ ? mudd_->activation_bytes() : 0) +
+           (depth_res_ ? depth_res_->activation_bytes() : 0);
   }
   void SetLayerGradientsReadyHook(std::function<void(int)> hook) override {
     hook_ = std::move(hook);
@@ -217,7 +194,7 @@ class GpuDecoder : public GpuModel {
     GPU_CHECK(kc::EmbeddingForward(h0_, inputs_, W(embed_off_), n, d_, stream_));
     auto branch = [this](int l, const T* u, T* y) { return BranchForward(l, u, y); };
     if (depth_) {
-      SATDAR_RETURN_IF_ERROR(DarForward());
+      SATDAR_RETURN_IF_ERROR(depth_res_->Forward(w_, master_, branch));
     } else if (denseformer_) {
       SATDAR_RETURN_IF_ERROR(dense_->Forward(master_, branch));
     } else if (hyper_) {
@@ -269,7 +246,7 @@ class GpuDecoder : public GpuModel {
       return BranchBackward(l, u, dy, du);
     };
     if (depth_) {
-      SATDAR_RETURN_IF_ERROR(DarBackward());
+      SATDAR_RETURN_IF_ERROR(depth_res_->Backward(w_, master_, g_, dx_final_, branch, &dh0_));
     } else if (denseformer_) {
       SATDAR_RETURN_IF_ERROR(dense_->Backward(master_, g_, dx_final_, branch, &dh0_));
     } else if (hyper_) {
@@ -292,9 +269,6 @@ class GpuDecoder : public GpuModel {
     int64_t ln_attn = -1, wq = -1, wk = -1, wv = -1, wo = -1, q_norm = -1, k_norm = -1;
     int64_t gate = -1, lambda2 = -1, ln_mlp = -1, w_gate = -1, w_up = -1, w_down = -1;
   };
-  struct DarOffsets {
-    int64_t query = -1, norm = -1, mix = -1, transport = -1, write = -1;
-  };
   // What a layer's branches save for their backward (shared by all layers with recompute).
   struct LayerActs {
     T *x_attn = nullptr, *q_raw = nullptr, *k_raw = nullptr, *v = nullptr, *q = nullptr,
@@ -303,10 +277,6 @@ class GpuDecoder : public GpuModel {
           *lse = nullptr;
     T *z = nullptr, *gate_up = nullptr, *act = nullptr;
     float* rstd_mlp = nullptr;
-  };
-  struct DarStep {
-    T *u = nullptr, *y = nullptr, *r[2] = {nullptr, nullptr}, *partial[2] = {nullptr, nullptr};
-    float* alpha[2] = {nullptr, nullptr};
   };
 
   const T* W(int64_t off) const { return w_ + off; }
@@ -432,7 +402,7 @@ class GpuDecoder : public GpuModel {
     SATDAR_RETURN_IF_ERROR(Act(&losses_, n));
     SATDAR_RETURN_IF_ERROR(Act(&scratch_, 3 * kReduceBlocks));
     if (depth_) {
-      SATDAR_RETURN_IF_ERROR(ResizeDar(n));
+      SATDAR_RETURN_IF_ERROR(depth_res_->Resize(b, t, h0_, x_final_));
     } else if (hyper_) {
       SATDAR_RETURN_IF_ERROR(hyper_->Resize(b, t));
     } else if (mudd_) {
@@ -613,164 +583,6 @@ class GpuDecoder : public GpuModel {
     return absl::OkStatus();
   }
 
-  // ---- DAR (model/variants/dar.cc). Step l (1..2L+1; the last one reads out x_final) has
-  // m(l) = 1 + (l-1)/block completed entries per stream and a partial sum when
-  // (l-1) % block != 0; the write of sublayer l goes to steps_[l].partial.
-  int Entries(int l) const { return 1 + (l - 1) / block_; }
-  bool HasPartial(int l) const { return (l - 1) % block_ != 0; }
-  int Sources(int l) const { return Entries(l) + (HasPartial(l) ? 1 : 0); }
-  int MaxSources() const { return sublayers_ / block_ + 2; }
-  // Device pointer lists of step l, stream s: keys, values, dkeys, dvalues (MaxSources each).
-  T* const* PtrList(int l, int s, int which) const {
-    return dar_ptrs_ + ((static_cast<size_t>(l - 1) * 2 + s) * 4 + which) * MaxSources();
-  }
-
-  absl::Status ResizeDar(size_t n) {
-    const size_t nc = n * d_;
-    const int smax = MaxSources();
-    steps_.assign(sublayers_ + 1, DarStep());
-    for (int k = 0; k <= sublayers_; ++k) {
-      DarStep& st = steps_[k];
-      if (k < sublayers_) SATDAR_RETURN_IF_ERROR(Act(&st.u, nc));
-      if (k < sublayers_) SATDAR_RETURN_IF_ERROR(Act(&st.y, nc));
-      for (int s = 0; s < streams_; ++s) {
-        if (dar_) SATDAR_RETURN_IF_ERROR(Act(&st.r[s], nc));  // AttnRes retrieves into u
-        SATDAR_RETURN_IF_ERROR(Act(&st.alpha[s], n * smax));
-        if (k >= 1) SATDAR_RETURN_IF_ERROR(Act(&st.partial[s], nc));
-      }
-    }
-    for (int s = 0; s < streams_; ++s) {
-      dsources_[s].assign(smax, nullptr);
-      for (int j = 0; j < smax; ++j) SATDAR_RETURN_IF_ERROR(Act(&dsources_[s][j], nc));
-      SATDAR_RETURN_IF_ERROR(Act(&dpartial_[s], nc));
-      if (dar_) SATDAR_RETURN_IF_ERROR(Act(&dr_[s], nc));
-    }
-    SATDAR_RETURN_IF_ERROR(Act(&du_, nc));
-    SATDAR_RETURN_IF_ERROR(Act(&dy_, nc));
-    SATDAR_RETURN_IF_ERROR(Act(&dar_work_, n * smax));
-    if (dar_) SATDAR_RETURN_IF_ERROR(Act(&dh0_buf_, nc));
-    // Pointer lists, fixed for this (B, T).
-    std::vector<T*> host(static_cast<size_t>(sublayers_ + 1) * 2 * 4 * smax, nullptr);
-    auto source = [&](int stream, int j) -> T* {
-      return j == 0 ? h0_ : steps_[j * block_].partial[stream];
-    };
-    for (int l = 1; l <= sublayers_ + 1; ++l) {
-      const int m = Entries(l);
-      for (int s = 0; s < streams_; ++s) {
-        const int streams[2] = {route_[s][0], route_[s][1]};  // key, value
-        for (int which = 0; which < 4; ++which) {
-          const int stream = streams[which % 2];
-          T** list = host.data() + ((static_cast<size_t>(l - 1) * 2 + s) * 4 + which) * smax;
-          for (int j = 0; j < m; ++j) list[j] = which < 2 ? source(stream, j) : dsources_[stream][j];
-          if (HasPartial(l)) {
-            list[m] = which < 2 ? steps_[l - 1].partial[stream] : dpartial_[stream];
-          }
-        }
-      }
-    }
-    SATDAR_RETURN_IF_ERROR(Act(&dar_ptrs_, host.size()));
-    GPU_CHECK(cudaMemcpyAsync(dar_ptrs_, host.data(), host.size() * sizeof(T*),
-                              cudaMemcpyHostToDevice, stream_));
-    // The upload reads `host`, which goes out of scope.
-    GPU_CHECK(cudaStreamSynchronize(stream_));
-    return absl::OkStatus();
-  }
-
-  absl::Status DarForward() {
-    const int n = b_ * t_;
-    const int64_t nc = static_cast<int64_t>(n) * d_;
-    for (int l = 1; l <= sublayers_ + 1; ++l) {
-      DarStep& st = steps_[l - 1];
-      const DarOffsets& o = dar_off_[l - 1];
-      T* u = l <= sublayers_ ? st.u : x_final_;
-      for (int s = 0; s < streams_; ++s) {
-        GPU_CHECK(lc::DepthRetrievalForward(attnres_ ? u : st.r[s], st.alpha[s], PtrList(l, s, 0),
-                                            PtrList(l, s, 1), Sources(l), W(o.query + s * d_),
-                                            W(o.norm), n, d_, eps_, stream_));
-      }
-      if (dar_) GPU_CHECK(DarMixForward(u, st.r[0], st.r[1], master_ + o.mix, nc, stream_));
-      if (l > sublayers_) break;
-      SATDAR_RETURN_IF_ERROR(BranchForward(l, u, st.y));
-      const bool p = HasPartial(l);
-      if (attnres_) {  // P = P + y, or y when P is empty
-        if (p) {
-          GPU_CHECK(Add(steps_[l].partial[0], st.partial[0], st.y, nc, stream_));
-        } else {
-          GPU_CHECK(cudaMemcpyAsync(steps_[l].partial[0], st.y, nc * sizeof(T),
-                                    cudaMemcpyDeviceToDevice, stream_));
-        }
-        continue;
-      }
-      GPU_CHECK(DarWriteForward(steps_[l].partial[0], steps_[l].partial[1],
-                                p ? st.partial[0] : nullptr, p ? st.partial[1] : nullptr, st.y,
-                                master_ + o.transport, master_ + o.write, nc, stream_));
-    }
-    return absl::OkStatus();
-  }
-
-  absl::Status DarRetrievalBackward(int l, const T* du) {
-    const int n = b_ * t_;
-    const DarStep& st = steps_[l - 1];
-    const DarOffsets& o = dar_off_[l - 1];
-    if (dar_) {
-      GPU_CHECK(DarMixBackward(dr_[0], dr_[1], du, st.r[0], st.r[1], master_ + o.mix,
-                               g_ + o.mix, scratch_, static_cast<int64_t>(n) * d_, stream_));
-    }
-    for (int s = 0; s < streams_; ++s) {
-      GPU_CHECK(lc::DepthRetrievalBackward(
-          PtrList(l, s, 2), PtrList(l, s, 3), g_ + o.query + s * d_, g_ + o.norm, dar_work_,
-          attnres_ ? du : dr_[s],
-          st.alpha[s], PtrList(l, s, 0), PtrList(l, s, 1), Sources(l), W(o.query + s * d_),
-          W(o.norm), n, d_, eps_, stream_));
-    }
-    return absl::OkStatus();
-  }
-
-  absl::Status DarBackward() {
-    const int n = b_ * t_;
-    const size_t nc = static_cast<size_t>(n) * d_;
-    for (int s = 0; s < streams_; ++s) {
-      for (T* p : dsources_[s]) GPU_CHECK(cudaMemsetAsync(p, 0, nc * sizeof(T), stream_));
-      GPU_CHECK(cudaMemsetAsync(dpartial_[s], 0, nc * sizeof(T), stream_));
-    }
-    SATDAR_RETURN_IF_ERROR(DarRetrievalBackward(sublayers_ + 1, dx_final_));
-    for (int l = sublayers_; l >= 1; --l) {
-      const DarStep& st = steps_[l - 1];
-      const DarOffsets& o = dar_off_[l - 1];
-      const bool closes = l % block_ == 0;  // the write completed an entry
-      const T* g0 = closes ? dsources_[0][Entries(l)] : dpartial_[0];
-      const bool p = HasPartial(l);
-      GPU_CHECK(cudaMemsetAsync(du_, 0, nc * sizeof(T), stream_));
-      if (attnres_) {
-        // P_after = P_before + y: y gets P_after's gradient (read in place, before dpartial_
-        // changes), and so does P_before.
-        SATDAR_RETURN_IF_ERROR(BranchBackward(l, st.u, g0, du_));
-        if (!p) {
-          GPU_CHECK(cudaMemsetAsync(dpartial_[0], 0, nc * sizeof(T), stream_));
-        } else if (closes) {
-          GPU_CHECK(cudaMemcpyAsync(dpartial_[0], g0, nc * sizeof(T), cudaMemcpyDeviceToDevice,
-                                    stream_));
-        }
-      } else {
-        const T* g1 = closes ? dsources_[1][Entries(l)] : dpartial_[1];
-        GPU_CHECK(DarWriteBackward(dy_, dpartial_[0], dpartial_[1], g0, g1, st.y,
-                                   p ? st.partial[0] : nullptr, p ? st.partial[1] : nullptr,
-                                   master_ + o.transport, master_ + o.write, g_ + o.transport,
-                                   g_ + o.write, scratch_, static_cast<int64_t>(nc), stream_));
-        SATDAR_RETURN_IF_ERROR(BranchBackward(l, st.u, dy_, du_));
-      }
-      SATDAR_RETURN_IF_ERROR(DarRetrievalBackward(l, du_));
-    }
-    if (attnres_) {
-      dh0_ = dsources_[0][0];
-      return absl::OkStatus();
-    }
-    // Both streams start from h0.
-    GPU_CHECK(Add(dh0_buf_, dsources_[0][0], dsources_[1][0], static_cast<int64_t>(nc), stream_));
-    dh0_ = dh0_buf_;
-    return absl::OkStatus();
-  }
-
   const ModelConfig c_;
   const GpuModelOptions o_;
   cudaStream_t stream_;
@@ -779,21 +591,19 @@ class GpuDecoder : public GpuModel {
   const int sublayers_;
   const bool dar_, attnres_, denseformer_, hyper_residual_, muddformer_;
   const bool depth_;    // DAR or AttnRes: depth retrieval over a history of states
-  const int streams_;   // DAR's two streams, AttnRes's one
   const bool satformer_, resformer_;
   const bool value_res_;      // SATFormer or ResFormer: later layers read layer 1's V1
   const bool learnable_res_;  // ResFormer learnable_plus
-  const int block_, d_, nh_, nkv_, hs_, f_, v_;
+  const int d_, nh_, nkv_, hs_, f_, v_;
   const float eps_;
   const DeviceLayout layout_;
   std::unique_ptr<kc::GemmHandle> gemm_;
   std::vector<LayerOffsets> off_;
-  std::vector<DarOffsets> dar_off_;
-  std::array<std::array<int, 2>, 2> route_{};
   int64_t embed_off_ = -1, norm_off_ = -1, head_off_ = -1;
   int64_t res_scale_off_ = -1, res_logits_off_ = -1;
   std::function<void(int)> hook_;
   std::unique_ptr<GpuMoe<T>> moe_;  // MoE FFNs (null: dense)
+  std::unique_ptr<GpuDepthResidual<T>> depth_res_;  // DAR or AttnRes
   std::unique_ptr<GpuDenseFormer<T>> dense_;  // DenseFormer's topology (null: another)
   std::unique_ptr<GpuHyper<T>> hyper_;        // HC or mHC
   std::unique_ptr<GpuMuddFormer<T>> mudd_;    // MUDDFormer
@@ -824,13 +634,6 @@ class GpuDecoder : public GpuModel {
   const T* dh0_ = nullptr;
   float *rstd_f_ = nullptr, *losses_ = nullptr, *scratch_ = nullptr;
   std::vector<T*> h_;
-  // DAR.
-  std::vector<DarStep> steps_;
-  std::vector<T*> dsources_[2];
-  T *dpartial_[2] = {nullptr, nullptr}, *dr_[2] = {nullptr, nullptr};
-  T *du_ = nullptr, *dy_ = nullptr, *dh0_buf_ = nullptr;
-  float* dar_work_ = nullptr;
-  T** dar_ptrs_ = nullptr;
 };
 
 }  // namespace

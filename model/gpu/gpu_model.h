@@ -10,10 +10,12 @@
 // The parameter table is the CPU model's (same names, shapes, order and offsets), so
 // checkpoints, initialisation and exports are shared with the CPU path. Everything is
 // enqueued on one stream and nothing synchronises with the host except the token upload's
-// reuse of its pinned staging buffer. Designs: the standard residual and DAR (full and block,
-// every variant) topologies, no value residual or SATFormer's gate (value_residual none or
-// satformer), dense SwiGLU or MoE FFNs (gpu_moe.h; no expert parallelism); one
-// rank's whole model (data parallelism is the trainer's). CheckGpuSupport names the config
+// reuse of its pinned staging buffer. Designs: every residual topology (standard here; DAR and
+// AttnRes in gpu_depth.h, DenseFormer in gpu_denseformer.h, HC and mHC in gpu_hyper.h,
+// MUDDFormer in gpu_muddformer.h, each driving the decoder's branches through callbacks),
+// every value residual (SATFormer's gate, ResFormer's mix), dense SwiGLU or MoE FFNs
+// (gpu_moe.h; no expert parallelism); one rank's whole model (data parallelism is the
+// trainer's). CheckGpuSupport names the config
 // field of anything else. As in llm.c, the bf16 path also keeps the residual stream, DAR's
 // states and their gradients in bf16 (each add and accumulation is done in fp32 and rounded).
 #ifndef SATDAR_MODEL_GPU_GPU_MODEL_H_

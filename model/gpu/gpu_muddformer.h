@@ -54,7 +54,9 @@ class GpuMuddFormer {
   ~GpuMuddFormer();
 
   // h0, x_final, dx_final: the decoder's (B, T) buffers (the embedding, the final state and
-  // its gradient).
+  // its gradient); they are baked into device pointer lists, so they must stay in place
+  // until the next Resize (the decoder reallocates them only in its own Resize, which calls
+  // this one).
   absl::Status Resize(int b, int t, const T* h0, T* x_final, const T* dx_final);
   int64_t activation_bytes() const { return arena_.bytes(); }
 
