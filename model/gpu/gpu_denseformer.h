@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "model/config.h"
 #include "model/gpu/device_arena.h"
+#include "model/gpu/gpu_branches.h"
 
 namespace satdar::core::cuda {
 class CachingAllocator;
@@ -29,9 +30,8 @@ namespace satdar::model::gpu {
 template <typename T>  // float or __nv_bfloat16
 class GpuDenseFormer {
  public:
-  using BranchForward = std::function<absl::Status(int l, const T* u, T* y)>;  // y = f_l(u)
-  // du += d/du <dy, f_l(u)>; dy may alias du.
-  using BranchBackward = std::function<absl::Status(int l, const T* u, const T* dy, T* du)>;
+  using BranchForward = GpuBranchForward<T>;
+  using BranchBackward = GpuBranchBackward<T>;
 
   // offset_of(name): where parameter `name` starts in the device layout.
   GpuDenseFormer(const ModelConfig& config, cudaStream_t stream,

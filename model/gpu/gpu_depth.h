@@ -22,6 +22,7 @@
 #include "absl/status/status.h"
 #include "model/config.h"
 #include "model/gpu/device_arena.h"
+#include "model/gpu/gpu_branches.h"
 
 namespace satdar::core::cuda {
 class CachingAllocator;
@@ -32,9 +33,8 @@ namespace satdar::model::gpu {
 template <typename T>  // float or __nv_bfloat16
 class GpuDepthResidual {
  public:
-  using BranchForward = std::function<absl::Status(int l, const T* u, T* y)>;  // y = f_l(u)
-  // du += d/du <dy, f_l(u)>.
-  using BranchBackward = std::function<absl::Status(int l, const T* u, const T* dy, T* du)>;
+  using BranchForward = GpuBranchForward<T>;
+  using BranchBackward = GpuBranchBackward<T>;
 
   // config.residual "dar" or "attnres"; offset_of(name): where parameter `name` starts in the
   // device layout.

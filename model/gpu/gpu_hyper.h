@@ -25,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "model/config.h"
 #include "model/gpu/device_arena.h"
+#include "model/gpu/gpu_branches.h"
 #include "model/variants/hyper_cuda.h"
 
 namespace satdar::core::cuda {
@@ -37,9 +38,8 @@ namespace satdar::model::gpu {
 template <typename T>  // float or __nv_bfloat16
 class GpuHyper {
  public:
-  using BranchForward = std::function<absl::Status(int l, const T* u, T* y)>;  // y = f_l(u)
-  // du += d/du <dy, f_l(u)>.
-  using BranchBackward = std::function<absl::Status(int l, const T* u, const T* dy, T* du)>;
+  using BranchForward = GpuBranchForward<T>;
+  using BranchBackward = GpuBranchBackward<T>;
 
   // config.residual "hc" or "mhc"; offset_of(name): where parameter `name` starts in the
   // device layout. Fails (InternalError) if a design's projection weights are not adjacent.

@@ -24,6 +24,7 @@
 #include "absl/status/status.h"
 #include "model/config.h"
 #include "model/gpu/device_arena.h"
+#include "model/gpu/gpu_branches.h"
 
 namespace satdar::core::cuda {
 class CachingAllocator;
@@ -42,9 +43,8 @@ class GpuMuddFormer {
     std::function<absl::Status(int i, const T* xq, const T* xk, const T* xv, const T* dy, T* dxq,
                                T* dxk, T* dxv)>
         attention_backward;
-    std::function<absl::Status(int l, const T* u, T* y)> forward;  // sublayer l's branch
-    // du += d/du <dy, f_l(u)>.
-    std::function<absl::Status(int l, const T* u, const T* dy, T* du)> backward;
+    GpuBranchForward<T> forward;  // sublayer l's branch
+    GpuBranchBackward<T> backward;
   };
 
   // offset_of(name): where parameter `name` starts in the device layout.
