@@ -4,36 +4,19 @@
 #include "model/gpu/train_kernels.h"
 
 #include "core/cuda/bf16.cuh"
+#include "core/cuda/reduce.cuh"
 
 namespace satdar::model::gpu {
 
 namespace {
 
-using namespace ::satdar::core::cuda::device;  // NOLINT: ToF, Ld, St
+using namespace ::satdar::core::cuda::device;  // NOLINT: ToF, Ld, St, GridBlocks, BlockSums
 
 constexpr int kThreads = 256;
 
-int Blocks(int64_t n) {
-  const int64_t b = (n + kThreads - 1) / kThreads;
-  return static_cast<int>(b < 1 ? 1 : (b > 65535 ? 65535 : b));
-}
+int Blocks(int64_t n) { return GridBlocks(n, kThreads); }
 
 __device__ __forceinline__ float Sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-
-// Block-wide sums of K values per thread (fixed tree order); thread 0 gets the totals.
-template <int K, typename A>
-__device__ void BlockSums(A (&v)[K]) {
-  __shared__ A sh[K][kThreads];
-  for (int j = 0; j < K; ++j) sh[j][threadIdx.x] = v[j];
-  __syncthreads();
-  for (int s = kThreads / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s) {
-      for (int j = 0; j < K; ++j) sh[j][threadIdx.x] += sh[j][threadIdx.x + s];
-    }
-    __syncthreads();
-  }
-  for (int j = 0; j < K; ++j) v[j] = sh[j][0];
-}
 
 template <typename T>
 __global__ void CastKernel(T* out, const float* in, int64_t n) {
@@ -82,7 +65,7 @@ __global__ void MixBackwardKernel(T* dr0, T* dr1, const T* du, const T* r0, cons
     St(dr0 + i, c0 * g);
     St(dr1 + i, c1 * g);
   }
-  BlockSums<2>(acc);
+  BlockSums<kThreads, 2>(acc);
   if (threadIdx.x == 0) {
     scratch[blockIdx.x * 2] = acc[0];
     scratch[blockIdx.x * 2 + 1] = acc[1];
@@ -141,7 +124,7 @@ __global__ void WriteBackwardKernel(T* dy, T* dp0, T* dp1, const T* g0s, const T
       St(dp1 + i, 0.0f);
     }
   }
-  BlockSums<3>(acc);
+  BlockSums<kThreads, 3>(acc);
   if (threadIdx.x == 0) {
     for (int j = 0; j < 3; ++j) scratch[blockIdx.x * 3 + j] = acc[j];
   }
@@ -201,7 +184,7 @@ __global__ void ResformerBackwardKernel(T* dv, T* dv1, const T* dvmix, const T* 
     St(dv + i, l2 * g);
     St(dv1 + i, Ld(dv1 + i) + l1 * g);
   }
-  BlockSums<2>(acc);
+  BlockSums<kThreads, 2>(acc);
   if (threadIdx.x == 0) {
     scratch[blockIdx.x * 2] = acc[0];
     scratch[blockIdx.x * 2 + 1] = acc[1];
@@ -258,7 +241,7 @@ __global__ void DwaBackwardKernel(T* const* dxs, const T* dy, const T* const* xs
     acc[0] += Ld(x + i) * g;
     St(dx + i, Ld(dx + i) + aj * g);
   }
-  BlockSums<1>(acc);
+  BlockSums<kThreads, 1>(acc);
   if (threadIdx.x == 0) scratch[static_cast<int64_t>(j) * kReduceBlocks + blockIdx.x] = acc[0];
 }
 
@@ -273,7 +256,7 @@ __global__ void DwaFinishKernel(const float* scratch, int count, float* grad_a) 
 __global__ void LossKernel(double* acc, const float* losses, int n, double scale) {
   double v[1] = {0.0};
   for (int i = threadIdx.x; i < n; i += blockDim.x) v[0] += losses[i];
-  BlockSums<1>(v);
+  BlockSums<kThreads, 1>(v);
   if (threadIdx.x == 0) *acc += scale * v[0];
 }
 
@@ -284,7 +267,7 @@ __global__ void SumSquaresKernel(double* scratch, const float* x, int64_t n) {
     const double e = x[i];
     v[0] += e * e;
   }
-  BlockSums<1>(v);
+  BlockSums<kThreads, 1>(v);
   if (threadIdx.x == 0) scratch[blockIdx.x] = v[0];
 }
 

@@ -4,20 +4,18 @@
 #include "model/variants/hyper_cuda.h"
 
 #include "core/cuda/bf16.cuh"
+#include "core/cuda/reduce.cuh"
 
 namespace satdar::model::cuda {
 
 namespace {
 
-using namespace ::satdar::core::cuda::device;  // NOLINT: Ld, St
+using namespace ::satdar::core::cuda::device;  // NOLINT: Ld, St, GridBlocks, BlockSums
 
 constexpr int kThreads = 256;
 constexpr int kS = kMaxHyperStreams;
 
-int Blocks(int64_t n) {
-  const int64_t b = (n + kThreads - 1) / kThreads;
-  return static_cast<int>(b < 1 ? 1 : (b > 65535 ? 65535 : b));
-}
+int Blocks(int64_t n) { return GridBlocks(n, kThreads); }
 
 __device__ __forceinline__ float Sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
@@ -29,22 +27,6 @@ __device__ __forceinline__ float Post(const HyperCoefs& c, int64_t r, int m) {
 }
 __device__ __forceinline__ float Res(const HyperCoefs& c, int64_t r, int j, int m) {
   return c.res[r * c.res_token + j * c.res_row + m];
-}
-
-// Block-wide sums of K values per thread (fixed tree order); every thread gets the totals.
-template <int K>
-__device__ void BlockSums(float (&v)[K]) {
-  __shared__ float sh[K][kThreads];
-  for (int j = 0; j < K; ++j) sh[j][threadIdx.x] = v[j];
-  __syncthreads();
-  for (int s = kThreads / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s) {
-      for (int j = 0; j < K; ++j) sh[j][threadIdx.x] += sh[j][threadIdx.x + s];
-    }
-    __syncthreads();
-  }
-  for (int j = 0; j < K; ++j) v[j] = sh[j][0];
-  __syncthreads();
 }
 
 template <typename T>
@@ -138,7 +120,7 @@ __global__ void DepthDotsKernel(HyperCoefs dcoefs, const T* g, const T* y, const
       if (j < n) acc[j] += Ld(h + (r * n + j) * c + e) * ge;
     }
   }
-  BlockSums<kS + 1>(acc);
+  BlockSums<kThreads, kS + 1>(acc);
   if (threadIdx.x == 0) {
     dcoefs.post[r * dcoefs.post_token + m] = acc[kS];
     for (int j = 0; j < n; ++j) dcoefs.res[r * dcoefs.res_token + j * dcoefs.res_row + m] = acc[j];
@@ -173,7 +155,7 @@ __global__ void WidthDotsKernel(HyperCoefs dcoefs, const T* du, const T* h, int 
       if (j < n) acc[j] += Ld(h + (r * n + j) * c + e) * d;
     }
   }
-  BlockSums<kS>(acc);
+  BlockSums<kThreads, kS>(acc);
   if (threadIdx.x == 0) {
     for (int j = 0; j < n; ++j) dcoefs.pre[r * dcoefs.pre_token + j * dcoefs.pre_step] = acc[j];
   }
@@ -183,7 +165,7 @@ __global__ void ColumnSumsKernel(float* out, const float* in, int rows, int ld) 
   const int k = blockIdx.x;
   float acc[1] = {0.0f};
   for (int r = threadIdx.x; r < rows; r += blockDim.x) acc[0] += in[static_cast<int64_t>(r) * ld + k];
-  BlockSums<1>(acc);
+  BlockSums<kThreads, 1>(acc);
   if (threadIdx.x == 0) out[k] += acc[0];
 }
 
@@ -240,7 +222,7 @@ __global__ void MhcRmsKernel(float* rms, const T* h, int nc, float eps) {
     const float x = Ld(h + r * nc + e);
     acc[0] += x * x;
   }
-  BlockSums<1>(acc);
+  BlockSums<kThreads, 1>(acc);
   if (threadIdx.x == 0) rms[r] = 1.0f / sqrtf(acc[0] / nc + eps);
 }
 

@@ -2,20 +2,18 @@
 #include "model/variants/muddformer_cuda.h"
 
 #include "core/cuda/bf16.cuh"
+#include "core/cuda/reduce.cuh"
 
 namespace satdar::model::cuda {
 
 namespace {
 
-using namespace ::satdar::core::cuda::device;  // NOLINT: Ld, St
+using namespace ::satdar::core::cuda::device;  // NOLINT: Ld, St, GridBlocks, BlockSums
 
 constexpr int kThreads = 256;
 constexpr int kW = kMaxMuddWays;
 
-int Blocks(int64_t n) {
-  const int64_t b = (n + kThreads - 1) / kThreads;
-  return static_cast<int>(b < 1 ? 1 : (b > 65535 ? 65535 : b));
-}
+int Blocks(int64_t n) { return GridBlocks(n, kThreads); }
 
 template <typename T>
 __global__ void GeluKernel(T* g, const T* h, int64_t n) {
@@ -74,7 +72,6 @@ __global__ void CombineDotsKernel(float* da, T* da_t, const T* const* douts, int
                                   const T* const* xs, int sources, int ld, int c) {
   const int64_t r = blockIdx.x;
   const int j = blockIdx.y;
-  __shared__ float sh[kW][kThreads];
   float acc[kW] = {0.0f, 0.0f, 0.0f, 0.0f};
   for (int e = threadIdx.x; e < c; e += blockDim.x) {
     const float x = Ld(xs[j] + r * c + e);
@@ -83,18 +80,12 @@ __global__ void CombineDotsKernel(float* da, T* da_t, const T* const* douts, int
       if (w < ways) acc[w] += x * Ld(douts[w] + r * c + e);
     }
   }
-  for (int w = 0; w < kW; ++w) sh[w][threadIdx.x] = acc[w];
-  __syncthreads();
-  for (int s = kThreads / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s) {
-      for (int w = 0; w < kW; ++w) sh[w][threadIdx.x] += sh[w][threadIdx.x + s];
+  BlockSums<kThreads, kW>(acc);
+  if (threadIdx.x == 0) {
+    for (int w = 0; w < ways; ++w) {
+      da[r * ld + w * sources + j] = acc[w];
+      St(da_t + r * ld + w * sources + j, acc[w]);
     }
-    __syncthreads();
-  }
-  if (threadIdx.x < ways) {
-    const int w = threadIdx.x;
-    da[r * ld + w * sources + j] = sh[w][0];
-    St(da_t + r * ld + w * sources + j, sh[w][0]);
   }
   if (j == 0) {
     for (int k = ways * sources + threadIdx.x; k < ld; k += blockDim.x) {
