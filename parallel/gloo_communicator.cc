@@ -31,6 +31,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/check.h"
+#include "parallel/rank_order_reduce.h"
 
 namespace satdar::parallel {
 
@@ -53,39 +54,6 @@ std::string ExceptionText() {
     return e.what();
   } catch (...) {
     return "unknown exception";
-  }
-}
-
-// ---- rank-order reductions (the same arithmetic as LocalCommunicator and MpiCommunicator) ----
-
-bool Reducible(DType d) {
-  return d == DType::kF32 || d == DType::kF64 || d == DType::kI32 || d == DType::kI64;
-}
-
-template <typename T>
-void ReduceBlocks(T* out, const char* gathered, int n, size_t count, ReduceOp op) {
-  const T* base = reinterpret_cast<const T*>(gathered);
-  for (size_t i = 0; i < count; ++i) {
-    T acc = base[i];
-    for (int r = 1; r < n; ++r) {
-      const T v = base[r * count + i];
-      if (op == ReduceOp::kSum || op == ReduceOp::kAvg) acc += v;
-      if (op == ReduceOp::kMax) acc = v > acc ? v : acc;
-      if (op == ReduceOp::kMin) acc = v < acc ? v : acc;
-    }
-    if (op == ReduceOp::kAvg) acc /= static_cast<T>(n);
-    out[i] = acc;
-  }
-}
-
-// out (count) = the rank-order reduction of the n blocks (count each) of gathered.
-void Reduce(void* out, const char* gathered, int n, size_t count, DType d, ReduceOp op) {
-  switch (d) {
-    case DType::kF32: return ReduceBlocks(static_cast<float*>(out), gathered, n, count, op);
-    case DType::kF64: return ReduceBlocks(static_cast<double*>(out), gathered, n, count, op);
-    case DType::kI32: return ReduceBlocks(static_cast<int32_t*>(out), gathered, n, count, op);
-    case DType::kI64: return ReduceBlocks(static_cast<int64_t*>(out), gathered, n, count, op);
-    default: SATDAR_CHECK(false) << "reductions of " << core::DTypeName(d) << " are not supported";
   }
 }
 
@@ -382,7 +350,7 @@ class GlooCommunicator : public Communicator {
 
   std::unique_ptr<Work> AllReduce(void* data, size_t count, DType d, ReduceOp op,
                                   const CollectiveOptions& o) override {
-    SATDAR_CHECK(Reducible(d)) << "reductions of " << core::DTypeName(d) << " are not supported";
+    SATDAR_CHECK(RankOrderReducible(d)) << "reductions of " << core::DTypeName(d) << " are not supported";
     const size_t bytes = count * core::DTypeSize(d);
     uint64_t slot;
     auto w = Start("AllReduce", o, &slot);
@@ -396,13 +364,13 @@ class GlooCommunicator : public Communicator {
       w->Post(p, false, all + p * bytes, bytes, slot);
     }
     const int n = size();
-    w->set_finish([=] { Reduce(data, all, n, count, d, op); });
+    w->set_finish([=] { RankOrderReduce(data, all, n, count, d, op); });
     return w;
   }
 
   std::unique_ptr<Work> ReduceScatter(const void* in, void* out, size_t count, DType d, ReduceOp op,
                                       const CollectiveOptions& o) override {
-    SATDAR_CHECK(Reducible(d)) << "reductions of " << core::DTypeName(d) << " are not supported";
+    SATDAR_CHECK(RankOrderReducible(d)) << "reductions of " << core::DTypeName(d) << " are not supported";
     const size_t bytes = count * core::DTypeSize(d);
     uint64_t slot;
     auto w = Start("ReduceScatter", o, &slot);
@@ -417,7 +385,7 @@ class GlooCommunicator : public Communicator {
       w->Post(p, false, blocks + p * bytes, bytes, slot);
     }
     const int n = size();
-    w->set_finish([=] { Reduce(out, blocks, n, count, d, op); });
+    w->set_finish([=] { RankOrderReduce(out, blocks, n, count, d, op); });
     return w;
   }
 

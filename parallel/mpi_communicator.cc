@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
+#include "parallel/rank_order_reduce.h"
 
 namespace satdar::parallel {
 
@@ -35,35 +36,6 @@ absl::Status MpiError(int code, const char* call, int rank) {
   MPI_Error_string(code, text, &len);
   return absl::InternalError(absl::StrCat("rank ", rank, ": ", call, " failed: ",
                                           std::string(text, len)));
-}
-
-template <typename T>
-void ReduceBlocks(T* out, const char* gathered, int n, size_t count, size_t block_stride,
-                  size_t offset, ReduceOp op) {
-  const T* base = reinterpret_cast<const T*>(gathered);
-  for (size_t i = 0; i < count; ++i) {
-    T acc = base[offset + i];
-    for (int r = 1; r < n; ++r) {
-      const T v = base[r * block_stride + offset + i];
-      if (op == ReduceOp::kSum || op == ReduceOp::kAvg) acc += v;
-      if (op == ReduceOp::kMax) acc = v > acc ? v : acc;
-      if (op == ReduceOp::kMin) acc = v < acc ? v : acc;
-    }
-    if (op == ReduceOp::kAvg) acc /= static_cast<T>(n);
-    out[i] = acc;
-  }
-}
-
-// out (count) = rank-order reduction of block `offset`.. of each rank's gathered contribution.
-void Reduce(void* out, const char* gathered, int n, size_t count, size_t block_stride,
-            size_t offset, DType d, ReduceOp op) {
-  switch (d) {
-    case DType::kF32: return ReduceBlocks(static_cast<float*>(out), gathered, n, count, block_stride, offset, op);
-    case DType::kF64: return ReduceBlocks(static_cast<double*>(out), gathered, n, count, block_stride, offset, op);
-    case DType::kI32: return ReduceBlocks(static_cast<int32_t*>(out), gathered, n, count, block_stride, offset, op);
-    case DType::kI64: return ReduceBlocks(static_cast<int64_t*>(out), gathered, n, count, block_stride, offset, op);
-    default: SATDAR_CHECK(false) << "reductions of " << core::DTypeName(d) << " are not supported";
-  }
 }
 
 // A pending non-blocking operation; `finish` runs once it completed (local reductions).
@@ -130,7 +102,7 @@ class MpiCommunicator : public Communicator {
                                   static_cast<int>(bytes), MPI_BYTE, comm_, w->request()),
           "MPI_Iallgather");
     MpiWork* raw = w.get();
-    w->set_finish([=] { Reduce(data, raw->buffer().data(), size_, count, count, 0, d, op); });
+    w->set_finish([=] { RankOrderReduce(data, raw->buffer().data(), size_, count, d, op); });
     return w;
   }
   std::unique_ptr<Work> ReduceScatter(const void* in, void* out, size_t count, DType d,
@@ -143,7 +115,7 @@ class MpiCommunicator : public Communicator {
                                  static_cast<int>(bytes), MPI_BYTE, comm_, w->request()),
           "MPI_Ialltoall");
     MpiWork* raw = w.get();
-    w->set_finish([=] { Reduce(out, raw->buffer().data(), size_, count, count, 0, d, op); });
+    w->set_finish([=] { RankOrderReduce(out, raw->buffer().data(), size_, count, d, op); });
     return w;
   }
   std::unique_ptr<Work> AllGather(const void* in, void* out, size_t count, DType d,
