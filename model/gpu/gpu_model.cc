@@ -209,9 +209,14 @@ class GpuDecoder : public GpuModel {
     }
     GPU_CHECK(kc::RmsNormForward(lnf_, rstd_f_, x_final_, W(norm_off_), n, d_, eps_, stream_));
     SATDAR_RETURN_IF_ERROR(kc::MatmulForward(gemm_.get(), kDt, logits_, lnf_, W(head_off_), n, v_, d_));
-    // The logits become their own gradient (loss_scale / N per position).
-    GPU_CHECK(kc::CrossEntropyForwardBackward(losses_, logits_, logits_, targets(),
-                                              static_cast<float>(loss_scale / n), n, v_, stream_));
+    if (evaluating_) {
+      GPU_CHECK(kc::CrossEntropyForward(losses_, logits_, targets(), n, v_, stream_));
+    } else {
+      // The logits become their own gradient (loss_scale / N per position).
+      GPU_CHECK(kc::CrossEntropyForwardBackward(losses_, logits_, logits_, targets(),
+                                                static_cast<float>(loss_scale / n), n, v_,
+                                                stream_));
+    }
     GPU_CHECK(AccumulateLoss(loss_acc, losses_, n, loss_scale / n, stream_));
     forwarded_ = true;
     return absl::OkStatus();

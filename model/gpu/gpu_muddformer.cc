@@ -129,7 +129,6 @@ absl::Status GpuMuddFormer<T>::Resize(int b, int t, const T* h0, T* x_final, con
   SATDAR_RETURN_IF_ERROR(arena_.Alloc(&dg_, n * max_hidden));
   SATDAR_RETURN_IF_ERROR(arena_.Alloc(&da_, n * max_ld));
   SATDAR_RETURN_IF_ERROR(arena_.Alloc(&da_t_, n * max_ld));
-  SATDAR_RETURN_IF_ERROR(arena_.Alloc(&gain_sink_, d_));
   SATDAR_RETURN_IF_ERROR(arena_.Alloc(&ones_, d_));
   const std::vector<T> ones(d_, static_cast<T>(1.0f));
   GPU_CHECK(cudaMemcpyAsync(ones_, ones.data(), d_ * sizeof(T), cudaMemcpyHostToDevice, stream_));
@@ -196,8 +195,8 @@ absl::Status GpuMuddFormer<T>::ConnectionBackward(const T* w, const float* maste
       kc::MatmulBackwardInput(gemm_, kDt, dr_, dg_, w + b.w1, rows_, b.hidden, d_, 0.0f));
   SATDAR_RETURN_IF_ERROR(
       kc::MatmulBackwardWeightF32(gemm_, kDt, grads + b.w1, dg_, b.r, rows_, b.hidden, d_));
-  // The RMS has no gain: its gradient goes to a sink.
-  GPU_CHECK(kc::RmsNormBackward(dx_[i + 1], gain_sink_, dr_, x_[i + 1], ones_, b.r_rstd, rows_,
+  // The RMS has no gain: no weight gradient (null).
+  GPU_CHECK(kc::RmsNormBackward(dx_[i + 1], nullptr, dr_, x_[i + 1], ones_, b.r_rstd, rows_,
                                 d_, stream_));
   return absl::OkStatus();
 }
@@ -207,7 +206,6 @@ absl::Status GpuMuddFormer<T>::Backward(const T* w, const float* master, float* 
                                         const Branches& br, const T** dh0) {
   const size_t nc = static_cast<size_t>(rows_) * d_;
   for (T* p : dx_) GPU_CHECK(cudaMemsetAsync(p, 0, nc * sizeof(T), stream_));
-  GPU_CHECK(cudaMemsetAsync(gain_sink_, 0, d_ * sizeof(float), stream_));
   for (int i = layers_ - 1; i >= 0; --i) {
     Block& b = blocks_[i];
     SATDAR_RETURN_IF_ERROR(ConnectionBackward(w, master, grads, i));

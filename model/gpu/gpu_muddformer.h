@@ -95,7 +95,7 @@ class GpuMuddFormer {
   T *y_ = nullptr, *dr_ = nullptr, *dg_ = nullptr, *ones_ = nullptr, *dh0_ = nullptr;
   T* dnormed_[3] = {nullptr, nullptr, nullptr};
   T* da_t_ = nullptr;
-  float *da_ = nullptr, *gain_sink_ = nullptr;  // gain_sink_: the gain-free RMS's discarded gradient
+  float* da_ = nullptr;
 };
 
 }  // namespace satdar::model::gpu
