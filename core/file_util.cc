@@ -1,5 +1,6 @@
 #include "core/file_util.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -9,6 +10,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "core/check.h"
 
 namespace satdar::core {
 
@@ -19,6 +21,44 @@ absl::Status ErrnoError(const std::string& what, const std::string& path) {
   if (err == ENOENT) return absl::NotFoundError(msg);
   if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(msg);
   return absl::InternalError(msg);
+}
+
+// Errors of opening an input: NotFound when it is missing, InvalidArgument otherwise.
+absl::Status ErrnoInputError(const std::string& what, const std::string& path) {
+  int err = errno;
+  std::string msg = absl::StrCat(what, " ", path, ": ", std::strerror(err));
+  return err == ENOENT ? absl::NotFoundError(msg) : absl::InvalidArgumentError(msg);
+}
+
+std::string KindOf(mode_t mode) {
+  if (S_ISREG(mode)) return "a regular file";
+  if (S_ISDIR(mode)) return "a folder";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  return "not a regular file";
+}
+
+absl::Status TooLarge(const std::string& path, uint64_t size, size_t max_bytes) {
+  return absl::InvalidArgumentError(absl::StrCat(path, " is ", size,
+                                                 " bytes or more, larger than the ", max_bytes,
+                                                 " bytes a file of its kind may be"));
+}
+
+// Opens a regular file for reading. O_NONBLOCK makes opening a FIFO return at once (instead of
+// waiting for a writer), so it can be refused; for a regular file the flag changes nothing.
+absl::StatusOr<int> OpenForReading(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return ErrnoInputError("cannot open", path);
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const std::string kind = ::fstat(fd, &st) == 0 ? KindOf(st.st_mode) : "not readable";
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(path, " is ", kind, ", not a regular file"));
+  }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return fd;
 }
 
 std::string DirName(const std::string& path) {
@@ -71,12 +111,7 @@ absl::Status AtomicFileWriter::Commit() {
     ::unlink(tmp_path_.c_str());
     return s;
   }
-  int dir = ::open(DirName(path_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir >= 0) {
-    ::fsync(dir);
-    ::close(dir);
-  }
-  return absl::OkStatus();
+  return FsyncDir(DirName(path_));
 }
 
 MappedFile::MappedFile(MappedFile&& other) noexcept { *this = std::move(other); }
@@ -97,24 +132,20 @@ MappedFile::~MappedFile() {
 }
 
 absl::StatusOr<MappedFile> MappedFile::Open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    std::string msg = absl::StrCat("cannot open ", path, ": ", std::strerror(errno));
-    return errno == ENOENT ? absl::NotFoundError(msg) : absl::InvalidArgumentError(msg);
-  }
+  SATDAR_ASSIGN_OR_RETURN(const int fd, OpenForReading(path));
   struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (::fstat(fd, &st) != 0) {
     ::close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+    return absl::InvalidArgumentError(absl::StrCat("cannot stat ", path, ": ", std::strerror(errno)));
   }
   MappedFile f;
   f.size_ = static_cast<size_t>(st.st_size);
   if (f.size_ > 0) {
     void* map = ::mmap(nullptr, f.size_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (map == MAP_FAILED) {
+      const int err = errno;
       ::close(fd);
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": cannot mmap: ", std::strerror(errno)));
+      return absl::InvalidArgumentError(absl::StrCat(path, ": cannot mmap: ", std::strerror(err)));
     }
     f.map_ = map;
   }
@@ -122,9 +153,13 @@ absl::StatusOr<MappedFile> MappedFile::Open(const std::string& path) {
   return f;
 }
 
-absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError("cannot open", path);
+absl::StatusOr<std::string> ReadFileToString(const std::string& path, size_t max_bytes) {
+  SATDAR_ASSIGN_OR_RETURN(const int fd, OpenForReading(path));
+  struct stat st;
+  if (::fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_size) > max_bytes) {
+    ::close(fd);
+    return TooLarge(path, static_cast<uint64_t>(st.st_size), max_bytes);
+  }
   std::string out;
   char buf[1 << 16];
   for (;;) {
@@ -136,10 +171,98 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
       return s;
     }
     if (r == 0) break;
+    if (out.size() + static_cast<size_t>(r) > max_bytes) {  // it grew while we read it
+      ::close(fd);
+      return TooLarge(path, out.size() + static_cast<size_t>(r), max_bytes);
+    }
     out.append(buf, static_cast<size_t>(r));
   }
   ::close(fd);
   return out;
+}
+
+std::string PathKind(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return errno == ENOENT ? "missing" : "not accessible";
+  return KindOf(st.st_mode);
+}
+
+absl::Status CheckRegularFile(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return ErrnoInputError("cannot open", path);
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " is ", KindOf(st.st_mode), ", not a regular file"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckFolder(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return ErrnoInputError("cannot open folder", path);
+  if (!S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " is ", KindOf(st.st_mode), ", not a folder"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckOutputFile(const std::string& path) {
+  if (path.empty()) return absl::InvalidArgumentError("the output path is empty");
+  if (path.back() == '/') {
+    return absl::InvalidArgumentError(absl::StrCat(path, " names a folder, not a file"));
+  }
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " is ", KindOf(st.st_mode), "; an output must be a regular file"));
+  }
+  const std::string dir = DirName(path);
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot write ", path, ": the folder ", dir, " does not exist"));
+  }
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot write ", path, ": the folder ", dir,
+                                                   " is not writable (", std::strerror(errno),
+                                                   ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckOutputFolder(const std::string& path) {
+  if (path.empty()) return absl::InvalidArgumentError("the output folder is empty");
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0) {
+    if (!S_ISDIR(st.st_mode)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, " is ", KindOf(st.st_mode), ", not a folder"));
+    }
+    if (::access(path.c_str(), W_OK | X_OK) != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot write into ", path, ": ", std::strerror(errno)));
+    }
+    return absl::OkStatus();
+  }
+  std::string trimmed = path;
+  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
+  const std::string parent = DirName(trimmed);
+  if (::stat(parent.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot create folder ", path, ": ", parent, " does not exist"));
+  }
+  if (::access(parent.c_str(), W_OK | X_OK) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot create folder ", path, ": ", parent,
+                                                   " is not writable (", std::strerror(errno),
+                                                   ")"));
+  }
+  return absl::OkStatus();
+}
+
+bool SameFile(const std::string& a, const std::string& b) {
+  struct stat sa, sb;
+  return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev &&
+         sa.st_ino == sb.st_ino;
 }
 
 absl::Status WriteFileAtomically(const std::string& path, const std::string& contents) {
@@ -148,6 +271,39 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& con
   if (s.ok()) s = writer.Append(contents.data(), contents.size());
   if (s.ok()) s = writer.Commit();
   return s;
+}
+
+absl::Status RemoveTree(const std::string& path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) {
+    return errno == ENOENT ? absl::OkStatus() : ErrnoError("cannot remove", path);
+  }
+  if (S_ISDIR(st.st_mode)) {
+    DIR* d = ::opendir(path.c_str());
+    if (d == nullptr) return ErrnoError("cannot open folder", path);
+    absl::Status s;
+    while (struct dirent* e = ::readdir(d)) {
+      const std::string name = e->d_name;
+      if (name == "." || name == "..") continue;
+      s = RemoveTree(path + "/" + name);
+      if (!s.ok()) break;
+    }
+    ::closedir(d);
+    SATDAR_RETURN_IF_ERROR(s);
+    if (::rmdir(path.c_str()) != 0) return ErrnoError("cannot remove", path);
+    return absl::OkStatus();
+  }
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) return ErrnoError("cannot remove", path);
+  return absl::OkStatus();
+}
+
+absl::Status FsyncDir(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return ErrnoError("cannot open folder", dir);
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) return ErrnoError("cannot fsync folder", dir);
+  return absl::OkStatus();
 }
 
 uint64_t Checksum64(const void* data, size_t n, uint64_t seed) {

@@ -38,7 +38,7 @@ class AtomicFileWriter {
 
 // A whole file mapped read-only into memory (unmapped on destruction; moves, never copies).
 // Open fails with NotFound for a missing path and InvalidArgument for anything else that is
-// not a readable regular file; the message names the path.
+// not a readable regular file (never blocking on a FIFO); the message names the path.
 class MappedFile {
  public:
   static absl::StatusOr<MappedFile> Open(const std::string& path);
@@ -57,8 +57,38 @@ class MappedFile {
   size_t size_ = 0;
 };
 
-absl::StatusOr<std::string> ReadFileToString(const std::string& path);
+// Inputs. Paths are checked before they are read, and opened so that nothing blocks: a FIFO,
+// socket or device given where a file is meant is refused instead of waited on forever.
+// Missing paths are NotFound, everything else InvalidArgument; messages name the path and
+// what it is ("... is a FIFO (named pipe), not a regular file").
+absl::Status CheckRegularFile(const std::string& path);
+absl::Status CheckFolder(const std::string& path);
+// "a regular file", "a folder", "a FIFO (named pipe)", ... or "missing".
+std::string PathKind(const std::string& path);
+
+// Size limits for ReadFileToString: files that must be small (configs, manifests, job specs)
+// and files that may be as large as memory allows (text corpora, tokenizer models).
+inline constexpr size_t kMaxSmallFileBytes = size_t{16} << 20;
+inline constexpr size_t kNoSizeLimit = ~size_t{0};
+
+// The whole of a regular file; InvalidArgument when it is larger than max_bytes.
+absl::StatusOr<std::string> ReadFileToString(const std::string& path, size_t max_bytes);
+
+// Outputs, checked before any work starts (so a bad --out fails in a second, not at the end of
+// a run): the folder exists and can be written, and the path is not a folder, FIFO or device.
+// An existing regular file will be replaced. InvalidArgument naming the path otherwise.
+absl::Status CheckOutputFile(const std::string& path);
+// A folder that exists and can be written, or that can be created in a writable parent.
+absl::Status CheckOutputFolder(const std::string& path);
+// True when both paths exist and are the same file (device and inode; links included).
+bool SameFile(const std::string& a, const std::string& b);
+
 absl::Status WriteFileAtomically(const std::string& path, const std::string& contents);
+
+// Removes a file, or a folder with everything in it; OK when path does not exist.
+absl::Status RemoveTree(const std::string& path);
+// Makes a folder's entries (renames, new files) durable.
+absl::Status FsyncDir(const std::string& dir);
 
 // 64-bit checksum of a byte range (word-at-a-time multiply-xor); continue with `seed`.
 uint64_t Checksum64(const void* data, size_t n, uint64_t seed = 0x6a09e667f3bcc909ull);

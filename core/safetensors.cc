@@ -6,11 +6,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cerrno>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "core/file_util.h"
+#include "core/json.h"
 #include "nlohmann/json.hpp"
 
 namespace satdar::core {
@@ -46,10 +48,11 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   }
   f.data_ = base + 8 + header_len;
   f.data_size_ = size - 8 - header_len;
-  Json header = Json::parse(base + 8, base + 8 + header_len, nullptr, /*allow_exceptions=*/false);
-  if (header.is_discarded() || !header.is_object()) {
-    return Bad(path, "safetensors header is not a JSON object");
-  }
+  auto parsed = ParseJson(absl::string_view(base + 8, header_len),
+                          absl::StrCat(path, ": safetensors header"));
+  if (!parsed.ok()) return parsed.status();  // a tensor named twice is a duplicate key
+  const Json& header = *parsed;
+  if (!header.is_object()) return Bad(path, "safetensors header is not a JSON object");
   for (auto it = header.begin(); it != header.end(); ++it) {
     const std::string& name = it.key();
     const Json& v = it.value();
@@ -80,23 +83,45 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
       return Bad(path, absl::StrCat(where, ": unknown dtype '", dt->get<std::string>(), "'"));
     }
     e.dtype = *dtype;
+    // Element and byte counts are computed with overflow checks: a shape whose product wraps
+    // around must not pass for a smaller tensor.
+    uint64_t elements = 1;
+    bool overflow = false, zero = false;
     for (const Json& d : *sh) {
       if (!d.is_number_unsigned()) return Bad(path, where + ": shape entries must be >= 0");
-      e.shape.push_back(d.get<int64_t>());
+      const uint64_t dim = d.get<uint64_t>();
+      if (dim > static_cast<uint64_t>(INT64_MAX)) {
+        return Bad(path, absl::StrCat(where, ": shape entry ", dim, " is too large"));
+      }
+      zero |= dim == 0;
+      if (dim != 0 && elements > static_cast<uint64_t>(INT64_MAX) / dim) overflow = true;
+      if (!overflow) elements *= std::max<uint64_t>(dim, 1);
+      e.shape.push_back(static_cast<int64_t>(dim));
     }
+    if (zero) {
+      elements = 0;
+      overflow = false;
+    }
+    if (e.shape.size() > 16) return Bad(path, where + ": more than 16 dimensions");
     if (!(*off)[0].is_number_unsigned() || !(*off)[1].is_number_unsigned()) {
       return Bad(path, where + ": data_offsets must be non-negative integers");
     }
-    e.begin = (*off)[0].get<size_t>();
-    e.end = (*off)[1].get<size_t>();
-    if (e.end < e.begin || e.end > f.data_size_) {
-      return Bad(path, absl::StrCat(where, ": data_offsets [", e.begin, ", ", e.end,
+    const uint64_t begin = (*off)[0].get<uint64_t>(), end = (*off)[1].get<uint64_t>();
+    if (end < begin || end > f.data_size_) {
+      return Bad(path, absl::StrCat(where, ": data_offsets [", begin, ", ", end,
                                     "] out of range (data section is ", f.data_size_,
                                     " bytes; truncated file?)"));
     }
-    size_t expect = static_cast<size_t>(NumElements(e.shape)) * DTypeSize(e.dtype);
-    if (e.end - e.begin != expect) {
-      return Bad(path, absl::StrCat(where, ": ", e.end - e.begin, " bytes for shape ",
+    e.begin = static_cast<size_t>(begin);
+    e.end = static_cast<size_t>(end);
+    const uint64_t width = DTypeSize(e.dtype);
+    if (overflow || elements > static_cast<uint64_t>(INT64_MAX) / width) {
+      return Bad(path, absl::StrCat(where, ": shape ", sh->dump(), " has more elements than fit "
+                                    "in 64 bits"));
+    }
+    const uint64_t expect = elements * width;
+    if (end - begin != expect) {
+      return Bad(path, absl::StrCat(where, ": ", end - begin, " bytes for shape ",
                                     ShapeString(e.shape), " of ", DTypeName(e.dtype),
                                     " (expected ", expect, ")"));
     }

@@ -7,6 +7,7 @@
 #include <cctype>
 
 #include "absl/strings/str_cat.h"
+#include "core/check.h"
 #include "core/file_util.h"
 #include "data/pos.h"
 
@@ -55,6 +56,27 @@ absl::StatusOr<std::vector<std::string>> ListFiles(const std::string& dir,
   return names;
 }
 
+absl::Status CheckIsText(const std::string& bytes, const std::string& path,
+                         const std::string& flag) {
+  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
+  const size_t n = bytes.size();
+  for (size_t i = 0; i < n;) {
+    const unsigned char c = p[i];
+    size_t len = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
+    bool ok = len > 0 && c != 0 && i + len <= n && !(len == 2 && c < 0xc2);
+    for (size_t k = 1; ok && k < len; ++k) ok = (p[i + k] & 0xc0) == 0x80;
+    if (!ok) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          flag, ": ", path, " is not text: ",
+          c == 0 ? "a NUL byte" : "a byte sequence that is not UTF-8", " at offset ", i,
+          " (binary files, or a prepared dataset without its manifest.json, cannot be read as "
+          "text)"));
+    }
+    i += len;
+  }
+  return absl::OkStatus();
+}
+
 bool IsBrownFile(const std::string& name) {
   return name.size() == 4 && name[0] == 'c' && name[1] >= 'a' && name[1] <= 'r' &&
          std::isdigit(static_cast<unsigned char>(name[2])) &&
@@ -65,6 +87,15 @@ absl::StatusOr<Corpus> LoadCorpus(const std::string& dir, CorpusFormat format) {
   auto listed = ListFiles(dir, "--data");
   if (!listed.ok()) return listed.status();
   const std::vector<std::string>& names = *listed;
+  for (const std::string& name : names) {
+    const bool shard = (name.rfind("train_", 0) == 0 || name.rfind("val_", 0) == 0) &&
+                       name.size() > 4 && name.compare(name.size() - 4, 4, ".bin") == 0;
+    if (name == "tokenizer.model" || shard) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--data: ", dir, " holds ", name, " like a dataset written by satdar prep, but its "
+          "manifest.json is missing (it is written last: was prep interrupted?)"));
+    }
+  }
   if (format == CorpusFormat::kAuto) {
     bool brown = std::find(names.begin(), names.end(), "cats.txt") != names.end();
     format = brown ? CorpusFormat::kBrown : CorpusFormat::kText;
@@ -73,8 +104,9 @@ absl::StatusOr<Corpus> LoadCorpus(const std::string& dir, CorpusFormat format) {
   corpus.format = format;
   for (const std::string& name : names) {
     if (format == CorpusFormat::kBrown && !IsBrownFile(name)) continue;  // index, README
-    auto text = core::ReadFileToString(dir + "/" + name);
+    auto text = core::ReadFileToString(dir + "/" + name, core::kNoSizeLimit);
     if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat("--data: ", text.status().message()));
+    SATDAR_RETURN_IF_ERROR(CheckIsText(*text, dir + "/" + name, "--data"));
     std::string clean = format == CorpusFormat::kBrown ? StripBrownTags(*text) : *text;
     corpus.bytes.insert(corpus.bytes.end(), clean.begin(), clean.end());
     ++corpus.num_files;

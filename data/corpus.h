@@ -27,6 +27,12 @@ std::string StripBrownTags(const std::string& tagged);
 // InvalidArgument error naming `flag` and the folder.
 absl::StatusOr<std::vector<std::string>> ListFiles(const std::string& dir, const std::string& flag);
 
+// OK when bytes is UTF-8 text without NUL bytes; otherwise InvalidArgument naming `flag`, the
+// file and the offset of the first byte that is not text (so binary files are never trained on
+// as if they were text).
+absl::Status CheckIsText(const std::string& bytes, const std::string& path,
+                         const std::string& flag);
+
 // Brown corpus text files are named c<genre letter a-r><two digits> (ca01 ... cr09).
 bool IsBrownFile(const std::string& name);
 

@@ -48,7 +48,7 @@ TEST(Shard, RoundTripAndCorruption) {
   EXPECT_NE(WriteShard(path + ".x", {7}, {0}, 2, 5).message().find("token id 7"), std::string::npos);
   EXPECT_FALSE(Exists(path + ".x"));
   // One flipped byte: checksum; a cut: truncated.
-  auto bytes = core::ReadFileToString(path);
+  auto bytes = core::ReadFileToString(path, core::kNoSizeLimit);
   ASSERT_TRUE(bytes.ok());
   std::string flipped = *bytes;
   flipped[kShardHeaderBytes + 1] ^= 1;

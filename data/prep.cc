@@ -24,6 +24,9 @@ namespace satdar::data {
 
 namespace {
 
+// SentencePiece models are a few MB even for 256k pieces.
+constexpr size_t kMaxTokenizerBytes = size_t{1} << 30;
+
 struct Word {
   int begin, end;  // byte range in the document text
   PosGroup group;
@@ -79,10 +82,11 @@ absl::Status ReadInputs(const PrepOptions& o, std::vector<Document>* docs, bool*
       files.emplace_back(input, input);
     }
     for (const auto& [name, path] : files) {
-      auto text = core::ReadFileToString(path);
+      auto text = core::ReadFileToString(path, core::kNoSizeLimit);
       if (!text.ok()) {
         return absl::InvalidArgumentError(absl::StrCat("--input: ", text.status().message()));
       }
+      SATDAR_RETURN_IF_ERROR(CheckIsText(*text, path, "--input"));
       *bytes += static_cast<int64_t>(text->size());
       Document doc;
       if (is_brown) {
@@ -193,7 +197,7 @@ absl::StatusOr<PrepSummary> PrepInto(const PrepOptions& o, const std::string& tm
   // Tokenizer: train on the training split, or take the given model.
   const std::string model_path = tmp + "/tokenizer.model";
   if (!o.tokenizer.empty()) {
-    auto bytes = core::ReadFileToString(o.tokenizer);
+    auto bytes = core::ReadFileToString(o.tokenizer, kMaxTokenizerBytes);
     if (!bytes.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("--tokenizer: ", bytes.status().message()));
     }

@@ -98,6 +98,7 @@ absl::StatusOr<Shard> Shard::Open(const std::string& path, uint64_t vocab) {
   }
   s.tokens_ = h.tokens;
   s.width_ = static_cast<int>(h.width);
+  s.vocab_ = h.vocab;
   if (vocab > 0 && h.width > 1) {
     if (h.vocab > vocab) {
       return Bad(path, absl::StrCat("written for vocabulary size ", h.vocab,

@@ -42,6 +42,7 @@ class Shard {
   const std::string& path() const { return path_; }
   uint64_t size() const { return tokens_; }
   int width() const { return width_; }
+  uint64_t vocab() const { return vocab_; }  // what the header says the ids were checked against
   uint32_t at(uint64_t i) const {
     return width_ == 2 ? reinterpret_cast<const uint16_t*>(data_)[i]
                        : width_ == 4 ? reinterpret_cast<const uint32_t*>(data_)[i]
@@ -56,6 +57,7 @@ class Shard {
   const char* data_ = nullptr;
   uint64_t tokens_ = 0;
   int width_ = 0;
+  uint64_t vocab_ = 0;
   std::vector<uint64_t> docs_;
 };
 

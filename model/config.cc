@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "core/check.h"
 #include "core/file_util.h"
+#include "core/json.h"
 #include "nlohmann/json.hpp"
 
 namespace satdar::model {
@@ -20,7 +21,7 @@ class FieldReader {
   FieldReader(const Json& object, std::string source, std::string prefix)
       : object_(object), source_(std::move(source)), prefix_(std::move(prefix)) {}
 
-  void Int(const char* name, int* out, bool required, int min_value) {
+  void Int(const char* name, int* out, bool required, int min_value, int max_value) {
     seen_.insert(name);
     auto it = object_.find(name);
     if (it == object_.end() || it->is_null()) {
@@ -28,26 +29,34 @@ class FieldReader {
       return;
     }
     if (!it->is_number_integer()) return Fail(name, "must be an integer");
-    int64_t v = it->get<int64_t>();
-    if (v < min_value || v > (1ll << 31) - 1) {
-      return Fail(name, absl::StrCat("must be >= ", min_value, ", got ", v));
+    const bool huge = it->is_number_unsigned() && it->get<uint64_t>() > uint64_t{1} << 62;
+    const int64_t v = huge ? int64_t{1} << 62 : it->get<int64_t>();
+    if (v < min_value || v > max_value) {
+      return Fail(name, absl::StrCat("must be in [", min_value, ", ", max_value, "], got ",
+                                     huge ? it->dump() : std::to_string(v)));
     }
     *out = static_cast<int>(v);
   }
-  void Double(const char* name, double* out, double min_exclusive) {
+  // A finite number in (min_exclusive, max_inclusive].
+  void Double(const char* name, double* out, double min_exclusive, double max_inclusive) {
     seen_.insert(name);
     auto it = object_.find(name);
     if (it == object_.end() || it->is_null()) return;
     if (!it->is_number()) return Fail(name, "must be a number");
     double v = it->get<double>();
-    if (!(v > min_exclusive)) return Fail(name, absl::StrCat("must be > ", min_exclusive));
+    if (!(v > min_exclusive && v <= max_inclusive)) {
+      return Fail(name, absl::StrCat("must be > ", min_exclusive, " and <= ", max_inclusive,
+                                     ", got ", it->dump()));
+    }
     *out = v;
   }
-  void NonNegative(const char* name, double* out) {
+  void NonNegative(const char* name, double* out, double max_inclusive) {
     seen_.insert(name);
     auto it = object_.find(name);
     if (it == object_.end() || it->is_null()) return;
-    if (!it->is_number() || it->get<double>() < 0) return Fail(name, "must be a number >= 0");
+    if (!it->is_number() || !(it->get<double>() >= 0 && it->get<double>() <= max_inclusive)) {
+      return Fail(name, absl::StrCat("must be a number in [0, ", max_inclusive, "]"));
+    }
     *out = it->get<double>();
   }
   void Bool(const char* name, bool* out) {
@@ -133,6 +142,12 @@ absl::Status Validate(const ModelConfig& c, const std::string& src) {
   }
   if (c.moe.has_value()) {
     const MoeConfig& m = *c.moe;
+    if (static_cast<int64_t>(m.num_experts) * c.num_hidden_layers > kMaxExpertLayers) {
+      return Invalid(src, "moe.num_experts",
+                     absl::StrCat("(", m.num_experts, ") times num_hidden_layers (",
+                                  c.num_hidden_layers, ") must be at most ", kMaxExpertLayers,
+                                  " experts in all"));
+    }
     if (m.top_k > m.num_experts) {
       return Invalid(src, "moe.top_k",
                      absl::StrCat("(", m.top_k, ") must not exceed moe.num_experts (",
@@ -145,34 +160,32 @@ absl::Status Validate(const ModelConfig& c, const std::string& src) {
 
 absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text,
                                              const std::string& source) {
-  Json j = Json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": not valid JSON"));
-  }
+  SATDAR_ASSIGN_OR_RETURN(Json j, core::ParseJson(json_text, source));
   if (!j.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": config must be a JSON object"));
   }
   ModelConfig c;
   FieldReader r(j, source, "");
-  r.Int("vocab_size", &c.vocab_size, true, 2);
-  r.Int("hidden_size", &c.hidden_size, true, 2);
-  r.Int("intermediate_size", &c.intermediate_size, false, 1);
-  r.Int("num_hidden_layers", &c.num_hidden_layers, true, 1);
-  r.Int("num_attention_heads", &c.num_attention_heads, true, 1);
-  r.Int("num_key_value_heads", &c.num_key_value_heads, false, 1);
-  r.Int("max_position_embeddings", &c.max_position_embeddings, false, 1);
-  r.Double("rope_theta", &c.rope_theta, 0.0);
-  r.Double("rms_norm_eps", &c.rms_norm_eps, 0.0);
+  r.Int("vocab_size", &c.vocab_size, true, 2, kMaxVocabSize);
+  r.Int("hidden_size", &c.hidden_size, true, 2, kMaxHiddenSize);
+  r.Int("intermediate_size", &c.intermediate_size, false, 1, kMaxIntermediateSize);
+  r.Int("num_hidden_layers", &c.num_hidden_layers, true, 1, kMaxLayers);
+  r.Int("num_attention_heads", &c.num_attention_heads, true, 1, kMaxHeads);
+  r.Int("num_key_value_heads", &c.num_key_value_heads, false, 1, kMaxHeads);
+  // MODELS.md gives it no default: the positions a model is trained for are its user's choice.
+  r.Int("max_position_embeddings", &c.max_position_embeddings, true, 1, kMaxPositions);
+  r.Double("rope_theta", &c.rope_theta, 0.0, 1e12);
+  r.Double("rms_norm_eps", &c.rms_norm_eps, 0.0, 1.0);
   r.Bool("tie_word_embeddings", &c.tie_word_embeddings);
   r.Bool("qk_norm", &c.qk_norm);
-  r.Double("initializer_range", &c.initializer_range, 0.0);
+  r.Double("initializer_range", &c.initializer_range, 0.0, 1.0);
   r.Enum("value_residual", &c.value_residual, {"none", "resformer", "satformer"});
   r.Enum("resformer_mode", &c.resformer_mode, {"fixed", "learnable_plus"});
   r.Enum("residual", &c.residual,
          {"standard", "attnres", "dar", "hc", "mhc", "denseformer", "muddformer"});
-  r.Int("block_size", &c.block_size, false, 1);
+  r.Int("block_size", &c.block_size, false, 1, 2 * kMaxLayers);
   r.Enum("dar_variant", &c.dar_variant, {"cross", "self_kv", "cross_v", "fixed_kv"});
-  r.Int("hc_streams", &c.hc_streams, false, 1);
+  r.Int("hc_streams", &c.hc_streams, false, 1, kMaxHyperStreams);
   r.Skip("moe");
   r.RejectUnknown();
   SATDAR_RETURN_IF_ERROR(r.status());
@@ -181,12 +194,13 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text,
     if (!moe->is_object()) return Invalid(source, "moe", "must be null or an object");
     MoeConfig m;
     FieldReader mr(*moe, source, "moe.");
-    mr.Int("num_experts", &m.num_experts, true, 1);
-    mr.Int("top_k", &m.top_k, true, 1);
-    mr.Int("expert_intermediate_size", &m.expert_intermediate_size, true, 1);
-    mr.Int("num_shared_experts", &m.num_shared_experts, false, 0);
-    mr.NonNegative("router_aux_loss_coef", &m.router_aux_loss_coef);
-    mr.NonNegative("router_z_loss_coef", &m.router_z_loss_coef);
+    mr.Int("num_experts", &m.num_experts, true, 1, kMaxExperts);
+    mr.Int("top_k", &m.top_k, true, 1, kMaxExperts);
+    mr.Int("expert_intermediate_size", &m.expert_intermediate_size, true, 1,
+           kMaxIntermediateSize);
+    mr.Int("num_shared_experts", &m.num_shared_experts, false, 0, kMaxExperts);
+    mr.NonNegative("router_aux_loss_coef", &m.router_aux_loss_coef, 1e6);
+    mr.NonNegative("router_z_loss_coef", &m.router_z_loss_coef, 1e6);
     mr.Bool("norm_topk_prob", &m.norm_topk_prob);
     mr.RejectUnknown();
     SATDAR_RETURN_IF_ERROR(mr.status());
@@ -198,7 +212,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text,
 }
 
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& path) {
-  auto text = core::ReadFileToString(path);
+  auto text = core::ReadFileToString(path, core::kMaxSmallFileBytes);
   if (!text.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--config: ", text.status().message()));
   }

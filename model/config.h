@@ -2,17 +2,33 @@
 //
 //   SATDAR_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig("configs/demo.json"));
 //
-// Parsing rejects unknown fields, wrong types and impossible combinations with an
-// InvalidArgument error that names the field.
+// Parsing rejects unknown fields, keys given twice, missing required fields (vocab_size,
+// hidden_size, num_hidden_layers, num_attention_heads, max_position_embeddings), wrong types,
+// values out of their bounds (below) and impossible combinations with an InvalidArgument
+// error that names the field. Config files are read up to 16 MiB.
 #ifndef SATDAR_MODEL_CONFIG_H_
 #define SATDAR_MODEL_CONFIG_H_
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
 
 namespace satdar::model {
+
+// Upper bounds of the config's counts: far above any published model, low enough that every
+// product of them (parameters, activations) fits in 64 bits and a typo cannot ask for an
+// exabyte. The memory estimate (model/memory_estimate.h) then refuses what does not fit.
+inline constexpr int kMaxVocabSize = 1 << 24;         // 16.7M tokens
+inline constexpr int kMaxHiddenSize = 1 << 16;        // 65536
+inline constexpr int kMaxIntermediateSize = 1 << 20;  // 1M
+inline constexpr int kMaxLayers = 1024;
+inline constexpr int kMaxHeads = 4096;
+inline constexpr int kMaxPositions = 1 << 22;         // 4M
+inline constexpr int kMaxHyperStreams = 64;
+inline constexpr int kMaxExperts = 4096;
+inline constexpr int64_t kMaxExpertLayers = int64_t{1} << 17;  // experts over all layers
 
 struct MoeConfig {
   int num_experts = 0;
@@ -31,7 +47,7 @@ struct ModelConfig {
   int num_hidden_layers = 0;
   int num_attention_heads = 0;
   int num_key_value_heads = 0;  // defaults to num_attention_heads
-  int max_position_embeddings = 4096;
+  int max_position_embeddings = 0;  // required (MODELS.md gives no default)
   double rope_theta = 1e4;
   double rms_norm_eps = 1e-6;
   bool tie_word_embeddings = true;

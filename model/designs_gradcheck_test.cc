@@ -22,7 +22,7 @@ struct Design {
 
 std::string TinyConfig(const std::string& extra) {
   return R"({"vocab_size": 11, "hidden_size": 8, "intermediate_size": 12,
-             "num_hidden_layers": 3, "num_attention_heads": 2, "num_key_value_heads": 1)" +
+             "num_hidden_layers": 3, "max_position_embeddings": 512, "num_attention_heads": 2, "num_key_value_heads": 1)" +
          (extra.empty() ? std::string() : ", " + extra) + "}";
 }
 

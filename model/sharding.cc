@@ -18,7 +18,7 @@ bool Collective(const Sharding& s, std::unique_ptr<parallel::Work> work) {
 template <typename T>
 void TpAllReduce(const Sharding& s, T* data, size_t n, parallel::ReduceOp op) {
   if (s.tp_size == 1 || (s.errors != nullptr && s.errors->failed())) return;
-  Collective(s, s.tp->AllReduce(data, n, core::DTypeOf<T>::value, op, {}));
+  Collective(s, s.tp->AllReduce(data, n, core::DTypeOf<T>::value, op, s.collective));
 }
 
 template void TpAllReduce<float>(const Sharding&, float*, size_t, parallel::ReduceOp);

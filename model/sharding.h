@@ -49,6 +49,9 @@ struct Sharding {
   int ep_rank = 0, ep_size = 1;
   int pp_rank = 0, pp_size = 1;
   CommErrors* errors = nullptr;
+  // Every collective of the model (TP all-reduces, EP all-to-alls) runs with these: a peer
+  // that does not answer within the run's --comm-timeout fails the step.
+  parallel::CollectiveOptions collective;
 
   bool first_stage() const { return pp_rank == 0; }
   bool last_stage() const { return pp_rank == pp_size - 1; }

@@ -254,6 +254,10 @@ class GlooWork : public Work {
     if (waited_) return status_;
     waited_ = true;
     if (!status_.ok()) return status_;
+    // After one operation failed, the others (and the destructors of Works never waited for)
+    // give up at once instead of each waiting out its own timeout. Gloo holds only weak
+    // references to our buffers, so dropping them with transfers pending is safe.
+    if (absl::Status broken = shared_->Broken(); !broken.ok()) return status_ = broken;
     const auto deadline = Clock::now() + ToMillis(timeout_);
     std::vector<int> late, lost;
     std::string lost_detail;

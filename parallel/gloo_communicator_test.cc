@@ -212,7 +212,7 @@ TEST(GlooCommunicator, ConformanceOnProcesses) {
     }
     const std::string want(reinterpret_cast<const char*>(expect.data()), count * sizeof(float));
     for (int r = 0; r < n; ++r) {
-      auto got = core::ReadFileToString(absl::StrCat(dir, "/sum.", r));
+      auto got = core::ReadFileToString(absl::StrCat(dir, "/sum.", r), core::kMaxSmallFileBytes);
       ASSERT_TRUE(got.ok()) << got.status();
       EXPECT_TRUE(*got == want) << "rank " << r
                                 << "'s sum is not bit-identical to the rank-order sum";

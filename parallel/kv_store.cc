@@ -98,7 +98,7 @@ absl::Status FileKvStore::Set(const std::string& key, const std::string& value) 
 }
 
 absl::StatusOr<std::string> FileKvStore::TryGet(const std::string& key) {
-  absl::StatusOr<std::string> v = core::ReadFileToString(PathOf(key));
+  absl::StatusOr<std::string> v = core::ReadFileToString(PathOf(key), core::kMaxSmallFileBytes);
   if (v.ok() || absl::IsNotFound(v.status())) return v;
   return absl::UnavailableError(absl::StrCat("rendezvous store ", dir_, ": cannot read key '", key,
                                              "': ", v.status().message()));

@@ -2,13 +2,17 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
+#include <deque>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/check.h"
 #include "parallel/rank_order_reduce.h"
 
@@ -18,18 +22,6 @@ namespace {
 
 using core::DType;
 
-MPI_Datatype MpiType(DType d) {
-  switch (d) {
-    case DType::kF32: return MPI_FLOAT;
-    case DType::kF64: return MPI_DOUBLE;
-    case DType::kI32: return MPI_INT32_T;
-    case DType::kI64: return MPI_INT64_T;
-    case DType::kU16: return MPI_UINT16_T;
-    case DType::kBF16: return MPI_UINT16_T;
-  }
-  return MPI_BYTE;
-}
-
 absl::Status MpiError(int code, const char* call, int rank) {
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
@@ -38,29 +30,85 @@ absl::Status MpiError(int code, const char* call, int rank) {
                                           std::string(text, len)));
 }
 
-// A pending non-blocking operation; `finish` runs once it completed (local reductions).
+// Buffers of operations that never completed: MPI may still write into them, so they are kept
+// until the process ends (it is about to: a timed-out run aborts).
+std::vector<std::vector<char>>& Graveyard() {
+  static auto* buffers = new std::vector<std::vector<char>>();
+  return *buffers;
+}
+
+// What one communicator's Works share: the first failure, after which the others give up at
+// once instead of each waiting out its own timeout.
+struct MpiShared {
+  int rank = 0;
+  absl::Status broken;
+};
+
+// One operation: its point-to-point transfers, each with the peer it talks to, so a timeout
+// names the ranks that never answered. `finish` runs once all completed (local reductions).
 class MpiWork : public Work {
  public:
-  MpiWork(int rank, const char* name, absl::Duration timeout)
-      : rank_(rank), name_(name), timeout_(timeout) {}
-  MPI_Request* request() { return &request_; }
-  void set_status(absl::Status s) { status_ = std::move(s); }
+  MpiWork(std::shared_ptr<MpiShared> shared, const char* name, absl::Duration timeout)
+      : shared_(std::move(shared)), name_(name), timeout_(timeout) {}
+  ~MpiWork() override {
+    if (waited_) return;
+    if (shared_->broken.ok()) {
+      (void)Wait();  // the transfers still use our buffers
+    } else {
+      Graveyard().push_back(std::move(buffer_));
+    }
+  }
   std::vector<char>& buffer() { return buffer_; }
   void set_finish(std::function<void()> f) { finish_ = std::move(f); }
+
+  // Posts a send of (or a receive into) data[0, bytes) to or from peer.
+  void Post(bool send, const void* data, size_t bytes, int peer, int tag, MPI_Comm comm) {
+    if (!status_.ok()) return;
+    if (bytes > static_cast<size_t>(INT32_MAX)) {
+      status_ = absl::InvalidArgumentError(absl::StrCat(
+          "rank ", shared_->rank, ": ", name_, " of ", bytes,
+          " bytes exceeds MPI's limit of 2^31 - 1 bytes per message"));
+      return;
+    }
+    transfers_.push_back(Transfer{MPI_REQUEST_NULL, peer});
+    MPI_Request* r = &transfers_.back().request;
+    const int n = static_cast<int>(bytes);
+    const int rc = send ? MPI_Isend(data, n, MPI_BYTE, peer, tag, comm, r)
+                        : MPI_Irecv(const_cast<void*>(data), n, MPI_BYTE, peer, tag, comm, r);
+    if (rc != MPI_SUCCESS) status_ = MpiError(rc, send ? "MPI_Isend" : "MPI_Irecv", shared_->rank);
+  }
 
   absl::Status Wait() override {
     if (waited_) return status_;
     waited_ = true;
-    if (!status_.ok() || request_ == MPI_REQUEST_NULL) return status_;
+    if (!status_.ok()) return status_;
+    if (!shared_->broken.ok()) {
+      Graveyard().push_back(std::move(buffer_));
+      return status_ = shared_->broken;
+    }
     const auto deadline = std::chrono::steady_clock::now() + absl::ToChronoMilliseconds(timeout_);
-    for (int done = 0;;) {
-      int rc = MPI_Test(&request_, &done, MPI_STATUS_IGNORE);
-      if (rc != MPI_SUCCESS) return status_ = MpiError(rc, name_, rank_);
-      if (done) break;
+    for (;;) {
+      bool all = true;
+      for (Transfer& t : transfers_) {
+        if (t.request == MPI_REQUEST_NULL) continue;
+        int done = 0;
+        const int rc = MPI_Test(&t.request, &done, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) return Break(MpiError(rc, name_, shared_->rank));
+        all &= done != 0;
+      }
+      if (all) break;
       if (std::chrono::steady_clock::now() > deadline) {
-        return status_ = absl::DeadlineExceededError(absl::StrCat(
-                   "rank ", rank_, ": ", name_, " did not complete within ",
-                   absl::FormatDuration(timeout_), " (a peer is dead or stuck)"));
+        std::vector<int> late;
+        for (const Transfer& t : transfers_) {
+          if (t.request != MPI_REQUEST_NULL) late.push_back(t.peer);
+        }
+        std::sort(late.begin(), late.end());
+        late.erase(std::unique(late.begin(), late.end()), late.end());
+        Graveyard().push_back(std::move(buffer_));
+        return Break(absl::DeadlineExceededError(absl::StrCat(
+            "rank ", shared_->rank, ": ", name_, " timed out after ",
+            absl::FormatDuration(timeout_), "; ranks that never arrived: ",
+            absl::StrJoin(late, ", "), " (stopped, stuck or dead)")));
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
@@ -69,15 +117,29 @@ class MpiWork : public Work {
   }
 
  private:
-  int rank_;
+  struct Transfer {
+    MPI_Request request;
+    int peer;
+  };
+  absl::Status Break(absl::Status s) {
+    if (shared_->broken.ok()) shared_->broken = s;
+    return status_ = std::move(s);
+  }
+
+  std::shared_ptr<MpiShared> shared_;
   const char* name_;
   absl::Duration timeout_;
-  MPI_Request request_ = MPI_REQUEST_NULL;
+  std::deque<Transfer> transfers_;  // stable addresses for the MPI_Request handles
   absl::Status status_;
   std::vector<char> buffer_;
   std::function<void()> finish_;
   bool waited_ = false;
 };
+
+// Collectives are direct exchanges with every peer, over a duplicate of the communicator
+// (so they never match a user's Send/Recv) with one tag: MPI delivers messages between two
+// ranks in order, and every rank issues the collectives in the same order.
+constexpr int kCollectiveTag = 0;
 
 class MpiCommunicator : public Communicator {
  public:
@@ -85,8 +147,13 @@ class MpiCommunicator : public Communicator {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    MPI_Comm_dup(comm_, &collectives_);
+    MPI_Comm_set_errhandler(collectives_, MPI_ERRORS_RETURN);
+    shared_->rank = rank_;
   }
   ~MpiCommunicator() override {
+    if (!shared_->broken.ok()) return;  // a peer is gone: freeing would wait for it
+    MPI_Comm_free(&collectives_);
     if (owned_) MPI_Comm_free(&comm_);
   }
   int rank() const override { return rank_; }
@@ -96,11 +163,12 @@ class MpiCommunicator : public Communicator {
                                   const CollectiveOptions& o) override {
     // Gather every contribution, then add in rank order (identical on every rank).
     const size_t bytes = count * core::DTypeSize(d);
-    auto w = std::make_unique<MpiWork>(rank_, "AllReduce", o.timeout);
+    auto w = NewWork("AllReduce", o);
     w->buffer().resize(bytes * size_);
-    Check(w.get(), MPI_Iallgather(data, static_cast<int>(bytes), MPI_BYTE, w->buffer().data(),
-                                  static_cast<int>(bytes), MPI_BYTE, comm_, w->request()),
-          "MPI_Iallgather");
+    char* all = w->buffer().data();
+    std::memcpy(all + rank_ * bytes, data, bytes);
+    Exchange(w.get(), [&](int p) { return std::pair<const void*, void*>(data, all + p * bytes); },
+             bytes);
     MpiWork* raw = w.get();
     w->set_finish([=] { RankOrderReduce(data, raw->buffer().data(), size_, count, d, op); });
     return w;
@@ -109,68 +177,80 @@ class MpiCommunicator : public Communicator {
                                       ReduceOp op, const CollectiveOptions& o) override {
     // Block r of every rank goes to rank r, which adds them in rank order.
     const size_t bytes = count * core::DTypeSize(d);
-    auto w = std::make_unique<MpiWork>(rank_, "ReduceScatter", o.timeout);
+    auto w = NewWork("ReduceScatter", o);
     w->buffer().resize(bytes * size_);
-    Check(w.get(), MPI_Ialltoall(in, static_cast<int>(bytes), MPI_BYTE, w->buffer().data(),
-                                 static_cast<int>(bytes), MPI_BYTE, comm_, w->request()),
-          "MPI_Ialltoall");
+    char* all = w->buffer().data();
+    const char* src = static_cast<const char*>(in);
+    std::memcpy(all + rank_ * bytes, src + rank_ * bytes, bytes);
+    Exchange(w.get(),
+             [&](int p) { return std::pair<const void*, void*>(src + p * bytes, all + p * bytes); },
+             bytes);
     MpiWork* raw = w.get();
     w->set_finish([=] { RankOrderReduce(out, raw->buffer().data(), size_, count, d, op); });
     return w;
   }
   std::unique_ptr<Work> AllGather(const void* in, void* out, size_t count, DType d,
                                   const CollectiveOptions& o) override {
-    auto w = std::make_unique<MpiWork>(rank_, "AllGather", o.timeout);
-    Check(w.get(), MPI_Iallgather(in, static_cast<int>(count), MpiType(d), out,
-                                  static_cast<int>(count), MpiType(d), comm_, w->request()),
-          "MPI_Iallgather");
+    const size_t bytes = count * core::DTypeSize(d);
+    auto w = NewWork("AllGather", o);
+    char* dst = static_cast<char*>(out);
+    std::memmove(dst + rank_ * bytes, in, bytes);
+    const void* mine = dst + rank_ * bytes;
+    Exchange(w.get(), [&](int p) { return std::pair<const void*, void*>(mine, dst + p * bytes); },
+             bytes);
     return w;
   }
   std::unique_ptr<Work> Broadcast(void* data, size_t count, DType d, int root,
                                   const CollectiveOptions& o) override {
-    auto w = std::make_unique<MpiWork>(rank_, "Broadcast", o.timeout);
-    Check(w.get(), MPI_Ibcast(data, static_cast<int>(count), MpiType(d), root, comm_, w->request()),
-          "MPI_Ibcast");
+    const size_t bytes = count * core::DTypeSize(d);
+    auto w = NewWork("Broadcast", o);
+    if (rank_ == root) {
+      for (int p = 0; p < size_; ++p) {
+        if (p != rank_) w->Post(true, data, bytes, p, kCollectiveTag, collectives_);
+      }
+    } else {
+      w->Post(false, data, bytes, root, kCollectiveTag, collectives_);
+    }
     return w;
   }
   std::unique_ptr<Work> AllToAllV(const void* in, const std::vector<size_t>& send_counts,
                                   void* out, const std::vector<size_t>& recv_counts, DType d,
                                   const CollectiveOptions& o) override {
-    auto w = std::make_unique<MpiWork>(rank_, "AllToAllV", o.timeout);
-    // Send counts, send displacements, receive counts, receive displacements: they must live
-    // until the operation completes, so the Work owns them.
-    w->buffer().resize(4 * size_ * sizeof(int));
-    int* c = reinterpret_cast<int*>(w->buffer().data());
-    for (int p = 0, so = 0, ro = 0; p < size_; ++p) {
-      c[p] = static_cast<int>(send_counts[p]);
-      c[size_ + p] = so;
-      c[2 * size_ + p] = static_cast<int>(recv_counts[p]);
-      c[3 * size_ + p] = ro;
-      so += c[p];
-      ro += c[2 * size_ + p];
+    const size_t width = core::DTypeSize(d);
+    auto w = NewWork("AllToAllV", o);
+    const char* src = static_cast<const char*>(in);
+    char* dst = static_cast<char*>(out);
+    size_t so = 0, ro = 0;
+    for (int p = 0; p < size_; ++p) {
+      const size_t sb = send_counts[p] * width, rb = recv_counts[p] * width;
+      if (p == rank_) {
+        SATDAR_CHECK(sb == rb) << "AllToAllV: " << sb << " bytes to self, " << rb << " expected";
+        std::memcpy(dst + ro, src + so, sb);
+      } else {
+        w->Post(false, dst + ro, rb, p, kCollectiveTag, collectives_);
+        w->Post(true, src + so, sb, p, kCollectiveTag, collectives_);
+      }
+      so += sb;
+      ro += rb;
     }
-    Check(w.get(), MPI_Ialltoallv(in, c, c + size_, MpiType(d), out, c + 2 * size_,
-                                  c + 3 * size_, MpiType(d), comm_, w->request()),
-          "MPI_Ialltoallv");
     return w;
   }
   std::unique_ptr<Work> Send(const void* data, size_t count, DType d, int peer, int tag,
                              const CollectiveOptions& o) override {
-    auto w = std::make_unique<MpiWork>(rank_, "Send", o.timeout);
-    Check(w.get(), MPI_Isend(data, static_cast<int>(count), MpiType(d), peer, tag, comm_, w->request()),
-          "MPI_Isend");
+    auto w = NewWork("Send", o);
+    w->Post(true, data, count * core::DTypeSize(d), peer, tag, comm_);
     return w;
   }
   std::unique_ptr<Work> Recv(void* data, size_t count, DType d, int peer, int tag,
                              const CollectiveOptions& o) override {
-    auto w = std::make_unique<MpiWork>(rank_, "Recv", o.timeout);
-    Check(w.get(), MPI_Irecv(data, static_cast<int>(count), MpiType(d), peer, tag, comm_, w->request()),
-          "MPI_Irecv");
+    auto w = NewWork("Recv", o);
+    w->Post(false, data, count * core::DTypeSize(d), peer, tag, comm_);
     return w;
   }
   std::unique_ptr<Work> Barrier(const CollectiveOptions& o) override {
-    auto w = std::make_unique<MpiWork>(rank_, "Barrier", o.timeout);
-    Check(w.get(), MPI_Ibarrier(comm_, w->request()), "MPI_Ibarrier");
+    auto w = NewWork("Barrier", o);
+    static char token;
+    Exchange(w.get(), [&](int) { return std::pair<const void*, void*>(&token, &token); }, 0);
     return w;
   }
   absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key,
@@ -183,12 +263,25 @@ class MpiCommunicator : public Communicator {
   }
 
  private:
-  void Check(MpiWork* w, int rc, const char* call) {
-    if (rc != MPI_SUCCESS) w->set_status(MpiError(rc, call, rank_));
+  std::unique_ptr<MpiWork> NewWork(const char* name, const CollectiveOptions& o) {
+    return std::make_unique<MpiWork>(shared_, name, o.timeout);
   }
+  // For every peer p: receive `bytes` into the second pointer of buffers(p) and send the first.
+  template <typename F>
+  void Exchange(MpiWork* w, const F& buffers, size_t bytes) {
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_) continue;
+      const auto [send, recv] = buffers(p);
+      w->Post(false, recv, bytes, p, kCollectiveTag, collectives_);
+      w->Post(true, send, bytes, p, kCollectiveTag, collectives_);
+    }
+  }
+
   MPI_Comm comm_;
+  MPI_Comm collectives_;
   bool owned_;
   int rank_ = 0, size_ = 1;
+  std::shared_ptr<MpiShared> shared_ = std::make_shared<MpiShared>();
 };
 
 }  // namespace
@@ -203,6 +296,13 @@ absl::StatusOr<std::unique_ptr<Communicator>> MpiWorld(int* argc, char*** argv) 
     }
   }
   return std::unique_ptr<Communicator>(std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, false));
+}
+
+void MpiAbort(int exit_code) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized) MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::_Exit(exit_code);
 }
 
 void MpiFinalize() {

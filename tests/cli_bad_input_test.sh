@@ -74,11 +74,11 @@ rewrite("unknown_dtype.safetensors", unknown)
 PY
 printf '{"vocab_size": 64, "hidden_size": 16,' >malformed.json
 cat >unknown_field.json <<'JSON'
-{"vocab_size": 64, "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 2,
+{"vocab_size": 64, "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 2, "max_position_embeddings": 512,
  "num_attention_heads": 2, "dropout": 0.1}
 JSON
 cat >bad_heads.json <<'JSON'
-{"vocab_size": 64, "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 2,
+{"vocab_size": 64, "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 2, "max_position_embeddings": 512,
  "num_attention_heads": 3}
 JSON
 
@@ -128,8 +128,9 @@ expect_fail train_seq_too_long "--seq-len 65 exceeds max_position_embeddings 64"
   "$SATDAR" train --config config.json --steps 1 --batch-size 2 --seq-len 65 --synthetic-data
 expect_fail train_no_data_dir "--data: cannot open folder /nonexistent" \
   "$SATDAR" train --config config.json --steps 1 --batch-size 2 --seq-len 8 --data /nonexistent
+mkdir -p text && echo "Some plain text, enough for a window or two of bytes." >text/a.txt
 expect_fail train_byte_vocab "byte-level text needs vocab_size >= 256" \
-  "$SATDAR" train --config config.json --steps 1 --batch-size 2 --seq-len 8 --data "$WORK"
+  "$SATDAR" train --config config.json --steps 1 --batch-size 2 --seq-len 8 --data text
 expect_fail train_cuda "--device cuda" \
   "$SATDAR" train --config config.json --steps 1 --batch-size 2 --seq-len 8 --synthetic-data --device cuda
 expect_fail train_recompute_on_cpu "flag --recompute is for --device cuda" \
@@ -155,7 +156,7 @@ expect_fail train_resume_no_dir "--resume and --checkpoint-every need --checkpoi
   "$SATDAR" train --config config.json --steps 1 --batch-size 2 --seq-len 8 --synthetic-data --resume
 
 # Impossible design combinations are rejected at config load, naming the field.
-base='"vocab_size": 64, "hidden_size": 16, "intermediate_size": 32, "num_attention_heads": 2'
+base='"vocab_size": 64, "hidden_size": 16, "intermediate_size": 32, "num_attention_heads": 2, "max_position_embeddings": 64'
 echo "{$base, \"num_hidden_layers\": 2, \"residual\": \"dar\", \"block_size\": 3}" >dar_odd.json
 echo "{$base, \"num_hidden_layers\": 2, \"moe\": {\"num_experts\": 2, \"top_k\": 3, \"expert_intermediate_size\": 8}}" >topk.json
 echo "{$base, \"num_hidden_layers\": 1, \"value_residual\": \"satformer\"}" >vr_one_layer.json
@@ -176,7 +177,8 @@ expect_fail eval_bad_ablation "flag --gate-ablation must be none, zero or mean, 
   --seq-len 8 --gate-ablation half
 echo "{$base, \"num_hidden_layers\": 2, \"residual\": \"dar\"}" >dar_ok.json
 "$SATDAR" init --config dar_ok.json --out dar_weights.safetensors
-expect_fail eval_weights_of_other_model "dar_weights.safetensors: tensor 'model.layers.0.attn_dar" \
+expect_fail eval_weights_of_other_model \
+  'dar_weights.safetensors was written for a different model config: field "residual" is "dar" there, "standard" in this config' \
   "$SATDAR" eval --config config.json --weights dar_weights.safetensors \
   --synthetic-data --seq-len 8
 
@@ -186,7 +188,7 @@ expect_fail eval_weights_of_other_model "dar_weights.safetensors: tensor 'model.
 
 # Layer 0's ResFormer lambda2 is never read: weights may omit it, and then get no gradient.
 cat >resformer.json <<'JSON'
-{"vocab_size": 64, "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 2,
+{"vocab_size": 64, "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 2, "max_position_embeddings": 512,
  "num_attention_heads": 2, "value_residual": "resformer", "resformer_mode": "learnable_plus"}
 JSON
 "$SATDAR" init --config resformer.json --out resformer.safetensors

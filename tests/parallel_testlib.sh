@@ -7,7 +7,7 @@ MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca btl self,tcp --mca btl_
 # every parallel layout is checked with: baseline, satformer, dar (Block DAR, S=4), dar_moe.
 write_small_configs() {
   cat >base.json <<'JSON'
-{"vocab_size": 64, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+{"vocab_size": 64, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "max_position_embeddings": 512,
  "num_attention_heads": 4, "num_key_value_heads": 2}
 JSON
   python3 - <<'PY'

@@ -8,7 +8,7 @@ WORK="${TEST_TMPDIR:-/tmp/satdar-test-$$}/resume"
 rm -rf "$WORK" && mkdir -p "$WORK"
 cd "$WORK"
 cat >config.json <<'JSON'
-{"vocab_size": 256, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+{"vocab_size": 256, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "max_position_embeddings": 512,
  "num_attention_heads": 4, "num_key_value_heads": 2}
 JSON
 # Enough steps that the run is still going when the first checkpoint appears, even on a fast

@@ -7,14 +7,17 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
+#include <functional>
 
 #include <fcntl.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "core/check.h"
 #include "core/file_util.h"
+#include "core/json.h"
 #include "core/safetensors.h"
 #include "nlohmann/json.hpp"
 
@@ -31,9 +34,17 @@ std::string Hex(uint64_t v) {
   return buf;
 }
 
-// Checksum chained over tensors in file order (the order they were written).
-uint64_t DataChecksum(const std::vector<const void*>& data, const std::vector<size_t>& sizes) {
+// The checksum of a checkpoint file: chained over every metadata entry but the checksum
+// itself (key and value, in key order), then over the tensors in file order. A flipped byte
+// anywhere, the stored step, seed and data position included, is found as corruption.
+uint64_t FileChecksum(const std::map<std::string, std::string>& meta,
+                      const std::vector<const void*>& data, const std::vector<size_t>& sizes) {
   uint64_t h = 0x6a09e667f3bcc909ull;
+  for (const auto& [key, value] : meta) {
+    if (key == "checksum") continue;
+    const std::string entry = key + '\0' + value + '\0';
+    h = core::Checksum64(entry.data(), entry.size(), h);
+  }
   for (size_t i = 0; i < data.size(); ++i) h = core::Checksum64(data[i], sizes[i], h);
   return h;
 }
@@ -60,34 +71,6 @@ int64_t StepOf(const std::string& name) {
 
 std::string ShardFile(const std::string& folder, const std::string& shard_name) {
   return folder + "/shard-" + shard_name + kSuffix;
-}
-
-absl::Status RemoveTree(const std::string& path) {
-  if (!IsDir(path)) {
-    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
-      return absl::InternalError(absl::StrCat("cannot remove ", path));
-    }
-    return absl::OkStatus();
-  }
-  DIR* d = ::opendir(path.c_str());
-  if (d != nullptr) {
-    while (struct dirent* e = ::readdir(d)) {
-      const std::string name = e->d_name;
-      if (name == "." || name == "..") continue;
-      SATDAR_RETURN_IF_ERROR(RemoveTree(path + "/" + name));
-    }
-    ::closedir(d);
-  }
-  if (::rmdir(path.c_str()) != 0) return absl::InternalError(absl::StrCat("cannot remove ", path));
-  return absl::OkStatus();
-}
-
-absl::Status FsyncDir(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd < 0) return absl::InternalError(absl::StrCat("cannot open folder ", dir));
-  ::fsync(fd);
-  ::close(fd);
-  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<std::pair<int64_t, std::string>>> ListCheckpoints(
@@ -153,16 +136,17 @@ absl::Status WriteCheckpointFile(const std::string& path, const CheckpointInfo& 
       {"step", std::to_string(info.step)},
       {"seed", std::to_string(info.seed)},
       {"data_position", std::to_string(info.data_position)},
+      {"loss", absl::StrFormat("%.17g", info.loss)},
       {"config", info.config_json},
       {"trainer", info.trainer_json},
       {"dtype", core::DTypeName(dtype)},
-      {"checksum", Hex(DataChecksum(data, sizes))},
   };
   nlohmann::json shards = nlohmann::json::object();
   for (const auto& spec : table.specs()) {
     if (spec.sharded()) shards[spec.name] = {spec.shard_dim, spec.shard_index, spec.shard_count};
   }
   if (!shards.empty()) meta["shards"] = shards.dump();
+  meta["checksum"] = Hex(FileChecksum(meta, data, sizes));
   return core::WriteSafetensors(path, tensors, meta);
 }
 
@@ -186,7 +170,7 @@ absl::Status SaveShardedCheckpoint(const std::string& dir, const CheckpointInfo&
   absl::Status prepared = absl::OkStatus();
   if (group->rank() == 0) {
     prepared = MakeDir(dir);
-    if (prepared.ok()) prepared = RemoveTree(tmp);  // a crashed earlier attempt
+    if (prepared.ok()) prepared = core::RemoveTree(tmp);  // a crashed earlier attempt
     if (prepared.ok()) prepared = MakeDir(tmp);
   }
   SATDAR_RETURN_IF_ERROR(group->Barrier({})->Wait());
@@ -194,12 +178,11 @@ absl::Status SaveShardedCheckpoint(const std::string& dir, const CheckpointInfo&
   SATDAR_RETURN_IF_ERROR(WriteCheckpointFile(ShardFile(tmp, shard_name), info, table, buffers));
   SATDAR_RETURN_IF_ERROR(group->Barrier({})->Wait());
   if (group->rank() == 0) {
-    SATDAR_RETURN_IF_ERROR(FsyncDir(tmp));
-    SATDAR_RETURN_IF_ERROR(RemoveTree(final_dir));  // a rerun of the same step
+    SATDAR_RETURN_IF_ERROR(core::RemoveTree(final_dir));  // a rerun of the same step
     if (::rename(tmp.c_str(), final_dir.c_str()) != 0) {
       return absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ", final_dir));
     }
-    SATDAR_RETURN_IF_ERROR(FsyncDir(dir));
+    SATDAR_RETURN_IF_ERROR(core::FsyncDir(dir));
   }
   return group->Barrier({})->Wait();
 }
@@ -259,6 +242,89 @@ absl::Status Assemble(const std::string& path, const std::string& name,
 
 }  // namespace
 
+namespace {
+
+absl::StatusOr<CheckpointInfo> InfoOf(const core::SafetensorsFile& file) {
+  const auto& meta = file.metadata();
+  CheckpointInfo info;
+  uint64_t seed;
+  if (!absl::SimpleAtoi(meta.at("step"), &info.step) || info.step < 0 ||
+      !absl::SimpleAtoi(meta.at("seed"), &seed) ||
+      !absl::SimpleAtoi(meta.at("data_position"), &info.data_position) ||
+      info.data_position < 0 || !absl::SimpleAtod(meta.at("loss"), &info.loss)) {
+    return Corrupt(file.path(), "step, seed, data_position or loss is not a number");
+  }
+  info.seed = seed;
+  info.config_json = meta.at("config");
+  info.trainer_json = meta.at("trainer");
+  return info;
+}
+
+}  // namespace
+
+std::string ConfigDifference(const std::string& stored, const std::string& mine) {
+  auto a = core::ParseJson(stored, "stored config");
+  auto b = core::ParseJson(mine, "config");
+  if (!a.ok() || !b.ok() || !a->is_object() || !b->is_object()) return "it is not a config";
+  std::function<std::string(const nlohmann::json&, const nlohmann::json&, const std::string&)>
+      diff = [&](const nlohmann::json& x, const nlohmann::json& y,
+                 const std::string& prefix) -> std::string {
+    for (const auto& [key, value] : x.items()) {
+      const std::string name = prefix + key;
+      if (!y.contains(key)) return absl::StrCat("field \"", name, "\" is not in this config");
+      if (value.is_object() && y[key].is_object()) {
+        std::string d = diff(value, y[key], name + ".");
+        if (!d.empty()) return d;
+      } else if (value != y[key]) {
+        return absl::StrCat("field \"", name, "\" is ", value.dump(), " there, ", y[key].dump(),
+                            " in this config");
+      }
+    }
+    for (const auto& [key, value] : y.items()) {
+      if (!x.contains(key)) return absl::StrCat("field \"", prefix + key, "\" is not in it");
+    }
+    return "";
+  };
+  return diff(*a, *b, "");
+}
+
+absl::Status VerifyCheckpointFile(const core::SafetensorsFile& file,
+                                  const std::string& config_json) {
+  const auto& meta = file.metadata();
+  const std::string& p = file.path();
+  auto format = meta.find("format");
+  if (format == meta.end()) return Corrupt(p, "has no 'format' metadata: not a satdar checkpoint");
+  if (format->second == "satdar-checkpoint-v1") {
+    return Corrupt(p, absl::StrCat("was written by an older satdar (format satdar-checkpoint-v1, "
+                                   "whose checksum does not cover its metadata); this satdar "
+                                   "reads ", kCheckpointFormat));
+  }
+  for (const char* key : {"step", "seed", "data_position", "loss", "config", "trainer", "dtype",
+                          "checksum"}) {
+    if (!meta.count(key)) {
+      return Corrupt(p, absl::StrCat("metadata has no '", key, "': the file is corrupted"));
+    }
+  }
+  std::vector<const void*> data;
+  std::vector<size_t> sizes;
+  for (const auto& e : file.entries()) {
+    data.push_back(file.data(e));
+    sizes.push_back(e.end - e.begin);
+  }
+  if (Hex(FileChecksum(meta, data, sizes)) != meta.at("checksum")) {
+    return Corrupt(p, "checksum mismatch: the file is corrupted (its metadata or tensors changed "
+                      "after it was written)");
+  }
+  if (format->second != kCheckpointFormat) {
+    return Corrupt(p, absl::StrCat("format '", format->second, "' is not ", kCheckpointFormat));
+  }
+  if (!config_json.empty() && meta.at("config") != config_json) {
+    return Corrupt(p, absl::StrCat("was written for a different model config: ",
+                                   ConfigDifference(meta.at("config"), config_json)));
+  }
+  return InfoOf(file).status();
+}
+
 template <typename T>
 absl::StatusOr<CheckpointInfo> LoadCheckpoint(const std::string& path,
                                               const std::string& config_json,
@@ -287,18 +353,8 @@ absl::StatusOr<CheckpointInfo> LoadCheckpoint(const std::string& path,
   files.reserve(paths.size());
   for (const std::string& p : paths) {
     SATDAR_ASSIGN_OR_RETURN(core::SafetensorsFile file, core::SafetensorsFile::Open(p));
+    SATDAR_RETURN_IF_ERROR(VerifyCheckpointFile(file, config_json));
     const auto& meta = file.metadata();
-    for (const char* key : {"format", "step", "seed", "data_position", "config", "trainer",
-                            "dtype", "checksum"}) {
-      if (!meta.count(key)) return Corrupt(p, absl::StrCat("metadata has no '", key, "'"));
-    }
-    if (meta.at("format") != kCheckpointFormat) {
-      return Corrupt(p, absl::StrCat("format '", meta.at("format"), "' is not ",
-                                     kCheckpointFormat));
-    }
-    if (meta.at("config") != config_json) {
-      return Corrupt(p, "was written for a different model config");
-    }
     if (meta.at("dtype") != core::DTypeName(dtype)) {
       return Corrupt(p, absl::StrCat("was written in ", meta.at("dtype"), ", this run uses ",
                                      core::DTypeName(dtype)));
@@ -307,22 +363,15 @@ absl::StatusOr<CheckpointInfo> LoadCheckpoint(const std::string& path,
                            meta.at("trainer") != files[0].metadata().at("trainer"))) {
       return Corrupt(p, "belongs to a different step or run than the other shards");
     }
-    std::vector<const void*> data;
-    std::vector<size_t> sizes;
-    for (const auto& e : file.entries()) {
-      data.push_back(file.data(e));
-      sizes.push_back(e.end - e.begin);
-    }
-    if (Hex(DataChecksum(data, sizes)) != meta.at("checksum")) {
-      return Corrupt(p, "checksum mismatch: the file is corrupted");
-    }
     files.push_back(std::move(file));
   }
   for (const core::SafetensorsFile& file : files) {
     nlohmann::json shards = nlohmann::json::object();
     if (file.metadata().count("shards")) {
-      shards = nlohmann::json::parse(file.metadata().at("shards"), nullptr, false);
-      if (shards.is_discarded() || !shards.is_object()) {
+      auto parsed = core::ParseJson(file.metadata().at("shards"), file.path() + ": 'shards'");
+      if (!parsed.ok()) return parsed.status();
+      shards = *parsed;
+      if (!shards.is_object()) {
         return Corrupt(file.path(), "metadata 'shards' is not a JSON object");
       }
     }
@@ -337,7 +386,9 @@ absl::StatusOr<CheckpointInfo> LoadCheckpoint(const std::string& path,
       }
       if (shards.contains(base)) {
         const auto& s = shards[base];
-        if (!s.is_array() || s.size() != 3) {
+        if (!s.is_array() || s.size() != 3 || !s[0].is_number_integer() ||
+            !s[1].is_number_integer() || !s[2].is_number_integer() ||
+            s[2].get<int64_t>() > (1 << 20)) {
           return Corrupt(file.path(), absl::StrCat("bad shard entry for ", base));
         }
         piece.dim = s[0].get<int>();
@@ -368,17 +419,15 @@ absl::StatusOr<CheckpointInfo> LoadCheckpoint(const std::string& path,
       SATDAR_RETURN_IF_ERROR(read("optimizer.exp_avg_sq." + spec.name, spec, buffers.exp_avg_sq));
     }
   }
-  const auto& meta = files[0].metadata();
-  CheckpointInfo info;
-  uint64_t seed;
-  if (!absl::SimpleAtoi(meta.at("step"), &info.step) ||
-      !absl::SimpleAtoi(meta.at("seed"), &seed) ||
-      !absl::SimpleAtoi(meta.at("data_position"), &info.data_position)) {
-    return Corrupt(path, "step, seed or data_position is not a number");
+  SATDAR_ASSIGN_OR_RETURN(CheckpointInfo info, InfoOf(files[0]));
+  // A checkpoint's name says its step; a file renamed (or a stored step changed) is refused.
+  const size_t slash = path.find_last_not_of('/');
+  const std::string base = path.substr(0, slash + 1);
+  const int64_t named = StepOf(base.substr(base.rfind('/') + 1));
+  if (named >= 0 && named != info.step) {
+    return Corrupt(path, absl::StrCat("its name says step ", named, " but it holds step ",
+                                      info.step));
   }
-  info.seed = seed;
-  info.config_json = meta.at("config");
-  info.trainer_json = meta.at("trainer");
   return info;
 }
 
@@ -392,7 +441,7 @@ absl::Status CheckSameRun(const CheckpointInfo& info, const std::string& path,
 
 absl::Status PruneCheckpoints(const std::string& dir, int keep) {
   SATDAR_ASSIGN_OR_RETURN(auto all, ListCheckpoints(dir));
-  for (size_t i = 0; i + keep < all.size(); ++i) SATDAR_RETURN_IF_ERROR(RemoveTree(all[i].second));
+  for (size_t i = 0; i + keep < all.size(); ++i) SATDAR_RETURN_IF_ERROR(core::RemoveTree(all[i].second));
   return absl::OkStatus();
 }
 

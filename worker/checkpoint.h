@@ -3,8 +3,9 @@
 // One rank: DIR/ckpt_<step, 8 digits>.safetensors holds every parameter under its MODELS.md
 // name (so the file loads into PyTorch as weights), the AdamW moments as
 // optimizer.exp_avg.<name> and optimizer.exp_avg_sq.<name>, and metadata: format, step,
-// seed, data position (sequences consumed), the model config, the training dtype and a
-// checksum of the data section. The file is written to a temporary name, fsynced and renamed,
+// seed, data position (sequences consumed), the step's loss, the model config, the training
+// flags, the dtype and a checksum over all of it: every metadata entry and every tensor, so a
+// flipped byte anywhere is reported as corruption, never used or blamed on the flags. The file is written to a temporary name, fsynced and renamed,
 // so a name that exists is complete.
 // Model-parallel runs (tp, pp or ep > 1): DIR/ckpt_<step>/ holds one such file per model
 // piece, shard-tp<t>-pp<p>-ep<e>.safetensors, whose "shards" metadata says which slice of
@@ -22,12 +23,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/safetensors.h"
 #include "model/param_table.h"
 #include "parallel/communicator.h"
 
 namespace satdar::worker {
 
-inline constexpr char kCheckpointFormat[] = "satdar-checkpoint-v1";
+inline constexpr char kCheckpointFormat[] = "satdar-checkpoint-v2";
 
 struct CheckpointInfo {
   int64_t step = 0;
@@ -35,6 +37,7 @@ struct CheckpointInfo {
   int64_t data_position = 0;  // sequences consumed by all data-parallel ranks
   std::string config_json;    // canonical model config
   std::string trainer_json;   // hyperparameters that must match on resume
+  double loss = 0;            // the loss of step `step`
 };
 
 template <typename T>
@@ -61,9 +64,19 @@ absl::Status SaveShardedCheckpoint(const std::string& dir, const CheckpointInfo&
 // Newest complete checkpoint in dir, or "" when there is none (or dir does not exist).
 absl::StatusOr<std::string> FindLatestCheckpoint(const std::string& dir);
 
-// Verifies format, model config (against config_json), checksum, dtype and every tensor's
-// shape, then fills the buffers (this rank's slices). path: a checkpoint file or folder.
-// exp_avg/exp_avg_sq may be null (weights only).
+// The first field where two canonical config JSONs differ ("field \"hidden_size\" is 64 there,
+// 32 in this config"); empty when they are equal.
+std::string ConfigDifference(const std::string& stored, const std::string& mine);
+
+// OK when `file` is a complete, uncorrupted checkpoint file of this format (its checksum over
+// metadata and tensors matches) written for config_json (canonical; empty: any config). The
+// InvalidArgument error names the file and, for another config, the first field that differs.
+absl::Status VerifyCheckpointFile(const core::SafetensorsFile& file,
+                                  const std::string& config_json);
+
+// Verifies every file (VerifyCheckpointFile), the dtype, that a file's or folder's name gives
+// the step it holds, and every tensor's shape, then fills the buffers (this rank's slices).
+// path: a checkpoint file or folder. exp_avg/exp_avg_sq may be null (weights only).
 template <typename T>
 absl::StatusOr<CheckpointInfo> LoadCheckpoint(const std::string& path,
                                               const std::string& config_json,

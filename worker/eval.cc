@@ -32,7 +32,8 @@ absl::StatusOr<nlohmann::json> EvaluateTyped(const EvalOptions& o) {
   }
   std::vector<T> params;
   std::vector<bool> present;
-  SATDAR_RETURN_IF_ERROR(LoadWeights<T>("--weights", o.weights, model->params(), &params, &present));
+  SATDAR_RETURN_IF_ERROR(LoadWeights<T>("--weights", o.weights, model->params(),
+                                        model::ModelConfigToJson(o.config), &params, &present));
   // Held-out data: a dataset's validation split, MQAR, or windows of raw text / synthetic
   // tokens that training never reads.
   std::unique_ptr<data::BatchSource> source;

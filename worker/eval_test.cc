@@ -19,7 +19,7 @@ using core::testing::TestTmpDir;
 
 model::ModelConfig SatConfig() {
   auto c = model::ParseModelConfig(
-      R"({"vocab_size": 64, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 3,
+      R"({"vocab_size": 64, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 3, "max_position_embeddings": 512,
           "num_attention_heads": 4, "num_key_value_heads": 2, "value_residual": "satformer",
           "residual": "dar", "block_size": 4})",
       "test");

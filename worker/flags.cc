@@ -1,24 +1,34 @@
 #include "worker/flags.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace satdar::worker {
 
 void FlagSet::Define(const std::string& name, const std::string& help, bool required,
                      const std::string& default_value) {
   order_.push_back(name);
-  flags_[name] = Flag{help, required, false, false, default_value};
+  flags_[name] = Flag{help, required, false, false, default_value, {}};
 }
 
 void FlagSet::DefineBool(const std::string& name, const std::string& help) {
   order_.push_back(name);
-  flags_[name] = Flag{help, false, true, false, ""};
+  flags_[name] = Flag{help, false, true, false, "", {}};
+}
+
+void FlagSet::DefineEnum(const std::string& name, const std::string& help,
+                         std::vector<std::string> choices, const std::string& default_value) {
+  order_.push_back(name);
+  flags_[name] = Flag{help, false, false, false, default_value, std::move(choices)};
 }
 
 void FlagSet::DefineList(const std::string& name, const std::string& help, bool required) {
   order_.push_back(name);
-  flags_[name] = Flag{help, required, false, true, ""};
+  flags_[name] = Flag{help, required, false, true, "", {}};
 }
 
 absl::Status FlagSet::Parse(const std::vector<std::string>& args) {
@@ -68,6 +78,19 @@ absl::Status FlagSet::Parse(const std::vector<std::string>& args) {
     values_[arg] = vals;
   }
   for (const std::string& name : order_) {
+    const Flag& flag = flags_[name];
+    if (!flag.choices.empty() && values_.count(name)) {
+      const std::string& v = values_[name].front();
+      if (std::find(flag.choices.begin(), flag.choices.end(), v) == flag.choices.end()) {
+        // "must be a, b or c"
+        std::vector<std::string> head(flag.choices.begin(), flag.choices.end() - 1);
+        const std::string choices =
+            head.empty() ? flag.choices.back()
+                         : absl::StrCat(absl::StrJoin(head, ", "), " or ", flag.choices.back());
+        return absl::InvalidArgumentError(absl::StrCat("satdar ", command_, ": flag ", name,
+                                                       " must be ", choices, ", got '", v, "'"));
+      }
+    }
     if (flags_[name].required && !values_.count(name)) {
       return absl::InvalidArgumentError(
           absl::StrCat("satdar ", command_, ": missing required flag ", name, " (",
@@ -96,33 +119,42 @@ std::vector<std::string> FlagSet::GetList(const std::string& name) const {
   return it == values_.end() ? std::vector<std::string>{} : it->second;
 }
 
-absl::StatusOr<int64_t> FlagSet::GetInt(const std::string& name, int64_t min_value) const {
+absl::StatusOr<int64_t> FlagSet::GetInt(const std::string& name, int64_t min_value,
+                                        int64_t max_value) const {
   std::string text = Get(name);
   int64_t v;
   if (!absl::SimpleAtoi(text, &v)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("satdar ", command_, ": flag ", name, " must be an integer, got '", text,
-                     "'"));
+    const bool digits = !text.empty() && text.find_first_not_of("+-0123456789") == std::string::npos;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "satdar ", command_, ": flag ", name,
+        digits ? " is out of range (at most " : " must be an integer, got '",
+        digits ? absl::StrCat(max_value, "), got ", text) : absl::StrCat(text, "'")));
   }
-  if (v < min_value) {
+  if (v < min_value || v > max_value) {
     return absl::InvalidArgumentError(absl::StrCat("satdar ", command_, ": flag ", name,
-                                                   " must be >= ", min_value, ", got ", v));
+                                                   v < min_value ? " must be >= " : " must be <= ",
+                                                   v < min_value ? min_value : max_value,
+                                                   ", got ", v));
   }
   return v;
 }
 
 absl::StatusOr<double> FlagSet::GetDouble(const std::string& name, double min_value,
-                                          bool min_inclusive) const {
+                                          bool min_inclusive, double max_value) const {
   std::string text = Get(name);
   double v;
-  if (!absl::SimpleAtod(text, &v) || v != v) {
+  if (!absl::SimpleAtod(text, &v) || !std::isfinite(v)) {
     return absl::InvalidArgumentError(absl::StrCat("satdar ", command_, ": flag ", name,
-                                                   " must be a number, got '", text, "'"));
+                                                   " must be a finite number, got '", text, "'"));
   }
   if (min_inclusive ? v < min_value : v <= min_value) {
     return absl::InvalidArgumentError(absl::StrCat("satdar ", command_, ": flag ", name,
                                                    " must be ", min_inclusive ? ">= " : "> ",
                                                    min_value, ", got ", text));
+  }
+  if (v > max_value) {
+    return absl::InvalidArgumentError(absl::StrCat("satdar ", command_, ": flag ", name,
+                                                   " must be <= ", max_value, ", got ", text));
   }
   return v;
 }
@@ -131,7 +163,9 @@ std::string FlagSet::Usage() const {
   std::string out = absl::StrCat("usage: satdar ", command_, " [flags]\n");
   for (const std::string& name : order_) {
     const Flag& f = flags_.at(name);
-    absl::StrAppend(&out, "  ", name, f.is_bool ? "" : " VALUE", "  ", f.help,
+    const std::string value =
+        f.is_bool ? "" : f.choices.empty() ? " VALUE" : absl::StrCat(" ", absl::StrJoin(f.choices, "|"));
+    absl::StrAppend(&out, "  ", name, value, "  ", f.help,
                     f.required ? " (required)" : "",
                     f.default_value.empty() ? "" : absl::StrCat(" [default ", f.default_value, "]"),
                     "\n");

@@ -4,10 +4,15 @@
 //   flags.Define("--steps", "optimizer steps", /*required=*/true);
 //   flags.DefineBool("--resume", "continue from the newest checkpoint");
 //   SATDAR_RETURN_IF_ERROR(flags.Parse(args));
-//   SATDAR_ASSIGN_OR_RETURN(int steps, flags.GetInt("--steps", 1));
+//   flags.DefineEnum("--dtype", "precision", {"f32", "f64"}, "f32");
+//   SATDAR_RETURN_IF_ERROR(flags.Parse(args));
+//   SATDAR_ASSIGN_OR_RETURN(int64_t steps, flags.GetInt("--steps", 1, kMaxSteps));
 //
 // Accepts "--name value" and "--name=value". Unknown flags, missing values, missing required
-// flags and malformed numbers are InvalidArgument errors that name the flag.
+// flags, values of an enum flag outside its choices (checked by Parse, whether or not the
+// command reads the flag), malformed numbers, integers outside [min, max] (parsed as 64-bit
+// with overflow detection, so 4294967298 is never read as 2) and non-finite floats are
+// InvalidArgument errors that name the flag.
 #ifndef SATDAR_WORKER_FLAGS_H_
 #define SATDAR_WORKER_FLAGS_H_
 
@@ -27,6 +32,8 @@ class FlagSet {
   void Define(const std::string& name, const std::string& help, bool required = false,
               const std::string& default_value = "");
   void DefineBool(const std::string& name, const std::string& help);
+  void DefineEnum(const std::string& name, const std::string& help,
+                  std::vector<std::string> choices, const std::string& default_value);
   // For flags that take several values (--input a b c): all values up to the next flag.
   void DefineList(const std::string& name, const std::string& help, bool required = false);
 
@@ -36,9 +43,12 @@ class FlagSet {
   std::string Get(const std::string& name) const;
   bool GetBool(const std::string& name) const;
   std::vector<std::string> GetList(const std::string& name) const;
-  absl::StatusOr<int64_t> GetInt(const std::string& name, int64_t min_value) const;
+  absl::StatusOr<int64_t> GetInt(const std::string& name, int64_t min_value,
+                                 int64_t max_value) const;
+  // A finite number >= min_value (> with min_inclusive false) and <= max_value.
   absl::StatusOr<double> GetDouble(const std::string& name, double min_value,
-                                   bool min_inclusive = true) const;
+                                   bool min_inclusive = true,
+                                   double max_value = 1e300) const;
 
   std::string Usage() const;
 
@@ -49,6 +59,7 @@ class FlagSet {
     bool is_bool = false;
     bool is_list = false;
     std::string default_value;
+    std::vector<std::string> choices;  // enum flags
   };
   std::string command_;
   std::vector<std::string> order_;

@@ -17,7 +17,7 @@ FlagSet Make() {
 TEST(Flags, ParsesForms) {
   FlagSet f = Make();
   ASSERT_TRUE(f.Parse({"--steps", "10", "--lr=0.5", "--resume", "--input", "a", "b"}).ok());
-  EXPECT_EQ(*f.GetInt("--steps", 1), 10);
+  EXPECT_EQ(*f.GetInt("--steps", 1, 100), 10);
   EXPECT_EQ(*f.GetDouble("--lr", 0), 0.5);
   EXPECT_TRUE(f.GetBool("--resume"));
   EXPECT_EQ(f.GetList("--input"), (std::vector<std::string>{"a", "b"}));
@@ -48,10 +48,59 @@ TEST(Flags, ErrorsNameTheFlag) {
   }
   FlagSet f = Make();
   ASSERT_TRUE(f.Parse({"--steps", "x1", "--lr", "-2"}).ok());
-  EXPECT_NE(f.GetInt("--steps", 1).status().message().find("flag --steps must be an integer, got 'x1'"),
+  EXPECT_NE(f.GetInt("--steps", 1, 100).status().message().find("flag --steps must be an integer, got 'x1'"),
             std::string::npos);
   EXPECT_NE(f.GetDouble("--lr", 0, false).status().message().find("flag --lr must be > 0"),
             std::string::npos);
+}
+
+// Numbers are read as 64-bit with overflow detection and checked against both bounds: a value
+// that does not fit is never truncated into one that does.
+TEST(Flags, NumbersAreCheckedNeverTruncated) {
+  struct Case {
+    std::string value;
+    std::string message;
+  } cases[] = {
+      {"4294967298", "flag --steps must be <= 1000, got 4294967298"},
+      {"99999999999999999999", "flag --steps is out of range (at most 1000), got 99999999999999999999"},
+      {"-3", "flag --steps must be >= 1, got -3"},
+      {"12abc", "flag --steps must be an integer, got '12abc'"},
+      {"", "flag --steps must be an integer, got ''"},
+  };
+  for (const Case& c : cases) {
+    FlagSet f = Make();
+    ASSERT_TRUE(f.Parse({"--steps=" + c.value}).ok());
+    absl::StatusOr<int64_t> v = f.GetInt("--steps", 1, 1000);
+    ASSERT_FALSE(v.ok()) << c.value;
+    EXPECT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(v.status().message().find(c.message), std::string::npos) << v.status();
+  }
+  for (const char* bad : {"inf", "-inf", "nan", "1e999", "infinity"}) {
+    FlagSet f = Make();
+    ASSERT_TRUE(f.Parse({"--steps", "1", "--lr", bad}).ok());
+    absl::StatusOr<double> v = f.GetDouble("--lr", 0, false);
+    ASSERT_FALSE(v.ok()) << bad;
+    EXPECT_NE(v.status().message().find("flag --lr must be a finite number"), std::string::npos)
+        << v.status();
+  }
+  FlagSet f = Make();
+  ASSERT_TRUE(f.Parse({"--steps", "1", "--lr", "2"}).ok());
+  EXPECT_NE(f.GetDouble("--lr", 0, false, 1.0).status().message().find("flag --lr must be <= 1"),
+            std::string::npos);
+}
+
+// An enum flag's value is checked by Parse, whether or not the command reads it later.
+TEST(Flags, EnumsAreCheckedAtParse) {
+  FlagSet f("train");
+  f.DefineEnum("--data-format", "format", {"auto", "text", "brown"}, "auto");
+  absl::Status s = f.Parse({"--data-format", "bogus"});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "satdar train: flag --data-format must be auto, text or brown, got 'bogus'");
+  FlagSet g("train");
+  g.DefineEnum("--data-format", "format", {"auto", "text", "brown"}, "auto");
+  ASSERT_TRUE(g.Parse({}).ok());
+  EXPECT_EQ(g.Get("--data-format"), "auto");
+  EXPECT_NE(g.Usage().find("--data-format auto|text|brown"), std::string::npos) << g.Usage();
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include "nlohmann/json.hpp"
 #include "parallel/nccl_communicator.h"
 #include "worker/checkpoint.h"
+#include "worker/checkpoint_dir.h"
 #include "worker/jsonl_writer.h"
 #endif
 
@@ -165,6 +166,16 @@ absl::StatusOr<TrainSummary> TrainGpu(const TrainOptions& options, const GpuTrai
   int64_t start_step = 0, first_sample = 0;
   const std::string config_json = model::ModelConfigToJson(o.config);
   const std::string trainer_json = TrainerJson(o);
+  // Rank 0 writes every checkpoint and holds the folder for the run. (The other ranks learn of
+  // a refusal when rank 0 leaves: the NCCL communicator's collectives take device buffers, so
+  // the CPU trainer's ShareStatus is not used here.)
+  std::unique_ptr<CheckpointDirLock> hold;
+  if (!o.checkpoint_dir.empty() && rank == 0) {
+    std::string note;
+    SATDAR_ASSIGN_OR_RETURN(hold, CheckpointDirLock::Acquire(o.checkpoint_dir, o.resume, &note));
+    if (!note.empty() && !o.quiet) std::printf("checkpoints: %s\n", note.c_str());
+  }
+  double resumed_loss = 0;
   if (o.resume) {
     SATDAR_ASSIGN_OR_RETURN(std::string latest, FindLatestCheckpoint(o.checkpoint_dir));
     if (!latest.empty()) {
@@ -172,6 +183,7 @@ absl::StatusOr<TrainSummary> TrainGpu(const TrainOptions& options, const GpuTrai
                               LoadCheckpoint<float>(latest, config_json, table, buffers));
       SATDAR_RETURN_IF_ERROR(CheckSameRun(info, latest, trainer_json, o.seed));
       start_step = info.step;
+      resumed_loss = info.loss;
       first_sample = info.data_position;
       if (!o.quiet) {
         std::printf("resume: %s (step %lld)\n", latest.c_str(), static_cast<long long>(start_step));
@@ -365,7 +377,7 @@ absl::StatusOr<TrainSummary> TrainGpu(const TrainOptions& options, const GpuTrai
                     static_cast<long long>(o.steps), *val);
       }
     }
-    log.Write(line);
+    if (absl::Status s = log.Write(line); !s.ok()) return fail(s, step);
     if (!o.quiet && (step % o.log_every == 0 || step == o.steps || step == start_step + 1)) {
       std::printf("step %5lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | MFU "
                   "%.1f%% | peak %.2f GiB\n",
@@ -381,7 +393,7 @@ absl::StatusOr<TrainSummary> TrainGpu(const TrainOptions& options, const GpuTrai
       SATDAR_RETURN_IF_ERROR(download(&exp_avg, m));
       SATDAR_RETURN_IF_ERROR(download(&exp_avg_sq, v));
       const int64_t consumed = first_sample + (step - start_step) * o.batch_size * world_size;
-      CheckpointInfo info{step, o.seed, consumed, config_json, trainer_json};
+      CheckpointInfo info{step, o.seed, consumed, config_json, trainer_json, loss};
       SATDAR_RETURN_IF_ERROR(SaveCheckpoint<float>(o.checkpoint_dir, info, table, buffers));
       SATDAR_RETURN_IF_ERROR(PruneCheckpoints(o.checkpoint_dir, o.keep_checkpoints));
     }
@@ -391,6 +403,14 @@ absl::StatusOr<TrainSummary> TrainGpu(const TrainOptions& options, const GpuTrai
     if (!s.ok()) return fail(s, o.steps);
   }
   summary.steps = o.steps;
+  if (start_step >= o.steps) {  // --resume of a finished run: nothing to train
+    summary.final_loss = resumed_loss;
+    summary.already_complete = true;
+    if (!o.quiet) {
+      std::printf("resume: the run already finished all %lld steps; nothing to train\n",
+                  static_cast<long long>(o.steps));
+    }
+  }
   summary.tokens_per_second = timed_seconds > 0 ? timed_tokens / timed_seconds : 0;
   summary.peak_device_bytes = alloc.Stats().peak_bytes;
   summary.mfu = summary.tokens_per_second / world_size * flops_per_token /
@@ -408,9 +428,10 @@ absl::StatusOr<TrainSummary> TrainGpu(const TrainOptions& options, const GpuTrai
               {"compute", gpu.compute == core::DType::kBF16 ? "bf16" : "f32"},
               {"recompute", gpu.recompute},
               {"data_parallel", world_size},
-              {"batch", {o.batch_size, o.seq_len}}};
+              {"batch", {o.batch_size, o.seq_len}},
+              {"already_complete", summary.already_complete}};
     absl::Status s = core::WriteFileAtomically(o.summary_json, j.dump(2) + "\n");
-    if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("--summary-json: ", s.message()));
+    if (!s.ok()) return absl::Status(s.code(), absl::StrCat("--summary-json: ", s.message()));
   }
   return summary;
 }

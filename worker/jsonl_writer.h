@@ -1,9 +1,12 @@
 // worker/jsonl_writer.h: appends one JSON object per line to a file (the --log-jsonl log of
 // the CPU and GPU trainers), flushed after every line so a killed run keeps what it logged.
+// A line that cannot be written (a full disk, an I/O error) is an error, never lost silently.
 #ifndef SATDAR_WORKER_JSONL_WRITER_H_
 #define SATDAR_WORKER_JSONL_WRITER_H_
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 #include "absl/status/status.h"
@@ -22,20 +25,28 @@ class JsonlWriter {
   }
   // Creates the file or appends to it.
   absl::Status Open(const std::string& path) {
+    path_ = path;
     file_ = std::fopen(path.c_str(), "a");
     if (file_ == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("--log-jsonl: cannot open ", path));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--log-jsonl: cannot open ", path, ": ", std::strerror(errno)));
     }
     return absl::OkStatus();
   }
-  // No-op when no file was opened.
-  void Write(const nlohmann::json& j) {
-    if (file_ == nullptr) return;
-    std::fprintf(file_, "%s\n", j.dump().c_str());
-    std::fflush(file_);
+  // OK without doing anything when no file was opened.
+  absl::Status Write(const nlohmann::json& j) {
+    if (file_ == nullptr) return absl::OkStatus();
+    const std::string line = j.dump() + "\n";
+    if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() ||
+        std::fflush(file_) != 0) {
+      return absl::InternalError(
+          absl::StrCat("--log-jsonl: cannot write ", path_, ": ", std::strerror(errno)));
+    }
+    return absl::OkStatus();
   }
 
  private:
+  std::string path_;
   FILE* file_ = nullptr;
 };
 

@@ -25,7 +25,9 @@
 #include "parallel/pipeline.h"
 #include "worker/checkpoint.h"
 #include "worker/jsonl_writer.h"
+#include "worker/checkpoint_dir.h"
 #include "worker/mesh_groups.h"
+#include "worker/rank_agreement.h"
 
 namespace satdar::worker {
 
@@ -126,6 +128,8 @@ absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& options) {
   TrainOptions o = options;
   parallel::CollectiveOptions copts;
   copts.timeout = absl::Seconds(o.comm_timeout_seconds);
+  // Before anything else talks: every rank must have been started with the same run.
+  SATDAR_RETURN_IF_ERROR(CheckSameOnEveryRank(o.world, RunFingerprint(o), copts));
   SATDAR_ASSIGN_OR_RETURN(MeshGroups g, BuildMeshGroups(o.world, o.mesh, copts));
   const parallel::MeshShape& mesh = g.shape;
   const int rank = g.rank;
@@ -154,6 +158,7 @@ absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& options) {
   shard.pp_rank = g.coord.pp;
   shard.pp_size = mesh.pp;
   shard.errors = &comm_errors;
+  shard.collective = copts;
   // One model instance per micro-batch a pipeline stage keeps in flight (1F1B).
   const int slots = mesh.pp > 1 ? std::min(mesh.pp - g.coord.pp, o.microbatches) : 1;
   std::vector<std::unique_ptr<model::Model<T>>> models;
@@ -203,7 +208,21 @@ absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& options) {
         g.data->AllGather(m_shard.data(), exp_avg.data(), shard_len, kDType, copts)->Wait());
     return g.data->AllGather(v_shard.data(), exp_avg_sq.data(), shard_len, kDType, copts)->Wait();
   };
+  // The checkpoint folder is this run's for its lifetime (rank 0 holds the lock).
+  std::unique_ptr<CheckpointDirLock> hold;
+  if (!o.checkpoint_dir.empty()) {
+    absl::Status locked;
+    if (rank == 0) {
+      std::string note;
+      auto acquired = CheckpointDirLock::Acquire(o.checkpoint_dir, o.resume, &note);
+      locked = acquired.status();
+      if (acquired.ok()) hold = std::move(*acquired);
+      if (!note.empty() && !o.quiet) std::printf("checkpoints: %s\n", note.c_str());
+    }
+    SATDAR_RETURN_IF_ERROR(ShareStatus(o.world, 0, locked, copts));
+  }
   int64_t start_step = 0;
+  double resumed_loss = 0;
   int64_t first_sample = 0;  // samples consumed by all replicas before the first step of this run
   const std::string config_json = model::ModelConfigToJson(o.config);
   const std::string trainer_json = TrainerJson(o);
@@ -227,6 +246,7 @@ absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& options) {
       }
       SATDAR_RETURN_IF_ERROR(CheckSameRun(info, latest, trainer_json, o.seed));
       start_step = info.step;
+      resumed_loss = info.loss;
       first_sample = info.data_position;
       if (!o.quiet) std::printf("resume: %s (step %lld, %lld samples consumed)\n", latest.c_str(),
                                 static_cast<long long>(start_step),
@@ -461,7 +481,7 @@ absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& options) {
       for (auto& m : models) m->ResetStats();
       line["stats"] = stats;
     }
-    log.Write(line);
+    if (absl::Status s = log.Write(line); !s.ok()) return fail(s, step);
     if (!o.quiet && (step % o.log_every == 0 || step == o.steps || step == start_step + 1)) {
       std::printf("step %5lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s\n",
                   static_cast<long long>(step), static_cast<long long>(o.steps), loss, hp.lr,
@@ -475,7 +495,7 @@ absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& options) {
     if (checkpoint && g.coord.dp == 0) {
       // Replicas hold identical weights and moments: replica 0's pieces are the whole state.
       const int64_t consumed = first_sample + (step - start_step) * o.batch_size * replicas;
-      CheckpointInfo info{step, o.seed, consumed, config_json, trainer_json};
+      CheckpointInfo info{step, o.seed, consumed, config_json, trainer_json, loss};
       if (g.mp == nullptr && g.coord.ep == 0) {
         SATDAR_RETURN_IF_ERROR(SaveCheckpoint<T>(o.checkpoint_dir, info, table, buffers));
       } else if (g.mp != nullptr) {
@@ -499,6 +519,16 @@ absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& options) {
     if (!s.ok()) return fail(s, o.steps);
   }
   summary.steps = o.steps;
+  if (start_step >= o.steps) {
+    // --resume of a run that already finished: nothing to train; the summary says so and
+    // carries the final loss stored in the last checkpoint.
+    summary.final_loss = resumed_loss;
+    summary.already_complete = true;
+    if (!o.quiet) {
+      std::printf("resume: the run already finished all %lld steps; nothing to train\n",
+                  static_cast<long long>(o.steps));
+    }
+  }
   summary.tokens_per_second = timed_seconds > 0 ? timed_tokens / timed_seconds : 0;
   summary.peak_rss_bytes = PeakRssBytes();
   if (!o.summary_json.empty()) {
@@ -509,14 +539,45 @@ absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& options) {
               {"parameters", n},
               {"threads", o.threads},
               {"data_parallel", replicas},
-              {"mesh", {{"dp", mesh.dp}, {"tp", mesh.tp}, {"pp", mesh.pp}, {"ep", mesh.ep}}}};
+              {"mesh", {{"dp", mesh.dp}, {"tp", mesh.tp}, {"pp", mesh.pp}, {"ep", mesh.ep}}},
+              {"already_complete", summary.already_complete}};
     absl::Status s = core::WriteFileAtomically(o.summary_json, j.dump(2) + "\n");
-    if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("--summary-json: ", s.message()));
+    if (!s.ok()) return absl::Status(s.code(), absl::StrCat("--summary-json: ", s.message()));
   }
   return summary;
 }
 
 }  // namespace
+
+Fingerprint RunFingerprint(const TrainOptions& o) {
+  auto num = [](double v) { return absl::StrFormat("%.17g", v); };
+  return {{"--config (model config)", model::ModelConfigToJson(o.config)},
+          {"--seed", std::to_string(o.seed)},
+          {"--steps", std::to_string(o.steps)},
+          {"--batch-size", std::to_string(o.batch_size)},
+          {"--seq-len", std::to_string(o.seq_len)},
+          {"--microbatches", std::to_string(o.microbatches)},
+          {"--dtype", o.f64 ? "f64" : "f32"},
+          {"--dp/--tp/--pp/--ep", o.mesh.ToString()},
+          {"--zero", std::to_string(o.zero_stage)},
+          {"--lr", num(o.lr)},
+          {"--min-lr-ratio", num(o.min_lr_ratio)},
+          {"--warmup-steps", std::to_string(o.warmup_steps)},
+          {"--weight-decay", num(o.weight_decay)},
+          {"--beta1", num(o.beta1)},
+          {"--beta2", num(o.beta2)},
+          {"--eps", num(o.eps)},
+          {"--grad-clip", num(o.grad_clip)},
+          {"--data", o.synthetic_data ? "(synthetic)" : o.data_dir},
+          {"--data-format", o.data_format},
+          {"--task", o.mqar.has_value() ? absl::StrCat("mqar ", o.mqar->keys, "/", o.mqar->values, "/", o.mqar->pairs, "/", o.mqar->queries) : "lm"},
+          {"--eval-every", absl::StrCat(o.eval_every, "/", o.eval_batches)},
+          {"--stats-every", std::to_string(o.stats_every)},
+          {"--checkpoint-dir", o.checkpoint_dir},
+          {"--checkpoint-every", absl::StrCat(o.checkpoint_every, "/", o.keep_checkpoints)},
+          {"--resume", o.resume ? "true" : "false"},
+          {"--comm-timeout", std::to_string(o.comm_timeout_seconds)}};
+}
 
 // Hyperparameters that must be the same for a resumed run to continue the same trajectory.
 std::string TrainerJson(const TrainOptions& o) {

@@ -19,6 +19,7 @@
 #include "parallel/communicator.h"
 #include "parallel/mesh.h"
 #include "model/config.h"
+#include "worker/rank_agreement.h"
 
 namespace satdar::worker {
 
@@ -83,10 +84,16 @@ struct TrainSummary {
   // GPU runs: the caching allocator's peak and the model FLOPs utilisation.
   int64_t peak_device_bytes = 0;
   double mfu = 0;
+  // --resume found the run finished: no step ran, final_loss is the last checkpoint's.
+  bool already_complete = false;
 };
 
 // The hyperparameters that must match for a checkpoint to resume (JSON, in every checkpoint).
 std::string TrainerJson(const TrainOptions& options);
+
+// What every rank of a run must have been started with (rank_agreement.h): the config and
+// every flag that shapes the run, by flag name.
+Fingerprint RunFingerprint(const TrainOptions& options);
 
 // Learning rate at 1-based step s.
 double LearningRate(const TrainOptions& options, int64_t step);

@@ -117,7 +117,7 @@ TEST(Trainer, ResumeRejectsChangedFlagsAndCorruption) {
   EXPECT_NE(s.status().message().find("different model config"), std::string::npos);
   // Flip one byte near the end (inside a tensor) and resume.
   std::string path = CheckpointPath(o.checkpoint_dir, 2);
-  auto bytes = core::ReadFileToString(path);
+  auto bytes = core::ReadFileToString(path, core::kNoSizeLimit);
   ASSERT_TRUE(bytes.ok());
   (*bytes)[bytes->size() - 5] ^= 0x40;
   ASSERT_TRUE(core::WriteFileAtomically(path, *bytes).ok());

@@ -3,20 +3,40 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/safetensors.h"
+#include "model/config.h"
 #include "worker/checkpoint.h"
 
 namespace satdar::worker {
 
 template <typename T>
 absl::Status LoadWeights(const std::string& flag, const std::string& path,
-                         const model::ParamTable& table, std::vector<T>* params,
-                         std::vector<bool>* present) {
+                         const model::ParamTable& table, const std::string& config_json,
+                         std::vector<T>* params, std::vector<bool>* present) {
   auto file = core::SafetensorsFile::Open(path);
   if (!file.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(flag, ": ", file.status().message()));
   }
-  auto format = file->metadata().find("format");
-  const bool checkpoint = format != file->metadata().end() && format->second == kCheckpointFormat;
+  const auto& meta = file->metadata();
+  auto format = meta.find("format");  // PyTorch's save_file writes {"format": "pt"}
+  const bool checkpoint =
+      format != meta.end() && absl::StartsWith(format->second, "satdar-checkpoint");
+  if (checkpoint) {
+    absl::Status s = VerifyCheckpointFile(*file, config_json);
+    if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(flag, ": ", s.message()));
+  } else if (meta.count("config") && meta.at("config") != config_json) {
+    // Written by satdar init or export: the config it was made for is stored beside it.
+    auto stored = model::ParseModelConfig(meta.at("config"), path);
+    if (!stored.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          flag, ": ", path, ": its stored config is unreadable: ", stored.status().message()));
+    }
+    const std::string canonical = model::ModelConfigToJson(*stored);
+    if (canonical != config_json) {
+      return absl::InvalidArgumentError(absl::StrCat(flag, ": ", path,
+                                                     " was written for a different model config: ",
+                                                     ConfigDifference(canonical, config_json)));
+    }
+  }
   for (const auto& e : file->entries()) {
     if (checkpoint && absl::StartsWith(e.name, "optimizer.")) continue;
     if (table.Find(e.name) == nullptr) {
@@ -41,10 +61,10 @@ absl::Status LoadWeights(const std::string& flag, const std::string& path,
 }
 
 template absl::Status LoadWeights<float>(const std::string&, const std::string&,
-                                         const model::ParamTable&, std::vector<float>*,
-                                         std::vector<bool>*);
+                                         const model::ParamTable&, const std::string&,
+                                         std::vector<float>*, std::vector<bool>*);
 template absl::Status LoadWeights<double>(const std::string&, const std::string&,
-                                          const model::ParamTable&, std::vector<double>*,
-                                          std::vector<bool>*);
+                                          const model::ParamTable&, const std::string&,
+                                          std::vector<double>*, std::vector<bool>*);
 
 }  // namespace satdar::worker

@@ -2,6 +2,10 @@
 // names: weights written by `satdar init`, PyTorch, or a training checkpoint (whose
 // optimizer.* tensors are skipped). Every parameter must be present with its exact shape,
 // except those the model never reads (ParamSpec::unused), which keep their init value.
+// A training checkpoint is verified first (its checksum over metadata and tensors, and its
+// stored config against this one); so is the config that `satdar init` and `export` store
+// beside the weights. Weights from elsewhere (PyTorch) carry no config and are checked by
+// names and shapes alone.
 #ifndef SATDAR_WORKER_WEIGHTS_H_
 #define SATDAR_WORKER_WEIGHTS_H_
 
@@ -17,8 +21,8 @@ namespace satdar::worker {
 // Errors are InvalidArgument and name the flag, file and tensor.
 template <typename T>
 absl::Status LoadWeights(const std::string& flag, const std::string& path,
-                         const model::ParamTable& table, std::vector<T>* params,
-                         std::vector<bool>* present);
+                         const model::ParamTable& table, const std::string& config_json,
+                         std::vector<T>* params, std::vector<bool>* present);
 
 }  // namespace satdar::worker
 

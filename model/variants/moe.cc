@@ -258,7 +258,7 @@ class Moe : public Ffn<T> {
     } else {
       Collective(shard_, shard_.ep->AllToAllV(send_count.data(), std::vector<size_t>(ep, el_),
                                               L->recv_count.data(), std::vector<size_t>(ep, el_),
-                                              core::DType::kI64, {}));
+                                              core::DType::kI64, shard_.collective));
     }
     L->recv_rows.assign(ep, 0);
     for (int src = 0; src < ep; ++src) {
@@ -280,7 +280,7 @@ class Moe : public Ffn<T> {
     for (size_t q = 0; q < sc.size(); ++q) sc[q] = send_rows[q] * d_;
     for (size_t q = 0; q < rc.size(); ++q) rc[q] = recv_rows[q] * d_;
     Collective(shard_, shard_.ep->AllToAllV(in.data(), sc, out->data(), rc,
-                                            core::DTypeOf<T>::value, {}));
+                                            core::DTypeOf<T>::value, shard_.collective));
   }
   // Local expert j's rows of a received buffer (every source rank's, in rank order); their
   // count.

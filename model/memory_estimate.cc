@@ -1,0 +1,200 @@
+#include "model/memory_estimate.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/check.h"
+#include "core/thread_pool.h"
+#include "model/model.h"
+
+namespace satdar::model {
+
+namespace {
+
+// Elements one model instance keeps for a micro-batch of b sequences of t tokens on a rank
+// holding `layers` layers (of `total_layers`) with tp-way split heads and FFN. Each term
+// mirrors the buffers its component sizes in Resize (attention.cc, mlp.cc, branches.cc,
+// decoder.cc, the topologies in variants/).
+double ActivationElements(const ModelConfig& c, double b, double t, int layers, bool last_stage,
+                          int tp) {
+  const double n = b * t, C = c.hidden_size, hs = c.head_size();
+  const double nh = c.num_attention_heads / tp, nkv = c.num_key_value_heads / tp;
+  const double L = c.num_hidden_layers, nc = n * C;
+  const bool vr = c.value_residual != "none";
+  // Decoder: inputs, h0, final state and their gradients; the head's logits on the last stage.
+  double e = 6 * nc + (last_stage ? 2 * nc + n * (c.vocab_size / tp) + 4 * n : 0);
+  // Per layer: the two pre-norm inputs, attention's saved tensors and (B, NH, T, T)
+  // probabilities, the value mix, and the FFN.
+  const double attention = n * (3 * nh * hs + 3 * nkv * hs + nh + nkv) + b * nh * t * t;
+  double ffn = 0, ffn_scratch = 0;
+  if (c.moe.has_value()) {
+    const MoeConfig& m = *c.moe;
+    const double k = m.top_k, fe = m.expert_intermediate_size;
+    ffn = n * (2.0 * m.num_experts + 1 + 2 * k) + n * k * (2 * C + 3 * fe) +
+          m.num_shared_experts * 3 * n * fe;
+    ffn_scratch = n * (m.num_experts + k) + nc + n * k * 2 * C;
+  } else {
+    const double f = c.intermediate_size / tp;
+    ffn = 3 * n * f;
+    ffn_scratch = 3 * n * f;
+  }
+  e += layers * (2 * nc + 2 * n + attention + (vr ? 2 * n * nkv * hs : 0) + ffn);
+  // Scratch shared by the layers: projections and their gradients, the FFN's.
+  e += n * (nh + 2 * nkv) * hs + 3 * n * nh * hs + 4 * n * nkv * hs + nc + ffn_scratch;
+  // The residual topology's state for the sublayers this rank runs.
+  const double steps = 2.0 * layers + 1;
+  const std::string& r = c.residual;
+  if (r == "attnres" || r == "dar") {
+    const int block = c.block_size > 0 ? c.block_size : (r == "dar" ? 2 : 1);
+    const double sources = 2 * L / block + 2;
+    const double streams = r == "dar" ? 2 : 1;
+    e += steps * streams * (3 * nc + n * sources) + streams * sources * nc + 6 * nc;
+  } else if (r == "hc" || r == "mhc") {
+    const double ns = c.hc_streams;
+    const double per_step = r == "hc" ? ns * nc + 2 * nc + n * ns * (ns + 2)
+                                      : 2 * nc + n * (ns * ns + 4 * ns + 1 + 20 * ns * ns);
+    e += (2 * L + 1) * ns * nc + steps * per_step + 3 * ns * nc + 2 * nc;
+  } else if (r == "denseformer") {
+    e += 2 * (L + 1) * nc + 2 * L * nc + 4 * nc;
+  } else if (r == "muddformer") {
+    const double k = std::ceil(4 * (L + 1) / 64.0) * 64;
+    e += 2 * (L + 1) * nc + layers * (14 * nc + n * (2 * k + 4 * (L + 1))) + 8 * nc;
+  }
+  return e;
+}
+
+// Parameter elements of the rank at pipeline stage `stage` (TP and EP rank 0), and how many
+// of them are embedding or head rows.
+absl::Status CountParameters(const ModelConfig& c, const MemoryShape& s, int stage,
+                             int64_t* params, int64_t* embedding) {
+  core::ThreadPool pool(1);
+  Sharding shard;
+  shard.tp_size = s.tp;
+  shard.pp_size = s.pp;
+  shard.pp_rank = stage;
+  shard.ep_size = s.ep;
+  SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<Model<float>> model,
+                          CreateModel<float>(c, shard, &pool));
+  const ParamTable& table = model->params();
+  *params = table.size();
+  *embedding = 0;
+  for (const char* name : {"model.embed_tokens.weight", "lm_head.weight"}) {
+    if (const ParamSpec* spec = table.Find(name)) *embedding += spec->numel;
+  }
+  return absl::OkStatus();
+}
+
+// Byte counts are computed in double and kept below 2^60, so that their sums stay in range
+// whatever the config asks for.
+int64_t Bytes(double v) { return static_cast<int64_t>(std::min(v, 1152921504606846976.0)); }
+
+}  // namespace
+
+std::string FormatBytes(int64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  if (b >= 1024.0 * 1024 * 1024 * 1024) return absl::StrFormat("%.1f TiB", b / (1ull << 40));
+  if (b >= 1024.0 * 1024 * 1024) return absl::StrFormat("%.1f GiB", b / (1ull << 30));
+  return absl::StrFormat("%.1f MiB", b / (1ull << 20));
+}
+
+std::string MemoryEstimate::Breakdown() const {
+  std::string out = absl::StrCat("parameters ", FormatBytes(parameter_bytes));
+  if (gradient_bytes > 0) absl::StrAppend(&out, ", gradients ", FormatBytes(gradient_bytes));
+  if (optimizer_bytes > 0) absl::StrAppend(&out, ", AdamW moments ", FormatBytes(optimizer_bytes));
+  if (activation_bytes > 0) absl::StrAppend(&out, ", activations ", FormatBytes(activation_bytes));
+  return out;
+}
+
+std::string MemoryEstimate::Largest() const {
+  if (activation_bytes >= total() / 2) {
+    return "--batch-size or --seq-len (activations), or raise --microbatches";
+  }
+  if (embedding_parameters >= parameters / 2) return "config field \"vocab_size\" (embedding)";
+  return "config fields \"hidden_size\", \"intermediate_size\" or \"num_hidden_layers\"";
+}
+
+absl::StatusOr<MemoryEstimate> EstimateMemory(const ModelConfig& c, const MemoryShape& s) {
+  SATDAR_CHECK(s.tp >= 1 && s.pp >= 1 && s.ep >= 1 && s.dp >= 1 && s.microbatches >= 1);
+  MemoryEstimate best;
+  const int layers = c.num_hidden_layers / s.pp;
+  const double b = static_cast<double>(s.batch) / s.microbatches;
+  const double replicas = static_cast<double>(s.dp) * s.ep;
+  // The first stage keeps the most micro-batches in flight, the last holds the head: check both.
+  for (int stage : {0, s.pp - 1}) {
+    MemoryEstimate e;
+    SATDAR_RETURN_IF_ERROR(CountParameters(c, s, stage, &e.parameters, &e.embedding_parameters));
+    const double p = static_cast<double>(e.parameters) * s.dtype_bytes;
+    e.parameter_bytes = Bytes(p);
+    if (s.use == MemoryUse::kGradient || s.use == MemoryUse::kTraining) e.gradient_bytes = e.parameter_bytes;
+    if (s.use == MemoryUse::kTraining) {
+      e.optimizer_bytes = Bytes(s.zero_stage == 1 ? 2 * p / replicas : 2 * p);
+    }
+    if (s.use != MemoryUse::kWeights) {
+      const int instances =
+          s.pp > 1 ? static_cast<int>(std::min<int64_t>(s.pp - stage, s.microbatches)) : 1;
+      const double elements = ActivationElements(c, b, static_cast<double>(s.seq_len), layers,
+                                                 stage == s.pp - 1, s.tp);
+      e.activation_bytes = Bytes(elements * instances * s.dtype_bytes);
+    }
+    if (e.total() > best.total()) best = e;
+  }
+  return best;
+}
+
+int64_t AvailableMemoryBytes() {
+  int64_t best = -1;
+  auto take = [&](int64_t v) {
+    if (v >= 0 && (best < 0 || v < best)) best = v;
+  };
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key, unit;
+  int64_t kib;
+  while (meminfo >> key >> kib) {
+    std::getline(meminfo, unit);
+    if (key == "MemAvailable:") take(kib * 1024);
+  }
+  // cgroup v2: the limit of this process's group (containers, Slurm, Kubernetes).
+  std::ifstream group_file("/proc/self/cgroup");
+  std::string line, group;
+  while (std::getline(group_file, line)) {
+    if (line.rfind("0::", 0) == 0) group = line.substr(3);
+  }
+  if (!group.empty()) {
+    const std::string dir = "/sys/fs/cgroup" + (group == "/" ? std::string() : group);
+    std::ifstream max_file(dir + "/memory.max"), current_file(dir + "/memory.current");
+    std::string max_text, current_text;
+    int64_t max_v, current_v;
+    if (max_file >> max_text && current_file >> current_text &&
+        absl::SimpleAtoi(max_text, &max_v) && absl::SimpleAtoi(current_text, &current_v)) {
+      take(std::max<int64_t>(0, max_v - current_v));
+    }
+  }
+  struct rlimit rl;
+  if (::getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+    take(static_cast<int64_t>(rl.rlim_cur));
+  }
+  return best;
+}
+
+absl::Status CheckFitsInMemory(const ModelConfig& config, const MemoryShape& shape, int ranks,
+                               const std::string& what) {
+  SATDAR_ASSIGN_OR_RETURN(MemoryEstimate e, EstimateMemory(config, shape));
+  const int64_t available = AvailableMemoryBytes();
+  const double need = static_cast<double>(e.total()) * ranks;
+  if (available < 0 || need <= static_cast<double>(available)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      what, " needs about ", FormatBytes(e.total()), ranks > 1 ? " per rank" : "", " (",
+      e.Breakdown(), ")", ranks > 1 ? absl::StrCat(" for ", ranks, " ranks on this machine") : "",
+      ", more than the ", FormatBytes(available), " of memory available; reduce ", e.Largest()));
+}
+
+}  // namespace satdar::model

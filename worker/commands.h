@@ -1,0 +1,24 @@
+// worker/commands.h: the satdar subcommands, one file each (cmd_<name>.cc); worker/cli.cc
+// dispatches to them. Each parses its flags (worker/flags.h), checks its inputs and outputs
+// before any work (worker/cli_util.h) and returns a Status that Main turns into the exit code.
+#ifndef SATDAR_WORKER_COMMANDS_H_
+#define SATDAR_WORKER_COMMANDS_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace satdar::worker {
+
+absl::Status RunGrad(const std::vector<std::string>& args);
+absl::Status RunInit(const std::vector<std::string>& args);
+absl::Status RunExport(const std::vector<std::string>& args);
+absl::Status RunInfo(const std::vector<std::string>& args);
+absl::Status RunEval(const std::vector<std::string>& args);
+absl::Status RunPrep(const std::vector<std::string>& args);
+absl::Status RunTrain(const std::vector<std::string>& args);
+
+}  // namespace satdar::worker
+
+#endif  // SATDAR_WORKER_COMMANDS_H_
