@@ -111,7 +111,10 @@ absl::Status AtomicFileWriter::Commit() {
     ::unlink(tmp_path_.c_str());
     return s;
   }
-  return FsyncDir(DirName(path_));
+  // Best effort: some file systems (FUSE, 9p) refuse to fsync a folder, and the rename has
+  // already made the complete file visible.
+  (void)FsyncDir(DirName(path_));
+  return absl::OkStatus();
 }
 
 MappedFile::MappedFile(MappedFile&& other) noexcept { *this = std::move(other); }
@@ -218,9 +221,13 @@ absl::Status CheckOutputFile(const std::string& path) {
         absl::StrCat(path, " is ", KindOf(st.st_mode), "; an output must be a regular file"));
   }
   const std::string dir = DirName(path);
-  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+  if (::stat(dir.c_str(), &st) != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot write ", path, ": the folder ", dir, " does not exist"));
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot write ", path, ": ", dir, " is ", KindOf(st.st_mode), ", not a folder"));
   }
   if (::access(dir.c_str(), W_OK | X_OK) != 0) {
     return absl::InvalidArgumentError(absl::StrCat("cannot write ", path, ": the folder ", dir,

@@ -57,23 +57,33 @@ absl::StatusOr<std::vector<std::string>> ListFiles(const std::string& dir,
 }
 
 absl::Status CheckIsText(const std::string& bytes, const std::string& path,
-                         const std::string& flag) {
+                         const std::string& flag, bool utf8) {
   const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
   const size_t n = bytes.size();
+  auto refuse = [&](size_t at, const char* what) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, ": ", path, " is not text: ", what, " at offset ", at,
+        " (binary files, or a prepared dataset without its manifest.json, cannot be read as "
+        "text)"));
+  };
+  size_t controls = 0, first_control = 0;
   for (size_t i = 0; i < n;) {
     const unsigned char c = p[i];
-    size_t len = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
-    bool ok = len > 0 && c != 0 && i + len <= n && !(len == 2 && c < 0xc2);
-    for (size_t k = 1; ok && k < len; ++k) ok = (p[i + k] & 0xc0) == 0x80;
-    if (!ok) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          flag, ": ", path, " is not text: ",
-          c == 0 ? "a NUL byte" : "a byte sequence that is not UTF-8", " at offset ", i,
-          " (binary files, or a prepared dataset without its manifest.json, cannot be read as "
-          "text)"));
+    if (c == 0) return refuse(i, "a NUL byte");
+    if (c < 0x20 && c != '\t' && c != '\n' && c != '\r' && c != '\f') {
+      if (controls++ == 0) first_control = i;
     }
+    if (!utf8 || c < 0x80) {
+      ++i;
+      continue;
+    }
+    const size_t len = (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
+    bool ok = len > 0 && i + len <= n && !(len == 2 && c < 0xc2);
+    for (size_t k = 1; ok && k < len; ++k) ok = (p[i + k] & 0xc0) == 0x80;
+    if (!ok) return refuse(i, "a byte sequence that is not UTF-8");
     i += len;
   }
+  if (controls > n / 100) return refuse(first_control, "control characters");
   return absl::OkStatus();
 }
 
@@ -106,7 +116,7 @@ absl::StatusOr<Corpus> LoadCorpus(const std::string& dir, CorpusFormat format) {
     if (format == CorpusFormat::kBrown && !IsBrownFile(name)) continue;  // index, README
     auto text = core::ReadFileToString(dir + "/" + name, core::kNoSizeLimit);
     if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat("--data: ", text.status().message()));
-    SATDAR_RETURN_IF_ERROR(CheckIsText(*text, dir + "/" + name, "--data"));
+    SATDAR_RETURN_IF_ERROR(CheckIsText(*text, dir + "/" + name, "--data", /*utf8=*/false));
     std::string clean = format == CorpusFormat::kBrown ? StripBrownTags(*text) : *text;
     corpus.bytes.insert(corpus.bytes.end(), clean.begin(), clean.end());
     ++corpus.num_files;

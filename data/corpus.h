@@ -27,11 +27,12 @@ std::string StripBrownTags(const std::string& tagged);
 // InvalidArgument error naming `flag` and the folder.
 absl::StatusOr<std::vector<std::string>> ListFiles(const std::string& dir, const std::string& flag);
 
-// OK when bytes is UTF-8 text without NUL bytes; otherwise InvalidArgument naming `flag`, the
-// file and the offset of the first byte that is not text (so binary files are never trained on
-// as if they were text).
+// OK when bytes is text: no NUL byte, and (utf8) valid UTF-8, or (!utf8, byte-level training,
+// where Latin-1 text is text too) at most 1% control characters other than tab, newline,
+// carriage return and form feed. Otherwise InvalidArgument naming `flag`, the file and the
+// offset of the first byte that is not text, so binary files are never trained on as text.
 absl::Status CheckIsText(const std::string& bytes, const std::string& path,
-                         const std::string& flag);
+                         const std::string& flag, bool utf8);
 
 // Brown corpus text files are named c<genre letter a-r><two digits> (ca01 ... cr09).
 bool IsBrownFile(const std::string& name);

@@ -86,7 +86,8 @@ absl::Status ReadInputs(const PrepOptions& o, std::vector<Document>* docs, bool*
       if (!text.ok()) {
         return absl::InvalidArgumentError(absl::StrCat("--input: ", text.status().message()));
       }
-      SATDAR_RETURN_IF_ERROR(CheckIsText(*text, path, "--input"));
+      // SentencePiece reads UTF-8.
+      SATDAR_RETURN_IF_ERROR(CheckIsText(*text, path, "--input", /*utf8=*/true));
       *bytes += static_cast<int64_t>(text->size());
       Document doc;
       if (is_brown) {
@@ -146,20 +147,11 @@ class Progress {
   std::chrono::steady_clock::time_point start_;
 };
 
-// Removes a folder and its files (the temporary output of a failed run).
-void RemoveTree(const std::string& dir) {
-  auto files = ListFiles(dir, "--out");
-  if (files.ok()) {
-    for (const std::string& f : *files) ::unlink((dir + "/" + f).c_str());
-  }
-  ::rmdir(dir.c_str());
-}
-
 class TmpDir {
  public:
   explicit TmpDir(std::string path) : path_(std::move(path)) {}
   ~TmpDir() {
-    if (!committed_) RemoveTree(path_);
+    if (!committed_) (void)core::RemoveTree(path_);  // the output of a failed run
   }
   const std::string& path() const { return path_; }
   void Commit() { committed_ = true; }

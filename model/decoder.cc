@@ -299,7 +299,7 @@ void DecoderModel<T>::Predictions(std::vector<int32_t>* argmax) const {
   if (shard_.tp_size == 1) return;
   std::vector<double> all(best.size() * shard_.tp_size);
   if (!Collective(shard_, shard_.tp->AllGather(best.data(), all.data(), best.size(),
-                                               core::DType::kF64, {}))) {
+                                               core::DType::kF64, shard_.collective))) {
     return;
   }
   for (int r = 0; r < n; ++r) {

@@ -23,6 +23,7 @@
 
 #include "absl/status/status.h"
 #include "model/config.h"
+#include "model/layout_check.h"
 #include "parallel/communicator.h"
 
 namespace satdar::model {
@@ -74,10 +75,6 @@ template <typename T>
 void TpAllReduce(const Sharding& s, T* data, size_t n,
                  parallel::ReduceOp op = parallel::ReduceOp::kSum);
 
-// Whether the config can be split this way: heads, KV heads, intermediate size and vocabulary
-// divisible by tp; layers by pp; experts by ep; and every design split across stages able to
-// hand its state over. The InvalidArgument error names the flag and the config field.
-absl::Status ValidateSharding(const ModelConfig& config, int tp, int pp, int ep);
 
 }  // namespace satdar::model
 

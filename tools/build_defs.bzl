@@ -81,3 +81,28 @@ def satdar_cuda_library(name, srcs = [], hdrs = [], deps = [], nvcc_hdrs = [], *
         deps = deps + ["@local_cuda//:cudart"],
         **kwargs
     )
+
+def satdar_grpc_library(name, src, deps = [], proto_deps = [], **kwargs):
+    """A .proto file's C++ messages and gRPC stubs: protoc with Debian's grpc_cpp_plugin.
+
+    src is a path inside this package ("satdar/v1/control.proto"); the generated headers are
+    included by their repository path ("proto/satdar/v1/control.grpc.pb.h"). proto_deps: the
+    .proto files src imports (by repository path), whose libraries are in deps.
+    """
+    base = src[:-len(".proto")]
+    outs = [base + ext for ext in [".pb.h", ".pb.cc", ".grpc.pb.h", ".grpc.pb.cc"]]
+    native.genrule(
+        name = name + "_protoc",
+        srcs = [src] + proto_deps,
+        outs = outs,
+        cmd = ("/usr/bin/protoc -I. --cpp_out=$(GENDIR) --grpc_out=$(GENDIR) " +
+               "--plugin=protoc-gen-grpc=/usr/bin/grpc_cpp_plugin $(location %s)") % src,
+        message = "protoc " + src,
+    )
+    native.cc_library(
+        name = name,
+        srcs = [o for o in outs if o.endswith(".cc")],
+        hdrs = [o for o in outs if o.endswith(".h")],
+        deps = deps + ["@system//:grpc"],
+        **kwargs
+    )

@@ -163,7 +163,8 @@ template <typename T>
 absl::Status SaveShardedCheckpoint(const std::string& dir, const CheckpointInfo& info,
                                    const model::ParamTable& table,
                                    const OptimizerBuffers<T>& buffers,
-                                   const std::string& shard_name, parallel::Communicator* group) {
+                                   const std::string& shard_name, parallel::Communicator* group,
+                                   const parallel::CollectiveOptions& options) {
   std::string final_dir = CheckpointPath(dir, info.step);
   final_dir.resize(final_dir.size() - (sizeof(kSuffix) - 1));
   const std::string tmp = final_dir + ".tmp";
@@ -173,10 +174,10 @@ absl::Status SaveShardedCheckpoint(const std::string& dir, const CheckpointInfo&
     if (prepared.ok()) prepared = core::RemoveTree(tmp);  // a crashed earlier attempt
     if (prepared.ok()) prepared = MakeDir(tmp);
   }
-  SATDAR_RETURN_IF_ERROR(group->Barrier({})->Wait());
+  SATDAR_RETURN_IF_ERROR(group->Barrier(options)->Wait());
   SATDAR_RETURN_IF_ERROR(prepared);
   SATDAR_RETURN_IF_ERROR(WriteCheckpointFile(ShardFile(tmp, shard_name), info, table, buffers));
-  SATDAR_RETURN_IF_ERROR(group->Barrier({})->Wait());
+  SATDAR_RETURN_IF_ERROR(group->Barrier(options)->Wait());
   if (group->rank() == 0) {
     SATDAR_RETURN_IF_ERROR(core::RemoveTree(final_dir));  // a rerun of the same step
     if (::rename(tmp.c_str(), final_dir.c_str()) != 0) {
@@ -184,7 +185,7 @@ absl::Status SaveShardedCheckpoint(const std::string& dir, const CheckpointInfo&
     }
     SATDAR_RETURN_IF_ERROR(core::FsyncDir(dir));
   }
-  return group->Barrier({})->Wait();
+  return group->Barrier(options)->Wait();
 }
 
 absl::StatusOr<std::string> FindLatestCheckpoint(const std::string& dir) {
@@ -224,6 +225,15 @@ absl::Status Assemble(const std::string& path, const std::string& name,
       return Corrupt(path, absl::StrCat("tensor ", name, " has ", pieces.size(), " of its ",
                                         first.count, " slices"));
     }
+    // Every slice of one tensor: the same split and shape, each index once.
+    std::vector<bool> seen(first.count, false);
+    for (const Piece& p : pieces) {
+      if (p.dim != first.dim || p.count != first.count || p.entry->shape != first.entry->shape ||
+          seen[p.index]) {
+        return Corrupt(path, absl::StrCat("the slices of tensor ", name, " do not fit together"));
+      }
+      seen[p.index] = true;
+    }
     for (const Piece& p : pieces) {
       model::ParamSpec slice;
       slice.shape = p.entry->shape;
@@ -251,7 +261,8 @@ absl::StatusOr<CheckpointInfo> InfoOf(const core::SafetensorsFile& file) {
   if (!absl::SimpleAtoi(meta.at("step"), &info.step) || info.step < 0 ||
       !absl::SimpleAtoi(meta.at("seed"), &seed) ||
       !absl::SimpleAtoi(meta.at("data_position"), &info.data_position) ||
-      info.data_position < 0 || !absl::SimpleAtod(meta.at("loss"), &info.loss)) {
+      info.data_position < 0 ||
+      (meta.count("loss") && !absl::SimpleAtod(meta.at("loss"), &info.loss))) {
     return Corrupt(file.path(), "step, seed, data_position or loss is not a number");
   }
   info.seed = seed;
@@ -294,29 +305,29 @@ absl::Status VerifyCheckpointFile(const core::SafetensorsFile& file,
   const std::string& p = file.path();
   auto format = meta.find("format");
   if (format == meta.end()) return Corrupt(p, "has no 'format' metadata: not a satdar checkpoint");
-  if (format->second == "satdar-checkpoint-v1") {
-    return Corrupt(p, absl::StrCat("was written by an older satdar (format satdar-checkpoint-v1, "
-                                   "whose checksum does not cover its metadata); this satdar "
-                                   "reads ", kCheckpointFormat));
+  // v1 (earlier builds) checksummed the tensors only; it is still read, its metadata unverified.
+  const bool v1 = format->second == kCheckpointFormatV1;
+  if (!v1 && format->second != kCheckpointFormat) {
+    return Corrupt(p, absl::StrCat("format '", format->second, "' is neither ", kCheckpointFormat,
+                                   " nor ", kCheckpointFormatV1, " (written by a newer satdar?)"));
   }
-  for (const char* key : {"step", "seed", "data_position", "loss", "config", "trainer", "dtype",
+  for (const char* key : {"step", "seed", "data_position", "config", "trainer", "dtype",
                           "checksum"}) {
     if (!meta.count(key)) {
       return Corrupt(p, absl::StrCat("metadata has no '", key, "': the file is corrupted"));
     }
   }
+  if (!v1 && !meta.count("loss")) return Corrupt(p, "metadata has no 'loss': the file is corrupted");
   std::vector<const void*> data;
   std::vector<size_t> sizes;
   for (const auto& e : file.entries()) {
     data.push_back(file.data(e));
     sizes.push_back(e.end - e.begin);
   }
-  if (Hex(FileChecksum(meta, data, sizes)) != meta.at("checksum")) {
+  const uint64_t sum = v1 ? FileChecksum({}, data, sizes) : FileChecksum(meta, data, sizes);
+  if (Hex(sum) != meta.at("checksum")) {
     return Corrupt(p, "checksum mismatch: the file is corrupted (its metadata or tensors changed "
                       "after it was written)");
-  }
-  if (format->second != kCheckpointFormat) {
-    return Corrupt(p, absl::StrCat("format '", format->second, "' is not ", kCheckpointFormat));
   }
   if (!config_json.empty() && meta.at("config") != config_json) {
     return Corrupt(p, absl::StrCat("was written for a different model config: ",
@@ -391,9 +402,12 @@ absl::StatusOr<CheckpointInfo> LoadCheckpoint(const std::string& path,
             s[2].get<int64_t>() > (1 << 20)) {
           return Corrupt(file.path(), absl::StrCat("bad shard entry for ", base));
         }
-        piece.dim = s[0].get<int>();
-        piece.index = s[1].get<int>();
-        piece.count = s[2].get<int>();
+        piece.dim = static_cast<int>(s[0].get<int64_t>());
+        piece.index = static_cast<int>(s[1].get<int64_t>());
+        piece.count = static_cast<int>(s[2].get<int64_t>());
+        if (s[0].get<int64_t>() != piece.dim || s[1].get<int64_t>() != piece.index) {
+          return Corrupt(file.path(), absl::StrCat("bad shard entry for ", base));
+        }
         if (piece.dim < 0 || piece.dim >= static_cast<int>(e.shape.size()) || piece.count < 1 ||
             piece.index < 0 || piece.index >= piece.count) {
           return Corrupt(file.path(), absl::StrCat("bad shard entry for ", base));
@@ -454,11 +468,13 @@ template absl::Status SaveCheckpoint<double>(const std::string&, const Checkpoin
 template absl::Status SaveShardedCheckpoint<float>(const std::string&, const CheckpointInfo&,
                                                    const model::ParamTable&,
                                                    const OptimizerBuffers<float>&,
-                                                   const std::string&, parallel::Communicator*);
+                                                   const std::string&, parallel::Communicator*,
+                                                   const parallel::CollectiveOptions&);
 template absl::Status SaveShardedCheckpoint<double>(const std::string&, const CheckpointInfo&,
                                                     const model::ParamTable&,
                                                     const OptimizerBuffers<double>&,
-                                                    const std::string&, parallel::Communicator*);
+                                                    const std::string&, parallel::Communicator*,
+                                                   const parallel::CollectiveOptions&);
 template absl::StatusOr<CheckpointInfo> LoadCheckpoint<float>(const std::string&, const std::string&,
                                                               const model::ParamTable&,
                                                               const OptimizerBuffers<float>&);

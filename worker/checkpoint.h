@@ -30,6 +30,9 @@
 namespace satdar::worker {
 
 inline constexpr char kCheckpointFormat[] = "satdar-checkpoint-v2";
+// Written by earlier builds: the checksum covers the tensors only (and there is no loss). Still
+// read (resume, eval, export); its metadata cannot be verified.
+inline constexpr char kCheckpointFormatV1[] = "satdar-checkpoint-v1";
 
 struct CheckpointInfo {
   int64_t step = 0;
@@ -59,7 +62,8 @@ template <typename T>
 absl::Status SaveShardedCheckpoint(const std::string& dir, const CheckpointInfo& info,
                                    const model::ParamTable& table,
                                    const OptimizerBuffers<T>& buffers,
-                                   const std::string& shard_name, parallel::Communicator* group);
+                                   const std::string& shard_name, parallel::Communicator* group,
+                                   const parallel::CollectiveOptions& options);
 
 // Newest complete checkpoint in dir, or "" when there is none (or dir does not exist).
 absl::StatusOr<std::string> FindLatestCheckpoint(const std::string& dir);

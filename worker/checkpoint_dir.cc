@@ -11,6 +11,8 @@
 #include <ctime>
 #include <vector>
 
+#include "absl/time/clock.h"
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
@@ -43,7 +45,7 @@ std::string Holder() {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CheckpointDirLock>> CheckpointDirLock::Acquire(
-    const std::string& dir, bool resume, std::string* note) {
+    const std::string& dir, bool resume, std::string* note, absl::Duration wait) {
   if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot create checkpoint folder ", dir, ": ", std::strerror(errno)));
@@ -55,35 +57,55 @@ absl::StatusOr<std::unique_ptr<CheckpointDirLock>> CheckpointDirLock::Acquire(
     return absl::InvalidArgumentError(
         absl::StrCat("cannot create ", lock_path, ": ", std::strerror(errno)));
   }
+  const absl::Time give_up = absl::Now() + wait;
+  while (::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  bool locked = true;
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
-    char holder[512] = {0};
-    const ssize_t n = ::pread(fd, holder, sizeof(holder) - 1, 0);
-    ::close(fd);
-    if (err != EWOULDBLOCK) {
-      return absl::InternalError(absl::StrCat("cannot lock ", lock_path, ": ", std::strerror(err)));
+    if (err == ENOLCK || err == EOPNOTSUPP || err == ENOSYS) {
+      // A file system without locks (some NFS and Lustre setups): run unlocked, and say so.
+      locked = false;
+      if (note != nullptr) {
+        *note = absl::StrCat("the file system of ", dir, " has no locks (", std::strerror(err),
+                             "); two runs in this folder would not be told apart");
+      }
+    } else {
+      char holder[512] = {0};
+      const ssize_t n = ::pread(fd, holder, sizeof(holder) - 1, 0);
+      ::close(fd);
+      if (err != EWOULDBLOCK) {
+        return absl::InternalError(
+            absl::StrCat("cannot lock ", lock_path, ": ", std::strerror(err)));
+      }
+      return absl::AlreadyExistsError(absl::StrCat(
+          "checkpoint folder ", dir, " is in use by another run (",
+          n > 0 ? std::string(holder, static_cast<size_t>(n)) : "holder unknown",
+          "); two runs in one folder would overwrite each other's checkpoints"));
     }
-    return absl::AlreadyExistsError(absl::StrCat(
-        "checkpoint folder ", dir, " is in use by another run (",
-        n > 0 ? std::string(holder, static_cast<size_t>(n)) : "holder unknown",
-        "); two runs in one folder would overwrite each other's checkpoints"));
   }
   auto lock = std::unique_ptr<CheckpointDirLock>(new CheckpointDirLock(fd));
-  const std::string me = Holder();
-  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, me.data(), me.size(), 0) < 0) {
-    return absl::InternalError(absl::StrCat("cannot write ", lock_path, ": ", std::strerror(errno)));
-  }
-  // Holding the lock, no writer is active: whatever temporary is here is a dead one's.
-  std::vector<std::string> stale;
-  if (DIR* d = ::opendir(dir.c_str())) {
-    while (struct dirent* e = ::readdir(d)) {
-      if (IsStaleTemporary(e->d_name)) stale.push_back(e->d_name);
+  if (locked) {
+    const std::string me = Holder();
+    if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, me.data(), me.size(), 0) < 0) {
+      return absl::InternalError(
+          absl::StrCat("cannot write ", lock_path, ": ", std::strerror(errno)));
     }
-    ::closedir(d);
-  }
-  for (const std::string& name : stale) SATDAR_RETURN_IF_ERROR(core::RemoveTree(dir + "/" + name));
-  if (note != nullptr && !stale.empty()) {
-    *note = absl::StrCat("removed ", stale.size(), " temporary file(s) a killed run left in ", dir);
+    // Holding the lock, no writer is active: whatever temporary is here is a dead one's.
+    std::vector<std::string> stale;
+    if (DIR* d = ::opendir(dir.c_str())) {
+      while (struct dirent* e = ::readdir(d)) {
+        if (IsStaleTemporary(e->d_name)) stale.push_back(e->d_name);
+      }
+      ::closedir(d);
+    }
+    for (const std::string& name : stale) {
+      SATDAR_RETURN_IF_ERROR(core::RemoveTree(dir + "/" + name));
+    }
+    if (note != nullptr && !stale.empty()) {
+      *note = absl::StrCat("removed ", stale.size(), " temporary file(s) a killed run left in ", dir);
+    }
   }
   if (!resume) {
     SATDAR_ASSIGN_OR_RETURN(std::string latest, FindLatestCheckpoint(dir));

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace satdar::worker {
 
@@ -25,9 +26,10 @@ inline constexpr char kLockFileName[] = ".satdar-lock";
 class CheckpointDirLock {
  public:
   // *note (may be null) says what was cleaned up, or is left empty.
-  static absl::StatusOr<std::unique_ptr<CheckpointDirLock>> Acquire(const std::string& dir,
-                                                                     bool resume,
-                                                                     std::string* note);
+  // wait: how long to retry while another run holds the lock.
+  static absl::StatusOr<std::unique_ptr<CheckpointDirLock>> Acquire(
+      const std::string& dir, bool resume, std::string* note,
+      absl::Duration wait = absl::ZeroDuration());
   ~CheckpointDirLock();
   CheckpointDirLock(const CheckpointDirLock&) = delete;
   CheckpointDirLock& operator=(const CheckpointDirLock&) = delete;

@@ -1,8 +1,14 @@
 #include "worker/cli.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
+
+#include "absl/strings/str_cat.h"
 
 #include "core/device.h"
 #include "worker/commands.h"
@@ -25,24 +31,36 @@ void PrintUsage() {
                "  eval    loss of given weights; SATFormer gate ablation (--gate-ablation)\n"
                "  export  a checkpoint of any parallel layout -> one weights file\n"
                "  info    parameter count (and list) of a config\n"
+               "control plane:\n"
+               "  coordinator  serve the job API (gRPC) with its state in a folder\n"
+               "  worker       register rank slots with a coordinator and run what it assigns\n"
+               "  submit       submit a job spec (JOB.json); --follow streams its progress\n"
+               "  status       one job (--json for scripts)\n"
+               "  jobs         every job\n"
+               "  cancel       cancel a job\n"
+               "  logs         a job's output (--rank, --follow)\n"
+               "  workers      the registered workers\n"
                "  version print the version\n"
                "run 'satdar <command> --help' for the flags of a command\n",
                kVersion);
 }
 
-}  // namespace
-
-int ExitCodeFor(const absl::Status& status) {
-  switch (status.code()) {
-    case absl::StatusCode::kOk: return 0;
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kNotFound:
-    case absl::StatusCode::kOutOfRange:
-    case absl::StatusCode::kPermissionDenied:
-    case absl::StatusCode::kAlreadyExists: return 2;
-    default: return 1;
-  }
+// `satdar prep` runs in its own program beside this one (satdar-prep): SentencePiece's library
+// carries its own copy of protobuf, which clashes with the one gRPC uses, so the two never
+// share a process.
+absl::Status ExecPrep(char** argv) {
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return absl::InternalError("satdar prep: cannot find this program's folder");
+  std::string path(self, static_cast<size_t>(n));
+  path = path.substr(0, path.rfind('/') + 1) + "satdar-prep";
+  argv[1] = argv[0];  // satdar-prep takes the flags after "prep"
+  ::execv(path.c_str(), argv + 1);
+  return absl::InternalError(absl::StrCat("satdar prep: cannot run ", path, ": ",
+                                          std::strerror(errno), " (build //:satdar)"));
 }
+
+}  // namespace
 
 int Main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
@@ -66,7 +84,22 @@ int Main(int argc, char** argv) {
   } else if (command == "info") {
     status = RunInfo(args);
   } else if (command == "prep") {
-    status = RunPrep(args);
+    status = ExecPrep(argv);
+  } else if (command == "coordinator") {
+    status = RunCoordinatorCommand(args);
+  } else if (command == "worker") {
+    status = RunWorkerCommand(args);
+  } else if (command == "submit" || command == "status" || command == "jobs" ||
+             command == "cancel" || command == "logs" || command == "workers") {
+    const absl::Status s = command == "submit"   ? RunSubmit(args)
+                           : command == "status" ? RunStatus(args)
+                           : command == "jobs"   ? RunJobs(args)
+                           : command == "cancel" ? RunCancel(args)
+                           : command == "logs"   ? RunLogs(args)
+                                                 : RunWorkers(args);
+    if (s.ok()) return 0;
+    std::fprintf(stderr, "satdar %s: error: %s\n", command.c_str(), std::string(s.message()).c_str());
+    return ClientExitCodeFor(s);
   } else if (command == "version" || command == "--version") {
     std::printf("%s (%s)\n", kVersion, core::BuiltWithCuda() ? "CUDA build" : "CPU-only build");
     return 0;

@@ -1,12 +1,32 @@
 #include "worker/cli_util.h"
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
 #include "core/file_util.h"
+#include "worker/cli.h"
 
 namespace satdar::worker {
+
+int ExitCodeFor(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kOk: return 0;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kPermissionDenied:
+    case absl::StatusCode::kAlreadyExists: return 2;
+    default: return 1;
+  }
+}
+
+std::string FlagOrEnv(const FlagSet& flags, const std::string& flag, const char* env) {
+  if (flags.Has(flag)) return flags.Get(flag);
+  const char* v = std::getenv(env);
+  return v == nullptr ? "" : v;
+}
 
 bool WantsHelp(const std::vector<std::string>& args) {
   for (const auto& a : args) {

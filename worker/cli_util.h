@@ -29,6 +29,8 @@ inline constexpr int64_t kMaxSeed = INT64_MAX;
 inline constexpr int64_t kMaxCount = int64_t{1} << 40;   // cadences, batches, shard sizes
 
 bool WantsHelp(const std::vector<std::string>& args);
+// The flag's value, else the environment variable's, else "".
+std::string FlagOrEnv(const FlagSet& flags, const std::string& flag, const char* env);
 // Prints the flags of a command (its --help); always OK.
 absl::Status PrintHelp(const FlagSet& flags);
 

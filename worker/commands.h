@@ -19,6 +19,19 @@ absl::Status RunEval(const std::vector<std::string>& args);
 absl::Status RunPrep(const std::vector<std::string>& args);
 absl::Status RunTrain(const std::vector<std::string>& args);
 
+// The control plane (cmd_control.cc, cmd_client.cc).
+absl::Status RunCoordinatorCommand(const std::vector<std::string>& args);
+absl::Status RunWorkerCommand(const std::vector<std::string>& args);
+absl::Status RunSubmit(const std::vector<std::string>& args);
+absl::Status RunStatus(const std::vector<std::string>& args);
+absl::Status RunJobs(const std::vector<std::string>& args);
+absl::Status RunCancel(const std::vector<std::string>& args);
+absl::Status RunLogs(const std::vector<std::string>& args);
+absl::Status RunWorkers(const std::vector<std::string>& args);
+// Client commands' exit codes: 0 ok, 2 bad input, 3 unauthenticated or permission denied,
+// 4 no such job, 1 anything else.
+int ClientExitCodeFor(const absl::Status& status);
+
 }  // namespace satdar::worker
 
 #endif  // SATDAR_WORKER_COMMANDS_H_

@@ -124,11 +124,14 @@ absl::StatusOr<int64_t> FlagSet::GetInt(const std::string& name, int64_t min_val
   std::string text = Get(name);
   int64_t v;
   if (!absl::SimpleAtoi(text, &v)) {
-    const bool digits = !text.empty() && text.find_first_not_of("+-0123456789") == std::string::npos;
+    const size_t sign = !text.empty() && (text[0] == '-' || text[0] == '+') ? 1 : 0;
+    const bool digits = text.size() > sign &&
+                        text.find_first_not_of("0123456789", sign) == std::string::npos;
     return absl::InvalidArgumentError(absl::StrCat(
         "satdar ", command_, ": flag ", name,
-        digits ? " is out of range (at most " : " must be an integer, got '",
-        digits ? absl::StrCat(max_value, "), got ", text) : absl::StrCat(text, "'")));
+        digits ? " is out of range (" : " must be an integer, got '",
+        digits ? absl::StrCat(min_value, " to ", max_value, "), got ", text)
+               : absl::StrCat(text, "'")));
   }
   if (v < min_value || v > max_value) {
     return absl::InvalidArgumentError(absl::StrCat("satdar ", command_, ": flag ", name,

@@ -40,6 +40,11 @@ class FlagSet {
   absl::Status Parse(const std::vector<std::string>& args);
 
   bool Has(const std::string& name) const;  // given on the command line
+  bool Knows(const std::string& name) const { return flags_.count(name) > 0; }  // defined
+  bool IsBool(const std::string& name) const {
+    auto it = flags_.find(name);
+    return it != flags_.end() && it->second.is_bool;
+  }
   std::string Get(const std::string& name) const;
   bool GetBool(const std::string& name) const;
   std::vector<std::string> GetList(const std::string& name) const;

@@ -62,7 +62,7 @@ TEST(Flags, NumbersAreCheckedNeverTruncated) {
     std::string message;
   } cases[] = {
       {"4294967298", "flag --steps must be <= 1000, got 4294967298"},
-      {"99999999999999999999", "flag --steps is out of range (at most 1000), got 99999999999999999999"},
+      {"99999999999999999999", "flag --steps is out of range (1 to 1000), got 99999999999999999999"},
       {"-3", "flag --steps must be >= 1, got -3"},
       {"12abc", "flag --steps must be an integer, got '12abc'"},
       {"", "flag --steps must be an integer, got ''"},

@@ -26,6 +26,7 @@
 #include "worker/checkpoint.h"
 #include "worker/jsonl_writer.h"
 #include "worker/checkpoint_dir.h"
+#include "worker/cli_util.h"
 #include "worker/mesh_groups.h"
 #include "worker/rank_agreement.h"
 
@@ -75,14 +76,16 @@ class Validator {
         sum, pipeline->ForwardOnly(params, [&](int mb) { return all[mb].data(); }, batches_,
                                    batch_, seq_len_));
     SATDAR_RETURN_IF_ERROR(
-        pp->AllReduce(&sum, 1, core::DType::kF64, parallel::ReduceOp::kSum, {})->Wait());
+        pp->AllReduce(&sum, 1, core::DType::kF64, parallel::ReduceOp::kSum, copts_)->Wait());
     return sum / batches_;
   }
 
  private:
   Validator(const TrainOptions& o, model::Model<T>* model)
-      : model_(model), batches_(o.eval_batches), batch_(o.batch_size / o.microbatches),
+      : copts_{absl::Seconds(o.comm_timeout_seconds), nullptr},
+        model_(model), batches_(o.eval_batches), batch_(o.batch_size / o.microbatches),
         seq_len_(o.seq_len), tokens_(static_cast<size_t>(batch_) * (o.seq_len + 1)) {}
+  const parallel::CollectiveOptions copts_;
   model::Model<T>* model_;
   const int batches_, batch_, seq_len_;
   std::vector<int32_t> tokens_;
@@ -208,19 +211,24 @@ absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& options) {
         g.data->AllGather(m_shard.data(), exp_avg.data(), shard_len, kDType, copts)->Wait());
     return g.data->AllGather(v_shard.data(), exp_avg_sq.data(), shard_len, kDType, copts)->Wait();
   };
-  // The checkpoint folder is this run's for its lifetime (rank 0 holds the lock).
+  // What only rank 0 can check, shared so that every rank ends with its error: the outputs it
+  // writes, and the checkpoint folder, which is this run's for its lifetime (rank 0 holds the
+  // lock).
   std::unique_ptr<CheckpointDirLock> hold;
-  if (!o.checkpoint_dir.empty()) {
-    absl::Status locked;
-    if (rank == 0) {
+  absl::Status ready;
+  if (rank == 0) {
+    ready = CheckOutput("--log-jsonl", o.log_jsonl, false, {});
+    if (ready.ok()) ready = CheckOutput("--summary-json", o.summary_json, false, {});
+    if (ready.ok() && !o.checkpoint_dir.empty()) {
       std::string note;
-      auto acquired = CheckpointDirLock::Acquire(o.checkpoint_dir, o.resume, &note);
-      locked = acquired.status();
+      auto acquired = CheckpointDirLock::Acquire(o.checkpoint_dir, o.resume, &note,
+                                                 absl::Seconds(o.lock_wait_seconds));
+      ready = acquired.status();
       if (acquired.ok()) hold = std::move(*acquired);
       if (!note.empty() && !o.quiet) std::printf("checkpoints: %s\n", note.c_str());
     }
-    SATDAR_RETURN_IF_ERROR(ShareStatus(o.world, 0, locked, copts));
   }
+  SATDAR_RETURN_IF_ERROR(ShareStatus(o.world, 0, ready, copts));
   int64_t start_step = 0;
   double resumed_loss = 0;
   int64_t first_sample = 0;  // samples consumed by all replicas before the first step of this run
@@ -502,7 +510,7 @@ absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& options) {
         const std::string name = absl::StrCat("tp", g.coord.tp, "-pp", g.coord.pp, "-ep",
                                               g.coord.ep);
         absl::Status s =
-            SaveShardedCheckpoint<T>(o.checkpoint_dir, info, table, buffers, name, g.mp.get());
+            SaveShardedCheckpoint<T>(o.checkpoint_dir, info, table, buffers, name, g.mp.get(), copts);
         if (!s.ok()) return fail(s, step);
       }
       if (rank == 0) SATDAR_RETURN_IF_ERROR(PruneCheckpoints(o.checkpoint_dir, o.keep_checkpoints));
@@ -568,12 +576,13 @@ Fingerprint RunFingerprint(const TrainOptions& o) {
           {"--beta2", num(o.beta2)},
           {"--eps", num(o.eps)},
           {"--grad-clip", num(o.grad_clip)},
-          {"--data", o.synthetic_data ? "(synthetic)" : o.data_dir},
+          // What the data is, not where: nodes may mount it at different paths.
+          {"--data", o.synthetic_data ? "synthetic" : o.data_dir.empty() ? "none" : "a folder"},
           {"--data-format", o.data_format},
           {"--task", o.mqar.has_value() ? absl::StrCat("mqar ", o.mqar->keys, "/", o.mqar->values, "/", o.mqar->pairs, "/", o.mqar->queries) : "lm"},
           {"--eval-every", absl::StrCat(o.eval_every, "/", o.eval_batches)},
           {"--stats-every", std::to_string(o.stats_every)},
-          {"--checkpoint-dir", o.checkpoint_dir},
+          {"--checkpoint-dir", o.checkpoint_dir.empty() ? "none" : "a folder"},
           {"--checkpoint-every", absl::StrCat(o.checkpoint_every, "/", o.keep_checkpoints)},
           {"--resume", o.resume ? "true" : "false"},
           {"--comm-timeout", std::to_string(o.comm_timeout_seconds)}};

@@ -1,0 +1,294 @@
+#include "coordinator/control_state.h"
+
+#include <sys/stat.h>
+
+#include <string>
+
+#include "core/file_util.h"
+#include "core/testing/tmp_dir.h"
+#include "gtest/gtest.h"
+
+namespace satdar::coordinator {
+namespace {
+
+namespace v1 = satdar::v1;
+
+constexpr char kConfig[] = R"({"vocab_size": 64, "hidden_size": 16, "intermediate_size": 32,
+  "num_hidden_layers": 2, "num_attention_heads": 2, "max_position_embeddings": 64})";
+
+// A coordinator over a fresh state folder with a clock the test moves.
+class ControlStateTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = core::testing::TestTmpDir(testing::UnitTest::GetInstance()->current_test_info()->name());
+    (void)core::RemoveTree(dir_ + "/state.db");
+    (void)core::RemoveTree(dir_ + "/state.db-wal");
+    Open();
+  }
+  void Open() {
+    state_.reset();
+    auto store = Store::Open(dir_);
+    ASSERT_TRUE(store.ok()) << store.status();
+    ControlOptions o;
+    o.lease_ms = 3000;
+    o.now_ms = [this] { return now_; };
+    auto s = ControlState::Create(std::move(*store), o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    state_ = std::move(*s);
+  }
+  std::string Worker(const std::string& name, int slots) {
+    v1::RegisterWorkerRequest r;
+    r.set_name(name);
+    r.set_slots(slots);
+    r.set_device("cpu");
+    auto resp = state_->Register(r);
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    return resp.ok() ? resp->worker_id() : "";
+  }
+  absl::StatusOr<std::string> Submit(int dp, int max_restarts, const std::string& request = "") {
+    v1::SubmitJobRequest req;
+    req.set_request_id(request);
+    v1::JobSpec* s = req.mutable_spec();
+    s->set_config_json(kConfig);
+    for (auto [k, v] : {std::pair<const char*, const char*>{"steps", "10"}, {"batch_size", "2"},
+                        {"seq_len", "8"}, {"synthetic_data", "true"}}) {
+      v1::TrainFlag* f = s->add_train();
+      f->set_name(k);
+      f->set_value(v);
+    }
+    s->mutable_layout()->set_dp(dp);
+    s->set_max_restarts(max_restarts);
+    auto resp = state_->Submit(req);
+    if (!resp.ok()) return resp.status();
+    return resp->job_id();
+  }
+  // The worker's heartbeat, claiming the ranks it runs.
+  v1::HeartbeatResponse Beat(const std::string& worker, const std::vector<v1::RankStatus>& ranks) {
+    v1::HeartbeatRequest req;
+    req.set_worker_id(worker);
+    for (const auto& r : ranks) *req.add_ranks() = r;
+    auto resp = state_->Heartbeat(req);
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    return resp.ok() ? *resp : v1::HeartbeatResponse();
+  }
+  static v1::RankStatus Running(const v1::RankAssignment& a) {
+    v1::RankStatus s;
+    s.set_job_id(a.job_id());
+    s.set_attempt(a.attempt());
+    s.set_rank(a.rank());
+    s.set_pid(1000 + a.rank());
+    return s;
+  }
+  absl::Status Exit(const std::string& worker, const std::string& job, int attempt, int rank,
+                    int code, int signal = 0) {
+    v1::RankExit e;
+    e.set_worker_id(worker);
+    e.set_job_id(job);
+    e.set_attempt(attempt);
+    e.set_rank(rank);
+    e.set_exit_code(code);
+    e.set_signal(signal);
+    e.add_last_lines("last words of rank " + std::to_string(rank));
+    return state_->ReportExit(e);
+  }
+  v1::Job Job(const std::string& id) {
+    auto j = state_->GetJob(id, true);
+    EXPECT_TRUE(j.ok()) << j.status();
+    return j.ok() ? *j : v1::Job();
+  }
+
+  std::string dir_;
+  int64_t now_ = 1'000'000;
+  std::unique_ptr<ControlState> state_;
+};
+
+TEST_F(ControlStateTest, GangRunsToSuccessAndSubmitIsIdempotent) {
+  const std::string a = Worker("a", 1), b = Worker("b", 1);
+  auto id = Submit(2, 0, "req-1");
+  ASSERT_TRUE(id.ok()) << id.status();
+  EXPECT_EQ(*Submit(2, 0, "req-1"), *id);  // the same request id: the same job
+  EXPECT_EQ(Job(*id).state(), v1::RUNNING);
+  EXPECT_EQ(Job(*id).attempts(), 1);
+  auto ra = Beat(a, {}), rb = Beat(b, {});
+  ASSERT_EQ(ra.start_size(), 1);
+  ASSERT_EQ(rb.start_size(), 1);
+  EXPECT_NE(ra.start(0).rank(), rb.start(0).rank());
+  // Until the worker says it runs the rank, the assignment is sent again; then no more.
+  EXPECT_EQ(Beat(a, {}).start_size(), 1);
+  EXPECT_EQ(Beat(a, {Running(ra.start(0))}).start_size(), 0);
+  ASSERT_TRUE(Exit(a, *id, 1, ra.start(0).rank(), 0).ok());
+  EXPECT_EQ(Job(*id).state(), v1::RUNNING);
+  ASSERT_TRUE(Exit(b, *id, 1, rb.start(0).rank(), 0).ok());
+  EXPECT_EQ(Job(*id).state(), v1::SUCCEEDED);
+  EXPECT_EQ(Job(*id).exit_code(), 0);
+}
+
+TEST_F(ControlStateTest, BadSpecStoresNothing) {
+  Worker("a", 4);
+  v1::SubmitJobRequest req;
+  req.mutable_spec()->set_config_json(kConfig);
+  v1::TrainFlag* f = req.mutable_spec()->add_train();
+  f->set_name("steps");
+  f->set_value("ten");
+  auto resp = state_->Submit(req);
+  ASSERT_EQ(resp.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(resp.status().message().find("job spec: missing required train.batch_size"),
+            std::string::npos)
+      << resp.status();
+  EXPECT_TRUE(state_->ListJobs({}).empty());
+}
+
+TEST_F(ControlStateTest, QueueIsFifoWithBackfill) {
+  const std::string w = Worker("a", 2);
+  auto big1 = Submit(2, 0), big2 = Submit(2, 0), small = Submit(1, 0);
+  ASSERT_TRUE(big1.ok() && big2.ok() && small.ok());
+  EXPECT_EQ(Job(*big1).state(), v1::RUNNING);
+  EXPECT_EQ(Job(*big2).state(), v1::PENDING);
+  EXPECT_EQ(Job(*small).state(), v1::PENDING);
+  auto r = Beat(w, {});
+  ASSERT_EQ(r.start_size(), 2);
+  ASSERT_TRUE(Exit(w, *big1, 1, 0, 0).ok());
+  ASSERT_TRUE(Exit(w, *big1, 1, 1, 0).ok());
+  state_->Tick();
+  EXPECT_EQ(Job(*big2).state(), v1::RUNNING);  // FIFO: the older job first
+  EXPECT_EQ(Job(*small).state(), v1::PENDING);
+}
+
+TEST_F(ControlStateTest, ExitCodeTwoFailsAtOnceOtherFailuresRetryWithBackoff) {
+  const std::string w = Worker("a", 2);
+  auto bad = Submit(1, 3);
+  ASSERT_TRUE(bad.ok());
+  ASSERT_TRUE(Exit(w, *bad, 1, 0, 2).ok());
+  EXPECT_EQ(Job(*bad).state(), v1::FAILED);
+  EXPECT_EQ(Job(*bad).attempts(), 1);
+  EXPECT_NE(Job(*bad).reason().find("exited with code 2: last words of rank 0"), std::string::npos)
+      << Job(*bad).reason();
+  auto flaky = Submit(2, 1);
+  ASSERT_TRUE(flaky.ok());
+  Beat(w, {});
+  ASSERT_TRUE(Exit(w, *flaky, 1, 1, 1).ok());
+  v1::Job j = Job(*flaky);
+  EXPECT_EQ(j.state(), v1::PENDING);
+  EXPECT_EQ(j.history(0).outcome(), "retrying");
+  EXPECT_EQ(j.history(0).first_failed_rank(), 1);
+  // Rank 0 of the failed gang is told to stop; the retry waits for it and for the backoff.
+  v1::RankStatus r0;
+  r0.set_job_id(*flaky);
+  r0.set_attempt(1);
+  r0.set_rank(0);
+  auto beat = Beat(w, {r0});
+  ASSERT_EQ(beat.stop_size(), 1);
+  EXPECT_EQ(beat.stop(0).rank(), 0);
+  ASSERT_TRUE(Exit(w, *flaky, 1, 0, -1, 15).ok());
+  state_->Tick();
+  EXPECT_EQ(Job(*flaky).attempts(), 1);  // backoff: 1 s
+  now_ += 1500;
+  state_->Tick();
+  EXPECT_EQ(Job(*flaky).attempts(), 2);
+  EXPECT_EQ(Job(*flaky).state(), v1::RUNNING);
+  // A report of the old attempt changes nothing (fencing).
+  ASSERT_TRUE(Exit(w, *flaky, 1, 0, 1).ok());
+  EXPECT_EQ(Job(*flaky).state(), v1::RUNNING);
+  ASSERT_TRUE(Exit(w, *flaky, 2, 1, 1).ok());
+  EXPECT_EQ(Job(*flaky).state(), v1::FAILED);
+  EXPECT_NE(Job(*flaky).reason().find("gave up after 2 attempt(s) (max_restarts 1)"),
+            std::string::npos)
+      << Job(*flaky).reason();
+}
+
+TEST_F(ControlStateTest, LostWorkerRestartsTheGangElsewhere) {
+  const std::string a = Worker("a", 1), b = Worker("b", 1);
+  auto id = Submit(2, 2);
+  ASSERT_TRUE(id.ok());
+  auto ra = Beat(a, {});
+  auto rb = Beat(b, {});
+  ASSERT_EQ(ra.start_size(), 1);
+  now_ += 2000;
+  Beat(a, {Running(ra.start(0))});  // a stays alive, b goes silent
+  now_ += 2000;
+  state_->Tick();
+  v1::Job j = Job(*id);
+  EXPECT_EQ(j.state(), v1::PENDING);
+  EXPECT_NE(j.history(0).reason().find("worker b was lost"), std::string::npos)
+      << j.history(0).reason();
+  // A heartbeat from the lost worker is refused; it must register again.
+  v1::HeartbeatRequest hb;
+  hb.set_worker_id(b);
+  EXPECT_EQ(state_->Heartbeat(hb).status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(Exit(a, *id, 1, ra.start(0).rank(), -1, 15).ok());
+  const std::string c = Worker("c", 1);
+  now_ += 1500;  // the retry's backoff
+  Beat(a, {});
+  Beat(c, {});
+  state_->Tick();
+  EXPECT_EQ(Job(*id).attempts(), 2);
+  EXPECT_EQ(Beat(c, {}).start_size(), 1);
+}
+
+TEST_F(ControlStateTest, CancelStopsRanksAndRegisteringTwiceIsRefused) {
+  const std::string a = Worker("a", 1);
+  v1::RegisterWorkerRequest again;
+  again.set_name("a");
+  again.set_slots(1);
+  again.set_device("cpu");
+  EXPECT_EQ(state_->Register(again).status().code(), absl::StatusCode::kAlreadyExists);
+  auto id = Submit(1, 0);
+  auto r = Beat(a, {});
+  ASSERT_EQ(r.start_size(), 1);
+  auto cancelled = state_->Cancel(*id);
+  ASSERT_TRUE(cancelled.ok());
+  EXPECT_EQ(cancelled->state(), v1::CANCELLED);
+  auto beat = Beat(a, {Running(r.start(0))});
+  ASSERT_EQ(beat.stop_size(), 1);
+  ASSERT_TRUE(Exit(a, *id, 1, 0, -1, 15).ok());
+  EXPECT_EQ(Job(*id).state(), v1::CANCELLED);
+}
+
+TEST_F(ControlStateTest, EverythingSurvivesARestart) {
+  const std::string a = Worker("a", 1);
+  auto id = Submit(1, 0, "req-9");
+  auto r = Beat(a, {});
+  ASSERT_EQ(r.start_size(), 1);
+  v1::LogUpload up;
+  up.set_worker_id(a);
+  up.set_job_id(*id);
+  up.set_attempt(1);
+  up.set_rank(0);
+  up.add_lines("step 1/10 | loss 4.0");
+  ASSERT_TRUE(state_->UploadLogs(up).ok());
+  v1::KvSetRequest kv;
+  kv.set_job_id(*id);
+  kv.set_attempt(1);
+  kv.set_key("gloo/rank0");
+  kv.set_value("127.0.0.1:1234");
+  ASSERT_TRUE(state_->KvSet(kv).ok());
+  Open();  // the coordinator restarts on the same folder
+  v1::Job j = Job(*id);
+  EXPECT_EQ(j.state(), v1::RUNNING);
+  EXPECT_EQ(j.attempts(), 1);
+  EXPECT_EQ(*Submit(1, 0, "req-9"), *id);
+  // The worker's lease is fresh; its running rank is not started again.
+  EXPECT_EQ(Beat(a, {Running(r.start(0))}).start_size(), 0);
+  std::vector<v1::LogLine> lines;
+  bool final;
+  ASSERT_TRUE(state_->Logs(*id, -1, 0, 100, false, 0, &lines, &final).ok());
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0].text(), "step 1/10 | loss 4.0");
+  v1::KvGetRequest get;
+  get.set_job_id(*id);
+  get.set_attempt(1);
+  get.set_key("gloo/rank0");
+  auto got = state_->KvGet(get);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->value(), "127.0.0.1:1234");
+  std::vector<v1::JobEvent> events;
+  ASSERT_TRUE(state_->Events(*id, 0, 0, &events, &final).ok());
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events[0].kind(), "submitted");
+  EXPECT_EQ(events[1].kind(), "started");
+  ASSERT_TRUE(Exit(a, *id, 1, 0, 0).ok());
+  EXPECT_EQ(Job(*id).state(), v1::SUCCEEDED);
+}
+
+}  // namespace
+}  // namespace satdar::coordinator

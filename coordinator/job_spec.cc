@@ -1,0 +1,290 @@
+#include "coordinator/job_spec.h"
+
+#include <cctype>
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/check.h"
+#include "core/file_util.h"
+#include "core/json.h"
+#include "model/config.h"
+#include "model/layout_check.h"
+#include "worker/cli_util.h"
+#include "worker/flags.h"
+#include "worker/train_flags.h"
+
+namespace satdar::coordinator {
+
+namespace {
+
+using Json = nlohmann::json;
+
+absl::Status Bad(const std::string& field, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat("job spec: ", field, ": ", what));
+}
+
+absl::Status OnlyKnown(const Json& object, const std::string& where,
+                       const std::set<std::string>& known) {
+  for (const auto& [key, unused] : object.items()) {
+    if (!known.count(key)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "job spec: unknown field \"", where, key, "\" (known: ", absl::StrJoin(known, ", "), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> PositiveInt(const Json& object, const char* key, const std::string& where,
+                                int max_value) {
+  auto it = object.find(key);
+  if (it == object.end() || it->is_null()) return 1;
+  if (!it->is_number_integer() || it->get<int64_t>() < 1 || it->get<int64_t>() > max_value) {
+    return Bad(where + key, absl::StrCat("must be an integer in [1, ", max_value, "]"));
+  }
+  return static_cast<int>(it->get<int64_t>());
+}
+
+// The flags the control plane sets itself, and where the spec says what they would say.
+const std::map<std::string, std::string>& ReservedFlags() {
+  static const auto* m = new std::map<std::string, std::string>{
+      {"rank", "the control plane assigns ranks"},
+      {"world_size", "the layout gives the world size"},
+      {"rendezvous", "ranks meet through the coordinator"},
+      {"launcher", "the worker launches the ranks"},
+      {"gloo_iface", "the worker chooses the interface"},
+      {"coordinator", "set by the worker"},
+      {"job_id", "set by the worker"},
+      {"attempt", "set by the worker"},
+      {"token_file", "set by the worker"},
+      {"lock_wait", "set by the worker"},
+      {"checkpoint_dir", "checkpoints live in <shared-dir>/jobs/<job_id>/"},
+      {"log_jsonl", "the log lives in <shared-dir>/jobs/<job_id>/"},
+      {"summary_json", "the summary lives in <shared-dir>/jobs/<job_id>/"},
+      {"resume", "every attempt resumes from the newest checkpoint"},
+      {"quiet", "the worker reads the ranks' progress lines"},
+      {"dp", "set it in \"layout\""},
+      {"tp", "set it in \"layout\""},
+      {"pp", "set it in \"layout\""},
+      {"ep", "set it in \"layout\""},
+      {"microbatches", "set it in \"layout\""},
+      {"threads", "set it in \"resources\" as threads_per_rank"},
+      {"device", "set it in \"resources\""},
+  };
+  return *m;
+}
+
+}  // namespace
+
+absl::StatusOr<satdar::v1::JobSpec> JobSpecFromJson(const std::string& json_text,
+                                                    const std::string& source,
+                                                    const std::vector<std::string>& base_dirs) {
+  if (json_text.size() > kMaxSpecBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": a job spec is at most ",
+                                                   kMaxSpecBytes, " bytes"));
+  }
+  SATDAR_ASSIGN_OR_RETURN(Json j, core::ParseJson(json_text, source));
+  if (!j.is_object()) return absl::InvalidArgumentError(source + ": a job spec is a JSON object");
+  SATDAR_RETURN_IF_ERROR(
+      OnlyKnown(j, "", {"name", "config", "train", "layout", "resources", "max_restarts"}));
+  satdar::v1::JobSpec spec;
+  if (j.contains("name")) {
+    if (!j["name"].is_string()) return Bad("name", "must be a string");
+    spec.set_name(j["name"].get<std::string>());
+  }
+  if (!j.contains("config")) return Bad("config", "is required (a path or a model config object)");
+  if (j["config"].is_string()) {
+    std::string path = j["config"].get<std::string>();
+    if (!path.empty() && path[0] != '/') {
+      for (const std::string& dir : base_dirs) {
+        if (core::PathKind(dir + "/" + path) != "missing") {
+          path = dir + "/" + path;
+          break;
+        }
+      }
+    }
+    auto text = core::ReadFileToString(path, core::kMaxSmallFileBytes);
+    if (!text.ok()) return Bad("config", std::string(text.status().message()));
+    spec.set_config_json(*text);
+  } else if (j["config"].is_object()) {
+    spec.set_config_json(j["config"].dump());
+  } else {
+    return Bad("config", "must be a path or a model config object");
+  }
+  if (j.contains("train")) {
+    if (!j["train"].is_object()) return Bad("train", "must be an object of satdar train flags");
+    for (const auto& [key, value] : j["train"].items()) {
+      satdar::v1::TrainFlag* f = spec.add_train();
+      f->set_name(key);
+      if (value.is_string()) {
+        f->set_value(value.get<std::string>());
+      } else if (value.is_boolean() || value.is_number()) {
+        f->set_value(value.dump());
+      } else {
+        return Bad("train." + key, "must be a string, number or boolean");
+      }
+    }
+  }
+  if (j.contains("layout")) {
+    const Json& l = j["layout"];
+    if (!l.is_object()) return Bad("layout", "must be an object");
+    SATDAR_RETURN_IF_ERROR(OnlyKnown(l, "layout.", {"dp", "tp", "pp", "ep", "microbatches"}));
+    satdar::v1::Layout* out = spec.mutable_layout();
+    SATDAR_ASSIGN_OR_RETURN(int dp, PositiveInt(l, "dp", "layout.", 65536));
+    SATDAR_ASSIGN_OR_RETURN(int tp, PositiveInt(l, "tp", "layout.", 65536));
+    SATDAR_ASSIGN_OR_RETURN(int pp, PositiveInt(l, "pp", "layout.", 65536));
+    SATDAR_ASSIGN_OR_RETURN(int ep, PositiveInt(l, "ep", "layout.", 65536));
+    SATDAR_ASSIGN_OR_RETURN(int mb, PositiveInt(l, "microbatches", "layout.", 1 << 24));
+    out->set_dp(dp);
+    out->set_tp(tp);
+    out->set_pp(pp);
+    out->set_ep(ep);
+    out->set_microbatches(mb);
+  }
+  if (j.contains("resources")) {
+    const Json& r = j["resources"];
+    if (!r.is_object()) return Bad("resources", "must be an object");
+    SATDAR_RETURN_IF_ERROR(OnlyKnown(r, "resources.", {"device", "threads_per_rank"}));
+    if (r.contains("device")) {
+      if (!r["device"].is_string()) return Bad("resources.device", "must be \"cpu\" or \"cuda\"");
+      spec.mutable_resources()->set_device(r["device"].get<std::string>());
+    }
+    SATDAR_ASSIGN_OR_RETURN(int threads, PositiveInt(r, "threads_per_rank", "resources.",
+                                                     static_cast<int>(worker::kMaxThreads)));
+    spec.mutable_resources()->set_threads_per_rank(threads);
+  }
+  if (j.contains("max_restarts")) {
+    const Json& m = j["max_restarts"];
+    if (!m.is_number_integer() || m.get<int64_t>() < 0 || m.get<int64_t>() > kMaxRestarts) {
+      return Bad("max_restarts", absl::StrCat("must be an integer in [0, ", kMaxRestarts, "]"));
+    }
+    spec.set_max_restarts(static_cast<int>(m.get<int64_t>()));
+  }
+  return spec;
+}
+
+absl::StatusOr<ValidJob> ValidateJobSpec(const satdar::v1::JobSpec& spec) {
+  ValidJob job;
+  if (spec.ByteSizeLong() > kMaxSpecBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("job spec: larger than ", kMaxSpecBytes, " bytes"));
+  }
+  if (spec.name().size() > kMaxNameBytes) {
+    return Bad("name", absl::StrCat("at most ", kMaxNameBytes, " bytes"));
+  }
+  auto config = model::ParseModelConfig(spec.config_json(), "job spec: config");
+  if (!config.ok()) return config.status();
+  job.config_json = model::ModelConfigToJson(*config);
+  auto one = [](int v) { return v == 0 ? 1 : v; };
+  const satdar::v1::Layout& l = spec.layout();
+  const int dp = one(l.dp()), tp = one(l.tp()), pp = one(l.pp()), ep = one(l.ep());
+  const int micro = one(l.microbatches());
+  for (int v : {l.dp(), l.tp(), l.pp(), l.ep(), l.microbatches()}) {
+    if (v < 0) return Bad("layout", "every entry must be >= 1");
+  }
+  const int64_t world = static_cast<int64_t>(dp) * tp * pp * ep;
+  if (world > worker::kMaxRanks) {
+    return Bad("layout", absl::StrCat("dp x tp x pp x ep = ", world, " ranks, more than ",
+                                      worker::kMaxRanks));
+  }
+  absl::Status split = model::ValidateSharding(*config, tp, pp, ep);
+  if (!split.ok()) return Bad("layout", std::string(split.message()));
+  job.world_size = static_cast<int>(world);
+  job.tp = tp;
+  job.device = spec.resources().device().empty() ? "cpu" : spec.resources().device();
+  if (job.device != "cpu" && job.device != "cuda") {
+    return Bad("resources.device", absl::StrCat("must be \"cpu\" or \"cuda\", got \"", job.device, "\""));
+  }
+  job.threads = one(spec.resources().threads_per_rank());
+  if (job.threads < 1 || job.threads > worker::kMaxThreads) {
+    return Bad("resources.threads_per_rank", absl::StrCat("must be in [1, ", worker::kMaxThreads, "]"));
+  }
+  if (spec.max_restarts() < 0 || spec.max_restarts() > kMaxRestarts) {
+    return Bad("max_restarts", absl::StrCat("must be in [0, ", kMaxRestarts, "]"));
+  }
+  // The train flags, checked by `satdar train`'s own parser with the layout added.
+  worker::FlagSet flags("train");
+  worker::DefineTrainFlags(&flags);
+  std::vector<std::string> args;
+  std::set<std::string> seen;
+  for (const satdar::v1::TrainFlag& f : spec.train()) {
+    const std::string& name = f.name();
+    auto reserved = ReservedFlags().find(name);
+    if (reserved != ReservedFlags().end()) {
+      return Bad("train." + name, absl::StrCat("is set by the control plane (", reserved->second, ")"));
+    }
+    std::string flag = "--" + name;
+    for (char& c : flag) c = c == '_' ? '-' : c;
+    if (name.empty() || name.find('-') != std::string::npos || !flags.Knows(flag)) {
+      return Bad("train." + name, "is not a satdar train flag (names use '_' for '-')");
+    }
+    if (!seen.insert(name).second) return Bad("train." + name, "is given twice");
+    if (f.value().size() > 4096) return Bad("train." + name, "value longer than 4096 bytes");
+    if (name == "data") {
+      const std::string& d = f.value();
+      if (d.empty() || d[0] == '/' || d == ".." || d.rfind("../", 0) == 0 ||
+          d.find("/../") != std::string::npos ||
+          (d.size() >= 3 && d.compare(d.size() - 3, 3, "/..") == 0)) {
+        return Bad("train.data", absl::StrCat("\"", d, "\" must be a path inside each worker's "
+                                              "--data-root (relative, without ..)"));
+      }
+      job.data_path = d;
+      args.push_back("--data=/data-root/" + d);  // only for the check below
+      continue;
+    }
+    if (flags.IsBool(flag)) {
+      if (f.value() != "true" && f.value() != "false") {
+        return Bad("train." + name, absl::StrCat("must be true or false, got '", f.value(), "'"));
+      }
+      if (f.value() == "true") job.train_args.push_back(flag);
+      args.push_back(flag + "=" + f.value());
+      continue;
+    }
+    job.train_args.push_back(flag + "=" + f.value());
+    args.push_back(flag + "=" + f.value());
+  }
+  for (const auto& [flag, v] : {std::pair<const char*, int>{"--dp", dp}, {"--tp", tp}, {"--pp", pp},
+                                {"--ep", ep}, {"--microbatches", micro}}) {
+    job.train_args.push_back(absl::StrCat(flag, "=", v));
+    args.push_back(absl::StrCat(flag, "=", v));
+  }
+  // What the worker adds: the config (checked above) and the job's checkpoint folder.
+  args.push_back("--config=job.json");
+  args.push_back("--checkpoint-dir=checkpoints");
+  absl::Status parsed = flags.Parse(args);
+  worker::TrainOptions o;
+  if (parsed.ok()) parsed = worker::ParseTrainOptions(flags, &o);
+  if (!parsed.ok()) {
+    // "satdar train: flag --batch-size must be ..." -> name the spec's field.
+    std::string m(parsed.message());
+    const std::string prefix = "satdar train: ";
+    if (m.rfind(prefix, 0) == 0) m = m.substr(prefix.size());
+    // "flag --batch-size must be ..." -> "train.batch_size must be ..."
+    for (size_t at = m.find("--"); at != std::string::npos; at = m.find("--", at)) {
+      size_t end = at + 2;
+      while (end < m.size() && (std::isalnum(static_cast<unsigned char>(m[end])) || m[end] == '-')) {
+        ++end;
+      }
+      std::string name = m.substr(at + 2, end - at - 2);
+      for (char& c : name) c = c == '-' ? '_' : c;
+      const bool layout = name == "dp" || name == "tp" || name == "pp" || name == "ep" ||
+                          name == "microbatches";
+      const std::string field = (layout ? "layout." : "train.") + name;
+      m.replace(at, end - at, field);
+      at += field.size();
+    }
+    const std::string flag_word = "flag ";
+    for (size_t at = m.find(flag_word); at != std::string::npos; at = m.find(flag_word, at)) {
+      m.erase(at, flag_word.size());
+    }
+    return absl::InvalidArgumentError(absl::StrCat("job spec: ", m));
+  }
+  if (o.seq_len > config->max_position_embeddings) {
+    return Bad("train.seq_len", absl::StrCat(o.seq_len, " exceeds the config's max_position_embeddings ",
+                                             config->max_position_embeddings));
+  }
+  job.steps = o.steps;
+  return job;
+}
+
+}  // namespace satdar::coordinator

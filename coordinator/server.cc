@@ -1,0 +1,234 @@
+#include "coordinator/server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include <chrono>
+#include <memory>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/control_state.h"
+#include "coordinator/store.h"
+#include "core/check.h"
+#include "core/file_util.h"
+#include "nlohmann/json.hpp"
+#include "proto/rpc.h"
+#include "proto/satdar/v1/control.grpc.pb.h"
+
+namespace satdar::coordinator {
+
+namespace v1 = satdar::v1;
+
+namespace {
+
+enum class Role { kClient, kWorker };
+
+// Who may call: the token of the role the service is for. A known token of the other role is
+// PERMISSION_DENIED; anything else UNAUTHENTICATED. Nothing changes on either.
+class Auth {
+ public:
+  Auth(std::string client, std::string worker)
+      : client_(std::move(client)), worker_(std::move(worker)) {}
+  grpc::Status Check(const grpc::ServerContext& ctx, Role role) const {
+    const std::string& want = role == Role::kClient ? client_ : worker_;
+    const std::string& other = role == Role::kClient ? worker_ : client_;
+    if (want.empty()) return grpc::Status::OK;
+    const std::string token = rpc::BearerToken(ctx);
+    if (token.empty()) {
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                          "this call needs a bearer token (--token-file)");
+    }
+    if (rpc::ConstantTimeEquals(token, want)) return grpc::Status::OK;
+    if (!other.empty() && rpc::ConstantTimeEquals(token, other)) {
+      return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                          role == Role::kClient ? "a worker token cannot call the job service"
+                                                : "a client token cannot call the worker service");
+    }
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "the token is not valid");
+  }
+
+ private:
+  std::string client_, worker_;
+};
+
+template <typename T>
+grpc::Status Reply(const absl::StatusOr<T>& v, T* out) {
+  if (!v.ok()) return rpc::ToGrpc(v.status());
+  *out = *v;
+  return grpc::Status::OK;
+}
+
+class JobServiceImpl final : public v1::JobService::Service {
+ public:
+  JobServiceImpl(ControlState* state, const Auth* auth) : state_(state), auth_(auth) {}
+
+  grpc::Status SubmitJob(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req,
+                         v1::SubmitJobResponse* resp) override {
+    if (auto a = auth_->Check(*ctx, Role::kClient); !a.ok()) return a;
+    return Reply(state_->Submit(*req), resp);
+  }
+  grpc::Status GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req,
+                      v1::Job* resp) override {
+    if (auto a = auth_->Check(*ctx, Role::kClient); !a.ok()) return a;
+    return Reply(state_->GetJob(req->job_id(), true), resp);
+  }
+  grpc::Status ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest* req,
+                        v1::ListJobsResponse* resp) override {
+    if (auto a = auth_->Check(*ctx, Role::kClient); !a.ok()) return a;
+    for (v1::Job& j : state_->ListJobs(*req)) *resp->add_jobs() = std::move(j);
+    return grpc::Status::OK;
+  }
+  grpc::Status CancelJob(grpc::ServerContext* ctx, const v1::CancelJobRequest* req,
+                         v1::Job* resp) override {
+    if (auto a = auth_->Check(*ctx, Role::kClient); !a.ok()) return a;
+    return Reply(state_->Cancel(req->job_id()), resp);
+  }
+  grpc::Status WatchJob(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,
+                        grpc::ServerWriter<v1::JobEvent>* writer) override {
+    if (auto a = auth_->Check(*ctx, Role::kClient); !a.ok()) return a;
+    int64_t after = req->after_sequence();
+    for (;;) {
+      if (ctx->IsCancelled()) return grpc::Status::CANCELLED;
+      std::vector<v1::JobEvent> events;
+      bool final = false;
+      absl::Status s = state_->Events(req->job_id(), after, 1000, &events, &final);
+      if (!s.ok()) return rpc::ToGrpc(s);
+      for (const v1::JobEvent& e : events) {
+        if (!writer->Write(e)) return grpc::Status::CANCELLED;  // the client went away
+        after = e.sequence();
+      }
+      if (final) return grpc::Status::OK;
+    }
+  }
+  grpc::Status GetLogs(grpc::ServerContext* ctx, const v1::GetLogsRequest* req,
+                       grpc::ServerWriter<v1::LogChunk>* writer) override {
+    if (auto a = auth_->Check(*ctx, Role::kClient); !a.ok()) return a;
+    int64_t after = 0;
+    bool first = true;
+    for (;;) {
+      if (ctx->IsCancelled()) return grpc::Status::CANCELLED;
+      std::vector<v1::LogLine> lines;
+      bool final = false;
+      const bool tail = first && req->tail() > 0;
+      absl::Status s = state_->Logs(req->job_id(), req->rank(), after, tail ? req->tail() : 5000,
+                                    tail, first ? 0 : 1000, &lines, &final);
+      if (!s.ok()) return rpc::ToGrpc(s);
+      first = false;
+      if (!lines.empty()) {
+        v1::LogChunk chunk;
+        for (v1::LogLine& l : lines) *chunk.add_lines() = std::move(l);
+        after = chunk.lines(chunk.lines_size() - 1).sequence();
+        if (!writer->Write(chunk)) return grpc::Status::CANCELLED;
+        if (lines.size() >= 5000) continue;  // more are waiting
+      }
+      if (!req->follow() || final) return grpc::Status::OK;
+    }
+  }
+  grpc::Status ListWorkers(grpc::ServerContext* ctx, const v1::ListWorkersRequest*,
+                           v1::ListWorkersResponse* resp) override {
+    if (auto a = auth_->Check(*ctx, Role::kClient); !a.ok()) return a;
+    for (v1::Worker& w : state_->ListWorkers()) *resp->add_workers() = std::move(w);
+    return grpc::Status::OK;
+  }
+
+ private:
+  ControlState* state_;
+  const Auth* auth_;
+};
+
+class WorkerServiceImpl final : public v1::WorkerService::Service {
+ public:
+  WorkerServiceImpl(ControlState* state, const Auth* auth) : state_(state), auth_(auth) {}
+
+  grpc::Status RegisterWorker(grpc::ServerContext* ctx, const v1::RegisterWorkerRequest* req,
+                              v1::RegisterWorkerResponse* resp) override {
+    if (auto a = auth_->Check(*ctx, Role::kWorker); !a.ok()) return a;
+    return Reply(state_->Register(*req), resp);
+  }
+  grpc::Status Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
+                         v1::HeartbeatResponse* resp) override {
+    if (auto a = auth_->Check(*ctx, Role::kWorker); !a.ok()) return a;
+    return Reply(state_->Heartbeat(*req), resp);
+  }
+  grpc::Status ReportExit(grpc::ServerContext* ctx, const v1::RankExit* req, v1::Ack*) override {
+    if (auto a = auth_->Check(*ctx, Role::kWorker); !a.ok()) return a;
+    return rpc::ToGrpc(state_->ReportExit(*req));
+  }
+  grpc::Status UploadLogs(grpc::ServerContext* ctx, const v1::LogUpload* req, v1::Ack*) override {
+    if (auto a = auth_->Check(*ctx, Role::kWorker); !a.ok()) return a;
+    return rpc::ToGrpc(state_->UploadLogs(*req));
+  }
+  grpc::Status KvSet(grpc::ServerContext* ctx, const v1::KvSetRequest* req, v1::Ack*) override {
+    if (auto a = auth_->Check(*ctx, Role::kWorker); !a.ok()) return a;
+    return rpc::ToGrpc(state_->KvSet(*req));
+  }
+  grpc::Status KvGet(grpc::ServerContext* ctx, const v1::KvGetRequest* req,
+                     v1::KvGetResponse* resp) override {
+    if (auto a = auth_->Check(*ctx, Role::kWorker); !a.ok()) return a;
+    return Reply(state_->KvGet(*req), resp);
+  }
+
+ private:
+  ControlState* state_;
+  const Auth* auth_;
+};
+
+}  // namespace
+
+absl::Status RunCoordinator(const ServerOptions& o, const std::atomic<bool>* stop) {
+  SATDAR_RETURN_IF_ERROR(rpc::CheckAddress(o.listen, "--listen"));
+  if (o.tls_cert.empty() != o.tls_key.empty()) {
+    return absl::InvalidArgumentError("--tls-cert and --tls-key go together");
+  }
+  std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
+  if (!o.tls_cert.empty()) {
+    auto cert = core::ReadFileToString(o.tls_cert, 1 << 20);
+    auto key = core::ReadFileToString(o.tls_key, 1 << 20);
+    if (!cert.ok()) return absl::InvalidArgumentError(absl::StrCat("--tls-cert: ", cert.status().message()));
+    if (!key.ok()) return absl::InvalidArgumentError(absl::StrCat("--tls-key: ", key.status().message()));
+    grpc::SslServerCredentialsOptions ssl;
+    ssl.pem_key_cert_pairs.push_back({*key, *cert});
+    creds = grpc::SslServerCredentials(ssl);
+  }
+  SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(o.state_dir));
+  ControlOptions co;
+  co.heartbeat_ms = o.heartbeat_ms;
+  co.lease_ms = o.lease_ms;
+  SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<ControlState> state,
+                          ControlState::Create(std::move(store), co));
+  Auth auth(o.client_token, o.worker_token);
+  JobServiceImpl jobs(state.get(), &auth);
+  WorkerServiceImpl workers(state.get(), &auth);
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(o.listen, creds, &port);
+  builder.RegisterService(&jobs);
+  builder.RegisterService(&workers);
+  builder.SetMaxReceiveMessageSize(8 << 20);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    return absl::UnavailableError(absl::StrCat("--listen: cannot serve on ", o.listen));
+  }
+  const std::string host = o.listen.substr(0, o.listen.rfind(':'));
+  const std::string bound = absl::StrCat(host, ":", port);
+  nlohmann::json info = {{"grpc", bound}, {"http", nullptr}};
+  SATDAR_RETURN_IF_ERROR(core::WriteFileAtomically(o.state_dir + "/coordinator.json", info.dump() + "\n"));
+  if (!o.quiet) {
+    std::printf("coordinator: serving on %s (state in %s)\n", bound.c_str(), o.state_dir.c_str());
+    std::fflush(stdout);
+  }
+  while (!stop->load()) {
+    state->Tick();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  state->WakeAll();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  server->Wait();
+  return absl::OkStatus();
+}
+
+}  // namespace satdar::coordinator

@@ -1,0 +1,61 @@
+// coordinator/store.h: the coordinator's state in SQLite (one file, DIR/state.db, in WAL mode
+// with synchronous=FULL: a change is on disk when its call returns), so a coordinator killed
+// with SIGKILL and restarted on the same folder finds every job as it was.
+//
+// Jobs and workers are stored as serialized records (state.proto), events, log lines and the
+// rendezvous store's entries as rows of their own. Not thread-safe: the caller serialises
+// (the coordinator holds its lock around every call).
+#ifndef SATDAR_COORDINATOR_STORE_H_
+#define SATDAR_COORDINATOR_STORE_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "coordinator/state.pb.h"
+
+struct sqlite3;
+
+namespace satdar::coordinator {
+
+class Store {
+ public:
+  static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& dir);
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  absl::Status LoadJobs(std::vector<JobRecord>* jobs);
+  absl::Status LoadWorkers(std::vector<WorkerRecord>* workers);
+  absl::Status PutJob(const JobRecord& job);
+  absl::Status PutWorker(const WorkerRecord& worker);
+
+  absl::Status AddEvent(const std::string& job_id, const satdar::v1::JobEvent& event);
+  absl::Status LoadEvents(const std::string& job_id, int64_t after,
+                          std::vector<satdar::v1::JobEvent>* out);
+
+  // Appends lines with sequence numbers first_sequence, first_sequence + 1, ...
+  absl::Status AddLogs(const std::string& job_id, int attempt, int rank,
+                       const std::vector<std::string>& lines, int64_t first_sequence);
+  // Lines with sequence > after, of `rank` (-1: all), at most `limit` (the last ones when
+  // tail is true).
+  absl::Status LoadLogs(const std::string& job_id, int rank, int64_t after, int64_t limit,
+                        bool tail, std::vector<satdar::v1::LogLine>* out);
+  absl::StatusOr<int64_t> LastLogSequence(const std::string& job_id);
+
+  absl::Status KvSet(const std::string& job_id, int attempt, const std::string& key,
+                     const std::string& value);
+  absl::StatusOr<std::optional<std::string>> KvGet(const std::string& job_id, int attempt,
+                                                   const std::string& key);
+
+ private:
+  explicit Store(sqlite3* db) : db_(db) {}
+  absl::Status Exec(const std::string& sql);
+  sqlite3* db_;
+};
+
+}  // namespace satdar::coordinator
+
+#endif  // SATDAR_COORDINATOR_STORE_H_

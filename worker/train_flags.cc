@@ -1,0 +1,162 @@
+#include "worker/train_flags.h"
+
+#include <cstdint>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "core/check.h"
+#include "worker/cli_util.h"
+
+namespace satdar::worker {
+
+void DefineTrainFlags(FlagSet* flags) {
+  flags->Define("--config", "model config JSON", true);
+  flags->Define("--steps", "optimizer steps", true);
+  flags->Define("--batch-size", "sequences per optimizer step", true);
+  flags->Define("--seq-len", "tokens per sequence", true);
+  flags->Define("--data", "a prepared dataset, or a folder of text files (byte-level tokens)");
+  flags->DefineEnum("--data-format", "how to read a folder of text", {"auto", "text", "brown"},
+                    "auto");
+  flags->DefineBool("--synthetic-data", "train on uniformly random tokens");
+  flags->Define("--microbatches", "micro-batches per step (gradient accumulation)", false, "1");
+  flags->Define("--threads", "CPU threads", false, "1");
+  flags->Define("--seed", "initial weights and data order", false, "0");
+  flags->DefineEnum("--dtype", "f32 or f64 (cpu); bf16 or f32 compute (cuda, default bf16)",
+                    {"f32", "f64", "bf16"}, "f32");
+  flags->Define("--device", "cpu, cuda or cuda:N", false, "cpu");
+  flags->DefineBool("--recompute",
+                    "with --device cuda: recompute each sublayer's activations in backward");
+  flags->Define("--peak-tflops", "with --device cuda: the GPU's dense bf16 peak, for MFU", false,
+                "989");
+  flags->Define("--lr", "peak learning rate", false, "1e-3");
+  flags->Define("--min-lr-ratio", "final learning rate as a fraction of peak", false, "0.1");
+  flags->Define("--warmup-steps", "linear warmup steps [default: steps/10]");
+  flags->Define("--weight-decay", "AdamW weight decay (all parameters)", false, "0.1");
+  flags->Define("--beta1", "AdamW beta1", false, "0.9");
+  flags->Define("--beta2", "AdamW beta2", false, "0.95");
+  flags->Define("--eps", "AdamW epsilon", false, "1e-8");
+  flags->Define("--grad-clip", "global gradient-norm clip (0 = off)", false, "1.0");
+  flags->Define("--log-jsonl", "append one JSON object per step");
+  flags->Define("--summary-json", "write a summary at the end");
+  flags->Define("--log-every", "console line every N steps", false, "1");
+  flags->Define("--eval-every",
+                "validation loss on the held-out split every N steps (0 = never)", false, "0");
+  flags->Define("--eval-batches", "batches of the validation split per evaluation", false, "4");
+  DefineTaskFlags(flags);
+  flags->Define("--stats-every",
+                "add the analysis statistics to the --log-jsonl line every N steps (0 = never)",
+                false, "50");
+  flags->Define("--checkpoint-dir", "folder for checkpoints (locked by the run)");
+  flags->Define("--checkpoint-every", "checkpoint every N steps (and at the end)", false, "0");
+  flags->Define("--keep-checkpoints", "newest checkpoints kept", false, "3");
+  flags->DefineBool("--resume", "continue from the newest checkpoint in --checkpoint-dir");
+  flags->Define("--dp", "data-parallel replicas", false, "1");
+  flags->Define("--tp", "tensor-parallel ranks per model (heads, KV groups, MLP, vocabulary)",
+                false, "1");
+  flags->Define("--pp", "pipeline stages (layers split evenly; 1F1B over --microbatches)", false,
+                "1");
+  flags->Define("--ep", "expert-parallel ranks (MoE experts split; otherwise more replicas)",
+                false, "1");
+  flags->Define("--comm-timeout", "seconds a rank waits for a peer before the run fails", false,
+                "300");
+  flags->DefineEnum("--zero", "ZeRO stage with --dp: 0 (replicated optimizer) or 1 (sharded)",
+                    {"0", "1"}, "0");
+  flags->DefineEnum("--launcher",
+                    "how the dp x tp x pp x ep ranks run: mpi (one process each, under mpirun), "
+                    "gloo (one process each, started any way, meeting in --rendezvous) or "
+                    "threads (one process)",
+                    {"mpi", "gloo", "threads"}, "mpi");
+  flags->Define("--rank",
+                "with --launcher gloo or --device cuda: this process's rank (or $SATDAR_RANK)");
+  flags->Define("--world-size",
+                "with --launcher gloo or --device cuda: the number of processes (or "
+                "$SATDAR_WORLD_SIZE)");
+  flags->Define("--rendezvous",
+                "with --launcher gloo or --device cuda --dp > 1: a folder every rank can reach "
+                "(shared file system), fresh per launch (or $SATDAR_RENDEZVOUS_DIR)");
+  flags->Define("--gloo-iface", "with --launcher gloo: network interface (default: loopback)");
+  flags->Define("--coordinator",
+                "with --launcher gloo: meet through this coordinator's store (HOST:PORT) "
+                "instead of --rendezvous; with --job-id and --attempt (the worker sets them)");
+  flags->Define("--job-id", "with --coordinator: the job whose store the ranks meet in");
+  flags->Define("--attempt", "with --coordinator: the job's attempt (fences older ones)");
+  flags->Define("--token-file", "with --coordinator: the worker token (or $SATDAR_TOKEN_FILE)");
+  flags->Define("--tls-ca", "with --coordinator: PEM roots for TLS (or $SATDAR_TLS_CA)");
+  flags->Define("--lock-wait",
+                "seconds to wait for --checkpoint-dir's lock when another run holds it", false,
+                "0");
+  flags->DefineBool("--quiet", "no console output");
+}
+
+// The optimizer, schedule, data, output and layout flags into *o.
+absl::Status ParseTrainOptions(const FlagSet& flags, TrainOptions* o) {
+  SATDAR_ASSIGN_OR_RETURN(o->steps, flags.GetInt("--steps", 1, kMaxSteps));
+  SATDAR_ASSIGN_OR_RETURN(int64_t batch, flags.GetInt("--batch-size", 1, kMaxBatch));
+  SATDAR_ASSIGN_OR_RETURN(int64_t seq, flags.GetInt("--seq-len", 1, kMaxSeqLen));
+  SATDAR_ASSIGN_OR_RETURN(int64_t micro, flags.GetInt("--microbatches", 1, batch));
+  SATDAR_ASSIGN_OR_RETURN(int64_t threads, flags.GetInt("--threads", 1, kMaxThreads));
+  SATDAR_ASSIGN_OR_RETURN(int64_t seed, flags.GetInt("--seed", 0, kMaxSeed));
+  SATDAR_ASSIGN_OR_RETURN(o->lr, flags.GetDouble("--lr", 0.0, false, 1e3));
+  SATDAR_ASSIGN_OR_RETURN(o->min_lr_ratio, flags.GetDouble("--min-lr-ratio", 0.0, true, 1.0));
+  SATDAR_ASSIGN_OR_RETURN(o->weight_decay, flags.GetDouble("--weight-decay", 0.0, true, 1e3));
+  SATDAR_ASSIGN_OR_RETURN(o->beta1, flags.GetDouble("--beta1", 0.0, true, 0.999999));
+  SATDAR_ASSIGN_OR_RETURN(o->beta2, flags.GetDouble("--beta2", 0.0, true, 0.999999));
+  SATDAR_ASSIGN_OR_RETURN(o->eps, flags.GetDouble("--eps", 0.0, false, 1.0));
+  SATDAR_ASSIGN_OR_RETURN(o->grad_clip, flags.GetDouble("--grad-clip", 0.0, true, 1e12));
+  SATDAR_ASSIGN_OR_RETURN(o->log_every, flags.GetInt("--log-every", 1, kMaxSteps));
+  SATDAR_ASSIGN_OR_RETURN(o->stats_every, flags.GetInt("--stats-every", 0, kMaxSteps));
+  SATDAR_ASSIGN_OR_RETURN(o->eval_every, flags.GetInt("--eval-every", 0, kMaxSteps));
+  SATDAR_ASSIGN_OR_RETURN(int64_t eval_batches, flags.GetInt("--eval-batches", 1, kMaxBatch));
+  SATDAR_ASSIGN_OR_RETURN(o->mqar, TaskFromFlags(flags));
+  SATDAR_ASSIGN_OR_RETURN(o->checkpoint_every, flags.GetInt("--checkpoint-every", 0, kMaxSteps));
+  SATDAR_ASSIGN_OR_RETURN(int64_t keep, flags.GetInt("--keep-checkpoints", 1, 1 << 20));
+  o->eval_batches = static_cast<int>(eval_batches);
+  o->batch_size = static_cast<int>(batch);
+  o->seq_len = static_cast<int>(seq);
+  o->microbatches = static_cast<int>(micro);
+  o->threads = static_cast<int>(threads);
+  o->seed = static_cast<uint64_t>(seed);
+  o->keep_checkpoints = static_cast<int>(keep);
+  if (flags.Has("--warmup-steps")) {
+    SATDAR_ASSIGN_OR_RETURN(o->warmup_steps, flags.GetInt("--warmup-steps", 0, kMaxSteps));
+  } else {
+    o->warmup_steps = o->steps / 10;
+  }
+  if (o->batch_size % o->microbatches != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("satdar train: --batch-size ", o->batch_size,
+                                                   " is not divisible by --microbatches ",
+                                                   o->microbatches));
+  }
+  o->synthetic_data = flags.GetBool("--synthetic-data");
+  o->data_dir = flags.Get("--data");
+  o->data_format = flags.Get("--data-format");
+  if (!o->mqar.has_value() && o->synthetic_data == flags.Has("--data")) {
+    return absl::InvalidArgumentError(
+        "satdar train: give exactly one of --data DIR or --synthetic-data (or --task mqar)");
+  }
+  o->log_jsonl = flags.Get("--log-jsonl");
+  o->summary_json = flags.Get("--summary-json");
+  o->checkpoint_dir = flags.Get("--checkpoint-dir");
+  o->resume = flags.GetBool("--resume");
+  o->quiet = flags.GetBool("--quiet");
+  if ((o->resume || o->checkpoint_every > 0) && o->checkpoint_dir.empty()) {
+    return absl::InvalidArgumentError(
+        "satdar train: --resume and --checkpoint-every need --checkpoint-dir");
+  }
+  for (const char* f : {"--dp", "--tp", "--pp", "--ep"}) {
+    SATDAR_ASSIGN_OR_RETURN(int64_t v, flags.GetInt(f, 1, kMaxRanks));
+    (f[2] == 'd' ? o->mesh.dp : f[2] == 't' ? o->mesh.tp : f[2] == 'p' ? o->mesh.pp : o->mesh.ep) =
+        static_cast<int>(v);
+  }
+  if (static_cast<int64_t>(o->mesh.dp) * o->mesh.tp * o->mesh.pp * o->mesh.ep > kMaxRanks) {
+    return absl::InvalidArgumentError(absl::StrCat("satdar train: --dp x --tp x --pp x --ep is "
+                                                   "more than ", kMaxRanks, " ranks"));
+  }
+  SATDAR_ASSIGN_OR_RETURN(int64_t timeout, flags.GetInt("--comm-timeout", 1, 7 * 86400));
+  o->comm_timeout_seconds = static_cast<int>(timeout);
+  o->zero_stage = flags.Get("--zero") == "1" ? 1 : 0;
+  SATDAR_ASSIGN_OR_RETURN(o->lock_wait_seconds, flags.GetInt("--lock-wait", 0, 86400));
+  return absl::OkStatus();
+}
+
+}  // namespace satdar::worker

@@ -1,0 +1,21 @@
+// worker/train_flags.h: the flags of `satdar train` and their parsing into TrainOptions (the
+// config itself is read by the command). One definition serves the command line and the
+// coordinator, which validates a job spec's train settings with exactly these bounds.
+#ifndef SATDAR_WORKER_TRAIN_FLAGS_H_
+#define SATDAR_WORKER_TRAIN_FLAGS_H_
+
+#include "absl/status/status.h"
+#include "worker/flags.h"
+#include "worker/train_options.h"
+
+namespace satdar::worker {
+
+void DefineTrainFlags(FlagSet* flags);
+
+// The optimizer, schedule, data, output and layout flags into *o; InvalidArgument naming the
+// flag for anything out of bounds or inconsistent.
+absl::Status ParseTrainOptions(const FlagSet& flags, TrainOptions* o);
+
+}  // namespace satdar::worker
+
+#endif  // SATDAR_WORKER_TRAIN_FLAGS_H_
