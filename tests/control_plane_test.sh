@@ -234,6 +234,22 @@ starts=$(cat worker-*.log | grep -c "started $JS attempt 1 rank")
 [[ $(field "$J2" state) == FAILED && $(field "$JA" state) == SUCCEEDED ]] &&
   ok "history intact after the restart" || fail "history lost"
 
+echo "== a partitioned worker kills its ranks; the job restarts when the coordinator is back"
+job_spec part.json 100000 "" '{"dp": 2}' 1
+JP=$("$SATDAR" submit part.json --coordinator "$ADDR")
+wait_state "$JP" RUNNING 10
+for _ in $(seq 1 100); do [[ $(pgrep -fc "job-id $JP") -ge 2 ]] && break; sleep 0.1; done
+kill -STOP "$COORD"  # the workers can no longer reach it
+for _ in $(seq 1 150); do [[ $(pgrep -fc "job-id $JP") -eq 0 ]] && break; sleep 0.1; done
+[[ $(pgrep -fc "job-id $JP") -eq 0 ]] && grep -q "longer than the lease: killing every rank" worker-*.log &&
+  ok "cut off from the coordinator past the lease, the workers killed their ranks" ||
+  fail "ranks survived the partition"
+kill -CONT "$COORD"
+for _ in $(seq 1 150); do [[ $(field "$JP" attempts 2>/dev/null) -ge 2 ]] && break; sleep 0.1; done
+[[ $(field "$JP" attempts) -ge 2 ]] && ok "after the partition the job restarts (attempt $(field "$JP" attempts))" ||
+  fail "no restart after the partition: $(field "$JP" state) $(field "$JP" reason)"
+"$SATDAR" cancel "$JP" --coordinator "$ADDR" >/dev/null
+
 echo "== tokens"
 kill "$COORD" 2>/dev/null; wait "$COORD" 2>/dev/null
 for p in $(pgrep -f "satdar worker"); do kill "$p"; done
