@@ -28,7 +28,9 @@
 #include "worker/checkpoint_dir.h"
 #include "worker/cli_util.h"
 #include "worker/mesh_groups.h"
+#include "worker/gradient_sync.h"
 #include "worker/rank_agreement.h"
+#include "worker/train_state.h"
 
 namespace satdar::worker {
 
@@ -92,467 +94,361 @@ class Validator {
   std::unique_ptr<data::BatchSource> source_;
 };
 
-// What one rank's parameters mean for reductions and the gradient norm.
-struct ParamRoles {
-  std::vector<std::pair<int64_t, int64_t>> tp_partial;  // (offset, numel): summed over TP
-  // The flat buffer as maximal runs of replicated weights (averaged over the data group) and
-  // of routed experts' (averaged over dp only).
-  std::vector<std::pair<int64_t, int64_t>> dense, experts;
-  std::pair<int64_t, int64_t> tied_embedding{-1, 0};    // on both end stages of a pipeline
-  std::vector<uint8_t> in_norm;  // per element: counted once in the global gradient norm
+// One rank's run of `satdar train`: setup, resume, the steps, checkpoints, the summary.
+template <typename T>
+class TrainRun {
+ public:
+  explicit TrainRun(const TrainOptions& options) : o_(options) {
+    copts_.timeout = absl::Seconds(o_.comm_timeout_seconds);
+  }
+
+  absl::StatusOr<TrainSummary> Run() {
+    SATDAR_RETURN_IF_ERROR(Setup());
+    for (int64_t step = start_step_ + 1; step <= o_.steps; ++step) {
+      absl::Status s = Step(step);
+      if (!s.ok()) return Fail(s, step);
+    }
+    if (o_.world != nullptr) {
+      absl::Status s = o_.world->Barrier(copts_)->Wait();
+      if (!s.ok()) return Fail(s, o_.steps);
+    }
+    return Finish();
+  }
+
+ private:
+  absl::Status Fail(const absl::Status& s, int64_t step) const {
+    return absl::Status(s.code(), absl::StrCat("rank ", g_.rank, " (", g_.shape.ToString(),
+                                               "), step ", step, ": ", s.message()));
+  }
+
+  absl::Status Setup();
+  absl::Status BuildModels();
+  absl::Status HoldOutputs();
+  absl::Status Resume();
+  absl::Status Step(int64_t step);
+  // Forward and backward over the step's micro-batches (or the pipeline's 1F1B schedule);
+  // the summed loss of this rank's share.
+  absl::StatusOr<double> ForwardBackward();
+  absl::Status Log(int64_t step, double loss, const core::AdamWParams& hp, double grad_norm,
+                   double seconds);
+  absl::Status Checkpoint(int64_t step, double loss);
+  absl::StatusOr<TrainSummary> Finish();
+
+  TrainOptions o_;
+  parallel::CollectiveOptions copts_;
+  MeshGroups g_;
+  std::unique_ptr<core::ThreadPool> pool_;
+  model::CommErrors comm_errors_;
+  std::vector<std::unique_ptr<model::Model<T>>> models_;  // one per micro-batch in flight (1F1B)
+  model::Model<T>* model_ = nullptr;
+  std::unique_ptr<parallel::PipelineSchedule<T>> pipeline_;
+  std::unique_ptr<TrainState<T>> state_;
+  std::unique_ptr<GradientSync<T>> sync_;
+  std::unique_ptr<data::BatchSource> source_;
+  std::unique_ptr<Validator<T>> validator_;
+  std::unique_ptr<data::BatchStream> stream_;
+  std::vector<std::vector<int32_t>> micro_;
+  std::vector<T> shard_;  // ZeRO-1: this replica's slice of the reduced gradients
+  std::unique_ptr<CheckpointDirLock> hold_;
+  JsonlWriter log_;
+  std::string config_json_, trainer_json_;
+  int64_t start_step_ = 0;
+  double resumed_loss_ = 0;
+  int64_t first_sample_ = 0;  // samples consumed by all replicas before this run's first step
+  int64_t tokens_per_step_ = 0;
+  double timed_seconds_ = 0;
+  int64_t timed_tokens_ = 0;
+  TrainSummary summary_;
 };
 
-ParamRoles RolesOf(const model::ParamTable& table, const MeshGroups& g, bool tied) {
-  ParamRoles r;
-  r.in_norm.assign(table.size(), 0);
-  const bool pipeline = g.shape.pp > 1;
-  for (const model::ParamSpec& spec : table.specs()) {
-    if (spec.tp_partial_grad) r.tp_partial.emplace_back(spec.offset, spec.numel);
-    auto& runs = spec.expert ? r.experts : r.dense;
-    if (!runs.empty() && runs.back().first + runs.back().second == spec.offset) {
-      runs.back().second += spec.numel;
-    } else {
-      runs.emplace_back(spec.offset, spec.numel);
-    }
-    const bool embedding = spec.name == "model.embed_tokens.weight";
-    if (embedding && tied && pipeline) r.tied_embedding = {spec.offset, spec.numel};
-    // Replicated copies count once: on TP rank 0 (unless sharded), EP rank 0 (unless an
-    // expert), and the first pipeline stage for a tied embedding.
-    bool counted = (spec.sharded() || g.coord.tp == 0) && (spec.expert || g.coord.ep == 0);
-    if (embedding && tied && pipeline && g.coord.pp != 0) counted = false;
-    if (counted) std::fill(r.in_norm.begin() + spec.offset,
-                           r.in_norm.begin() + spec.offset + spec.numel, 1);
-  }
-  return r;
-}
-
 template <typename T>
-absl::StatusOr<TrainSummary> TrainTyped(const TrainOptions& options) {
-  TrainOptions o = options;
-  parallel::CollectiveOptions copts;
-  copts.timeout = absl::Seconds(o.comm_timeout_seconds);
+absl::Status TrainRun<T>::Setup() {
   // Before anything else talks: every rank must have been started with the same run.
-  SATDAR_RETURN_IF_ERROR(CheckSameOnEveryRank(o.world, RunFingerprint(o), copts));
-  SATDAR_ASSIGN_OR_RETURN(MeshGroups g, BuildMeshGroups(o.world, o.mesh, copts));
-  const parallel::MeshShape& mesh = g.shape;
-  const int rank = g.rank;
-  const int replicas = g.data_size(), replica = g.data_rank();
+  SATDAR_RETURN_IF_ERROR(CheckSameOnEveryRank(o_.world, RunFingerprint(o_), copts_));
+  SATDAR_ASSIGN_OR_RETURN(g_, BuildMeshGroups(o_.world, o_.mesh, copts_));
   // Only rank 0 prints, logs and writes the summary.
-  if (rank != 0) {
-    o.quiet = true;
-    o.log_jsonl.clear();
-    o.summary_json.clear();
+  if (g_.rank != 0) {
+    o_.quiet = true;
+    o_.log_jsonl.clear();
+    o_.summary_json.clear();
   }
-  if (o.zero_stage == 1 && mesh.ep > 1) {
+  if (o_.zero_stage == 1 && g_.shape.ep > 1) {
     return absl::InvalidArgumentError(
         "--zero 1 with --ep > 1 is not supported (expert weights are reduced over a different "
         "group); use --zero 0");
   }
   core::cpu::InitBlas();
-  core::ThreadPool pool(o.threads);
-  model::CommErrors comm_errors;
-  model::Sharding shard;
-  shard.tp = g.tp.get();
-  shard.tp_rank = g.coord.tp;
-  shard.tp_size = mesh.tp;
-  shard.ep = g.ep.get();
-  shard.ep_rank = g.coord.ep;
-  shard.ep_size = mesh.ep;
-  shard.pp_rank = g.coord.pp;
-  shard.pp_size = mesh.pp;
-  shard.errors = &comm_errors;
-  shard.collective = copts;
-  // One model instance per micro-batch a pipeline stage keeps in flight (1F1B).
-  const int slots = mesh.pp > 1 ? std::min(mesh.pp - g.coord.pp, o.microbatches) : 1;
-  std::vector<std::unique_ptr<model::Model<T>>> models;
-  for (int i = 0; i < slots; ++i) {
-    SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<model::Model<T>> m,
-                            model::CreateModel<T>(o.config, shard, &pool));
-    models.push_back(std::move(m));
-  }
-  model::Model<T>* model = models[0].get();
-  std::unique_ptr<parallel::PipelineSchedule<T>> pipeline;
-  if (mesh.pp > 1) {
-    std::vector<model::Model<T>*> raw;
-    for (auto& m : models) raw.push_back(m.get());
-    pipeline = std::make_unique<parallel::PipelineSchedule<T>>(g.pp.get(), raw, copts);
-  }
-  const model::ParamTable& table = model->params();
-  const int64_t n = table.size();
-  const ParamRoles roles = RolesOf(table, g, o.config.tie_word_embeddings);
-
-  // Data: the training source, and the validation split for --eval-every.
+  pool_ = std::make_unique<core::ThreadPool>(o_.threads);
+  SATDAR_RETURN_IF_ERROR(BuildModels());
+  const model::ParamTable& table = model_->params();
+  const int replicas = g_.data_size();
   std::string data_description;
-  SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<data::BatchSource> source,
-                          OpenTrainingData(o, &data_description));
-  if (!o.quiet) std::printf("data: %s\n", data_description.c_str());
-  SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<Validator<T>> validator,
-                          Validator<T>::Create(o, model));
-
-  // State: flat parameter, gradient and moment buffers carved by this rank's param table.
-  // With ZeRO-1 the flat buffers are padded to a multiple of the replicas and this replica
-  // owns [lo, hi); its moments cover only that slice.
-  const bool zero = o.zero_stage == 1 && replicas > 1;
-  const int64_t shard_len = zero ? (n + replicas - 1) / replicas : n;
-  const int64_t padded = zero ? shard_len * replicas : n;
-  const int64_t lo = zero ? replica * shard_len : 0;
-  std::vector<T> params(padded, T(0)), grads(padded, T(0));
-  std::vector<T> exp_avg(zero ? 0 : n, T(0)), exp_avg_sq(zero ? 0 : n, T(0));
-  std::vector<T> m_shard(zero ? shard_len : 0, T(0)), v_shard(zero ? shard_len : 0, T(0)), g_shard;
-  table.Initialize(params.data(), o.seed);
-  OptimizerBuffers<T> buffers{&params, &exp_avg, &exp_avg_sq};
-  constexpr core::DType kDType = core::DTypeOf<T>::value;
-  // Full moments for a checkpoint under ZeRO-1 (every replica takes part in the gather).
-  auto gather_moments = [&]() -> absl::Status {
-    if (!zero) return absl::OkStatus();
-    exp_avg.assign(padded, T(0));
-    exp_avg_sq.assign(padded, T(0));
-    SATDAR_RETURN_IF_ERROR(
-        g.data->AllGather(m_shard.data(), exp_avg.data(), shard_len, kDType, copts)->Wait());
-    return g.data->AllGather(v_shard.data(), exp_avg_sq.data(), shard_len, kDType, copts)->Wait();
-  };
-  // What only rank 0 can check, shared so that every rank ends with its error: the outputs it
-  // writes, and the checkpoint folder, which is this run's for its lifetime (rank 0 holds the
-  // lock).
-  std::unique_ptr<CheckpointDirLock> hold;
-  absl::Status ready;
-  if (rank == 0) {
-    ready = CheckOutput("--log-jsonl", o.log_jsonl, false, {});
-    if (ready.ok()) ready = CheckOutput("--summary-json", o.summary_json, false, {});
-    if (ready.ok() && !o.checkpoint_dir.empty()) {
-      std::string note;
-      auto acquired = CheckpointDirLock::Acquire(o.checkpoint_dir, o.resume, &note,
-                                                 absl::Seconds(o.lock_wait_seconds));
-      ready = acquired.status();
-      if (acquired.ok()) hold = std::move(*acquired);
-      if (!note.empty() && !o.quiet) std::printf("checkpoints: %s\n", note.c_str());
-    }
-  }
-  SATDAR_RETURN_IF_ERROR(ShareStatus(o.world, 0, ready, copts));
-  int64_t start_step = 0;
-  double resumed_loss = 0;
-  int64_t first_sample = 0;  // samples consumed by all replicas before the first step of this run
-  const std::string config_json = model::ModelConfigToJson(o.config);
-  const std::string trainer_json = TrainerJson(o);
-  if (o.resume) {
-    SATDAR_ASSIGN_OR_RETURN(std::string latest, FindLatestCheckpoint(o.checkpoint_dir));
-    if (latest.empty()) {
-      if (!o.quiet) std::printf("resume: no checkpoint in %s, starting at step 0\n",
-                                o.checkpoint_dir.c_str());
-    } else {
-      if (zero) {
-        exp_avg.assign(padded, T(0));
-        exp_avg_sq.assign(padded, T(0));
-      }
-      SATDAR_ASSIGN_OR_RETURN(CheckpointInfo info,
-                              LoadCheckpoint<T>(latest, config_json, table, buffers));
-      if (zero) {  // keep this replica's slice of the moments
-        std::copy(exp_avg.begin() + lo, exp_avg.begin() + lo + shard_len, m_shard.begin());
-        std::copy(exp_avg_sq.begin() + lo, exp_avg_sq.begin() + lo + shard_len, v_shard.begin());
-        exp_avg.clear();
-        exp_avg_sq.clear();
-      }
-      SATDAR_RETURN_IF_ERROR(CheckSameRun(info, latest, trainer_json, o.seed));
-      start_step = info.step;
-      resumed_loss = info.loss;
-      first_sample = info.data_position;
-      if (!o.quiet) std::printf("resume: %s (step %lld, %lld samples consumed)\n", latest.c_str(),
-                                static_cast<long long>(start_step),
-                                static_cast<long long>(first_sample));
-    }
-  }
-
-  JsonlWriter log;
-  if (!o.log_jsonl.empty()) SATDAR_RETURN_IF_ERROR(log.Open(o.log_jsonl));
-  if (!o.quiet) {
+  SATDAR_ASSIGN_OR_RETURN(source_, OpenTrainingData(o_, &data_description));
+  if (!o_.quiet) std::printf("data: %s\n", data_description.c_str());
+  SATDAR_ASSIGN_OR_RETURN(validator_, Validator<T>::Create(o_, model_));
+  state_ = std::make_unique<TrainState<T>>(table, replicas, g_.data_rank(), o_.zero_stage == 1,
+                                           o_.seed);
+  sync_ = std::make_unique<GradientSync<T>>(table, &g_, o_.config, state_->shard_len(), copts_);
+  config_json_ = model::ModelConfigToJson(o_.config);
+  trainer_json_ = TrainerJson(o_);
+  SATDAR_RETURN_IF_ERROR(HoldOutputs());
+  SATDAR_RETURN_IF_ERROR(Resume());
+  if (!o_.log_jsonl.empty()) SATDAR_RETURN_IF_ERROR(log_.Open(o_.log_jsonl));
+  if (!o_.quiet) {
     std::printf("model: %s residual, %lld parameters on rank 0 (%s); batch %d x %d tokens per "
                 "replica, %d micro-batch(es), %d thread(s), %s\n",
-                o.config.residual.c_str(), static_cast<long long>(n), mesh.ToString().c_str(),
-                o.batch_size, o.seq_len, o.microbatches, o.threads, o.f64 ? "f64" : "f32");
+                o_.config.residual.c_str(), static_cast<long long>(table.size()),
+                g_.shape.ToString().c_str(), o_.batch_size, o_.seq_len, o_.microbatches,
+                o_.threads, o_.f64 ? "f64" : "f32");
+    if (g_.shape.pp > 1) {
+      std::printf("pipeline: %d stages of %d layers, 1F1B over %d micro-batches\n", g_.shape.pp,
+                  o_.config.num_hidden_layers / g_.shape.pp, o_.microbatches);
+    }
     std::fflush(stdout);
   }
+  micro_.resize(o_.microbatches);
+  stream_ = std::make_unique<data::BatchStream>(
+      source_.get(), data::StreamLayout{o_.seq_len, o_.batch_size, o_.microbatches,
+                                         g_.data_rank(), replicas, start_step_ + 1, first_sample_});
+  tokens_per_step_ = static_cast<int64_t>(o_.batch_size) * replicas * o_.seq_len;
+  return absl::OkStatus();
+}
 
-  // Gradient reduction over the replicas. Without pipeline or expert parallelism it overlaps
-  // the backward pass: layer i's slice of the flat buffer is all-reduced as soon as the
-  // backward pass is done with it.
-  std::vector<int64_t> layer_start;
-  for (int i = 0; i < o.config.num_hidden_layers; ++i) {
-    const model::ParamSpec* first =
-        table.Find(absl::StrCat("model.layers.", i, ".input_layernorm.weight"));
-    if (first != nullptr) layer_start.push_back(first->offset);
+template <typename T>
+absl::Status TrainRun<T>::BuildModels() {
+  model::Sharding shard;
+  shard.tp = g_.tp.get();
+  shard.tp_rank = g_.coord.tp;
+  shard.tp_size = g_.shape.tp;
+  shard.ep = g_.ep.get();
+  shard.ep_rank = g_.coord.ep;
+  shard.ep_size = g_.shape.ep;
+  shard.pp_rank = g_.coord.pp;
+  shard.pp_size = g_.shape.pp;
+  shard.errors = &comm_errors_;
+  shard.collective = copts_;
+  const int pp = g_.shape.pp;
+  const int slots = pp > 1 ? std::min(pp - g_.coord.pp, o_.microbatches) : 1;
+  for (int i = 0; i < slots; ++i) {
+    SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<model::Model<T>> m,
+                            model::CreateModel<T>(o_.config, shard, pool_.get()));
+    models_.push_back(std::move(m));
   }
-  const model::ParamSpec* final_norm = table.Find("model.norm.weight");
-  layer_start.push_back(final_norm != nullptr ? final_norm->offset : n);
-  std::vector<std::unique_ptr<parallel::Work>> pending;
-  auto reduce_range = [&](int64_t begin, int64_t end) {
-    pending.push_back(g.data->AllReduce(grads.data() + begin, end - begin, kDType,
-                                        parallel::ReduceOp::kAvg, copts));
-  };
-  const bool overlap = replicas > 1 && !zero && mesh.pp == 1 && mesh.ep == 1;
+  model_ = models_[0].get();
+  if (pp > 1) {
+    std::vector<model::Model<T>*> raw;
+    for (auto& m : models_) raw.push_back(m.get());
+    pipeline_ = std::make_unique<parallel::PipelineSchedule<T>>(g_.pp.get(), raw, copts_);
+  }
+  return absl::OkStatus();
+}
 
-  // Pipeline boundaries: what each one carries, once.
-  if (!o.quiet && mesh.pp > 1) {
-    const int per_stage = o.config.num_hidden_layers / mesh.pp;
-    std::printf("pipeline: %d stages of %d layers, 1F1B over %d micro-batches\n", mesh.pp,
-                per_stage, o.microbatches);
+// What only rank 0 can check, shared so that every rank ends with its error: the outputs it
+// writes, and the checkpoint folder, which is this run's for its lifetime (rank 0 holds the
+// lock).
+template <typename T>
+absl::Status TrainRun<T>::HoldOutputs() {
+  absl::Status ready;
+  if (g_.rank == 0) {
+    ready = CheckOutput("--log-jsonl", o_.log_jsonl, false, {});
+    if (ready.ok()) ready = CheckOutput("--summary-json", o_.summary_json, false, {});
+    if (ready.ok() && !o_.checkpoint_dir.empty()) {
+      std::string note;
+      auto acquired = CheckpointDirLock::Acquire(o_.checkpoint_dir, o_.resume, &note,
+                                                 absl::Seconds(o_.lock_wait_seconds));
+      ready = acquired.status();
+      if (acquired.ok()) hold_ = std::move(*acquired);
+      if (!note.empty() && !o_.quiet) std::printf("checkpoints: %s\n", note.c_str());
+    }
   }
+  return ShareStatus(o_.world, 0, ready, copts_);
+}
 
-  std::vector<std::vector<int32_t>> micro(o.microbatches);
-  data::BatchStream stream(source.get(), {o.seq_len, o.batch_size, o.microbatches, replica,
-                                          replicas, start_step + 1, first_sample});
-  TrainSummary summary;
-  double timed_seconds = 0;
-  int64_t timed_tokens = 0;
-  const int64_t tokens_per_step = static_cast<int64_t>(o.batch_size) * replicas * o.seq_len;
-  const int mb_size = o.batch_size / o.microbatches;
-  auto fail = [&](const absl::Status& s, int64_t step) {
-    return absl::Status(s.code(), absl::StrCat("rank ", rank, " (", mesh.ToString(), "), step ",
-                                               step, ": ", s.message()));
-  };
-  for (int64_t step = start_step + 1; step <= o.steps; ++step) {
-    auto t0 = std::chrono::steady_clock::now();
-    std::fill(grads.begin(), grads.end(), T(0));
-    double loss = 0;
-    for (int mb = 0; mb < o.microbatches; ++mb) stream.Next(&micro[mb]);
-    if (pipeline != nullptr) {
-      absl::StatusOr<double> sum = pipeline->Step(
-          params.data(), grads.data(), [&](int mb) { return micro[mb].data(); }, o.microbatches,
-          mb_size, o.seq_len);
-      if (!sum.ok()) return fail(sum.status(), step);
-      loss = *sum;
-    } else {
-      for (int mb = 0; mb < o.microbatches; ++mb) {
-        loss += model->Forward(params.data(), micro[mb].data(), mb_size, o.seq_len);
-        const bool last_micro = mb + 1 == o.microbatches;
-        if (overlap && last_micro) {
-          model->SetLayerGradientsReadyHook(
-              [&](int layer) { reduce_range(layer_start[layer], layer_start[layer + 1]); });
-        }
-        model->Backward(params.data(), grads.data(), 1.0 / o.microbatches);
-        if (overlap && last_micro) {
-          model->SetLayerGradientsReadyHook(nullptr);
-          // What the hook did not cover: embedding, globals and layer 0; final norm and head.
-          reduce_range(0, layer_start.size() > 2 ? layer_start[1] : layer_start.back());
-          reduce_range(layer_start.back(), n);
-        }
-        if (!model->comm_status().ok()) return fail(model->comm_status(), step);
-      }
+template <typename T>
+absl::Status TrainRun<T>::Resume() {
+  if (!o_.resume) return absl::OkStatus();
+  SATDAR_ASSIGN_OR_RETURN(std::string latest, FindLatestCheckpoint(o_.checkpoint_dir));
+  if (latest.empty()) {
+    if (!o_.quiet) {
+      std::printf("resume: no checkpoint in %s, starting at step 0\n", o_.checkpoint_dir.c_str());
     }
-    loss /= o.microbatches;
-    auto wait = [&](std::unique_ptr<parallel::Work> w) -> absl::Status {
-      absl::Status s = w->Wait();
-      return s.ok() ? s : fail(s, step);
-    };
-    // The loss: each pipeline stage holds its share, each replica its own.
-    if (g.pp) {
-      SATDAR_RETURN_IF_ERROR(wait(
-          g.pp->AllReduce(&loss, 1, core::DType::kF64, parallel::ReduceOp::kSum, copts)));
+    return absl::OkStatus();
+  }
+  SATDAR_ASSIGN_OR_RETURN(CheckpointInfo info,
+                          state_->Load(latest, config_json_, model_->params()));
+  SATDAR_RETURN_IF_ERROR(CheckSameRun(info, latest, trainer_json_, o_.seed));
+  start_step_ = info.step;
+  resumed_loss_ = info.loss;
+  first_sample_ = info.data_position;
+  if (!o_.quiet) {
+    std::printf("resume: %s (step %lld, %lld samples consumed)\n", latest.c_str(),
+                static_cast<long long>(start_step_), static_cast<long long>(first_sample_));
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::StatusOr<double> TrainRun<T>::ForwardBackward() {
+  const int mb_size = o_.batch_size / o_.microbatches;
+  T* params = state_->params();
+  T* grads = state_->grads();
+  if (pipeline_ != nullptr) {
+    return pipeline_->Step(params, grads, [&](int mb) { return micro_[mb].data(); },
+                           o_.microbatches, mb_size, o_.seq_len);
+  }
+  double loss = 0;
+  for (int mb = 0; mb < o_.microbatches; ++mb) {
+    loss += model_->Forward(params, micro_[mb].data(), mb_size, o_.seq_len);
+    const bool last = mb + 1 == o_.microbatches;
+    if (last) sync_->BeginLastBackward(model_, grads);
+    model_->Backward(params, grads, 1.0 / o_.microbatches);
+    if (last) sync_->EndLastBackward(model_, grads);
+    SATDAR_RETURN_IF_ERROR(model_->comm_status());
+  }
+  return loss;
+}
+
+template <typename T>
+absl::Status TrainRun<T>::Step(int64_t step) {
+  const auto t0 = std::chrono::steady_clock::now();
+  state_->ZeroGrads();
+  for (int mb = 0; mb < o_.microbatches; ++mb) stream_->Next(&micro_[mb]);
+  SATDAR_ASSIGN_OR_RETURN(double loss, ForwardBackward());
+  SATDAR_ASSIGN_OR_RETURN(loss, sync_->ReduceLoss(loss / o_.microbatches));
+  SATDAR_RETURN_IF_ERROR(sync_->Reduce(state_->grads(), &shard_));
+  if (!std::isfinite(loss)) {
+    return absl::InternalError(absl::StrCat("loss is ", loss, "; lower --lr or check the data"));
+  }
+  SATDAR_ASSIGN_OR_RETURN(const double grad_norm,
+                          sync_->GlobalNorm(state_->zero() ? shard_.data() : state_->grads(),
+                                            state_->lo()));
+  const core::AdamWParams hp = AdamWStep(o_, step, grad_norm);
+  SATDAR_RETURN_IF_ERROR(state_->Update(hp, shard_, g_.data.get(), pool_.get(), copts_));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // The first step of a process pays for allocation; it is left out of the average.
+  if (step > start_step_ + 1 || o_.steps == start_step_ + 1) {
+    timed_seconds_ += seconds;
+    timed_tokens_ += tokens_per_step_;
+  }
+  summary_.final_loss = loss;
+  SATDAR_RETURN_IF_ERROR(Log(step, loss, hp, grad_norm, seconds));
+  return Checkpoint(step, loss);
+}
+
+template <typename T>
+absl::Status TrainRun<T>::Log(int64_t step, double loss, const core::AdamWParams& hp,
+                              double grad_norm, double seconds) {
+  const double tps = tokens_per_step_ / seconds;
+  Json line = {{"step", step},
+               {"loss", loss},
+               {"lr", hp.lr},
+               {"grad_norm", grad_norm},
+               {"tokens", step * tokens_per_step_},
+               {"tokens_per_second", tps},
+               {"step_seconds", seconds}};
+  if (pipeline_ != nullptr) {
+    // Bytes each stage boundary carried this step: [activations forward, gradients back].
+    std::vector<int64_t> mine = {pipeline_->forward_bytes(), pipeline_->backward_bytes()};
+    std::vector<int64_t> all(2 * g_.shape.pp);
+    SATDAR_RETURN_IF_ERROR(
+        g_.pp->AllGather(mine.data(), all.data(), 2, core::DType::kI64, copts_)->Wait());
+    Json boundaries = Json::array();
+    for (int s = 0; s + 1 < g_.shape.pp; ++s) boundaries.push_back({all[2 * s], all[2 * s + 3]});
+    line["pp_boundary_bytes"] = boundaries;
+  }
+  if (o_.world != nullptr) {
+    // Payload bytes this rank handed to each of its groups this step (rank 0's view).
+    Json bytes = Json::object();
+    for (const auto& [name, comm] :
+         {std::pair<const char*, parallel::CountingCommunicator*>{"tp", g_.tp.get()},
+          {"pp", g_.pp.get()}, {"ep", g_.ep.get()}, {"data", g_.data.get()}, {"mp", g_.mp.get()}}) {
+      if (comm != nullptr) bytes[name] = comm->TakeBytes();
     }
-    if (g.data) {
-      SATDAR_RETURN_IF_ERROR(wait(
-          g.data->AllReduce(&loss, 1, core::DType::kF64, parallel::ReduceOp::kAvg, copts)));
-    }
-    for (auto& w : pending) SATDAR_RETURN_IF_ERROR(wait(std::move(w)));
-    pending.clear();
-    // Gradients: TP partial sums, the tied embedding's two pipeline copies, then the replicas.
-    if (g.tp && !roles.tp_partial.empty()) {
-      // One all-reduce for all of them (q/k norms, ResFormer lambdas: a few numbers a layer).
-      std::vector<T> packed;
-      for (const auto& [off, len] : roles.tp_partial) {
-        packed.insert(packed.end(), grads.begin() + off, grads.begin() + off + len);
-      }
-      SATDAR_RETURN_IF_ERROR(wait(g.tp->AllReduce(packed.data(), packed.size(), kDType,
-                                                  parallel::ReduceOp::kSum, copts)));
-      size_t k = 0;
-      for (const auto& [off, len] : roles.tp_partial) {
-        std::copy(packed.begin() + k, packed.begin() + k + len, grads.begin() + off);
-        k += len;
-      }
-    }
-    if (roles.tied_embedding.first >= 0 && (g.coord.pp == 0 || g.coord.pp == mesh.pp - 1)) {
-      const auto [off, len] = roles.tied_embedding;
-      const int peer = g.coord.pp == 0 ? mesh.pp - 1 : 0;
-      std::vector<T> other(len);
-      auto sent = g.pp->Send(grads.data() + off, len, kDType, peer, 7, copts);
-      SATDAR_RETURN_IF_ERROR(wait(g.pp->Recv(other.data(), len, kDType, peer, 7, copts)));
-      SATDAR_RETURN_IF_ERROR(wait(std::move(sent)));
-      // Both stages add in the same order (first stage's part + last stage's part).
-      T* mine = grads.data() + off;
-      for (int64_t i = 0; i < len; ++i) {
-        mine[i] = g.coord.pp == 0 ? mine[i] + other[i] : other[i] + mine[i];
-      }
-    }
-    if (g.data && !overlap && !zero) {
-      // Expert weights already hold every EP rank's tokens: average over dp only, and divide
-      // by ep, as the loss is the mean over all dp x ep replicas.
-      std::vector<std::unique_ptr<parallel::Work>> works;
-      for (const auto& [off, len] : roles.dense) {
-        works.push_back(g.data->AllReduce(grads.data() + off, len, kDType,
-                                          parallel::ReduceOp::kAvg, copts));
-      }
-      for (const auto& [off, len] : roles.experts) {
-        if (g.dp) {
-          works.push_back(g.dp->AllReduce(grads.data() + off, len, kDType,
-                                          parallel::ReduceOp::kAvg, copts));
-        }
-      }
-      for (auto& w : works) SATDAR_RETURN_IF_ERROR(wait(std::move(w)));
-      for (const auto& [off, len] : roles.experts) {
-        for (int64_t i = 0; i < len; ++i) grads[off + i] /= static_cast<T>(mesh.ep);
-      }
-    } else if (zero) {
-      g_shard.resize(shard_len);
-      SATDAR_RETURN_IF_ERROR(wait(g.data->ReduceScatter(grads.data(), g_shard.data(), shard_len,
-                                                        kDType, parallel::ReduceOp::kAvg, copts)));
-    }
-    if (!std::isfinite(loss)) {
-      return absl::InternalError(absl::StrCat("step ", step, ": loss is ", loss,
-                                              "; lower --lr or check the data"));
-    }
-    // The global gradient norm: every element once (replicated copies counted on one rank),
-    // summed over the model pieces (and under ZeRO-1 over the replicas' slices).
-    const T* gv = zero ? g_shard.data() : grads.data();
-    const int64_t owned = zero ? shard_len : n;
-    double sq = 0;
-    for (int64_t i = 0; i < owned; ++i) {
-      if (lo + i < n && roles.in_norm[lo + i]) sq += static_cast<double>(gv[i]) * gv[i];
-    }
-    if (zero) {
-      SATDAR_RETURN_IF_ERROR(
-          wait(g.data->AllReduce(&sq, 1, core::DType::kF64, parallel::ReduceOp::kSum, copts)));
-    }
-    if (g.mp) {
-      SATDAR_RETURN_IF_ERROR(
-          wait(g.mp->AllReduce(&sq, 1, core::DType::kF64, parallel::ReduceOp::kSum, copts)));
-    }
-    double grad_norm = std::sqrt(sq);
-    const core::AdamWParams hp = AdamWStep(o, step, grad_norm);
-    if (zero) {
-      // Update this replica's slice, then every replica gathers the whole parameter buffer.
-      core::cpu::AdamWUpdate(params.data() + lo, g_shard.data(), m_shard.data(), v_shard.data(),
-                             shard_len, hp, &pool);
-      std::vector<T> mine(params.begin() + lo, params.begin() + lo + shard_len);
-      SATDAR_RETURN_IF_ERROR(
-          wait(g.data->AllGather(mine.data(), params.data(), shard_len, kDType, copts)));
-    } else {
-      core::cpu::AdamWUpdate(params.data(), grads.data(), exp_avg.data(), exp_avg_sq.data(), n,
-                             hp, &pool);
-    }
-    double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    double tps = tokens_per_step / seconds;
-    // The first step of a process pays for allocation; it is left out of the average.
-    if (step > start_step + 1 || o.steps == start_step + 1) {
-      timed_seconds += seconds;
-      timed_tokens += tokens_per_step;
-    }
-    summary.final_loss = loss;
-    Json line = {{"step", step},
-                 {"loss", loss},
-                 {"lr", hp.lr},
-                 {"grad_norm", grad_norm},
-                 {"tokens", step * tokens_per_step},
-                 {"tokens_per_second", tps},
-                 {"step_seconds", seconds}};
-    if (pipeline != nullptr) {
-      // Bytes each stage boundary carried this step: [activations forward, gradients back].
-      std::vector<int64_t> mine = {pipeline->forward_bytes(), pipeline->backward_bytes()};
-      std::vector<int64_t> all(2 * mesh.pp);
-      SATDAR_RETURN_IF_ERROR(
-          wait(g.pp->AllGather(mine.data(), all.data(), 2, core::DType::kI64, copts)));
-      Json boundaries = Json::array();
-      for (int s = 0; s + 1 < mesh.pp; ++s) boundaries.push_back({all[2 * s], all[2 * s + 3]});
-      line["pp_boundary_bytes"] = boundaries;
-    }
-    if (o.world != nullptr) {
-      // Payload bytes this rank handed to each of its groups this step (rank 0's view).
-      Json bytes = Json::object();
-      for (const auto& [name, comm] :
-           {std::pair<const char*, parallel::CountingCommunicator*>{"tp", g.tp.get()},
-            {"pp", g.pp.get()}, {"ep", g.ep.get()}, {"data", g.data.get()}, {"mp", g.mp.get()}}) {
-        if (comm != nullptr) bytes[name] = comm->TakeBytes();
-      }
-      line["comm_bytes"] = bytes;
-    }
-    if (validator && step % o.eval_every == 0) {
-      absl::StatusOr<double> val = validator->Loss(params.data(), pipeline.get(), g.pp.get());
-      if (!val.ok()) return fail(val.status(), step);
-      line["val_loss"] = *val;
-      if (!o.quiet) {
-        std::printf("step %5lld/%lld | validation loss %.4f\n", static_cast<long long>(step),
-                    static_cast<long long>(o.steps), *val);
-      }
-    }
-    if (o.stats_every > 0 && step % o.stats_every == 0) {
-      Json stats = Json::object();
-      model->AppendStats(&stats);
-      for (auto& m : models) m->ResetStats();
-      line["stats"] = stats;
-    }
-    if (absl::Status s = log.Write(line); !s.ok()) return fail(s, step);
-    if (!o.quiet && (step % o.log_every == 0 || step == o.steps || step == start_step + 1)) {
-      std::printf("step %5lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s\n",
-                  static_cast<long long>(step), static_cast<long long>(o.steps), loss, hp.lr,
-                  grad_norm, tps);
-      std::fflush(stdout);
-    }
-    bool last = step == o.steps;
-    const bool checkpoint = !o.checkpoint_dir.empty() &&
-                            ((o.checkpoint_every > 0 && step % o.checkpoint_every == 0) || last);
-    if (checkpoint) SATDAR_RETURN_IF_ERROR(gather_moments());
-    if (checkpoint && g.coord.dp == 0) {
-      // Replicas hold identical weights and moments: replica 0's pieces are the whole state.
-      const int64_t consumed = first_sample + (step - start_step) * o.batch_size * replicas;
-      CheckpointInfo info{step, o.seed, consumed, config_json, trainer_json, loss};
-      if (g.mp == nullptr && g.coord.ep == 0) {
-        SATDAR_RETURN_IF_ERROR(SaveCheckpoint<T>(o.checkpoint_dir, info, table, buffers));
-      } else if (g.mp != nullptr) {
-        const std::string name = absl::StrCat("tp", g.coord.tp, "-pp", g.coord.pp, "-ep",
-                                              g.coord.ep);
-        absl::Status s =
-            SaveShardedCheckpoint<T>(o.checkpoint_dir, info, table, buffers, name, g.mp.get(), copts);
-        if (!s.ok()) return fail(s, step);
-      }
-      if (rank == 0) SATDAR_RETURN_IF_ERROR(PruneCheckpoints(o.checkpoint_dir, o.keep_checkpoints));
-    }
-    if (zero && checkpoint) {  // the gathered moments were only needed for the file
-      exp_avg.clear();
-      exp_avg.shrink_to_fit();
-      exp_avg_sq.clear();
-      exp_avg_sq.shrink_to_fit();
+    line["comm_bytes"] = bytes;
+  }
+  if (validator_ && step % o_.eval_every == 0) {
+    SATDAR_ASSIGN_OR_RETURN(const double val,
+                            validator_->Loss(state_->params(), pipeline_.get(), g_.pp.get()));
+    line["val_loss"] = val;
+    if (!o_.quiet) {
+      std::printf("step %5lld/%lld | validation loss %.4f\n", static_cast<long long>(step),
+                  static_cast<long long>(o_.steps), val);
     }
   }
-  if (o.world != nullptr) {
-    absl::Status s = o.world->Barrier(copts)->Wait();
-    if (!s.ok()) return fail(s, o.steps);
+  if (o_.stats_every > 0 && step % o_.stats_every == 0) {
+    Json stats = Json::object();
+    model_->AppendStats(&stats);
+    for (auto& m : models_) m->ResetStats();
+    line["stats"] = stats;
   }
-  summary.steps = o.steps;
-  if (start_step >= o.steps) {
+  SATDAR_RETURN_IF_ERROR(log_.Write(line));
+  if (!o_.quiet && (step % o_.log_every == 0 || step == o_.steps || step == start_step_ + 1)) {
+    std::printf("step %5lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s\n",
+                static_cast<long long>(step), static_cast<long long>(o_.steps), loss, hp.lr,
+                grad_norm, tps);
+    std::fflush(stdout);
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status TrainRun<T>::Checkpoint(int64_t step, double loss) {
+  const bool due = !o_.checkpoint_dir.empty() &&
+                   ((o_.checkpoint_every > 0 && step % o_.checkpoint_every == 0) || step == o_.steps);
+  if (!due) return absl::OkStatus();
+  SATDAR_RETURN_IF_ERROR(state_->GatherMoments(g_.data.get(), copts_));
+  if (g_.coord.dp == 0) {
+    // Replicas hold identical weights and moments: replica 0's pieces are the whole state.
+    const int64_t consumed =
+        first_sample_ + (step - start_step_) * o_.batch_size * g_.data_size();
+    CheckpointInfo info{step, o_.seed, consumed, config_json_, trainer_json_, loss};
+    const model::ParamTable& table = model_->params();
+    if (g_.mp == nullptr && g_.coord.ep == 0) {
+      SATDAR_RETURN_IF_ERROR(SaveCheckpoint<T>(o_.checkpoint_dir, info, table, state_->buffers()));
+    } else if (g_.mp != nullptr) {
+      const std::string name =
+          absl::StrCat("tp", g_.coord.tp, "-pp", g_.coord.pp, "-ep", g_.coord.ep);
+      SATDAR_RETURN_IF_ERROR(SaveShardedCheckpoint<T>(o_.checkpoint_dir, info, table,
+                                                      state_->buffers(), name, g_.mp.get(),
+                                                      copts_));
+    }
+    if (g_.rank == 0) SATDAR_RETURN_IF_ERROR(PruneCheckpoints(o_.checkpoint_dir, o_.keep_checkpoints));
+  }
+  state_->ReleaseMoments();  // the gathered moments were only needed for the file
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::StatusOr<TrainSummary> TrainRun<T>::Finish() {
+  summary_.steps = o_.steps;
+  if (start_step_ >= o_.steps) {
     // --resume of a run that already finished: nothing to train; the summary says so and
     // carries the final loss stored in the last checkpoint.
-    summary.final_loss = resumed_loss;
-    summary.already_complete = true;
-    if (!o.quiet) {
+    summary_.final_loss = resumed_loss_;
+    summary_.already_complete = true;
+    if (!o_.quiet) {
       std::printf("resume: the run already finished all %lld steps; nothing to train\n",
-                  static_cast<long long>(o.steps));
+                  static_cast<long long>(o_.steps));
     }
   }
-  summary.tokens_per_second = timed_seconds > 0 ? timed_tokens / timed_seconds : 0;
-  summary.peak_rss_bytes = PeakRssBytes();
-  if (!o.summary_json.empty()) {
-    Json j = {{"steps", summary.steps},
-              {"final_loss", summary.final_loss},
-              {"tokens_per_second", summary.tokens_per_second},
-              {"peak_rss_bytes", summary.peak_rss_bytes},
-              {"parameters", n},
-              {"threads", o.threads},
-              {"data_parallel", replicas},
+  summary_.tokens_per_second = timed_seconds_ > 0 ? timed_tokens_ / timed_seconds_ : 0;
+  summary_.peak_rss_bytes = PeakRssBytes();
+  if (!o_.summary_json.empty()) {
+    const parallel::MeshShape& mesh = g_.shape;
+    Json j = {{"steps", summary_.steps},
+              {"final_loss", summary_.final_loss},
+              {"tokens_per_second", summary_.tokens_per_second},
+              {"peak_rss_bytes", summary_.peak_rss_bytes},
+              {"parameters", model_->params().size()},
+              {"threads", o_.threads},
+              {"data_parallel", g_.data_size()},
               {"mesh", {{"dp", mesh.dp}, {"tp", mesh.tp}, {"pp", mesh.pp}, {"ep", mesh.ep}}},
-              {"already_complete", summary.already_complete}};
-    absl::Status s = core::WriteFileAtomically(o.summary_json, j.dump(2) + "\n");
+              {"already_complete", summary_.already_complete}};
+    absl::Status s = core::WriteFileAtomically(o_.summary_json, j.dump(2) + "\n");
     if (!s.ok()) return absl::Status(s.code(), absl::StrCat("--summary-json: ", s.message()));
   }
-  return summary;
+  return summary_;
 }
 
 }  // namespace
@@ -656,7 +552,7 @@ double LearningRate(const TrainOptions& o, int64_t step) {
 }
 
 absl::StatusOr<TrainSummary> Train(const TrainOptions& options) {
-  return options.f64 ? TrainTyped<double>(options) : TrainTyped<float>(options);
+  return options.f64 ? TrainRun<double>(options).Run() : TrainRun<float>(options).Run();
 }
 
 }  // namespace satdar::worker

@@ -1,0 +1,184 @@
+#include "worker/gradient_sync.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "core/check.h"
+
+namespace satdar::worker {
+
+namespace {
+
+void AddRun(Runs* runs, int64_t offset, int64_t length) {
+  if (!runs->empty() && runs->back().first + runs->back().second == offset) {
+    runs->back().second += length;
+  } else {
+    runs->emplace_back(offset, length);
+  }
+}
+
+}  // namespace
+
+ParamRoles RolesOf(const model::ParamTable& table, const MeshGroups& g, bool tied) {
+  ParamRoles r;
+  const bool pipeline = g.shape.pp > 1;
+  for (const model::ParamSpec& spec : table.specs()) {
+    if (spec.tp_partial_grad) r.tp_partial.emplace_back(spec.offset, spec.numel);
+    AddRun(spec.expert ? &r.experts : &r.dense, spec.offset, spec.numel);
+    const bool embedding = spec.name == "model.embed_tokens.weight";
+    if (embedding && tied && pipeline) r.tied_embedding = {spec.offset, spec.numel};
+    // Replicated copies count once: on TP rank 0 (unless sharded), EP rank 0 (unless an
+    // expert), and the first pipeline stage for a tied embedding.
+    bool counted = (spec.sharded() || g.coord.tp == 0) && (spec.expert || g.coord.ep == 0);
+    if (embedding && tied && pipeline && g.coord.pp != 0) counted = false;
+    if (counted) AddRun(&r.in_norm, spec.offset, spec.numel);
+  }
+  return r;
+}
+
+template <typename T>
+GradientSync<T>::GradientSync(const model::ParamTable& table, const MeshGroups* groups,
+                              const model::ModelConfig& config, int64_t shard_len,
+                              const parallel::CollectiveOptions& options)
+    : g_(groups),
+      roles_(RolesOf(table, *groups, config.tie_word_embeddings)),
+      n_(table.size()),
+      shard_len_(shard_len),
+      copts_(options),
+      overlap_(groups->data_size() > 1 && shard_len == 0 && groups->shape.pp == 1 &&
+               groups->shape.ep == 1) {
+  for (int i = 0; i < config.num_hidden_layers; ++i) {
+    const model::ParamSpec* first =
+        table.Find(absl::StrCat("model.layers.", i, ".input_layernorm.weight"));
+    if (first != nullptr) layer_start_.push_back(first->offset);
+  }
+  const model::ParamSpec* final_norm = table.Find("model.norm.weight");
+  layer_start_.push_back(final_norm != nullptr ? final_norm->offset : n_);
+}
+
+template <typename T>
+void GradientSync<T>::ReduceRange(T* grads, int64_t begin, int64_t end) {
+  pending_.push_back(g_->data->AllReduce(grads + begin, end - begin, core::DTypeOf<T>::value,
+                                         parallel::ReduceOp::kAvg, copts_));
+}
+
+template <typename T>
+void GradientSync<T>::BeginLastBackward(model::Model<T>* model, T* grads) {
+  if (!overlap_) return;
+  model->SetLayerGradientsReadyHook([this, grads](int layer) {
+    ReduceRange(grads, layer_start_[layer], layer_start_[layer + 1]);
+  });
+}
+
+template <typename T>
+void GradientSync<T>::EndLastBackward(model::Model<T>* model, T* grads) {
+  if (!overlap_) return;
+  model->SetLayerGradientsReadyHook(nullptr);
+  // What the hook did not cover: embedding, globals and layer 0; final norm and head.
+  ReduceRange(grads, 0, layer_start_.size() > 2 ? layer_start_[1] : layer_start_.back());
+  ReduceRange(grads, layer_start_.back(), n_);
+}
+
+template <typename T>
+absl::Status GradientSync<T>::WaitPending() {
+  absl::Status first;
+  for (auto& w : pending_) {
+    absl::Status s = w->Wait();
+    if (first.ok()) first = s;
+  }
+  pending_.clear();
+  return first;
+}
+
+template <typename T>
+absl::StatusOr<double> GradientSync<T>::ReduceLoss(double loss) {
+  if (g_->pp) {
+    SATDAR_RETURN_IF_ERROR(
+        g_->pp->AllReduce(&loss, 1, core::DType::kF64, parallel::ReduceOp::kSum, copts_)->Wait());
+  }
+  if (g_->data) {
+    SATDAR_RETURN_IF_ERROR(
+        g_->data->AllReduce(&loss, 1, core::DType::kF64, parallel::ReduceOp::kAvg, copts_)->Wait());
+  }
+  return loss;
+}
+
+template <typename T>
+absl::Status GradientSync<T>::Reduce(T* grads, std::vector<T>* shard) {
+  constexpr core::DType kDType = core::DTypeOf<T>::value;
+  SATDAR_RETURN_IF_ERROR(WaitPending());
+  if (g_->tp && !roles_.tp_partial.empty()) {
+    std::vector<T> packed;
+    for (const auto& [off, len] : roles_.tp_partial) packed.insert(packed.end(), grads + off, grads + off + len);
+    SATDAR_RETURN_IF_ERROR(g_->tp->AllReduce(packed.data(), packed.size(), kDType,
+                                             parallel::ReduceOp::kSum, copts_)->Wait());
+    size_t k = 0;
+    for (const auto& [off, len] : roles_.tp_partial) {
+      std::copy(packed.begin() + k, packed.begin() + k + len, grads + off);
+      k += len;
+    }
+  }
+  const int pp = g_->shape.pp, stage = g_->coord.pp;
+  if (roles_.tied_embedding.first >= 0 && (stage == 0 || stage == pp - 1)) {
+    const auto [off, len] = roles_.tied_embedding;
+    const int peer = stage == 0 ? pp - 1 : 0;
+    std::vector<T> other(len);
+    auto sent = g_->pp->Send(grads + off, len, kDType, peer, 7, copts_);
+    SATDAR_RETURN_IF_ERROR(g_->pp->Recv(other.data(), len, kDType, peer, 7, copts_)->Wait());
+    SATDAR_RETURN_IF_ERROR(sent->Wait());
+    // Both stages add in the same order (first stage's part + last stage's part).
+    T* mine = grads + off;
+    for (int64_t i = 0; i < len; ++i) mine[i] = stage == 0 ? mine[i] + other[i] : other[i] + mine[i];
+  }
+  if (shard_len_ > 0) {
+    shard->resize(shard_len_);
+    return g_->data->ReduceScatter(grads, shard->data(), shard_len_, kDType,
+                                   parallel::ReduceOp::kAvg, copts_)
+        ->Wait();
+  }
+  if (g_->data && !overlap_) {
+    // Expert weights already hold every EP rank's tokens: average over dp only, and divide
+    // by ep, as the loss is the mean over all dp x ep replicas.
+    for (const auto& [off, len] : roles_.dense) ReduceRange(grads, off, off + len);
+    for (const auto& [off, len] : roles_.experts) {
+      if (g_->dp) {
+        pending_.push_back(g_->dp->AllReduce(grads + off, len, kDType, parallel::ReduceOp::kAvg,
+                                             copts_));
+      }
+    }
+    SATDAR_RETURN_IF_ERROR(WaitPending());
+    for (const auto& [off, len] : roles_.experts) {
+      for (int64_t i = 0; i < len; ++i) grads[off + i] /= static_cast<T>(g_->shape.ep);
+    }
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::StatusOr<double> GradientSync<T>::GlobalNorm(const T* values, int64_t lo) {
+  // Every element once (replicated copies counted on one rank), in index order, summed over
+  // the model pieces (and under ZeRO-1 over the replicas' slices).
+  const int64_t hi = shard_len_ > 0 ? std::min(n_, lo + shard_len_) : n_;
+  double sq = 0;
+  for (const auto& [off, len] : roles_.in_norm) {
+    for (int64_t i = std::max(off, lo); i < std::min(off + len, hi); ++i) {
+      const double v = static_cast<double>(values[i - lo]);
+      sq += v * v;
+    }
+  }
+  if (shard_len_ > 0) {
+    SATDAR_RETURN_IF_ERROR(
+        g_->data->AllReduce(&sq, 1, core::DType::kF64, parallel::ReduceOp::kSum, copts_)->Wait());
+  }
+  if (g_->mp) {
+    SATDAR_RETURN_IF_ERROR(
+        g_->mp->AllReduce(&sq, 1, core::DType::kF64, parallel::ReduceOp::kSum, copts_)->Wait());
+  }
+  return std::sqrt(sq);
+}
+
+template class GradientSync<float>;
+template class GradientSync<double>;
+
+}  // namespace satdar::worker
