@@ -1,5 +1,6 @@
 #include "model/config.h"
 
+#include <initializer_list>
 #include <set>
 #include <vector>
 
@@ -66,19 +67,23 @@ class FieldReader {
     if (!it->is_boolean()) return Fail(name, "must be true or false");
     *out = it->get<bool>();
   }
-  void Enum(const char* name, std::string* out, const std::vector<std::string>& allowed) {
+  // One of `values` (an enum's every value), by its Name().
+  template <typename E>
+  void Enum(const char* name, E* out, const std::vector<E>& values) {
     seen_.insert(name);
     auto it = object_.find(name);
     if (it == object_.end() || it->is_null()) return;
     if (!it->is_string()) return Fail(name, "must be a string");
-    std::string v = it->get<std::string>();
-    for (const auto& a : allowed) {
-      if (v == a) {
-        *out = v;
+    const std::string v = it->get<std::string>();
+    std::vector<std::string> names;
+    for (E e : values) {
+      if (v == model::Name(e)) {
+        *out = e;
         return;
       }
+      names.push_back(model::Name(e));
     }
-    Fail(name, absl::StrCat("must be one of \"", absl::StrJoin(allowed, "\", \""), "\", got \"",
+    Fail(name, absl::StrCat("must be one of \"", absl::StrJoin(names, "\", \""), "\", got \"",
                             v, "\""));
   }
   void Skip(const char* name) { seen_.insert(name); }
@@ -126,16 +131,17 @@ absl::Status Validate(const ModelConfig& c, const std::string& src) {
   if (!c.moe.has_value() && c.intermediate_size < 1) {
     return Invalid(src, "intermediate_size", "is required for a dense MLP");
   }
-  if (c.value_residual != "none" && c.num_hidden_layers < 2) {
+  if (c.value_residual != ValueResidualKind::kNone && c.num_hidden_layers < 2) {
     return Invalid(src, "value_residual",
                    "needs at least 2 layers (layer 1 only produces V1); num_hidden_layers is " +
                        std::to_string(c.num_hidden_layers));
   }
-  if (c.residual == "attnres" && c.block_size > 1 && c.block_size % 2 != 0) {
+  if (c.residual == Residual::kAttnRes && c.block_size > 1 && c.block_size % 2 != 0) {
     return Invalid(src, "block_size",
                    absl::StrCat("must be 1 (full) or even for attnres, got ", c.block_size));
   }
-  if (c.residual == "dar" && c.block_size != 0 && (c.block_size < 2 || c.block_size % 2 != 0)) {
+  if (c.residual == Residual::kDar && c.block_size != 0 &&
+      (c.block_size < 2 || c.block_size % 2 != 0)) {
     return Invalid(src, "block_size",
                    absl::StrCat("must be even and >= 2 for dar (2 = Full DAR), got ",
                                 c.block_size));
@@ -158,6 +164,71 @@ absl::Status Validate(const ModelConfig& c, const std::string& src) {
 }
 }  // namespace
 
+const char* Name(Residual r) {
+  switch (r) {
+    case Residual::kStandard: return "standard";
+    case Residual::kAttnRes: return "attnres";
+    case Residual::kDar: return "dar";
+    case Residual::kHc: return "hc";
+    case Residual::kMhc: return "mhc";
+    case Residual::kDenseFormer: return "denseformer";
+    case Residual::kMuddFormer: return "muddformer";
+  }
+  return "?";
+}
+
+const char* Name(ValueResidualKind v) {
+  switch (v) {
+    case ValueResidualKind::kNone: return "none";
+    case ValueResidualKind::kResFormer: return "resformer";
+    case ValueResidualKind::kSatFormer: return "satformer";
+  }
+  return "?";
+}
+
+const char* Name(ResformerMode m) {
+  return m == ResformerMode::kFixed ? "fixed" : "learnable_plus";
+}
+
+const char* Name(DarVariant d) {
+  switch (d) {
+    case DarVariant::kCross: return "cross";
+    case DarVariant::kSelfKv: return "self_kv";
+    case DarVariant::kCrossV: return "cross_v";
+    case DarVariant::kFixedKv: return "fixed_kv";
+  }
+  return "?";
+}
+
+namespace {
+template <typename E>
+bool FromNameIn(const std::string& name, std::initializer_list<E> values, E* out) {
+  for (E e : values) {
+    if (name == Name(e)) {
+      *out = e;
+      return true;
+    }
+  }
+  return false;
+}
+}  // namespace
+
+bool FromName(const std::string& name, Residual* out) {
+  return FromNameIn(name, {Residual::kStandard, Residual::kAttnRes, Residual::kDar, Residual::kHc,
+                           Residual::kMhc, Residual::kDenseFormer, Residual::kMuddFormer}, out);
+}
+bool FromName(const std::string& name, ValueResidualKind* out) {
+  return FromNameIn(name, {ValueResidualKind::kNone, ValueResidualKind::kResFormer,
+                           ValueResidualKind::kSatFormer}, out);
+}
+bool FromName(const std::string& name, ResformerMode* out) {
+  return FromNameIn(name, {ResformerMode::kFixed, ResformerMode::kLearnablePlus}, out);
+}
+bool FromName(const std::string& name, DarVariant* out) {
+  return FromNameIn(name, {DarVariant::kCross, DarVariant::kSelfKv, DarVariant::kCrossV,
+                           DarVariant::kFixedKv}, out);
+}
+
 absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text,
                                              const std::string& source) {
   SATDAR_ASSIGN_OR_RETURN(Json j, core::ParseJson(json_text, source));
@@ -179,12 +250,16 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text,
   r.Bool("tie_word_embeddings", &c.tie_word_embeddings);
   r.Bool("qk_norm", &c.qk_norm);
   r.Double("initializer_range", &c.initializer_range, 0.0, 1.0);
-  r.Enum("value_residual", &c.value_residual, {"none", "resformer", "satformer"});
-  r.Enum("resformer_mode", &c.resformer_mode, {"fixed", "learnable_plus"});
+  r.Enum("value_residual", &c.value_residual,
+         {ValueResidualKind::kNone, ValueResidualKind::kResFormer, ValueResidualKind::kSatFormer});
+  r.Enum("resformer_mode", &c.resformer_mode,
+         {ResformerMode::kFixed, ResformerMode::kLearnablePlus});
   r.Enum("residual", &c.residual,
-         {"standard", "attnres", "dar", "hc", "mhc", "denseformer", "muddformer"});
+         {Residual::kStandard, Residual::kAttnRes, Residual::kDar, Residual::kHc, Residual::kMhc,
+          Residual::kDenseFormer, Residual::kMuddFormer});
   r.Int("block_size", &c.block_size, false, 1, 2 * kMaxLayers);
-  r.Enum("dar_variant", &c.dar_variant, {"cross", "self_kv", "cross_v", "fixed_kv"});
+  r.Enum("dar_variant", &c.dar_variant,
+         {DarVariant::kCross, DarVariant::kSelfKv, DarVariant::kCrossV, DarVariant::kFixedKv});
   r.Int("hc_streams", &c.hc_streams, false, 1, kMaxHyperStreams);
   r.Skip("moe");
   r.RejectUnknown();
@@ -232,10 +307,10 @@ std::string ModelConfigToJson(const ModelConfig& c) {
             {"tie_word_embeddings", c.tie_word_embeddings},
             {"qk_norm", c.qk_norm},
             {"initializer_range", c.initializer_range},
-            {"value_residual", c.value_residual},
-            {"resformer_mode", c.resformer_mode},
-            {"residual", c.residual},
-            {"dar_variant", c.dar_variant},
+            {"value_residual", Name(c.value_residual)},
+            {"resformer_mode", Name(c.resformer_mode)},
+            {"residual", Name(c.residual)},
+            {"dar_variant", Name(c.dar_variant)},
             {"hc_streams", c.hc_streams}};
   if (c.block_size > 0) j["block_size"] = c.block_size;
   if (c.moe.has_value()) {

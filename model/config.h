@@ -9,6 +9,7 @@
 #ifndef SATDAR_MODEL_CONFIG_H_
 #define SATDAR_MODEL_CONFIG_H_
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -29,6 +30,33 @@ inline constexpr int kMaxPositions = 1 << 22;         // 4M
 inline constexpr int kMaxHyperStreams = 64;
 inline constexpr int kMaxExperts = 4096;
 inline constexpr int64_t kMaxExpertLayers = int64_t{1} << 17;  // experts over all layers
+
+// The design choices, parsed once from their JSON names (Name() gives the name back).
+enum class Residual { kStandard, kAttnRes, kDar, kHc, kMhc, kDenseFormer, kMuddFormer };
+enum class ValueResidualKind { kNone, kResFormer, kSatFormer };
+enum class ResformerMode { kFixed, kLearnablePlus };
+enum class DarVariant { kCross, kSelfKv, kCrossV, kFixedKv };
+
+const char* Name(Residual r);            // "standard", "attnres", "dar", "hc", "mhc", ...
+const char* Name(ValueResidualKind v);   // "none", "resformer", "satformer"
+const char* Name(ResformerMode m);       // "fixed", "learnable_plus"
+const char* Name(DarVariant d);          // "cross", "self_kv", "cross_v", "fixed_kv"
+// DAR's routing (MODELS.md section 4): for target stream s, {key stream, value stream}.
+inline std::array<std::array<int, 2>, 2> DarRoute(DarVariant v) {
+  switch (v) {
+    case DarVariant::kCross: return {{{1, 0}, {0, 1}}};
+    case DarVariant::kSelfKv: return {{{0, 0}, {1, 1}}};
+    case DarVariant::kCrossV: return {{{0, 1}, {1, 0}}};
+    case DarVariant::kFixedKv: return {{{0, 1}, {0, 1}}};
+  }
+  return {{{1, 0}, {0, 1}}};
+}
+
+// The value whose Name() is `name`; false (and *out unchanged) when there is none.
+bool FromName(const std::string& name, Residual* out);
+bool FromName(const std::string& name, ValueResidualKind* out);
+bool FromName(const std::string& name, ResformerMode* out);
+bool FromName(const std::string& name, DarVariant* out);
 
 struct MoeConfig {
   int num_experts = 0;
@@ -53,11 +81,11 @@ struct ModelConfig {
   bool tie_word_embeddings = true;
   bool qk_norm = true;
   double initializer_range = 0.02;
-  std::string value_residual = "none";    // none | resformer | satformer
-  std::string resformer_mode = "fixed";   // fixed | learnable_plus
-  std::string residual = "standard";      // standard | attnres | dar | hc | mhc | denseformer | muddformer
+  ValueResidualKind value_residual = ValueResidualKind::kNone;
+  ResformerMode resformer_mode = ResformerMode::kFixed;
+  Residual residual = Residual::kStandard;
   int block_size = 0;                     // 0: the topology's full form (attnres 1, dar 2)
-  std::string dar_variant = "cross";      // cross | self_kv | cross_v | fixed_kv
+  DarVariant dar_variant = DarVariant::kCross;
   int hc_streams = 4;
   std::optional<MoeConfig> moe;
 

@@ -17,8 +17,8 @@ TEST(Config, DefaultsFilledIn) {
   EXPECT_TRUE(c->tie_word_embeddings);
   EXPECT_TRUE(c->qk_norm);
   EXPECT_EQ(c->initializer_range, 0.02);
-  EXPECT_EQ(c->value_residual, "none");
-  EXPECT_EQ(c->residual, "standard");
+  EXPECT_EQ(c->value_residual, ValueResidualKind::kNone);
+  EXPECT_EQ(c->residual, Residual::kStandard);
   EXPECT_FALSE(c->moe.has_value());
   EXPECT_EQ(c->head_size(), 16);
   // Round trip through the canonical JSON.

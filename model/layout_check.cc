@@ -20,19 +20,21 @@ absl::Status ValidateSharding(const ModelConfig& c, int tp, int pp, int ep) {
     SATDAR_RETURN_IF_ERROR(divisible("--tp", tp, "num_key_value_heads", c.num_key_value_heads));
     SATDAR_RETURN_IF_ERROR(divisible("--tp", tp, "intermediate_size", c.intermediate_size));
     SATDAR_RETURN_IF_ERROR(divisible("--tp", tp, "vocab_size", c.vocab_size));
-    if (c.residual == "muddformer") {
+    if (c.residual == Residual::kMuddFormer) {
       return bad("--tp > 1: config field \"residual\" \"muddformer\" feeds attention three "
                  "different inputs, which tensor parallelism does not split yet; use --tp 1");
     }
   }
   if (pp > 1) {
     SATDAR_RETURN_IF_ERROR(divisible("--pp", pp, "num_hidden_layers", c.num_hidden_layers));
-    if (c.residual != "standard" && c.residual != "dar" && c.residual != "attnres") {
-      return bad(absl::StrCat("--pp > 1: config field \"residual\" \"", c.residual,
+    if (c.residual != Residual::kStandard && c.residual != Residual::kDar &&
+        c.residual != Residual::kAttnRes) {
+      return bad(absl::StrCat("--pp > 1: config field \"residual\" \"", Name(c.residual),
                               "\" cannot hand its state across pipeline stages yet (standard, "
                               "attnres and dar can); use --pp 1"));
     }
-    if (c.value_residual == "resformer" && c.resformer_mode == "learnable_plus") {
+    if (c.value_residual == ValueResidualKind::kResFormer &&
+        c.resformer_mode == ResformerMode::kLearnablePlus) {
       return bad("--pp > 1: config field \"resformer_mode\" \"learnable_plus\" shares its lambda "
                  "softmax across all layers, which pipeline stages do not split yet; use --pp 1");
     }

@@ -29,7 +29,7 @@ double ActivationElements(const ModelConfig& c, double b, double t, int layers, 
   const double n = b * t, C = c.hidden_size, hs = c.head_size();
   const double nh = c.num_attention_heads / tp, nkv = c.num_key_value_heads / tp;
   const double L = c.num_hidden_layers, nc = n * C;
-  const bool vr = c.value_residual != "none";
+  const bool vr = c.value_residual != ValueResidualKind::kNone;
   // Decoder: inputs, h0, final state and their gradients; the head's logits on the last stage.
   double e = 6 * nc + (last_stage ? 2 * nc + n * (c.vocab_size / tp) + 4 * n : 0);
   // Per layer: the two pre-norm inputs, attention's saved tensors and (B, NH, T, T)
@@ -52,20 +52,20 @@ double ActivationElements(const ModelConfig& c, double b, double t, int layers, 
   e += n * (nh + 2 * nkv) * hs + 3 * n * nh * hs + 4 * n * nkv * hs + nc + ffn_scratch;
   // The residual topology's state for the sublayers this rank runs.
   const double steps = 2.0 * layers + 1;
-  const std::string& r = c.residual;
-  if (r == "attnres" || r == "dar") {
-    const int block = c.block_size > 0 ? c.block_size : (r == "dar" ? 2 : 1);
+  const Residual r = c.residual;
+  if (r == Residual::kAttnRes || r == Residual::kDar) {
+    const int block = c.block_size > 0 ? c.block_size : (r == Residual::kDar ? 2 : 1);
     const double sources = 2 * L / block + 2;
-    const double streams = r == "dar" ? 2 : 1;
+    const double streams = r == Residual::kDar ? 2 : 1;
     e += steps * streams * (3 * nc + n * sources) + streams * sources * nc + 6 * nc;
-  } else if (r == "hc" || r == "mhc") {
+  } else if (r == Residual::kHc || r == Residual::kMhc) {
     const double ns = c.hc_streams;
-    const double per_step = r == "hc" ? ns * nc + 2 * nc + n * ns * (ns + 2)
+    const double per_step = r == Residual::kHc ? ns * nc + 2 * nc + n * ns * (ns + 2)
                                       : 2 * nc + n * (ns * ns + 4 * ns + 1 + 20 * ns * ns);
     e += (2 * L + 1) * ns * nc + steps * per_step + 3 * ns * nc + 2 * nc;
-  } else if (r == "denseformer") {
+  } else if (r == Residual::kDenseFormer) {
     e += 2 * (L + 1) * nc + 2 * L * nc + 4 * nc;
-  } else if (r == "muddformer") {
+  } else if (r == Residual::kMuddFormer) {
     const double k = std::ceil(4 * (L + 1) / 64.0) * 64;
     e += 2 * (L + 1) * nc + layers * (14 * nc + n * (2 * k + 4 * (L + 1))) + 8 * nc;
   }

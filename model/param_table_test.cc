@@ -133,7 +133,7 @@ TEST(ParamTable, ShardingErrorsNameTheFlagAndField) {
   EXPECT_EQ(s.message(), "--tp 3 does not divide config field \"num_attention_heads\" (4)");
   s = ValidateSharding(c, 1, 4, 1);
   EXPECT_EQ(s.message(), "--pp 4 does not divide config field \"num_hidden_layers\" (2)");
-  c.residual = "mhc";
+  c.residual = Residual::kMhc;
   EXPECT_EQ(ValidateSharding(c, 1, 2, 1).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(ValidateSharding(c, 2, 1, 2).ok());  // without experts, EP ranks are replicas
 }

@@ -81,16 +81,16 @@ absl::StatusOr<std::unique_ptr<Model<T>>> CreateModel(const ModelConfig& config,
   SATDAR_RETURN_IF_ERROR(
       ValidateSharding(config, shard.tp_size, shard.pp_size, shard.ep_size));
   Registry<T> r;
-  const auto* topology = Find(r.topologies, config.residual);
+  const auto* topology = Find(r.topologies, Name(config.residual));
   if (topology == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "config field \"residual\": \"", config.residual,
+        "config field \"residual\": \"", Name(config.residual),
         "\" is not available in this build (available: ", Names(r.topologies), ")"));
   }
-  const auto* value_residual = Find(r.value_residuals, config.value_residual);
+  const auto* value_residual = Find(r.value_residuals, Name(config.value_residual));
   if (value_residual == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "config field \"value_residual\": \"", config.value_residual,
+        "config field \"value_residual\": \"", Name(config.value_residual),
         "\" is not available in this build (available: ", Names(r.value_residuals), ")"));
   }
   const Maker<std::unique_ptr<Ffn<T>>>* ffn = nullptr;

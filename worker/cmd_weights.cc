@@ -124,8 +124,8 @@ absl::Status RunInfo(const std::vector<std::string>& args) {
   int64_t embedding = config.vocab_size * static_cast<int64_t>(config.hidden_size);
   std::printf("%s: residual %s, value_residual %s, %s; %lld parameters (%.1fM; %.1fM without "
               "the embedding)\n",
-              flags.Get("--config").c_str(), config.residual.c_str(),
-              config.value_residual.c_str(), config.moe ? "MoE FFN" : "dense FFN",
+              flags.Get("--config").c_str(), model::Name(config.residual),
+              model::Name(config.value_residual), config.moe ? "MoE FFN" : "dense FFN",
               static_cast<long long>(table.size()), table.size() / 1e6,
               (table.size() - embedding) / 1e6);
   if (flags.Has("--batch-size")) {

@@ -25,9 +25,9 @@ absl::StatusOr<nlohmann::json> EvaluateTyped(const EvalOptions& o) {
   core::cpu::InitBlas();
   core::ThreadPool pool(o.threads);
   SATDAR_ASSIGN_OR_RETURN(auto model, model::CreateModel<T>(o.config, &pool));
-  if (ablation != model::GateAblation::kNone && o.config.value_residual != "satformer") {
+  if (ablation != model::GateAblation::kNone && o.config.value_residual != model::ValueResidualKind::kSatFormer) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--gate-ablation: the config has value_residual \"", o.config.value_residual,
+        "--gate-ablation: the config has value_residual \"", model::Name(o.config.value_residual),
         "\"; gates exist only with \"satformer\""));
   }
   std::vector<T> params;
@@ -58,9 +58,9 @@ absl::StatusOr<nlohmann::json> EvaluateTyped(const EvalOptions& o) {
                                                           nullptr));
   }
   if (o.gate_by_category) {
-    if (o.config.value_residual != "satformer") {
+    if (o.config.value_residual != model::ValueResidualKind::kSatFormer) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--gate-by-category: the config has value_residual \"", o.config.value_residual,
+          "--gate-by-category: the config has value_residual \"", model::Name(o.config.value_residual),
           "\"; gates exist only with \"satformer\""));
     }
     if (dataset == nullptr || !dataset->has_pos()) {

@@ -97,7 +97,7 @@ TEST(Eval, MeanAblationChangesTheLossAndKeepsTheMean) {
 
 TEST(Eval, AblationNeedsGates) {
   model::ModelConfig c = SatConfig();
-  c.value_residual = "none";
+  c.value_residual = model::ValueResidualKind::kNone;
   EvalOptions o = Options(WriteWeights(c, 1.0, "nogates.safetensors"));
   o.config = c;
   o.gate_ablation = "zero";

@@ -249,7 +249,7 @@ absl::StatusOr<TrainSummary> TrainGpu(const TrainOptions& options, const GpuTrai
   if (!o.quiet) {
     std::printf("model: %s residual, %s gate, %lld parameters on %s (cuda:%d), %s compute, fp32 "
                 "master weights%s; batch %d x %d tokens x %d replica(s), %d micro-batch(es)\n",
-                o.config.residual.c_str(), o.config.value_residual.c_str(),
+                model::Name(o.config.residual), model::Name(o.config.value_residual),
                 static_cast<long long>(n), kc::DeviceName(device).c_str(), device,
                 gpu.compute == core::DType::kBF16 ? "bf16" : "f32",
                 gpu.recompute ? ", activation recomputation" : "", o.batch_size, o.seq_len,

@@ -47,8 +47,9 @@ TrainOptions Options(const std::string& name, std::string residual,
   o.config.num_hidden_layers = 4;
   o.config.num_attention_heads = 4;
   o.config.num_key_value_heads = 2;
-  o.config.residual = residual;
-  o.config.value_residual = value_residual;
+  SATDAR_CHECK(model::FromName(residual, &o.config.residual) &&
+               model::FromName(value_residual, &o.config.value_residual))
+      << residual << " " << value_residual;
   if (residual == "dar" || residual == "attnres") o.config.block_size = 4;
   o.steps = 8;
   o.batch_size = 4;

@@ -197,7 +197,7 @@ absl::Status TrainRun<T>::Setup() {
   if (!o_.quiet) {
     std::printf("model: %s residual, %lld parameters on rank 0 (%s); batch %d x %d tokens per "
                 "replica, %d micro-batch(es), %d thread(s), %s\n",
-                o_.config.residual.c_str(), static_cast<long long>(table.size()),
+                model::Name(o_.config.residual), static_cast<long long>(table.size()),
                 g_.shape.ToString().c_str(), o_.batch_size, o_.seq_len, o_.microbatches,
                 o_.threads, o_.f64 ? "f64" : "f32");
     if (g_.shape.pp > 1) {

@@ -22,11 +22,12 @@ template <typename T>
 GpuDepthResidual<T>::GpuDepthResidual(const ModelConfig& c, cudaStream_t stream,
                                       core::cuda::CachingAllocator* alloc,
                                       const std::function<int64_t(const std::string&)>& offset_of)
-    : dar_(c.residual == "dar"), attnres_(c.residual == "attnres"), streams_(dar_ ? 2 : 1),
+    : dar_(c.residual == Residual::kDar), attnres_(c.residual == Residual::kAttnRes),
+      streams_(dar_ ? 2 : 1),
       sublayers_(2 * c.num_hidden_layers),
       block_(c.block_size > 0 ? c.block_size : (dar_ ? 2 : 1)), d_(c.hidden_size),
       eps_(static_cast<float>(c.rms_norm_eps)), stream_(stream), arena_(alloc, stream) {
-  SATDAR_CHECK(dar_ || attnres_) << "GpuDepthResidual: residual " << c.residual;
+  SATDAR_CHECK(dar_ || attnres_) << "GpuDepthResidual: residual " << Name(c.residual);
   dar_off_.resize(sublayers_ + 1);
   const char* kind = dar_ ? "dar" : "res";
   for (int l = 1; l <= sublayers_ + 1; ++l) {
@@ -44,13 +45,9 @@ GpuDepthResidual<T>::GpuDepthResidual(const ModelConfig& c, cudaStream_t stream,
       o.write = offset_of(p + ".write");
     }
   }
+  // route_[s] = {key stream, value stream}: the CPU model's DarRoute (one stream for AttnRes).
   if (attnres_) route_ = {{{0, 0}, {0, 0}}};
-  const std::string& v = c.dar_variant;
-  // route_[s] = {key stream, value stream}, as model/variants/dar.cc.
-  if (dar_ && v == "cross") route_ = {{{1, 0}, {0, 1}}};
-  if (dar_ && v == "self_kv") route_ = {{{0, 0}, {1, 1}}};
-  if (dar_ && v == "cross_v") route_ = {{{0, 1}, {1, 0}}};
-  if (dar_ && v == "fixed_kv") route_ = {{{0, 1}, {0, 1}}};
+  if (dar_) route_ = DarRoute(c.dar_variant);
 }
 
 template <typename T>

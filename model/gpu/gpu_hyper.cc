@@ -33,7 +33,7 @@ constexpr int kSinkhornSteps = 2 * kSinkhornIterations;
 template <typename T>
 GpuHyper<T>::GpuHyper(const ModelConfig& c, cudaStream_t stream, kc::GemmHandle* gemm,
                       kc::CachingAllocator* alloc)
-    : mhc_(c.residual == "mhc"), sublayers_(2 * c.num_hidden_layers), n_(c.hc_streams),
+    : mhc_(c.residual == Residual::kMhc), sublayers_(2 * c.num_hidden_layers), n_(c.hc_streams),
       d_(c.hidden_size), k_(mhc_ ? n_ * (n_ + 2) : n_ + 2), ld_((k_ + 7) / 8 * 8),
       eps_(static_cast<float>(c.rms_norm_eps)), stream_(stream), gemm_(gemm),
       arena_(alloc, stream), off_(sublayers_) {}

@@ -31,8 +31,8 @@ ModelConfig Tiny(const std::string& residual, const std::string& value_residual,
   c.num_attention_heads = 4;
   c.num_key_value_heads = 2;
   c.tie_word_embeddings = tied;
-  c.residual = residual;
-  c.value_residual = value_residual;
+  SATDAR_CHECK(FromName(residual, &c.residual) && FromName(value_residual, &c.value_residual))
+      << residual << " " << value_residual;
   c.block_size = block;
   return c;
 }
@@ -177,7 +177,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"BlockDar", Tiny("dar", "none", 4, true)},
                       Case{"BlockDarSelfKv", [] {
                              ModelConfig c = Tiny("dar", "satformer", 3, true);
-                             c.dar_variant = "self_kv";
+                             c.dar_variant = DarVariant::kSelfKv;
                              return c;
                            }()},
                       Case{"FullAttnRes", Tiny("attnres", "none", 1, true)},
@@ -187,7 +187,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"ResFormer", Tiny("standard", "resformer", 0, true)},
                       Case{"ResFormerLearnableDar", [] {
                              ModelConfig c = Tiny("dar", "resformer", 2, true);
-                             c.resformer_mode = "learnable_plus";
+                             c.resformer_mode = ResformerMode::kLearnablePlus;
                              return c;
                            }()},
                       Case{"HyperConnections", Tiny("hc", "none", 0, true)},
@@ -208,16 +208,13 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
 TEST(GpuModelSupportTest, NamesTheField) {
-  ModelConfig c = Tiny("bogus", "none", 0, true);
-  absl::Status s = CheckGpuSupport(c);
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(std::string(s.message()).find("residual 'bogus'"), std::string::npos) << s;
-  for (const char* residual : {"hc", "mhc", "muddformer", "denseformer", "attnres"}) {
+  for (const char* residual : {"standard", "dar", "hc", "mhc", "muddformer", "denseformer",
+                               "attnres"}) {
     EXPECT_TRUE(CheckGpuSupport(Tiny(residual, "satformer", 0, true)).ok()) << residual;
   }
-  c = Tiny("mhc", "none", 0, true);
+  ModelConfig c = Tiny("mhc", "none", 0, true);
   c.hc_streams = 9;
-  s = CheckGpuSupport(c);
+  absl::Status s = CheckGpuSupport(c);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(std::string(s.message()).find("hc_streams 9 exceeds"), std::string::npos) << s;
   c = Tiny("hc", "none", 0, true);
@@ -227,7 +224,7 @@ TEST(GpuModelSupportTest, NamesTheField) {
   s = CheckGpuSupport(c);
   EXPECT_NE(std::string(s.message()).find("(hc_streams + 1) x hidden_size = 3 x 48"),
             std::string::npos) << s;
-  c.residual = "mhc";  // mHC's projection is one tensor: no adjacency needed
+  c.residual = Residual::kMhc;  // mHC's projection is one tensor: no adjacency needed
   EXPECT_TRUE(CheckGpuSupport(c).ok());
   EXPECT_TRUE(CheckGpuSupport(Tiny("standard", "resformer", 0, true)).ok());
   EXPECT_TRUE(CheckGpuSupport(Tiny("dar", "satformer", 4, true)).ok());

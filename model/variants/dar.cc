@@ -22,11 +22,7 @@ class Dar : public Topology<T> {
         d_(c.hidden_size), eps_(c.rms_norm_eps), pool_(pool), offsets_(sublayers_ + 1),
         steps_(sublayers_ + 1), first_(2 * shard.first_layer(c) + 1),
         last_(2 * shard.end_layer(c)) {
-    // (key stream, value stream) of target stream s, per variant.
-    if (c.dar_variant == "cross") route_ = {{{1, 0}, {0, 1}}};
-    if (c.dar_variant == "self_kv") route_ = {{{0, 0}, {1, 1}}};
-    if (c.dar_variant == "cross_v") route_ = {{{0, 1}, {1, 0}}};
-    if (c.dar_variant == "fixed_kv") route_ = {{{0, 1}, {0, 1}}};
+    route_ = DarRoute(c.dar_variant);  // (key stream, value stream) of target stream s
   }
 
   static std::string Prefix(int l) {

@@ -15,7 +15,7 @@ class Resformer : public ValueResidual<T> {
   // Under tensor parallelism each rank mixes its own KV heads; the lambdas' gradients are
   // then partial sums over the TP group.
   Resformer(const ModelConfig& c, const Sharding& shard, core::ThreadPool* pool)
-      : learnable_(c.resformer_mode == "learnable_plus"), layers_(c.num_hidden_layers),
+      : learnable_(c.resformer_mode == ResformerMode::kLearnablePlus), layers_(c.num_hidden_layers),
         width_(shard.TpCount(c.num_key_value_heads) * c.head_size()), partial_(shard.tp_size > 1),
         pool_(pool), lambda2_(layers_, -1) {}
 
