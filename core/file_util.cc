@@ -280,6 +280,23 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& con
   return s;
 }
 
+absl::Status MakeDirs(const std::string& path) {
+  std::string at;
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t slash = path.find('/', start);
+    if (slash == std::string::npos) slash = path.size();
+    at = path.substr(0, slash);
+    start = slash + 1;
+    if (at.empty()) continue;
+    if (::mkdir(at.c_str(), 0755) != 0 && errno != EEXIST) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot create folder ", at, ": ", std::strerror(errno)));
+    }
+  }
+  return CheckFolder(path);
+}
+
 absl::Status RemoveTree(const std::string& path) {
   struct stat st;
   if (::lstat(path.c_str(), &st) != 0) {

@@ -85,6 +85,9 @@ bool SameFile(const std::string& a, const std::string& b);
 
 absl::Status WriteFileAtomically(const std::string& path, const std::string& contents);
 
+// Creates a folder and every missing parent (mkdir -p); InvalidArgument naming the part that
+// cannot be created.
+absl::Status MakeDirs(const std::string& path);
 // Removes a file, or a folder with everything in it; OK when path does not exist.
 absl::Status RemoveTree(const std::string& path);
 // Makes a folder's entries (renames, new files) durable.

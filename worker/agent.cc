@@ -41,19 +41,6 @@ std::string KeyString(const RankKey& k) {
   return absl::StrCat(std::get<0>(k), " attempt ", std::get<1>(k), " rank ", std::get<2>(k));
 }
 
-absl::Status MakeDirs(const std::string& path) {
-  std::string at;
-  for (absl::string_view part : absl::StrSplit(path, '/')) {
-    at += std::string(part) + "/";
-    if (part.empty()) continue;
-    if (::mkdir(at.c_str(), 0755) != 0 && errno != EEXIST) {
-      return absl::InvalidArgumentError(absl::StrCat("cannot create folder ", at, ": ",
-                                                     std::strerror(errno)));
-    }
-  }
-  return absl::OkStatus();
-}
-
 // Field 22 of /proc/<pid>/stat: when the process started (tells a pid's reuse apart).
 std::string StartTime(pid_t pid) {
   std::ifstream f(absl::StrCat("/proc/", pid, "/stat"));
@@ -289,8 +276,8 @@ bool Agent::HeartbeatOnce() {
 absl::Status Agent::Start(const v1::RankAssignment& a) {
   const std::string local = absl::StrCat(o_.work_dir, "/jobs/", a.job_id(), "/attempt-", a.attempt());
   const std::string shared = absl::StrCat(o_.shared_dir, "/jobs/", a.job_id());
-  SATDAR_RETURN_IF_ERROR(MakeDirs(local));
-  SATDAR_RETURN_IF_ERROR(MakeDirs(shared));
+  SATDAR_RETURN_IF_ERROR(core::MakeDirs(local));
+  SATDAR_RETURN_IF_ERROR(core::MakeDirs(shared));
   const std::string config = local + "/config.json";
   SATDAR_RETURN_IF_ERROR(core::WriteFileAtomically(config, a.config_json()));
   std::vector<std::string> argv = {o_.satdar, "train", "--config", config};
@@ -420,10 +407,10 @@ absl::Status RunWorker(const AgentOptions& options, const std::atomic<bool>* sto
   if (o.device != "cpu" && o.device != "cuda") {
     return absl::InvalidArgumentError("--device must be cpu or cuda");
   }
-  if (absl::Status s = MakeDirs(o.work_dir); !s.ok()) {
+  if (absl::Status s = core::MakeDirs(o.work_dir); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--work-dir: ", s.message()));
   }
-  if (absl::Status s = core::CheckFolder(o.shared_dir); !s.ok()) {
+  if (absl::Status s = core::MakeDirs(o.shared_dir); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--shared-dir: ", s.message()));
   }
   if (!o.data_root.empty()) {

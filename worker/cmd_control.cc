@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "coordinator/server.h"
 #include "core/check.h"
+#include "core/file_util.h"
 #include "proto/rpc.h"
 #include "worker/agent.h"
 #include "worker/cli_util.h"
@@ -79,8 +80,10 @@ absl::Status RunCoordinatorCommand(const std::vector<std::string>& args) {
     return absl::InvalidArgumentError("satdar coordinator: --lease-seconds must be at least two "
                                       "heartbeats (--heartbeat-ms)");
   }
-  SATDAR_RETURN_IF_ERROR(CheckInputs({{"--state-dir", o.state_dir, InputPath::kFolder},
-                                      {"--tls-cert", o.tls_cert},
+  if (absl::Status s = core::MakeDirs(o.state_dir); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--state-dir: ", s.message()));
+  }
+  SATDAR_RETURN_IF_ERROR(CheckInputs({{"--tls-cert", o.tls_cert},
                                       {"--tls-key", o.tls_key}}));
   SATDAR_ASSIGN_OR_RETURN(o.client_token, TokenOf(flags, "--token-file", "SATDAR_TOKEN_FILE"));
   SATDAR_ASSIGN_OR_RETURN(o.worker_token, TokenOf(flags, "--worker-token-file", "SATDAR_WORKER_TOKEN_FILE"));
