@@ -63,6 +63,11 @@ absl::Status Synchronize() {
   return absl::OkStatus();
 }
 
+absl::Status WaitEvent(void* event) {
+  SATDAR_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
+  return absl::OkStatus();
+}
+
 std::string DeviceName(int device) {
   cudaDeviceProp prop;
   if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) return "unknown GPU";
@@ -85,6 +90,7 @@ void Free(void*) {}
 absl::Status CopyToDevice(void*, const void*, size_t) { return NoCuda(); }
 absl::Status CopyToHost(void*, const void*, size_t) { return NoCuda(); }
 absl::Status Synchronize() { return NoCuda(); }
+absl::Status WaitEvent(void*) { return NoCuda(); }
 
 #endif  // SATDAR_WITH_CUDA
 

@@ -20,6 +20,8 @@ void Free(void* ptr);
 absl::Status CopyToDevice(void* dst, const void* src, size_t bytes);
 absl::Status CopyToHost(void* dst, const void* src, size_t bytes);
 absl::Status Synchronize();
+// Blocks until a cudaEvent_t (passed as void*) has happened.
+absl::Status WaitEvent(void* event);
 
 }  // namespace satdar::core::cuda
 
