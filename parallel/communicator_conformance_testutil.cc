@@ -8,7 +8,10 @@
 #include <string>
 #include <vector>
 
+#include <thread>
+
 #include "absl/strings/str_cat.h"
+#include "core/cuda/runtime.h"
 #include "gtest/gtest.h"
 #include "parallel/mesh.h"
 
@@ -393,6 +396,32 @@ void RunCommunicatorConformance(Communicator* comm, int rank, int size,
     check(c);
     if (::testing::Test::HasFatalFailure()) return;
   }
+}
+
+ConformanceMemory CudaMemory(int device) {
+  ConformanceMemory m;
+  m.alloc = [device](size_t bytes) {
+    auto p = core::cuda::Malloc(bytes, device);
+    EXPECT_TRUE(p.ok()) << p.status();
+    return p.ok() ? *p : nullptr;
+  };
+  m.free = [](void* p) { core::cuda::Free(p); };
+  m.to_device = [](void* d, const void* h, size_t n) {
+    EXPECT_TRUE(core::cuda::CopyToDevice(d, h, n).ok());
+  };
+  m.to_host = [](void* h, const void* d, size_t n) {
+    EXPECT_TRUE(core::cuda::CopyToHost(h, d, n).ok());
+  };
+  return m;
+}
+
+void OnRanks(std::vector<std::unique_ptr<Communicator>>& comms,
+             const std::function<void(int rank, Communicator* comm)>& body) {
+  std::vector<std::thread> threads;
+  for (size_t r = 0; r < comms.size(); ++r) {
+    threads.emplace_back([&, r] { body(static_cast<int>(r), comms[r].get()); });
+  }
+  for (auto& t : threads) t.join();
 }
 
 }  // namespace satdar::parallel

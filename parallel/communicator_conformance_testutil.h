@@ -16,6 +16,8 @@
 
 #include <cstddef>
 #include <functional>
+#include <memory>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "parallel/communicator.h"
@@ -42,6 +44,13 @@ struct ConformanceOptions {
   absl::Duration timeout = absl::Milliseconds(300);
   ConformanceMemory memory;
 };
+
+// Buffers in this GPU's memory (cudaMalloc, cudaMemcpy); failures are gtest failures.
+ConformanceMemory CudaMemory(int device);
+
+// Runs body(rank, comm) on one thread per rank and joins them.
+void OnRanks(std::vector<std::unique_ptr<Communicator>>& comms,
+             const std::function<void(int rank, Communicator* comm)>& body);
 
 void RunCommunicatorConformance(Communicator* comm, int rank, int size,
                                 const ConformanceOptions& options = {});

@@ -16,16 +16,6 @@ namespace {
 
 using core::DType;
 
-// Runs body(rank, comm) on one thread per rank and joins them.
-void OnRanks(std::vector<std::unique_ptr<Communicator>>& comms,
-             const std::function<void(int, Communicator*)>& body) {
-  std::vector<std::thread> threads;
-  for (size_t r = 0; r < comms.size(); ++r) {
-    threads.emplace_back([&, r] { body(static_cast<int>(r), comms[r].get()); });
-  }
-  for (auto& t : threads) t.join();
-}
-
 // The shared closed-form checks (parallel/communicator_conformance_testutil.h) on groups of
 // 1 to 4 threads.
 TEST(LocalCommunicator, Conformance) {

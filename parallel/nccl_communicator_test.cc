@@ -22,18 +22,7 @@ ConformanceOptions DeviceOptions(int device) {
   o.rank_order_reductions = false;  // NCCL reduces in its ring/tree order
   o.tags_match = false;             // NCCL matches Send/Recv by order only
   o.timeout = absl::Seconds(2);
-  o.memory.alloc = [device](size_t bytes) {
-    auto p = core::cuda::Malloc(bytes, device);
-    EXPECT_TRUE(p.ok()) << p.status();
-    return p.ok() ? *p : nullptr;
-  };
-  o.memory.free = [](void* p) { core::cuda::Free(p); };
-  o.memory.to_device = [](void* d, const void* h, size_t n) {
-    EXPECT_TRUE(core::cuda::CopyToDevice(d, h, n).ok());
-  };
-  o.memory.to_host = [](void* h, const void* d, size_t n) {
-    EXPECT_TRUE(core::cuda::CopyToHost(h, d, n).ok());
-  };
+  o.memory = CudaMemory(device);
   return o;
 }
 

@@ -27,15 +27,6 @@ std::vector<std::unique_ptr<Communicator>> StagedGroup(int n, const DeviceCopier
   return out;
 }
 
-void OnRanks(std::vector<std::unique_ptr<Communicator>>& comms,
-             const std::function<void(int, Communicator*)>& body) {
-  std::vector<std::thread> threads;
-  for (size_t r = 0; r < comms.size(); ++r) {
-    threads.emplace_back([&, r] { body(static_cast<int>(r), comms[r].get()); });
-  }
-  for (auto& t : threads) t.join();
-}
-
 ConformanceOptions SeparateMemory() {
   ConformanceOptions o;
   o.memory.alloc = [](size_t bytes) { return std::malloc(bytes == 0 ? 1 : bytes); };
@@ -94,18 +85,7 @@ TEST(StagedCommunicator, CopyFailureIsTheCallsErrorNamingTheRank) {
 TEST(StagedCommunicator, TwoRanksShareOneGpu) {
   if (core::cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA GPU on this machine";
   ConformanceOptions o;
-  o.memory.alloc = [](size_t bytes) {
-    auto p = core::cuda::Malloc(bytes == 0 ? 1 : bytes, 0);
-    EXPECT_TRUE(p.ok()) << p.status();
-    return p.ok() ? *p : nullptr;
-  };
-  o.memory.free = [](void* p) { core::cuda::Free(p); };
-  o.memory.to_device = [](void* d, const void* h, size_t n) {
-    EXPECT_TRUE(core::cuda::CopyToDevice(d, h, n).ok());
-  };
-  o.memory.to_host = [](void* h, const void* d, size_t n) {
-    EXPECT_TRUE(core::cuda::CopyToHost(h, d, n).ok());
-  };
+  o.memory = CudaMemory(0);
   auto comms = StagedGroup(2, CudaCopier());
   OnRanks(comms, [&](int r, Communicator* c) { RunCommunicatorConformance(c, r, 2, o); });
 }
