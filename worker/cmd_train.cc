@@ -17,11 +17,12 @@
 #include "parallel/local_communicator.h"
 #include "parallel/mesh.h"
 #include "parallel/mpi_communicator.h"
+#include "parallel/nccl_communicator.h"
+#include "parallel/staged_communicator.h"
 #include "worker/cli.h"
 #include "worker/cli_util.h"
 #include "worker/commands.h"
 #include "worker/grpc_kv_store.h"
-#include "worker/gpu_trainer.h"
 #include "worker/train_flags.h"
 #include "worker/trainer.h"
 
@@ -50,56 +51,19 @@ int EnvInt(const char* name, int fallback) {
   return v != nullptr && absl::SimpleAtoi(v, &out) ? out : fallback;
 }
 
-// `satdar train --device cuda`: one process per GPU.
-absl::StatusOr<TrainSummary> TrainOnGpu(const FlagSet& flags, TrainOptions o, bool* print_done) {
-  GpuTrainOptions gpu;
-  const std::string dtype = flags.Has("--dtype") ? flags.Get("--dtype") : "bf16";
-  if (dtype != "bf16" && dtype != "f32") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "satdar train --device cuda: flag --dtype must be bf16 or f32, got '", dtype, "'"));
-  }
-  gpu.compute = dtype == "bf16" ? core::DType::kBF16 : core::DType::kF32;
-  gpu.recompute = flags.GetBool("--recompute");
-  SATDAR_ASSIGN_OR_RETURN(core::Device device, core::ParseDevice(flags.Get("--device")));
-  gpu.device = flags.Get("--device").find(':') != std::string::npos ? device.index : -1;
-  SATDAR_ASSIGN_OR_RETURN(gpu.peak_tflops, flags.GetDouble("--peak-tflops", 0.0, false, 1e6));
-  SATDAR_RETURN_IF_ERROR(core::CheckDeviceAvailable(device));
-  if (!flags.Has("--stats-every")) o.stats_every = 0;
-  // The rank comes from mpirun or from --rank/--world-size (or $SATDAR_RANK /
-  // $SATDAR_WORLD_SIZE); the ranks meet over NCCL through --rendezvous.
-  parallel::GlooOptions id;  // rank, world size and rendezvous folder (not Gloo's transport)
-  const absl::StatusOr<parallel::GlooOptions> env = parallel::GlooOptionsFromEnv();
-  if (env.ok()) id = *env;
-  id.rank = EnvInt("OMPI_COMM_WORLD_RANK", id.rank);
-  id.world_size = EnvInt("OMPI_COMM_WORLD_SIZE", id.world_size);
-  SATDAR_RETURN_IF_ERROR(ApplyRankFlags(flags, &id));
-  if (id.world_size < 1) id.world_size = 1;  // alone
-  if (id.rank < 0 && id.world_size == 1) id.rank = 0;
-  if (id.rank < 0 || id.rank >= id.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat("satdar train --device cuda: rank ", id.rank,
-                                                   " is outside the world of ", id.world_size));
-  }
-  gpu.rank = id.rank;
-  gpu.world_size = id.world_size;
-  gpu.rendezvous_dir = id.store_dir;
-  absl::StatusOr<TrainSummary> summary = TrainGpu(o, gpu);
-  *print_done = gpu.rank == 0;
-  if (summary.ok() && !o.quiet && *print_done) {
-    std::printf("done: %lld steps, final loss %.4f, %.0f tokens/s, MFU %.1f%%, peak GPU memory "
-                "%.2f GiB\n",
-                static_cast<long long>(summary->steps), summary->final_loss,
-                summary->tokens_per_second, 100 * summary->mfu,
-                summary->peak_device_bytes / 1073741824.0);
-    *print_done = false;
-  }
-  return summary;
-}
-
-// One rank of a launch without mpirun: the ranks meet through a key-value store.
-absl::StatusOr<TrainSummary> TrainGlooRank(const FlagSet& flags, TrainOptions o) {
+// The rendezvous of a launch with one process per rank: this rank, the world size and the store
+// the ranks meet in (the coordinator's for a job run by workers, else a shared folder's).
+// mpirun's environment gives the rank when `mpi_env` (GPU ranks under mpirun meet over Gloo
+// and NCCL, not MPI).
+absl::StatusOr<parallel::GlooOptions> Rendezvous(const FlagSet& flags, const TrainOptions& o,
+                                                 bool mpi_env) {
   parallel::GlooOptions g;
   const absl::StatusOr<parallel::GlooOptions> env = parallel::GlooOptionsFromEnv();
   if (env.ok()) g = *env;
+  if (mpi_env) {
+    g.rank = EnvInt("OMPI_COMM_WORLD_RANK", g.rank);
+    g.world_size = EnvInt("OMPI_COMM_WORLD_SIZE", g.world_size);
+  }
   SATDAR_RETURN_IF_ERROR(ApplyRankFlags(flags, &g));
   if (flags.Has("--gloo-iface")) g.interface = flags.Get("--gloo-iface");
   if (flags.Has("--coordinator")) {
@@ -126,9 +90,10 @@ absl::StatusOr<TrainSummary> TrainGlooRank(const FlagSet& flags, TrainOptions o)
     g.store_dir = "coordinator";
   }
   if (g.rank < 0 || g.world_size < 1 || g.store_dir.empty()) {
-    return absl::InvalidArgumentError(
-        "satdar train: --launcher gloo needs --rank, --world-size and --rendezvous (or "
-        "$SATDAR_RANK, $SATDAR_WORLD_SIZE and $SATDAR_RENDEZVOUS_DIR)");
+    return absl::InvalidArgumentError(absl::StrCat(
+        "satdar train: ", mpi_env ? "--device cuda with --dp > 1" : "--launcher gloo",
+        " needs --rank, --world-size and --rendezvous (or $SATDAR_RANK, $SATDAR_WORLD_SIZE and "
+        "$SATDAR_RENDEZVOUS_DIR)"));
   }
   if (g.world_size != o.mesh.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -136,6 +101,76 @@ absl::StatusOr<TrainSummary> TrainGlooRank(const FlagSet& flags, TrainOptions o)
         o.mesh.ToString(), " = ", o.mesh.size()));
   }
   g.timeout = absl::Seconds(o.comm_timeout_seconds);
+  return g;
+}
+
+// `satdar train --device cuda`: one process per rank, each on a GPU of its own (NCCL) or
+// sharing GPUs (--gpu-comm host: device buffers staged through Gloo). The ranks' host world
+// (Gloo) carries what every rank must agree on; the device world carries the gradients.
+absl::StatusOr<TrainSummary> TrainOnGpu(const FlagSet& flags, TrainOptions o, bool* print_done) {
+  GpuOptions& gpu = o.gpu;
+  gpu.enabled = true;
+  const std::string dtype = flags.Has("--dtype") ? flags.Get("--dtype") : "bf16";
+  if (dtype != "bf16" && dtype != "f32") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "satdar train --device cuda: flag --dtype must be bf16 or f32, got '", dtype, "'"));
+  }
+  gpu.compute = dtype == "bf16" ? core::DType::kBF16 : core::DType::kF32;
+  gpu.recompute = flags.GetBool("--recompute");
+  SATDAR_ASSIGN_OR_RETURN(core::Device device, core::ParseDevice(flags.Get("--device")));
+  gpu.device = flags.Get("--device").find(':') != std::string::npos ? device.index : -1;
+  SATDAR_ASSIGN_OR_RETURN(gpu.peak_tflops, flags.GetDouble("--peak-tflops", 0.0, false, 1e6));
+  SATDAR_RETURN_IF_ERROR(core::CheckDeviceAvailable(device));
+  if (!flags.Has("--stats-every")) o.stats_every = 0;
+  const bool staged = flags.Get("--gpu-comm") == "host";
+  std::unique_ptr<parallel::Communicator> host, device_world;
+  int rank = 0;
+  if (o.mesh.size() > 1) {
+    SATDAR_ASSIGN_OR_RETURN(parallel::GlooOptions g, Rendezvous(flags, o, /*mpi_env=*/true));
+    rank = g.rank;
+    if (g.store == nullptr) {
+      SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<parallel::FileKvStore> files,
+                              parallel::FileKvStore::Open(g.store_dir));
+      g.store = std::shared_ptr<parallel::KvStore>(std::move(files));
+    }
+    SATDAR_ASSIGN_OR_RETURN(host, parallel::GlooWorld(g));
+    parallel::CollectiveOptions copts;
+    copts.timeout = g.timeout;
+    if (staged) {
+      SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> part,
+                              host->Split(0, g.rank, copts));
+      device_world = parallel::StageThroughHost(std::move(part), parallel::CudaCopier());
+      gpu.world_kind = "host staging (Gloo)";
+    } else {
+      parallel::NcclOptions n;
+      n.rank = g.rank;
+      n.world_size = g.world_size;
+      n.device = gpu.device;
+      n.store = g.store;
+      n.prefix = g.prefix + "nccl/";
+      n.timeout = g.timeout;
+      SATDAR_ASSIGN_OR_RETURN(device_world, parallel::NcclWorld(n));
+      gpu.world_kind = "NCCL";
+    }
+    o.world = host.get();
+    gpu.world = device_world.get();
+  }
+  absl::StatusOr<TrainSummary> summary = Train(o);
+  *print_done = rank == 0;
+  if (summary.ok() && !o.quiet && *print_done) {
+    std::printf("done: %lld steps, final loss %.4f, %.0f tokens/s, MFU %.1f%%, peak GPU memory "
+                "%.2f GiB\n",
+                static_cast<long long>(summary->steps), summary->final_loss,
+                summary->tokens_per_second, 100 * summary->mfu,
+                summary->peak_device_bytes / 1073741824.0);
+    *print_done = false;
+  }
+  return summary;
+}
+
+// One rank of a launch without mpirun: the ranks meet through a key-value store.
+absl::StatusOr<TrainSummary> TrainGlooRank(const FlagSet& flags, TrainOptions o) {
+  SATDAR_ASSIGN_OR_RETURN(parallel::GlooOptions g, Rendezvous(flags, o, /*mpi_env=*/false));
   SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> world, parallel::GlooWorld(g));
   o.world = world->size() > 1 ? world.get() : nullptr;
   return Train(o);
@@ -213,7 +248,7 @@ absl::Status RunTrain(const std::vector<std::string>& args) {
           "satdar train: flag --dtype must be f32 or f64, got 'bf16' (bf16 is for --device cuda)");
     }
     o.f64 = flags.Get("--dtype") == "f64";
-    for (const char* f : {"--recompute", "--peak-tflops"}) {
+    for (const char* f : {"--recompute", "--peak-tflops", "--gpu-comm"}) {
       if (flags.Has(f)) {
         return absl::InvalidArgumentError(
             absl::StrCat("satdar train: flag ", f, " is for --device cuda"));

@@ -26,6 +26,10 @@ void DefineTrainFlags(FlagSet* flags) {
   flags->Define("--device", "cpu, cuda or cuda:N", false, "cpu");
   flags->DefineBool("--recompute",
                     "with --device cuda: recompute each sublayer's activations in backward");
+  flags->DefineEnum("--gpu-comm",
+                    "with --device cuda --dp > 1: how the GPUs exchange gradients: nccl (a GPU "
+                    "per rank) or host (through host memory over Gloo; ranks may share a GPU)",
+                    {"nccl", "host"}, "nccl");
   flags->Define("--peak-tflops", "with --device cuda: the GPU's dense bf16 peak, for MFU", false,
                 "989");
   flags->Define("--lr", "peak learning rate", false, "1e-3");

@@ -8,12 +8,28 @@
 #include <optional>
 #include <string>
 
+#include "core/dtype.h"
 #include "data/mqar.h"
 #include "model/config.h"
 #include "parallel/communicator.h"
 #include "parallel/mesh.h"
 
 namespace satdar::worker {
+
+// `satdar train --device cuda`: one GPU per rank (or several ranks sharing one through host
+// staging), bf16 or f32 compute, fp32 master weights (worker/cuda_engine.h).
+struct GpuOptions {
+  bool enabled = false;                      // false: the CPU
+  int device = -1;                           // CUDA device; -1: rank % visible devices
+  core::DType compute = core::DType::kBF16;  // kBF16 or kF32
+  bool recompute = false;                    // activation recomputation per sublayer
+  double peak_tflops = 989.0;  // the GPU's dense bf16 peak, for MFU (H100/H200 SXM)
+  // The ranks' communicator for device buffers (NCCL, or parallel/staged_communicator.h);
+  // null for a single rank. `world` below stays the host communicator (rank agreement, the
+  // checkpoint folder's status, the mesh).
+  parallel::Communicator* world = nullptr;
+  std::string world_kind = "nccl";  // what `world` is, for the console: "nccl" or "host staging"
+};
 
 struct TrainOptions {
   model::ModelConfig config;
@@ -69,6 +85,7 @@ struct TrainOptions {
   int zero_stage = 0;
   // A peer that does not answer within this time fails the run (exit 1), never a hang.
   int comm_timeout_seconds = 300;
+  GpuOptions gpu;
 };
 
 struct TrainSummary {

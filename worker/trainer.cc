@@ -14,23 +14,20 @@
 #include "core/check.h"
 #include "core/file_util.h"
 #include "core/ops/adamw.h"
-#include "core/ops/gemm.h"
-#include "core/thread_pool.h"
 #include "data/batches.h"
 #include "data/dataset.h"
 #include "data/mqar.h"
 #include "data/stream.h"
-#include "model/model.h"
 #include "nlohmann/json.hpp"
-#include "parallel/pipeline.h"
 #include "worker/checkpoint.h"
 #include "worker/jsonl_writer.h"
 #include "worker/checkpoint_dir.h"
 #include "worker/cli_util.h"
 #include "worker/mesh_groups.h"
-#include "worker/gradient_sync.h"
+#include "worker/cpu_engine.h"
+#include "worker/cuda_engine.h"
 #include "worker/rank_agreement.h"
-#include "worker/train_state.h"
+#include "worker/step_engine.h"
 
 namespace satdar::worker {
 
@@ -45,57 +42,8 @@ int64_t PeakRssBytes() {
 }
 
 
-// Mean cross-entropy on the first eval_batches batches of the validation split.
-template <typename T>
-class Validator {
- public:
-  static absl::StatusOr<std::unique_ptr<Validator>> Create(const TrainOptions& o,
-                                                           model::Model<T>* model) {
-    if (o.eval_every <= 0) return std::unique_ptr<Validator>();
-    auto v = std::unique_ptr<Validator>(new Validator(o, model));
-    SATDAR_ASSIGN_OR_RETURN(v->source_, OpenEvalData(o));
-    return v;
-  }
-  // Every rank of a replica takes part; with pipeline stages the batches flow through the
-  // pipeline and the last stage's mean reaches every stage.
-  absl::StatusOr<double> Loss(const T* params, parallel::PipelineSchedule<T>* pipeline,
-                              parallel::Communicator* pp) {
-    double sum = 0;
-    if (pipeline == nullptr) {
-      for (int i = 0; i < batches_; ++i) {
-        source_->Batch(0, 0, static_cast<int64_t>(i) * batch_, batch_, seq_len_, tokens_.data());
-        model_->Forward(params, tokens_.data(), batch_, seq_len_);
-        SATDAR_RETURN_IF_ERROR(model_->comm_status());
-        sum += model_->last_cross_entropy();
-      }
-      return sum / batches_;
-    }
-    std::vector<std::vector<int32_t>> all(batches_, tokens_);
-    for (int i = 0; i < batches_; ++i) {
-      source_->Batch(0, 0, static_cast<int64_t>(i) * batch_, batch_, seq_len_, all[i].data());
-    }
-    SATDAR_ASSIGN_OR_RETURN(
-        sum, pipeline->ForwardOnly(params, [&](int mb) { return all[mb].data(); }, batches_,
-                                   batch_, seq_len_));
-    SATDAR_RETURN_IF_ERROR(
-        pp->AllReduce(&sum, 1, core::DType::kF64, parallel::ReduceOp::kSum, copts_)->Wait());
-    return sum / batches_;
-  }
-
- private:
-  Validator(const TrainOptions& o, model::Model<T>* model)
-      : copts_{absl::Seconds(o.comm_timeout_seconds), nullptr},
-        model_(model), batches_(o.eval_batches), batch_(o.batch_size / o.microbatches),
-        seq_len_(o.seq_len), tokens_(static_cast<size_t>(batch_) * (o.seq_len + 1)) {}
-  const parallel::CollectiveOptions copts_;
-  model::Model<T>* model_;
-  const int batches_, batch_, seq_len_;
-  std::vector<int32_t> tokens_;
-  std::unique_ptr<data::BatchSource> source_;
-};
-
-// One rank's run of `satdar train`: setup, resume, the steps, checkpoints, the summary.
-template <typename T>
+// One rank's run of `satdar train`: setup, resume, the steps, checkpoints, the summary, on
+// whichever device its engine runs (step_engine.h).
 class TrainRun {
  public:
   explicit TrainRun(const TrainOptions& options) : o_(options) {
@@ -117,18 +65,15 @@ class TrainRun {
 
  private:
   absl::Status Fail(const absl::Status& s, int64_t step) const {
-    return absl::Status(s.code(), absl::StrCat("rank ", g_.rank, " (", g_.shape.ToString(),
+    engine_->Abandon();
+    return absl::Status(s.code(), absl::StrCat("rank ", g_.rank, " (", engine_->Where(),
                                                "), step ", step, ": ", s.message()));
   }
 
   absl::Status Setup();
-  absl::Status BuildModels();
   absl::Status HoldOutputs();
   absl::Status Resume();
   absl::Status Step(int64_t step);
-  // Forward and backward over the step's micro-batches (or the pipeline's 1F1B schedule);
-  // the summed loss of this rank's share.
-  absl::StatusOr<double> ForwardBackward();
   absl::Status Log(int64_t step, double loss, const core::AdamWParams& hp, double grad_norm,
                    double seconds);
   absl::Status Checkpoint(int64_t step, double loss);
@@ -137,18 +82,10 @@ class TrainRun {
   TrainOptions o_;
   parallel::CollectiveOptions copts_;
   MeshGroups g_;
-  std::unique_ptr<core::ThreadPool> pool_;
-  model::CommErrors comm_errors_;
-  std::vector<std::unique_ptr<model::Model<T>>> models_;  // one per micro-batch in flight (1F1B)
-  model::Model<T>* model_ = nullptr;
-  std::unique_ptr<parallel::PipelineSchedule<T>> pipeline_;
-  std::unique_ptr<TrainState<T>> state_;
-  std::unique_ptr<GradientSync<T>> sync_;
-  std::unique_ptr<data::BatchSource> source_;
-  std::unique_ptr<Validator<T>> validator_;
+  std::unique_ptr<StepEngine> engine_;
+  std::unique_ptr<data::BatchSource> source_, eval_source_;
   std::unique_ptr<data::BatchStream> stream_;
   std::vector<std::vector<int32_t>> micro_;
-  std::vector<T> shard_;  // ZeRO-1: this replica's slice of the reduced gradients
   std::unique_ptr<CheckpointDirLock> hold_;
   JsonlWriter log_;
   std::string config_json_, trainer_json_;
@@ -161,8 +98,9 @@ class TrainRun {
   TrainSummary summary_;
 };
 
-template <typename T>
-absl::Status TrainRun<T>::Setup() {
+absl::Status TrainRun::Setup() {
+  // What the device cannot run is refused before any rank talks.
+  if (o_.gpu.enabled) SATDAR_RETURN_IF_ERROR(CheckCudaEngine(o_));
   // Before anything else talks: every rank must have been started with the same run.
   SATDAR_RETURN_IF_ERROR(CheckSameOnEveryRank(o_.world, RunFingerprint(o_), copts_));
   SATDAR_ASSIGN_OR_RETURN(g_, BuildMeshGroups(o_.world, o_.mesh, copts_));
@@ -172,41 +110,28 @@ absl::Status TrainRun<T>::Setup() {
     o_.log_jsonl.clear();
     o_.summary_json.clear();
   }
-  if (o_.zero_stage == 1 && g_.shape.ep > 1) {
-    return absl::InvalidArgumentError(
-        "--zero 1 with --ep > 1 is not supported (expert weights are reduced over a different "
-        "group); use --zero 0");
+  if (o_.gpu.enabled) {
+    SATDAR_ASSIGN_OR_RETURN(engine_, CreateCudaEngine(o_, &g_));
+  } else {
+    SATDAR_ASSIGN_OR_RETURN(engine_, CreateCpuEngine(o_, &g_));
   }
-  core::cpu::InitBlas();
-  pool_ = std::make_unique<core::ThreadPool>(o_.threads);
-  SATDAR_RETURN_IF_ERROR(BuildModels());
-  const model::ParamTable& table = model_->params();
-  const int replicas = g_.data_size();
   std::string data_description;
   SATDAR_ASSIGN_OR_RETURN(source_, OpenTrainingData(o_, &data_description));
   if (!o_.quiet) std::printf("data: %s\n", data_description.c_str());
-  SATDAR_ASSIGN_OR_RETURN(validator_, Validator<T>::Create(o_, model_));
-  state_ = std::make_unique<TrainState<T>>(table, replicas, g_.data_rank(), o_.zero_stage == 1,
-                                           o_.seed);
-  sync_ = std::make_unique<GradientSync<T>>(table, &g_, o_.config, state_->shard_len(), copts_);
+  if (o_.eval_every > 0) {
+    SATDAR_ASSIGN_OR_RETURN(eval_source_, OpenEvalData(o_));
+  }
   config_json_ = model::ModelConfigToJson(o_.config);
   trainer_json_ = TrainerJson(o_);
   SATDAR_RETURN_IF_ERROR(HoldOutputs());
   SATDAR_RETURN_IF_ERROR(Resume());
   if (!o_.log_jsonl.empty()) SATDAR_RETURN_IF_ERROR(log_.Open(o_.log_jsonl));
   if (!o_.quiet) {
-    std::printf("model: %s residual, %lld parameters on rank 0 (%s); batch %d x %d tokens per "
-                "replica, %d micro-batch(es), %d thread(s), %s\n",
-                model::Name(o_.config.residual), static_cast<long long>(table.size()),
-                g_.shape.ToString().c_str(), o_.batch_size, o_.seq_len, o_.microbatches,
-                o_.threads, o_.f64 ? "f64" : "f32");
-    if (g_.shape.pp > 1) {
-      std::printf("pipeline: %d stages of %d layers, 1F1B over %d micro-batches\n", g_.shape.pp,
-                  o_.config.num_hidden_layers / g_.shape.pp, o_.microbatches);
-    }
+    std::printf("%s\n", engine_->Describe().c_str());
     std::fflush(stdout);
   }
   micro_.resize(o_.microbatches);
+  const int replicas = g_.data_size();
   stream_ = std::make_unique<data::BatchStream>(
       source_.get(), data::StreamLayout{o_.seq_len, o_.batch_size, o_.microbatches,
                                          g_.data_rank(), replicas, start_step_ + 1, first_sample_});
@@ -214,40 +139,10 @@ absl::Status TrainRun<T>::Setup() {
   return absl::OkStatus();
 }
 
-template <typename T>
-absl::Status TrainRun<T>::BuildModels() {
-  model::Sharding shard;
-  shard.tp = g_.tp.get();
-  shard.tp_rank = g_.coord.tp;
-  shard.tp_size = g_.shape.tp;
-  shard.ep = g_.ep.get();
-  shard.ep_rank = g_.coord.ep;
-  shard.ep_size = g_.shape.ep;
-  shard.pp_rank = g_.coord.pp;
-  shard.pp_size = g_.shape.pp;
-  shard.errors = &comm_errors_;
-  shard.collective = copts_;
-  const int pp = g_.shape.pp;
-  const int slots = pp > 1 ? std::min(pp - g_.coord.pp, o_.microbatches) : 1;
-  for (int i = 0; i < slots; ++i) {
-    SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<model::Model<T>> m,
-                            model::CreateModel<T>(o_.config, shard, pool_.get()));
-    models_.push_back(std::move(m));
-  }
-  model_ = models_[0].get();
-  if (pp > 1) {
-    std::vector<model::Model<T>*> raw;
-    for (auto& m : models_) raw.push_back(m.get());
-    pipeline_ = std::make_unique<parallel::PipelineSchedule<T>>(g_.pp.get(), raw, copts_);
-  }
-  return absl::OkStatus();
-}
-
 // What only rank 0 can check, shared so that every rank ends with its error: the outputs it
 // writes, and the checkpoint folder, which is this run's for its lifetime (rank 0 holds the
 // lock).
-template <typename T>
-absl::Status TrainRun<T>::HoldOutputs() {
+absl::Status TrainRun::HoldOutputs() {
   absl::Status ready;
   if (g_.rank == 0) {
     ready = CheckOutput("--log-jsonl", o_.log_jsonl, false, {});
@@ -264,8 +159,7 @@ absl::Status TrainRun<T>::HoldOutputs() {
   return ShareStatus(o_.world, 0, ready, copts_);
 }
 
-template <typename T>
-absl::Status TrainRun<T>::Resume() {
+absl::Status TrainRun::Resume() {
   if (!o_.resume) return absl::OkStatus();
   SATDAR_ASSIGN_OR_RETURN(std::string latest, FindLatestCheckpoint(o_.checkpoint_dir));
   if (latest.empty()) {
@@ -274,8 +168,7 @@ absl::Status TrainRun<T>::Resume() {
     }
     return absl::OkStatus();
   }
-  SATDAR_ASSIGN_OR_RETURN(CheckpointInfo info,
-                          state_->Load(latest, config_json_, model_->params()));
+  SATDAR_ASSIGN_OR_RETURN(CheckpointInfo info, engine_->Load(latest, config_json_));
   SATDAR_RETURN_IF_ERROR(CheckSameRun(info, latest, trainer_json_, o_.seed));
   start_step_ = info.step;
   resumed_loss_ = info.loss;
@@ -287,43 +180,16 @@ absl::Status TrainRun<T>::Resume() {
   return absl::OkStatus();
 }
 
-template <typename T>
-absl::StatusOr<double> TrainRun<T>::ForwardBackward() {
-  const int mb_size = o_.batch_size / o_.microbatches;
-  T* params = state_->params();
-  T* grads = state_->grads();
-  if (pipeline_ != nullptr) {
-    return pipeline_->Step(params, grads, [&](int mb) { return micro_[mb].data(); },
-                           o_.microbatches, mb_size, o_.seq_len);
-  }
-  double loss = 0;
-  for (int mb = 0; mb < o_.microbatches; ++mb) {
-    loss += model_->Forward(params, micro_[mb].data(), mb_size, o_.seq_len);
-    const bool last = mb + 1 == o_.microbatches;
-    if (last) sync_->BeginLastBackward(model_, grads);
-    model_->Backward(params, grads, 1.0 / o_.microbatches);
-    if (last) sync_->EndLastBackward(model_, grads);
-    SATDAR_RETURN_IF_ERROR(model_->comm_status());
-  }
-  return loss;
-}
-
-template <typename T>
-absl::Status TrainRun<T>::Step(int64_t step) {
+absl::Status TrainRun::Step(int64_t step) {
   const auto t0 = std::chrono::steady_clock::now();
-  state_->ZeroGrads();
   for (int mb = 0; mb < o_.microbatches; ++mb) stream_->Next(&micro_[mb]);
-  SATDAR_ASSIGN_OR_RETURN(double loss, ForwardBackward());
-  SATDAR_ASSIGN_OR_RETURN(loss, sync_->ReduceLoss(loss / o_.microbatches));
-  SATDAR_RETURN_IF_ERROR(sync_->Reduce(state_->grads(), &shard_));
+  SATDAR_ASSIGN_OR_RETURN(const double loss, engine_->ForwardBackward(&micro_));
   if (!std::isfinite(loss)) {
     return absl::InternalError(absl::StrCat("loss is ", loss, "; lower --lr or check the data"));
   }
-  SATDAR_ASSIGN_OR_RETURN(const double grad_norm,
-                          sync_->GlobalNorm(state_->zero() ? shard_.data() : state_->grads(),
-                                            state_->lo()));
+  SATDAR_ASSIGN_OR_RETURN(const double grad_norm, engine_->GradNorm());
   const core::AdamWParams hp = AdamWStep(o_, step, grad_norm);
-  SATDAR_RETURN_IF_ERROR(state_->Update(hp, shard_, g_.data.get(), pool_.get(), copts_));
+  SATDAR_RETURN_IF_ERROR(engine_->Update(hp));
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   // The first step of a process pays for allocation; it is left out of the average.
@@ -336,9 +202,8 @@ absl::Status TrainRun<T>::Step(int64_t step) {
   return Checkpoint(step, loss);
 }
 
-template <typename T>
-absl::Status TrainRun<T>::Log(int64_t step, double loss, const core::AdamWParams& hp,
-                              double grad_norm, double seconds) {
+absl::Status TrainRun::Log(int64_t step, double loss, const core::AdamWParams& hp,
+                           double grad_norm, double seconds) {
   const double tps = tokens_per_step_ / seconds;
   Json line = {{"step", step},
                {"loss", loss},
@@ -347,29 +212,10 @@ absl::Status TrainRun<T>::Log(int64_t step, double loss, const core::AdamWParams
                {"tokens", step * tokens_per_step_},
                {"tokens_per_second", tps},
                {"step_seconds", seconds}};
-  if (pipeline_ != nullptr) {
-    // Bytes each stage boundary carried this step: [activations forward, gradients back].
-    std::vector<int64_t> mine = {pipeline_->forward_bytes(), pipeline_->backward_bytes()};
-    std::vector<int64_t> all(2 * g_.shape.pp);
-    SATDAR_RETURN_IF_ERROR(
-        g_.pp->AllGather(mine.data(), all.data(), 2, core::DType::kI64, copts_)->Wait());
-    Json boundaries = Json::array();
-    for (int s = 0; s + 1 < g_.shape.pp; ++s) boundaries.push_back({all[2 * s], all[2 * s + 3]});
-    line["pp_boundary_bytes"] = boundaries;
-  }
-  if (o_.world != nullptr) {
-    // Payload bytes this rank handed to each of its groups this step (rank 0's view).
-    Json bytes = Json::object();
-    for (const auto& [name, comm] :
-         {std::pair<const char*, parallel::CountingCommunicator*>{"tp", g_.tp.get()},
-          {"pp", g_.pp.get()}, {"ep", g_.ep.get()}, {"data", g_.data.get()}, {"mp", g_.mp.get()}}) {
-      if (comm != nullptr) bytes[name] = comm->TakeBytes();
-    }
-    line["comm_bytes"] = bytes;
-  }
-  if (validator_ && step % o_.eval_every == 0) {
+  SATDAR_RETURN_IF_ERROR(engine_->AddToLog(&line));
+  if (eval_source_ != nullptr && step % o_.eval_every == 0) {
     SATDAR_ASSIGN_OR_RETURN(const double val,
-                            validator_->Loss(state_->params(), pipeline_.get(), g_.pp.get()));
+                            engine_->ValidationLoss(eval_source_.get(), o_.eval_batches));
     line["val_loss"] = val;
     if (!o_.quiet) {
       std::printf("step %5lld/%lld | validation loss %.4f\n", static_cast<long long>(step),
@@ -377,50 +223,35 @@ absl::Status TrainRun<T>::Log(int64_t step, double loss, const core::AdamWParams
     }
   }
   if (o_.stats_every > 0 && step % o_.stats_every == 0) {
-    Json stats = Json::object();
-    model_->AppendStats(&stats);
-    for (auto& m : models_) m->ResetStats();
-    line["stats"] = stats;
+    SATDAR_RETURN_IF_ERROR(engine_->AddStats(&line));
   }
   SATDAR_RETURN_IF_ERROR(log_.Write(line));
   if (!o_.quiet && (step % o_.log_every == 0 || step == o_.steps || step == start_step_ + 1)) {
-    std::printf("step %5lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s\n",
+    std::string device;
+    if (line.contains("mfu")) {
+      device = absl::StrFormat(" | MFU %.1f%% | peak %.2f GiB", 100 * line["mfu"].get<double>(),
+                               line["peak_device_bytes"].get<int64_t>() / 1073741824.0);
+    }
+    std::printf("step %5lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s%s\n",
                 static_cast<long long>(step), static_cast<long long>(o_.steps), loss, hp.lr,
-                grad_norm, tps);
+                grad_norm, tps, device.c_str());
     std::fflush(stdout);
   }
   return absl::OkStatus();
 }
 
-template <typename T>
-absl::Status TrainRun<T>::Checkpoint(int64_t step, double loss) {
+absl::Status TrainRun::Checkpoint(int64_t step, double loss) {
   const bool due = !o_.checkpoint_dir.empty() &&
                    ((o_.checkpoint_every > 0 && step % o_.checkpoint_every == 0) || step == o_.steps);
   if (!due) return absl::OkStatus();
-  SATDAR_RETURN_IF_ERROR(state_->GatherMoments(g_.data.get(), copts_));
-  if (g_.coord.dp == 0) {
-    // Replicas hold identical weights and moments: replica 0's pieces are the whole state.
-    const int64_t consumed =
-        first_sample_ + (step - start_step_) * o_.batch_size * g_.data_size();
-    CheckpointInfo info{step, o_.seed, consumed, config_json_, trainer_json_, loss};
-    const model::ParamTable& table = model_->params();
-    if (g_.mp == nullptr && g_.coord.ep == 0) {
-      SATDAR_RETURN_IF_ERROR(SaveCheckpoint<T>(o_.checkpoint_dir, info, table, state_->buffers()));
-    } else if (g_.mp != nullptr) {
-      const std::string name =
-          absl::StrCat("tp", g_.coord.tp, "-pp", g_.coord.pp, "-ep", g_.coord.ep);
-      SATDAR_RETURN_IF_ERROR(SaveShardedCheckpoint<T>(o_.checkpoint_dir, info, table,
-                                                      state_->buffers(), name, g_.mp.get(),
-                                                      copts_));
-    }
-    if (g_.rank == 0) SATDAR_RETURN_IF_ERROR(PruneCheckpoints(o_.checkpoint_dir, o_.keep_checkpoints));
-  }
-  state_->ReleaseMoments();  // the gathered moments were only needed for the file
+  const int64_t consumed = first_sample_ + (step - start_step_) * o_.batch_size * g_.data_size();
+  SATDAR_RETURN_IF_ERROR(
+      engine_->Save({step, o_.seed, consumed, config_json_, trainer_json_, loss}));
+  if (g_.rank == 0) SATDAR_RETURN_IF_ERROR(PruneCheckpoints(o_.checkpoint_dir, o_.keep_checkpoints));
   return absl::OkStatus();
 }
 
-template <typename T>
-absl::StatusOr<TrainSummary> TrainRun<T>::Finish() {
+absl::StatusOr<TrainSummary> TrainRun::Finish() {
   summary_.steps = o_.steps;
   if (start_step_ >= o_.steps) {
     // --resume of a run that already finished: nothing to train; the summary says so and
@@ -434,17 +265,15 @@ absl::StatusOr<TrainSummary> TrainRun<T>::Finish() {
   }
   summary_.tokens_per_second = timed_seconds_ > 0 ? timed_tokens_ / timed_seconds_ : 0;
   summary_.peak_rss_bytes = PeakRssBytes();
+  Json j = {{"steps", summary_.steps},
+            {"final_loss", summary_.final_loss},
+            {"tokens_per_second", summary_.tokens_per_second},
+            {"peak_rss_bytes", summary_.peak_rss_bytes},
+            {"parameters", engine_->params().size()},
+            {"data_parallel", g_.data_size()},
+            {"already_complete", summary_.already_complete}};
+  engine_->AddToSummary(summary_.tokens_per_second, &j, &summary_);
   if (!o_.summary_json.empty()) {
-    const parallel::MeshShape& mesh = g_.shape;
-    Json j = {{"steps", summary_.steps},
-              {"final_loss", summary_.final_loss},
-              {"tokens_per_second", summary_.tokens_per_second},
-              {"peak_rss_bytes", summary_.peak_rss_bytes},
-              {"parameters", model_->params().size()},
-              {"threads", o_.threads},
-              {"data_parallel", g_.data_size()},
-              {"mesh", {{"dp", mesh.dp}, {"tp", mesh.tp}, {"pp", mesh.pp}, {"ep", mesh.ep}}},
-              {"already_complete", summary_.already_complete}};
     absl::Status s = core::WriteFileAtomically(o_.summary_json, j.dump(2) + "\n");
     if (!s.ok()) return absl::Status(s.code(), absl::StrCat("--summary-json: ", s.message()));
   }
@@ -461,7 +290,10 @@ Fingerprint RunFingerprint(const TrainOptions& o) {
           {"--batch-size", std::to_string(o.batch_size)},
           {"--seq-len", std::to_string(o.seq_len)},
           {"--microbatches", std::to_string(o.microbatches)},
-          {"--dtype", o.f64 ? "f64" : "f32"},
+          {"--device", o.gpu.enabled ? "cuda" : "cpu"},
+          {"--dtype", o.f64 ? "f64"
+                      : o.gpu.enabled && o.gpu.compute == core::DType::kBF16 ? "bf16"
+                                                                            : "f32"},
           {"--dp/--tp/--pp/--ep", o.mesh.ToString()},
           {"--zero", std::to_string(o.zero_stage)},
           {"--lr", num(o.lr)},
@@ -552,7 +384,7 @@ double LearningRate(const TrainOptions& o, int64_t step) {
 }
 
 absl::StatusOr<TrainSummary> Train(const TrainOptions& options) {
-  return options.f64 ? TrainRun<double>(options).Run() : TrainRun<float>(options).Run();
+  return TrainRun(options).Run();
 }
 
 }  // namespace satdar::worker

@@ -1,7 +1,7 @@
-// `satdar train --device cuda` against the CPU trainer: the same losses step by step (f32
+// `satdar train --device cuda` (the trainer's loop with the CUDA engine) against the CPU engine: the same losses step by step (f32
 // compute), a falling loss in bf16, an exact resume from a GPU checkpoint, and a GPU checkpoint
 // that resumes on the CPU. Skipped without a GPU (the no-GPU error is checked instead).
-#include "worker/gpu_trainer.h"
+#include "worker/cuda_engine.h"
 
 #include <cmath>
 #include <cstdio>
@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "worker/checkpoint.h"
+#include "worker/trainer.h"
 
 namespace satdar::worker {
 namespace {
@@ -64,6 +65,13 @@ TrainOptions Options(const std::string& name, std::string residual,
   return o;
 }
 
+// The trainer on the GPU engine.
+absl::StatusOr<TrainSummary> TrainGpu(TrainOptions o, GpuOptions g) {
+  g.enabled = true;
+  o.gpu = g;
+  return Train(o);
+}
+
 std::vector<double> Losses(const std::string& path) {
   std::vector<double> out;
   std::ifstream in(path);
@@ -72,9 +80,9 @@ std::vector<double> Losses(const std::string& path) {
   return out;
 }
 
-class GpuTrainerTest : public ::testing::TestWithParam<std::pair<std::string, std::string>> {};
+class CudaEngineTest : public ::testing::TestWithParam<std::pair<std::string, std::string>> {};
 
-TEST_P(GpuTrainerTest, F32MatchesCpuTrainerAndBf16Learns) {
+TEST_P(CudaEngineTest, F32MatchesCpuTrainerAndBf16Learns) {
   SATDAR_SKIP_WITHOUT_GPU();
   const auto& [residual, vr] = GetParam();
   // The GPU router's logits differ from the CPU's in the last bits; with MoE a near-tie may
@@ -82,7 +90,7 @@ TEST_P(GpuTrainerTest, F32MatchesCpuTrainerAndBf16Learns) {
   TrainOptions cpu = Options("cpu_" + residual + vr, residual, vr);
   ASSERT_TRUE(Train(cpu).ok());
   TrainOptions gpu = Options("gpu_" + residual + vr, residual, vr);
-  GpuTrainOptions g;
+  GpuOptions g;
   g.compute = core::DType::kF32;
   absl::StatusOr<TrainSummary> s = TrainGpu(gpu, g);
   ASSERT_TRUE(s.ok()) << s.status();
@@ -95,7 +103,7 @@ TEST_P(GpuTrainerTest, F32MatchesCpuTrainerAndBf16Learns) {
 
   TrainOptions bf = Options("bf16_" + residual + vr, residual, vr);
   bf.steps = 30;
-  GpuTrainOptions gb;
+  GpuOptions gb;
   gb.recompute = true;
   s = TrainGpu(bf, gb);
   ASSERT_TRUE(s.ok()) << s.status();
@@ -103,7 +111,7 @@ TEST_P(GpuTrainerTest, F32MatchesCpuTrainerAndBf16Learns) {
   EXPECT_LT(l.back(), l.front() - 0.1) << "bf16 training did not learn";
 }
 
-INSTANTIATE_TEST_SUITE_P(Designs, GpuTrainerTest,
+INSTANTIATE_TEST_SUITE_P(Designs, CudaEngineTest,
                          ::testing::Values(std::make_pair("standard", "none"),
                                            std::make_pair("standard", "satformer"),
                                            std::make_pair("dar", "none"),
@@ -128,7 +136,7 @@ std::vector<double> ValLosses(const std::string& path) {
 
 // --eval-every on the GPU: the same validation losses as the CPU trainer. With MoE, so that
 // counting the router's aux and z losses (0.1 and 0.01 here) into the validation loss fails.
-TEST(GpuTrainer, ValidationLossMatchesCpuTrainer) {
+TEST(CudaEngine, ValidationLossMatchesCpuTrainer) {
   SATDAR_SKIP_WITHOUT_GPU();
   const std::string corpus = TestTmpDir("eval_corpus");
   const char* words[] = {"the", "jury", "said", "city", "election", "law", "new", "would",
@@ -164,7 +172,7 @@ TEST(GpuTrainer, ValidationLossMatchesCpuTrainer) {
   const TrainOptions cpu = with_eval("eval_cpu");
   ASSERT_TRUE(Train(cpu).ok());
   const TrainOptions gpu = with_eval("eval_gpu");
-  GpuTrainOptions g;
+  GpuOptions g;
   g.compute = core::DType::kF32;
   ASSERT_TRUE(TrainGpu(gpu, g).ok());
   const std::vector<double> want = ValLosses(cpu.log_jsonl), got = ValLosses(gpu.log_jsonl);
@@ -175,9 +183,9 @@ TEST(GpuTrainer, ValidationLossMatchesCpuTrainer) {
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-2 * want[i]) << i;
 }
 
-TEST(GpuTrainer, ResumeIsExactAndCheckpointsLoadOnCpu) {
+TEST(CudaEngine, ResumeIsExactAndCheckpointsLoadOnCpu) {
   SATDAR_SKIP_WITHOUT_GPU();
-  GpuTrainOptions g;
+  GpuOptions g;
   TrainOptions full = Options("full", "dar", "satformer");
   full.checkpoint_dir = TestTmpDir("full_ckpt");
   ASSERT_TRUE(TrainGpu(full, g).ok());
@@ -203,10 +211,10 @@ TEST(GpuTrainer, ResumeIsExactAndCheckpointsLoadOnCpu) {
   for (int i = 0; i < 4; ++i) EXPECT_NEAR(on_cpu[i], on_gpu[4 + i], 3e-2 * on_gpu[4 + i]);
 }
 
-TEST(GpuTrainer, RefusesWhatItDoesNotHave) {
+TEST(CudaEngine, RefusesWhatItDoesNotHave) {
   TrainOptions o = Options("refuse", "standard", "none");
   o.mesh.tp = 2;
-  absl::StatusOr<TrainSummary> s = TrainGpu(o, GpuTrainOptions());
+  absl::StatusOr<TrainSummary> s = TrainGpu(o, GpuOptions());
   EXPECT_FALSE(s.ok());
   if (!core::cuda::BuiltWithCuda()) {
     EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition) << s.status();
@@ -216,7 +224,7 @@ TEST(GpuTrainer, RefusesWhatItDoesNotHave) {
   }
 }
 
-TEST(GpuTrainer, FlopsPerTokenCountsMatmulsAndAttention) {
+TEST(CudaEngine, FlopsPerTokenCountsMatmulsAndAttention) {
   model::ModelConfig c;
   c.num_hidden_layers = 2;
   c.hidden_size = 8;

@@ -1,0 +1,247 @@
+#include "worker/cpu_engine.h"
+
+#include <algorithm>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/ops/gemm.h"
+#include "core/thread_pool.h"
+#include "model/model.h"
+#include "parallel/pipeline.h"
+#include "worker/gradient_sync.h"
+#include "worker/train_state.h"
+
+namespace satdar::worker {
+
+namespace {
+
+using Json = nlohmann::json;
+
+template <typename T>
+class CpuEngine : public StepEngine {
+ public:
+  CpuEngine(const TrainOptions& o, MeshGroups* g) : o_(o), g_(*g) {
+    copts_.timeout = absl::Seconds(o_.comm_timeout_seconds);
+  }
+
+  absl::Status Init() {
+    if (o_.zero_stage == 1 && g_.shape.ep > 1) {
+      return absl::InvalidArgumentError(
+          "--zero 1 with --ep > 1 is not supported (expert weights are reduced over a different "
+          "group); use --zero 0");
+    }
+    core::cpu::InitBlas();
+    pool_ = std::make_unique<core::ThreadPool>(o_.threads);
+    SATDAR_RETURN_IF_ERROR(BuildModels());
+    const model::ParamTable& table = model_->params();
+    state_ = std::make_unique<TrainState<T>>(table, g_.data_size(), g_.data_rank(),
+                                             o_.zero_stage == 1, o_.seed);
+    sync_ = std::make_unique<GradientSync<T>>(table, &g_, o_.config, state_->shard_len(), copts_);
+    return absl::OkStatus();
+  }
+
+  const model::ParamTable& params() const override { return model_->params(); }
+
+  std::string Describe() const override {
+    std::string s = absl::StrFormat(
+        "model: %s residual, %lld parameters on rank 0 (%s); batch %d x %d tokens per replica, "
+        "%d micro-batch(es), %d thread(s), %s",
+        model::Name(o_.config.residual), static_cast<long long>(params().size()),
+        g_.shape.ToString(), o_.batch_size, o_.seq_len, o_.microbatches, o_.threads,
+        o_.f64 ? "f64" : "f32");
+    if (g_.shape.pp > 1) {
+      absl::StrAppendFormat(&s, "\npipeline: %d stages of %d layers, 1F1B over %d micro-batches",
+                            g_.shape.pp, o_.config.num_hidden_layers / g_.shape.pp,
+                            o_.microbatches);
+    }
+    return s;
+  }
+  std::string Where() const override { return g_.shape.ToString(); }
+
+  absl::StatusOr<CheckpointInfo> Load(const std::string& path,
+                                      const std::string& config_json) override {
+    return state_->Load(path, config_json, model_->params());
+  }
+
+  absl::StatusOr<double> ForwardBackward(std::vector<std::vector<int32_t>>* micro) override {
+    state_->ZeroGrads();
+    SATDAR_ASSIGN_OR_RETURN(double loss, LocalForwardBackward(*micro));
+    SATDAR_ASSIGN_OR_RETURN(loss, sync_->ReduceLoss(loss / o_.microbatches));
+    SATDAR_RETURN_IF_ERROR(sync_->Reduce(state_->grads(), &shard_));
+    return loss;
+  }
+
+  absl::StatusOr<double> GradNorm() override {
+    return sync_->GlobalNorm(state_->zero() ? shard_.data() : state_->grads(), state_->lo());
+  }
+
+  absl::Status Update(const core::AdamWParams& hp) override {
+    return state_->Update(hp, shard_, g_.data.get(), pool_.get(), copts_);
+  }
+
+  // Every rank of a replica takes part; with pipeline stages the batches flow through the
+  // pipeline and the last stage's mean reaches every stage.
+  absl::StatusOr<double> ValidationLoss(data::BatchSource* source, int batches) override {
+    const int b = o_.batch_size / o_.microbatches;
+    std::vector<std::vector<int32_t>> all(batches,
+                                          std::vector<int32_t>(static_cast<size_t>(b) * (o_.seq_len + 1)));
+    for (int i = 0; i < batches; ++i) {
+      source->Batch(0, 0, static_cast<int64_t>(i) * b, b, o_.seq_len, all[i].data());
+    }
+    double sum = 0;
+    if (pipeline_ == nullptr) {
+      for (int i = 0; i < batches; ++i) {
+        model_->Forward(state_->params(), all[i].data(), b, o_.seq_len);
+        SATDAR_RETURN_IF_ERROR(model_->comm_status());
+        sum += model_->last_cross_entropy();
+      }
+      return sum / batches;
+    }
+    SATDAR_ASSIGN_OR_RETURN(
+        sum, pipeline_->ForwardOnly(state_->params(), [&](int mb) { return all[mb].data(); },
+                                    batches, b, o_.seq_len));
+    SATDAR_RETURN_IF_ERROR(
+        g_.pp->AllReduce(&sum, 1, core::DType::kF64, parallel::ReduceOp::kSum, copts_)->Wait());
+    return sum / batches;
+  }
+
+  absl::Status AddToLog(Json* line) override {
+    if (pipeline_ != nullptr) {
+      // Bytes each stage boundary carried this step: [activations forward, gradients back].
+      std::vector<int64_t> mine = {pipeline_->forward_bytes(), pipeline_->backward_bytes()};
+      std::vector<int64_t> all(2 * g_.shape.pp);
+      SATDAR_RETURN_IF_ERROR(
+          g_.pp->AllGather(mine.data(), all.data(), 2, core::DType::kI64, copts_)->Wait());
+      Json boundaries = Json::array();
+      for (int s = 0; s + 1 < g_.shape.pp; ++s) boundaries.push_back({all[2 * s], all[2 * s + 3]});
+      (*line)["pp_boundary_bytes"] = boundaries;
+    }
+    if (o_.world != nullptr) {
+      // Payload bytes this rank handed to each of its groups this step (rank 0's view).
+      Json bytes = Json::object();
+      for (const auto& [name, comm] :
+           {std::pair<const char*, parallel::CountingCommunicator*>{"tp", g_.tp.get()},
+            {"pp", g_.pp.get()}, {"ep", g_.ep.get()}, {"data", g_.data.get()}, {"mp", g_.mp.get()}}) {
+        if (comm != nullptr) bytes[name] = comm->TakeBytes();
+      }
+      (*line)["comm_bytes"] = bytes;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status AddStats(Json* line) override {
+    Json s = Json::object();
+    model_->AppendStats(&s);
+    for (auto& m : models_) m->ResetStats();
+    (*line)["stats"] = s;
+    return absl::OkStatus();
+  }
+
+  absl::Status Save(const CheckpointInfo& info) override {
+    SATDAR_RETURN_IF_ERROR(state_->GatherMoments(g_.data.get(), copts_));
+    if (g_.coord.dp == 0) {
+      // Replicas hold identical weights and moments: replica 0's pieces are the whole state.
+      const model::ParamTable& table = model_->params();
+      if (g_.mp == nullptr && g_.coord.ep == 0) {
+        SATDAR_RETURN_IF_ERROR(SaveCheckpoint<T>(o_.checkpoint_dir, info, table, state_->buffers()));
+      } else if (g_.mp != nullptr) {
+        const std::string name =
+            absl::StrCat("tp", g_.coord.tp, "-pp", g_.coord.pp, "-ep", g_.coord.ep);
+        SATDAR_RETURN_IF_ERROR(SaveShardedCheckpoint<T>(o_.checkpoint_dir, info, table,
+                                                        state_->buffers(), name, g_.mp.get(),
+                                                        copts_));
+      }
+    }
+    state_->ReleaseMoments();  // the gathered moments were only needed for the file
+    return absl::OkStatus();
+  }
+
+  void AddToSummary(double tokens_per_second, Json* j, TrainSummary* out) override {
+    (void)tokens_per_second, (void)out;
+    const parallel::MeshShape& mesh = g_.shape;
+    (*j)["threads"] = o_.threads;
+    (*j)["mesh"] = {{"dp", mesh.dp}, {"tp", mesh.tp}, {"pp", mesh.pp}, {"ep", mesh.ep}};
+  }
+
+ private:
+  absl::Status BuildModels() {
+    model::Sharding shard;
+    shard.tp = g_.tp.get();
+    shard.tp_rank = g_.coord.tp;
+    shard.tp_size = g_.shape.tp;
+    shard.ep = g_.ep.get();
+    shard.ep_rank = g_.coord.ep;
+    shard.ep_size = g_.shape.ep;
+    shard.pp_rank = g_.coord.pp;
+    shard.pp_size = g_.shape.pp;
+    shard.errors = &comm_errors_;
+    shard.collective = copts_;
+    const int pp = g_.shape.pp;
+    const int slots = pp > 1 ? std::min(pp - g_.coord.pp, o_.microbatches) : 1;
+    for (int i = 0; i < slots; ++i) {
+      SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<model::Model<T>> m,
+                              model::CreateModel<T>(o_.config, shard, pool_.get()));
+      models_.push_back(std::move(m));
+    }
+    model_ = models_[0].get();
+    if (pp > 1) {
+      std::vector<model::Model<T>*> raw;
+      for (auto& m : models_) raw.push_back(m.get());
+      pipeline_ = std::make_unique<parallel::PipelineSchedule<T>>(g_.pp.get(), raw, copts_);
+    }
+    return absl::OkStatus();
+  }
+
+  // Forward and backward over the step's micro-batches (or the pipeline's 1F1B schedule);
+  // the summed loss of this rank's share.
+  absl::StatusOr<double> LocalForwardBackward(const std::vector<std::vector<int32_t>>& micro) {
+    const int mb_size = o_.batch_size / o_.microbatches;
+    T* params = state_->params();
+    T* grads = state_->grads();
+    if (pipeline_ != nullptr) {
+      return pipeline_->Step(params, grads, [&](int mb) { return micro[mb].data(); },
+                             o_.microbatches, mb_size, o_.seq_len);
+    }
+    double loss = 0;
+    for (int mb = 0; mb < o_.microbatches; ++mb) {
+      loss += model_->Forward(params, micro[mb].data(), mb_size, o_.seq_len);
+      const bool last = mb + 1 == o_.microbatches;
+      if (last) sync_->BeginLastBackward(model_, grads);
+      model_->Backward(params, grads, 1.0 / o_.microbatches);
+      if (last) sync_->EndLastBackward(model_, grads);
+      SATDAR_RETURN_IF_ERROR(model_->comm_status());
+    }
+    return loss;
+  }
+
+  const TrainOptions o_;
+  MeshGroups& g_;
+  parallel::CollectiveOptions copts_;
+  std::unique_ptr<core::ThreadPool> pool_;
+  model::CommErrors comm_errors_;
+  std::vector<std::unique_ptr<model::Model<T>>> models_;  // one per micro-batch in flight (1F1B)
+  model::Model<T>* model_ = nullptr;
+  std::unique_ptr<parallel::PipelineSchedule<T>> pipeline_;
+  std::unique_ptr<TrainState<T>> state_;
+  std::unique_ptr<GradientSync<T>> sync_;
+  std::vector<T> shard_;  // ZeRO-1: this replica's slice of the reduced gradients
+};
+
+template <typename T>
+absl::StatusOr<std::unique_ptr<StepEngine>> Create(const TrainOptions& o, MeshGroups* g) {
+  auto engine = std::make_unique<CpuEngine<T>>(o, g);
+  SATDAR_RETURN_IF_ERROR(engine->Init());
+  return std::unique_ptr<StepEngine>(std::move(engine));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<StepEngine>> CreateCpuEngine(const TrainOptions& options,
+                                                            MeshGroups* groups) {
+  return options.f64 ? Create<double>(options, groups) : Create<float>(options, groups);
+}
+
+}  // namespace satdar::worker

@@ -1,0 +1,23 @@
+// worker/cpu_engine.h: the step of trainer.cc on CPU ranks, for every dp x tp x pp x ep
+// layout: the model pieces of model/model.h (one per micro-batch in flight under the 1F1B
+// schedule, parallel/pipeline.h), the flat buffers and AdamW of train_state.h, and the
+// reductions of gradient_sync.h. In f32, or f64 (TrainOptions::f64).
+#ifndef SATDAR_WORKER_CPU_ENGINE_H_
+#define SATDAR_WORKER_CPU_ENGINE_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "worker/mesh_groups.h"
+#include "worker/step_engine.h"
+#include "worker/train_options.h"
+
+namespace satdar::worker {
+
+// `groups` outlives the engine.
+absl::StatusOr<std::unique_ptr<StepEngine>> CreateCpuEngine(const TrainOptions& options,
+                                                            MeshGroups* groups);
+
+}  // namespace satdar::worker
+
+#endif  // SATDAR_WORKER_CPU_ENGINE_H_

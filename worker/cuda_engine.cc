@@ -1,0 +1,362 @@
+#include "worker/cuda_engine.h"
+
+#include "absl/strings/str_cat.h"
+#include "model/gpu/gpu_model.h"
+
+#ifdef SATDAR_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "core/cuda/allocator.h"
+#include "core/cuda/check.h"
+#include "core/cuda/runtime.h"
+#include "core/cuda/stream.h"
+#include "core/ops/adamw.h"
+#include "model/gpu/train_kernels.h"
+#endif
+
+namespace satdar::worker {
+
+double FlopsPerToken(int64_t parameters, const model::ModelConfig& c, int seq_len) {
+  double active = static_cast<double>(parameters);
+  if (c.moe.has_value()) {  // a token runs top_k of the num_experts routed experts
+    active -= static_cast<double>(c.num_hidden_layers) * (c.moe->num_experts - c.moe->top_k) * 3.0 *
+              c.moe->expert_intermediate_size * c.hidden_size;
+  }
+  return 6.0 * active +
+         6.0 * c.num_hidden_layers * static_cast<double>(seq_len) * c.hidden_size;
+}
+
+#ifndef SATDAR_WITH_CUDA
+
+absl::Status CheckCudaEngine(const TrainOptions& options) {
+  (void)options;
+  return absl::FailedPreconditionError(
+      "--device cuda: this satdar was built without CUDA (no nvcc at build time)");
+}
+
+absl::StatusOr<std::unique_ptr<StepEngine>> CreateCudaEngine(const TrainOptions& options,
+                                                             MeshGroups* groups) {
+  (void)groups;
+  SATDAR_RETURN_IF_ERROR(CheckCudaEngine(options));
+  return absl::InternalError("unreachable");
+}
+
+#else  // SATDAR_WITH_CUDA
+
+namespace {
+
+using Json = nlohmann::json;
+namespace kc = ::satdar::core::cuda;
+
+// Device buffers owned by the engine (returned to the allocator on destruction).
+class DeviceBuffers {
+ public:
+  explicit DeviceBuffers(kc::CachingAllocator* alloc) : alloc_(alloc) {}
+  ~DeviceBuffers() {
+    cudaDeviceSynchronize();
+    for (void* p : blocks_) (void)alloc_->Free(p);
+  }
+  template <typename U>
+  absl::StatusOr<U*> Zeros(size_t count) {
+    SATDAR_ASSIGN_OR_RETURN(void* p, alloc_->Allocate(std::max<size_t>(count, 1) * sizeof(U)));
+    blocks_.push_back(p);
+    SATDAR_CUDA_RETURN_IF_ERROR(cudaMemset(p, 0, std::max<size_t>(count, 1) * sizeof(U)));
+    return static_cast<U*>(p);
+  }
+
+ private:
+  kc::CachingAllocator* alloc_;
+  std::vector<void*> blocks_;
+};
+
+class CudaEngine : public StepEngine {
+ public:
+  CudaEngine(const TrainOptions& o, MeshGroups* g)
+      : o_(o), rank_(g->rank), world_size_(g->shape.size()), world_(o.gpu.world) {
+    copts_.timeout = absl::Seconds(o_.comm_timeout_seconds);
+  }
+  ~CudaEngine() override { Abandon(); }
+
+  absl::Status Init();
+
+  const model::ParamTable& params() const override { return model_->params(); }
+  std::string Describe() const override;
+  std::string Where() const override { return absl::StrCat("cuda:", device_); }
+
+  absl::StatusOr<CheckpointInfo> Load(const std::string& path,
+                                      const std::string& config_json) override {
+    SATDAR_ASSIGN_OR_RETURN(CheckpointInfo info,
+                            LoadCheckpoint<float>(path, config_json, params(), host_buffers()));
+    SATDAR_RETURN_IF_ERROR(UploadState());
+    return info;
+  }
+  absl::StatusOr<double> ForwardBackward(std::vector<std::vector<int32_t>>* micro) override;
+  absl::StatusOr<double> GradNorm() override { return grad_norm_; }
+  absl::Status Update(const core::AdamWParams& hp) override {
+    SATDAR_CUDA_RETURN_IF_ERROR(
+        static_cast<cudaError_t>(kc::AdamWUpdate(master_, grads_, m_, v_, nd_, hp, stream_)));
+    SATDAR_RETURN_IF_ERROR(model_->SetWeights(master_));  // the bf16 compute copy
+    // Step time includes the update (the next step's first kernels queue behind it).
+    SATDAR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    return absl::OkStatus();
+  }
+  absl::StatusOr<double> ValidationLoss(data::BatchSource* source, int batches) override;
+  absl::Status AddToLog(Json* line) override {
+    (*line)["mfu"] = Mfu((*line)["tokens_per_second"].get<double>());
+    (*line)["peak_device_bytes"] = alloc_.Stats().peak_bytes;
+    return absl::OkStatus();
+  }
+  absl::Status AddStats(Json* line) override {
+    (void)line;
+    return absl::UnimplementedError("--stats-every is not on the GPU path yet");
+  }
+  absl::Status Save(const CheckpointInfo& info) override {
+    if (rank_ != 0) return absl::OkStatus();  // replicas hold identical state
+    SATDAR_RETURN_IF_ERROR(Download(&params_, master_));
+    SATDAR_RETURN_IF_ERROR(Download(&exp_avg_, m_));
+    SATDAR_RETURN_IF_ERROR(Download(&exp_avg_sq_, v_));
+    return SaveCheckpoint<float>(o_.checkpoint_dir, info, params(), host_buffers());
+  }
+  void AddToSummary(double tokens_per_second, Json* j, TrainSummary* out) override {
+    out->peak_device_bytes = alloc_.Stats().peak_bytes;
+    out->mfu = Mfu(tokens_per_second);
+    (*j)["mfu"] = out->mfu;
+    (*j)["peak_device_bytes"] = out->peak_device_bytes;
+    (*j)["peak_memory_gib"] = out->peak_device_bytes / 1073741824.0;
+    (*j)["activation_bytes"] = model_->activation_bytes();
+    (*j)["device"] = kc::DeviceName(device_);
+    (*j)["compute"] = o_.gpu.compute == core::DType::kBF16 ? "bf16" : "f32";
+    (*j)["recompute"] = o_.gpu.recompute;
+    (*j)["batch"] = {o_.batch_size, o_.seq_len};
+  }
+  void Abandon() override {
+    for (auto& w : pending_) (void)w->Wait();
+    pending_.clear();
+  }
+
+ private:
+  OptimizerBuffers<float> host_buffers() { return {&params_, &exp_avg_, &exp_avg_sq_}; }
+  double Mfu(double tokens_per_second) const {
+    return tokens_per_second / world_size_ * flops_per_token_ / (o_.gpu.peak_tflops * 1e12);
+  }
+  absl::Status Upload(float* dst, const std::vector<float>& src) {
+    model::gpu::PackToDevice(params(), model_->layout(), src.data(), staging_.data());
+    return kc::CopyToDevice(dst, staging_.data(), nd_ * sizeof(float));
+  }
+  absl::Status Download(std::vector<float>* dst, const float* src) {
+    SATDAR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    SATDAR_RETURN_IF_ERROR(kc::CopyToHost(staging_.data(), src, nd_ * sizeof(float)));
+    model::gpu::UnpackFromDevice(params(), model_->layout(), staging_.data(), dst->data());
+    return absl::OkStatus();
+  }
+  absl::Status UploadState() {
+    SATDAR_RETURN_IF_ERROR(Upload(master_, params_));
+    SATDAR_RETURN_IF_ERROR(Upload(m_, exp_avg_));
+    SATDAR_RETURN_IF_ERROR(Upload(v_, exp_avg_sq_));
+    // The zeroing and uploads ran on the legacy stream, which the compute stream
+    // (non-blocking) does not wait for.
+    SATDAR_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+    return model_->SetWeights(master_);
+  }
+  // Layer slices are all-reduced from the backward hook, after an event on the compute stream.
+  void ReduceRange(int event, int64_t begin, int64_t end);
+
+  const TrainOptions o_;
+  const int rank_, world_size_;
+  parallel::Communicator* const world_;  // device buffers; null alone
+  parallel::CollectiveOptions copts_;
+  int device_ = 0;
+  kc::CachingAllocator alloc_;
+  kc::Stream compute_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<model::gpu::GpuModel> model_;
+  int64_t nd_ = 0;  // elements of each device buffer (aligned tensors)
+  // Host copies for initialisation, resume and checkpoints; the device holds the truth.
+  std::vector<float> params_, exp_avg_, exp_avg_sq_, staging_;
+  std::unique_ptr<DeviceBuffers> dev_;
+  float *master_ = nullptr, *grads_ = nullptr, *m_ = nullptr, *v_ = nullptr;
+  double *scalars_ = nullptr, *norm_scratch_ = nullptr, *eval_sum_ = nullptr;
+  std::vector<int64_t> layer_start_;
+  std::vector<kc::Event> ready_;
+  std::vector<std::unique_ptr<parallel::Work>> pending_;
+  absl::Status hook_status_;
+  double flops_per_token_ = 0, grad_norm_ = 0;
+};
+
+absl::Status CudaEngine::Init() {
+  SATDAR_RETURN_IF_ERROR(CheckCudaEngine(o_));
+  const int devices = kc::DeviceCount();
+  if (devices == 0) return absl::FailedPreconditionError("--device cuda: no CUDA GPU on this machine");
+  device_ = o_.gpu.device >= 0 ? o_.gpu.device : rank_ % devices;
+  if (device_ >= devices) {
+    return absl::InvalidArgumentError(absl::StrCat("--device cuda:", device_, ": this machine has ",
+                                                   devices, " GPU(s)"));
+  }
+  if (world_size_ > 1 && world_ == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", rank_, ": data parallelism on the GPU needs a device communicator (NCCL or "
+        "host staging) for its ", world_size_, " ranks"));
+  }
+  SATDAR_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  kc::SetErrorRank(world_size_ > 1 ? rank_ : -1);
+  SATDAR_ASSIGN_OR_RETURN(compute_, kc::Stream::Create());
+  stream_ = compute_.get();
+  SATDAR_ASSIGN_OR_RETURN(model_, model::gpu::GpuModel::Create(
+                                      o_.config, {o_.gpu.compute, o_.gpu.recompute}, stream_,
+                                      &alloc_));
+  const model::ParamTable& table = model_->params();
+  const model::gpu::DeviceLayout& layout = model_->layout();
+  nd_ = layout.size;
+  params_.assign(table.size(), 0.0f);
+  exp_avg_.assign(table.size(), 0.0f);
+  exp_avg_sq_.assign(table.size(), 0.0f);
+  staging_.assign(nd_, 0.0f);
+  table.Initialize(params_.data(), o_.seed);
+  dev_ = std::make_unique<DeviceBuffers>(&alloc_);
+  SATDAR_ASSIGN_OR_RETURN(master_, dev_->Zeros<float>(nd_));
+  SATDAR_ASSIGN_OR_RETURN(grads_, dev_->Zeros<float>(nd_));
+  SATDAR_ASSIGN_OR_RETURN(m_, dev_->Zeros<float>(nd_));
+  SATDAR_ASSIGN_OR_RETURN(v_, dev_->Zeros<float>(nd_));
+  SATDAR_ASSIGN_OR_RETURN(scalars_, dev_->Zeros<double>(2));  // loss, squared norm
+  SATDAR_ASSIGN_OR_RETURN(norm_scratch_, dev_->Zeros<double>(model::gpu::kReduceBlocks));
+  SATDAR_ASSIGN_OR_RETURN(eval_sum_, dev_->Zeros<double>(1));
+  SATDAR_RETURN_IF_ERROR(UploadState());
+  auto device_offset = [&](const std::string& name) {
+    return layout.offsets[table.Find(name) - table.specs().data()];
+  };
+  for (int i = 0; i < o_.config.num_hidden_layers; ++i) {
+    layer_start_.push_back(
+        device_offset(absl::StrCat("model.layers.", i, ".input_layernorm.weight")));
+  }
+  layer_start_.push_back(device_offset("model.norm.weight"));
+  ready_.resize(o_.config.num_hidden_layers + 1);
+  for (auto& e : ready_) {
+    SATDAR_ASSIGN_OR_RETURN(e, kc::Event::Create());
+  }
+  flops_per_token_ = FlopsPerToken(table.size(), o_.config, o_.seq_len);
+  return absl::OkStatus();
+}
+
+std::string CudaEngine::Describe() const {
+  return absl::StrFormat(
+      "model: %s residual, %s gate, %lld parameters on %s (cuda:%d), %s compute, fp32 master "
+      "weights%s; batch %d x %d tokens x %d replica(s)%s, %d micro-batch(es)",
+      model::Name(o_.config.residual), model::Name(o_.config.value_residual),
+      static_cast<long long>(params().size()), kc::DeviceName(device_), device_,
+      o_.gpu.compute == core::DType::kBF16 ? "bf16" : "f32",
+      o_.gpu.recompute ? ", activation recomputation" : "", o_.batch_size, o_.seq_len,
+      world_size_, world_size_ > 1 ? absl::StrCat(" over ", o_.gpu.world_kind) : "",
+      o_.microbatches);
+}
+
+void CudaEngine::ReduceRange(int event, int64_t begin, int64_t end) {
+  absl::Status s = ready_[event].Record(stream_);
+  if (!s.ok()) {
+    if (hook_status_.ok()) hook_status_ = s;
+    return;
+  }
+  parallel::CollectiveOptions c = copts_;
+  c.ready_event = ready_[event].get();
+  pending_.push_back(world_->AllReduce(grads_ + begin, end - begin, core::DType::kF32,
+                                       parallel::ReduceOp::kAvg, c));
+}
+
+absl::StatusOr<double> CudaEngine::ForwardBackward(std::vector<std::vector<int32_t>>* micro) {
+  SATDAR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(grads_, 0, nd_ * sizeof(float), stream_));
+  SATDAR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(scalars_, 0, 2 * sizeof(double), stream_));
+  const int mb_size = o_.batch_size / o_.microbatches;
+  const int layers = o_.config.num_hidden_layers;
+  for (int mb = 0; mb < o_.microbatches; ++mb) {
+    SATDAR_RETURN_IF_ERROR(model_->Forward((*micro)[mb].data(), mb_size, o_.seq_len,
+                                           1.0 / o_.microbatches, scalars_));
+    const bool hooked = world_ != nullptr && mb + 1 == o_.microbatches;
+    if (hooked) {
+      model_->SetLayerGradientsReadyHook([&](int layer) {
+        ReduceRange(layer, layer_start_[layer], layer_start_[layer + 1]);
+      });
+    }
+    SATDAR_RETURN_IF_ERROR(model_->Backward(grads_));
+    if (hooked) {
+      model_->SetLayerGradientsReadyHook(nullptr);
+      // What the hook did not cover: embedding and layer 0, then final norm and head.
+      ReduceRange(0, 0, layer_start_.size() > 2 ? layer_start_[1] : layer_start_.back());
+      ReduceRange(layers, layer_start_.back(), nd_);
+    }
+  }
+  SATDAR_RETURN_IF_ERROR(hook_status_);
+  if (world_ != nullptr) {
+    // The loss, averaged over the replicas after the compute stream.
+    SATDAR_RETURN_IF_ERROR(ready_[0].Record(stream_));
+    parallel::CollectiveOptions c = copts_;
+    c.ready_event = ready_[0].get();
+    pending_.push_back(
+        world_->AllReduce(scalars_, 1, core::DType::kF64, parallel::ReduceOp::kAvg, c));
+    absl::Status first;
+    for (auto& w : pending_) {
+      absl::Status s = w->Wait();
+      if (first.ok() && !s.ok()) first = s;
+    }
+    pending_.clear();
+    SATDAR_RETURN_IF_ERROR(first);
+  }
+  // The global gradient norm; the device holds the averaged gradients now.
+  SATDAR_CUDA_RETURN_IF_ERROR(
+      model::gpu::SumSquares(scalars_ + 1, grads_, nd_, norm_scratch_, stream_));
+  double host[2];
+  SATDAR_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(host, scalars_, sizeof(host), cudaMemcpyDeviceToHost, stream_));
+  SATDAR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  grad_norm_ = std::sqrt(host[1]);
+  return host[0];
+}
+
+// As the CPU engine's: micro-batch sized, the same on every replica.
+absl::StatusOr<double> CudaEngine::ValidationLoss(data::BatchSource* source, int batches) {
+  const int b = o_.batch_size / o_.microbatches;
+  std::vector<int32_t> tokens(static_cast<size_t>(b) * (o_.seq_len + 1));
+  SATDAR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(eval_sum_, 0, sizeof(double), stream_));
+  for (int i = 0; i < batches; ++i) {
+    source->Batch(0, 0, static_cast<int64_t>(i) * b, b, o_.seq_len, tokens.data());
+    SATDAR_RETURN_IF_ERROR(model_->Evaluate(tokens.data(), b, o_.seq_len, eval_sum_));
+  }
+  double sum = 0;
+  SATDAR_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(&sum, eval_sum_, sizeof(double), cudaMemcpyDeviceToHost, stream_));
+  SATDAR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  return sum / batches;
+}
+
+}  // namespace
+
+absl::Status CheckCudaEngine(const TrainOptions& o) {
+  if (o.mesh.tp != 1 || o.mesh.pp != 1 || o.mesh.ep != 1) {
+    return absl::InvalidArgumentError(
+        "--device cuda: tensor, pipeline and expert parallelism are not on the GPU path yet "
+        "(data parallelism is: --dp N); use --device cpu for --tp/--pp/--ep");
+  }
+  if (o.zero_stage != 0) {
+    return absl::InvalidArgumentError("--device cuda: --zero 1 is not on the GPU path yet");
+  }
+  if (o.stats_every > 0) {
+    return absl::InvalidArgumentError("--device cuda: --stats-every is not on the GPU path yet");
+  }
+  if (o.f64) return absl::InvalidArgumentError("--device cuda: --dtype must be bf16 or f32");
+  return model::gpu::CheckGpuSupport(o.config);
+}
+
+absl::StatusOr<std::unique_ptr<StepEngine>> CreateCudaEngine(const TrainOptions& options,
+                                                             MeshGroups* groups) {
+  auto engine = std::make_unique<CudaEngine>(options, groups);
+  SATDAR_RETURN_IF_ERROR(engine->Init());
+  return std::unique_ptr<StepEngine>(std::move(engine));
+}
+
+#endif  // SATDAR_WITH_CUDA
+
+}  // namespace satdar::worker

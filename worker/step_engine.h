@@ -1,0 +1,69 @@
+// worker/step_engine.h: what an optimizer step does to one rank's model on one device, behind
+// one interface, so that the training loop (trainer.cc: setup, resume, the steps, logging,
+// timing, checkpoint cadence, evaluation, the summary) is written once for every device.
+//
+//   engine->ForwardBackward(micro)   loss of the step, gradients reduced over the replicas
+//   engine->GradNorm()               the global norm of those gradients
+//   engine->Update(hp)               AdamW (clipping through hp.grad_scale)
+//
+// Implementations: CpuEngine (cpu_engine.h; every dp x tp x pp x ep layout, ZeRO-1, statistics)
+// and CudaEngine (cuda_engine.h; one GPU per rank, data parallelism over a device
+// communicator: NCCL, or host staging for ranks that share a GPU).
+#ifndef SATDAR_WORKER_STEP_ENGINE_H_
+#define SATDAR_WORKER_STEP_ENGINE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/ops/adamw.h"
+#include "data/batches.h"
+#include "model/param_table.h"
+#include "nlohmann/json.hpp"
+#include "worker/checkpoint.h"
+#include "worker/train_options.h"
+
+namespace satdar::worker {
+
+class StepEngine {
+ public:
+  virtual ~StepEngine() = default;
+
+  // This rank's parameter table (its piece of the model).
+  virtual const model::ParamTable& params() const = 0;
+  // The console's "model: ..." line, and where this rank runs for error messages ("dp=2 tp=1
+  // pp=1 ep=1", "cuda:0").
+  virtual std::string Describe() const = 0;
+  virtual std::string Where() const = 0;
+
+  // Replaces the initial state (seeded weights, zero moments) by a checkpoint's.
+  virtual absl::StatusOr<CheckpointInfo> Load(const std::string& path,
+                                              const std::string& config_json) = 0;
+  // One step's forward and backward passes over its micro-batches (tokens (B, T+1) each, B =
+  // batch_size / microbatches), then every reduction of the gradients. Returns the step's
+  // loss: the mean over micro-batches, averaged over the replicas.
+  virtual absl::StatusOr<double> ForwardBackward(std::vector<std::vector<int32_t>>* micro) = 0;
+  virtual absl::StatusOr<double> GradNorm() = 0;
+  virtual absl::Status Update(const core::AdamWParams& hp) = 0;
+  // The mean cross-entropy of the first `batches` micro-batch-sized batches of `source`.
+  virtual absl::StatusOr<double> ValidationLoss(data::BatchSource* source, int batches) = 0;
+
+  // What this device measures, added to a step's log line (which has "tokens_per_second"):
+  // bytes per group and boundary since the last call, memory, MFU.
+  virtual absl::Status AddToLog(nlohmann::json* line) = 0;
+  // The papers' statistics (gates, depth weights, expert load) gathered since the last call,
+  // as the line's "stats".
+  virtual absl::Status AddStats(nlohmann::json* line) = 0;
+  // Writes the state of `info.step` (every rank takes part; the engine decides which write).
+  virtual absl::Status Save(const CheckpointInfo& info) = 0;
+  virtual void AddToSummary(double tokens_per_second, nlohmann::json* summary,
+                            TrainSummary* out) = 0;
+  // After a failed step: waits for the collectives still in flight (each ends by completing
+  // or timing out), so no device work waits on a peer when the buffers are freed.
+  virtual void Abandon() {}
+};
+
+}  // namespace satdar::worker
+
+#endif  // SATDAR_WORKER_STEP_ENGINE_H_
