@@ -137,7 +137,7 @@ double DecoderModel<T>::CrossEntropyForward() {
       const T* row = logits_.data() + static_cast<size_t>(r) * vl_;
       row_max_[r] = *std::max_element(row, row + vl_);
     }
-    TpAllReduce(shard_, row_max_.data(), n, parallel::ReduceOp::kMax);
+    TpAllReduce(shard_, row_max_.data(), n, comm::ReduceOp::kMax);
     for (int r = 0; r < n; ++r) {
       const T* row = logits_.data() + static_cast<size_t>(r) * vl_;
       double s = 0;

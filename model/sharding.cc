@@ -6,7 +6,7 @@
 
 namespace satdar::model {
 
-bool Collective(const Sharding& s, std::unique_ptr<parallel::Work> work) {
+bool Collective(const Sharding& s, std::unique_ptr<comm::Work> work) {
   if (s.errors != nullptr && s.errors->failed()) return false;
   absl::Status status = work->Wait();
   if (status.ok()) return true;
@@ -16,12 +16,12 @@ bool Collective(const Sharding& s, std::unique_ptr<parallel::Work> work) {
 }
 
 template <typename T>
-void TpAllReduce(const Sharding& s, T* data, size_t n, parallel::ReduceOp op) {
+void TpAllReduce(const Sharding& s, T* data, size_t n, comm::ReduceOp op) {
   if (s.tp_size == 1 || (s.errors != nullptr && s.errors->failed())) return;
   Collective(s, s.tp->AllReduce(data, n, core::DTypeOf<T>::value, op, s.collective));
 }
 
-template void TpAllReduce<float>(const Sharding&, float*, size_t, parallel::ReduceOp);
-template void TpAllReduce<double>(const Sharding&, double*, size_t, parallel::ReduceOp);
+template void TpAllReduce<float>(const Sharding&, float*, size_t, comm::ReduceOp);
+template void TpAllReduce<double>(const Sharding&, double*, size_t, comm::ReduceOp);
 
 }  // namespace satdar::model

@@ -14,7 +14,7 @@
 // embedding, the last the final norm and head (both, with tied embeddings). Expert
 // parallelism (ep): the routed experts of every MoE layer are split into ep contiguous
 // ranges; tokens travel to their experts and back by all-to-all.
-// Models reach the other ranks only through these communicators (parallel/communicator.h).
+// Models reach the other ranks only through these communicators (comm/communicator.h).
 #ifndef SATDAR_MODEL_SHARDING_H_
 #define SATDAR_MODEL_SHARDING_H_
 
@@ -24,7 +24,7 @@
 #include "absl/status/status.h"
 #include "model/config.h"
 #include "model/layout_check.h"
-#include "parallel/communicator.h"
+#include "comm/communicator.h"
 
 namespace satdar::model {
 
@@ -44,15 +44,15 @@ class CommErrors {
 };
 
 struct Sharding {
-  parallel::Communicator* tp = nullptr;  // null when tp_size == 1
+  comm::Communicator* tp = nullptr;  // null when tp_size == 1
   int tp_rank = 0, tp_size = 1;
-  parallel::Communicator* ep = nullptr;  // null when ep_size == 1
+  comm::Communicator* ep = nullptr;  // null when ep_size == 1
   int ep_rank = 0, ep_size = 1;
   int pp_rank = 0, pp_size = 1;
   CommErrors* errors = nullptr;
   // Every collective of the model (TP all-reduces, EP all-to-alls) runs with these: a peer
   // that does not answer within the run's --comm-timeout fails the step.
-  parallel::CollectiveOptions collective;
+  comm::CollectiveOptions collective;
 
   bool first_stage() const { return pp_rank == 0; }
   bool last_stage() const { return pp_rank == pp_size - 1; }
@@ -69,11 +69,11 @@ struct Sharding {
 
 // Runs a collective of the model to completion; false (and the error recorded) when it or an
 // earlier one failed.
-bool Collective(const Sharding& s, std::unique_ptr<parallel::Work> work);
+bool Collective(const Sharding& s, std::unique_ptr<comm::Work> work);
 // In-place sum (or max) over the tensor-parallel group; nothing when tp_size == 1.
 template <typename T>
 void TpAllReduce(const Sharding& s, T* data, size_t n,
-                 parallel::ReduceOp op = parallel::ReduceOp::kSum);
+                 comm::ReduceOp op = comm::ReduceOp::kSum);
 
 
 }  // namespace satdar::model

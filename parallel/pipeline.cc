@@ -13,8 +13,8 @@ constexpr int kBackwardTag = 102;  // gradients, stage s+1 -> s
 }  // namespace
 
 template <typename T>
-PipelineSchedule<T>::PipelineSchedule(Communicator* pp, std::vector<model::Model<T>*> slots,
-                                      CollectiveOptions options)
+PipelineSchedule<T>::PipelineSchedule(comm::Communicator* pp, std::vector<model::Model<T>*> slots,
+                                      comm::CollectiveOptions options)
     : pp_(pp), slots_(std::move(slots)), options_(options), stage_(pp->rank()),
       stages_(pp->size()), sends_(slots_.size()) {
   SATDAR_CHECK(!slots_.empty()) << "a pipeline stage needs at least one model";

@@ -17,7 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "model/model.h"
-#include "parallel/communicator.h"
+#include "comm/communicator.h"
 
 namespace satdar::parallel {
 
@@ -25,8 +25,8 @@ template <typename T>
 class PipelineSchedule {
  public:
   // slots: one model per micro-batch this stage can have in flight (min(P - stage, M)).
-  PipelineSchedule(Communicator* pp, std::vector<model::Model<T>*> slots,
-                   CollectiveOptions options = {});
+  PipelineSchedule(comm::Communicator* pp, std::vector<model::Model<T>*> slots,
+                   comm::CollectiveOptions options = {});
 
   // One optimizer step's forward and backward passes over m micro-batches of (b, t);
   // tokens(mb) gives micro-batch mb's (b, t+1) tokens. Gradients are added into grads with
@@ -52,12 +52,12 @@ class PipelineSchedule {
   absl::Status Backward(int mb, const T* params, T* grads, double loss_scale);
   absl::Status WaitSends(int slot);
 
-  Communicator* pp_;
+  comm::Communicator* pp_;
   std::vector<model::Model<T>*> slots_;
-  CollectiveOptions options_;
+  comm::CollectiveOptions options_;
   int stage_, stages_;
   int b_ = 0, t_ = 0;
-  std::vector<std::vector<std::unique_ptr<Work>>> sends_;  // per slot, still in flight
+  std::vector<std::vector<std::unique_ptr<comm::Work>>> sends_;  // per slot, still in flight
   int64_t forward_bytes_ = 0, backward_bytes_ = 0;
 };
 

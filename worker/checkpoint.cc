@@ -163,8 +163,8 @@ template <typename T>
 absl::Status SaveShardedCheckpoint(const std::string& dir, const CheckpointInfo& info,
                                    const model::ParamTable& table,
                                    const OptimizerBuffers<T>& buffers,
-                                   const std::string& shard_name, parallel::Communicator* group,
-                                   const parallel::CollectiveOptions& options) {
+                                   const std::string& shard_name, comm::Communicator* group,
+                                   const comm::CollectiveOptions& options) {
   std::string final_dir = CheckpointPath(dir, info.step);
   final_dir.resize(final_dir.size() - (sizeof(kSuffix) - 1));
   const std::string tmp = final_dir + ".tmp";
@@ -468,13 +468,13 @@ template absl::Status SaveCheckpoint<double>(const std::string&, const Checkpoin
 template absl::Status SaveShardedCheckpoint<float>(const std::string&, const CheckpointInfo&,
                                                    const model::ParamTable&,
                                                    const OptimizerBuffers<float>&,
-                                                   const std::string&, parallel::Communicator*,
-                                                   const parallel::CollectiveOptions&);
+                                                   const std::string&, comm::Communicator*,
+                                                   const comm::CollectiveOptions&);
 template absl::Status SaveShardedCheckpoint<double>(const std::string&, const CheckpointInfo&,
                                                     const model::ParamTable&,
                                                     const OptimizerBuffers<double>&,
-                                                    const std::string&, parallel::Communicator*,
-                                                   const parallel::CollectiveOptions&);
+                                                    const std::string&, comm::Communicator*,
+                                                   const comm::CollectiveOptions&);
 template absl::StatusOr<CheckpointInfo> LoadCheckpoint<float>(const std::string&, const std::string&,
                                                               const model::ParamTable&,
                                                               const OptimizerBuffers<float>&);

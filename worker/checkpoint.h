@@ -25,7 +25,7 @@
 #include "absl/status/statusor.h"
 #include "core/safetensors.h"
 #include "model/param_table.h"
-#include "parallel/communicator.h"
+#include "comm/communicator.h"
 
 namespace satdar::worker {
 
@@ -62,8 +62,8 @@ template <typename T>
 absl::Status SaveShardedCheckpoint(const std::string& dir, const CheckpointInfo& info,
                                    const model::ParamTable& table,
                                    const OptimizerBuffers<T>& buffers,
-                                   const std::string& shard_name, parallel::Communicator* group,
-                                   const parallel::CollectiveOptions& options);
+                                   const std::string& shard_name, comm::Communicator* group,
+                                   const comm::CollectiveOptions& options);
 
 // Newest complete checkpoint in dir, or "" when there is none (or dir does not exist).
 absl::StatusOr<std::string> FindLatestCheckpoint(const std::string& dir);

@@ -13,12 +13,12 @@
 #include "core/device.h"
 #include "model/memory_estimate.h"
 #include "model/model.h"
-#include "parallel/gloo_communicator.h"
-#include "parallel/local_communicator.h"
-#include "parallel/mesh.h"
-#include "parallel/mpi_communicator.h"
-#include "parallel/nccl_communicator.h"
-#include "parallel/staged_communicator.h"
+#include "comm/gloo_communicator.h"
+#include "comm/local_communicator.h"
+#include "comm/mesh.h"
+#include "comm/mpi_communicator.h"
+#include "comm/nccl_communicator.h"
+#include "comm/staged_communicator.h"
 #include "worker/cli.h"
 #include "worker/cli_util.h"
 #include "worker/commands.h"
@@ -31,7 +31,7 @@ namespace satdar::worker {
 namespace {
 
 // --rank, --world-size and --rendezvous, when given, override what *id holds (the environment's).
-absl::Status ApplyRankFlags(const FlagSet& flags, parallel::GlooOptions* id) {
+absl::Status ApplyRankFlags(const FlagSet& flags, comm::GlooOptions* id) {
   if (flags.Has("--rank")) {
     SATDAR_ASSIGN_OR_RETURN(int64_t r, flags.GetInt("--rank", 0, kMaxRanks - 1));
     id->rank = static_cast<int>(r);
@@ -55,10 +55,10 @@ int EnvInt(const char* name, int fallback) {
 // the ranks meet in (the coordinator's for a job run by workers, else a shared folder's).
 // mpirun's environment gives the rank when `mpi_env` (GPU ranks under mpirun meet over Gloo
 // and NCCL, not MPI).
-absl::StatusOr<parallel::GlooOptions> Rendezvous(const FlagSet& flags, const TrainOptions& o,
+absl::StatusOr<comm::GlooOptions> Rendezvous(const FlagSet& flags, const TrainOptions& o,
                                                  bool mpi_env) {
-  parallel::GlooOptions g;
-  const absl::StatusOr<parallel::GlooOptions> env = parallel::GlooOptionsFromEnv();
+  comm::GlooOptions g;
+  const absl::StatusOr<comm::GlooOptions> env = comm::GlooOptionsFromEnv();
   if (env.ok()) g = *env;
   if (mpi_env) {
     g.rank = EnvInt("OMPI_COMM_WORLD_RANK", g.rank);
@@ -85,8 +85,8 @@ absl::StatusOr<parallel::GlooOptions> Rendezvous(const FlagSet& flags, const Tra
     c.channel.ca_file = flags.Has("--tls-ca") ? flags.Get("--tls-ca")
                         : std::getenv("SATDAR_TLS_CA") ? std::getenv("SATDAR_TLS_CA")
                                                        : "";
-    SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<parallel::KvStore> store, OpenCoordinatorStore(c));
-    g.store = std::shared_ptr<parallel::KvStore>(std::move(store));
+    SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<comm::KvStore> store, OpenCoordinatorStore(c));
+    g.store = std::shared_ptr<comm::KvStore>(std::move(store));
     g.store_dir = "coordinator";
   }
   if (g.rank < 0 || g.world_size < 1 || g.store_dir.empty()) {
@@ -123,33 +123,33 @@ absl::StatusOr<TrainSummary> TrainOnGpu(const FlagSet& flags, TrainOptions o, bo
   SATDAR_RETURN_IF_ERROR(core::CheckDeviceAvailable(device));
   if (!flags.Has("--stats-every")) o.stats_every = 0;
   const bool staged = flags.Get("--gpu-comm") == "host";
-  std::unique_ptr<parallel::Communicator> host, device_world;
+  std::unique_ptr<comm::Communicator> host, device_world;
   int rank = 0;
   if (o.mesh.size() > 1) {
-    SATDAR_ASSIGN_OR_RETURN(parallel::GlooOptions g, Rendezvous(flags, o, /*mpi_env=*/true));
+    SATDAR_ASSIGN_OR_RETURN(comm::GlooOptions g, Rendezvous(flags, o, /*mpi_env=*/true));
     rank = g.rank;
     if (g.store == nullptr) {
-      SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<parallel::FileKvStore> files,
-                              parallel::FileKvStore::Open(g.store_dir));
-      g.store = std::shared_ptr<parallel::KvStore>(std::move(files));
+      SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<comm::FileKvStore> files,
+                              comm::FileKvStore::Open(g.store_dir));
+      g.store = std::shared_ptr<comm::KvStore>(std::move(files));
     }
-    SATDAR_ASSIGN_OR_RETURN(host, parallel::GlooWorld(g));
-    parallel::CollectiveOptions copts;
+    SATDAR_ASSIGN_OR_RETURN(host, comm::GlooWorld(g));
+    comm::CollectiveOptions copts;
     copts.timeout = g.timeout;
     if (staged) {
-      SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> part,
+      SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<comm::Communicator> part,
                               host->Split(0, g.rank, copts));
-      device_world = parallel::StageThroughHost(std::move(part), parallel::CudaCopier());
+      device_world = comm::StageThroughHost(std::move(part), comm::CudaCopier());
       gpu.world_kind = "host staging (Gloo)";
     } else {
-      parallel::NcclOptions n;
+      comm::NcclOptions n;
       n.rank = g.rank;
       n.world_size = g.world_size;
       n.device = gpu.device;
       n.store = g.store;
       n.prefix = g.prefix + "nccl/";
       n.timeout = g.timeout;
-      SATDAR_ASSIGN_OR_RETURN(device_world, parallel::NcclWorld(n));
+      SATDAR_ASSIGN_OR_RETURN(device_world, comm::NcclWorld(n));
       gpu.world_kind = "NCCL";
     }
     o.world = host.get();
@@ -170,16 +170,16 @@ absl::StatusOr<TrainSummary> TrainOnGpu(const FlagSet& flags, TrainOptions o, bo
 
 // One rank of a launch without mpirun: the ranks meet through a key-value store.
 absl::StatusOr<TrainSummary> TrainGlooRank(const FlagSet& flags, TrainOptions o) {
-  SATDAR_ASSIGN_OR_RETURN(parallel::GlooOptions g, Rendezvous(flags, o, /*mpi_env=*/false));
-  SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> world, parallel::GlooWorld(g));
+  SATDAR_ASSIGN_OR_RETURN(comm::GlooOptions g, Rendezvous(flags, o, /*mpi_env=*/false));
+  SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<comm::Communicator> world, comm::GlooWorld(g));
   o.world = world->size() > 1 ? world.get() : nullptr;
   return Train(o);
 }
 
 // Every rank a thread of this process, talking through the in-process communicator.
 absl::StatusOr<TrainSummary> TrainThreads(const TrainOptions& o) {
-  SATDAR_RETURN_IF_ERROR(parallel::ValidateMesh(o.mesh, o.mesh.size()));
-  auto comms = parallel::MakeLocalCommunicators(o.mesh.size());
+  SATDAR_RETURN_IF_ERROR(comm::ValidateMesh(o.mesh, o.mesh.size()));
+  auto comms = comm::MakeLocalCommunicators(o.mesh.size());
   std::vector<absl::StatusOr<TrainSummary>> results(o.mesh.size());
   std::vector<std::thread> ranks;
   for (int r = 0; r < o.mesh.size(); ++r) {
@@ -199,9 +199,9 @@ absl::StatusOr<TrainSummary> TrainThreads(const TrainOptions& o) {
 // One rank of an mpirun launch. A failed rank ends the whole job at once (MPI_Abort with the
 // exit code): MPI_Finalize would wait forever for a peer that is stopped or stuck.
 absl::StatusOr<TrainSummary> TrainMpiRank(TrainOptions o) {
-  SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> world,
-                          parallel::MpiWorld(nullptr, nullptr));
-  absl::Status layout = parallel::ValidateMesh(o.mesh, world->size());
+  SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<comm::Communicator> world,
+                          comm::MpiWorld(nullptr, nullptr));
+  absl::Status layout = comm::ValidateMesh(o.mesh, world->size());
   absl::StatusOr<TrainSummary> summary;
   if (layout.ok()) {
     o.world = world->size() > 1 ? world.get() : nullptr;
@@ -214,10 +214,10 @@ absl::StatusOr<TrainSummary> TrainMpiRank(TrainOptions o) {
                  std::string(summary.status().message()).c_str());
     std::fflush(stdout);
     std::fflush(stderr);
-    parallel::MpiAbort(ExitCodeFor(summary.status()));
+    comm::MpiAbort(ExitCodeFor(summary.status()));
   }
   world.reset();
-  parallel::MpiFinalize();
+  comm::MpiFinalize();
   return summary;
 }
 
@@ -225,8 +225,8 @@ absl::StatusOr<TrainSummary> TrainMpiRank(TrainOptions o) {
 int ExpectedRank(const FlagSet& flags, const std::string& launcher, int world_size) {
   if (launcher == "threads" || world_size == 1) return 0;
   if (std::getenv("OMPI_COMM_WORLD_RANK") != nullptr) return EnvInt("OMPI_COMM_WORLD_RANK", -1);
-  parallel::GlooOptions g;
-  if (auto env = parallel::GlooOptionsFromEnv(); env.ok()) g = *env;
+  comm::GlooOptions g;
+  if (auto env = comm::GlooOptionsFromEnv(); env.ok()) g = *env;
   if (!ApplyRankFlags(flags, &g).ok()) return -1;
   return g.rank;
 }

@@ -104,7 +104,7 @@ class CpuEngine : public StepEngine {
         sum, pipeline_->ForwardOnly(state_->params(), [&](int mb) { return all[mb].data(); },
                                     batches, b, o_.seq_len));
     SATDAR_RETURN_IF_ERROR(
-        g_.pp->AllReduce(&sum, 1, core::DType::kF64, parallel::ReduceOp::kSum, copts_)->Wait());
+        g_.pp->AllReduce(&sum, 1, core::DType::kF64, comm::ReduceOp::kSum, copts_)->Wait());
     return sum / batches;
   }
 
@@ -123,7 +123,7 @@ class CpuEngine : public StepEngine {
       // Payload bytes this rank handed to each of its groups this step (rank 0's view).
       Json bytes = Json::object();
       for (const auto& [name, comm] :
-           {std::pair<const char*, parallel::CountingCommunicator*>{"tp", g_.tp.get()},
+           {std::pair<const char*, comm::CountingCommunicator*>{"tp", g_.tp.get()},
             {"pp", g_.pp.get()}, {"ep", g_.ep.get()}, {"data", g_.data.get()}, {"mp", g_.mp.get()}}) {
         if (comm != nullptr) bytes[name] = comm->TakeBytes();
       }
@@ -161,7 +161,7 @@ class CpuEngine : public StepEngine {
 
   void AddToSummary(double tokens_per_second, Json* j, TrainSummary* out) override {
     (void)tokens_per_second, (void)out;
-    const parallel::MeshShape& mesh = g_.shape;
+    const comm::MeshShape& mesh = g_.shape;
     (*j)["threads"] = o_.threads;
     (*j)["mesh"] = {{"dp", mesh.dp}, {"tp", mesh.tp}, {"pp", mesh.pp}, {"ep", mesh.ep}};
   }
@@ -219,7 +219,7 @@ class CpuEngine : public StepEngine {
 
   const TrainOptions o_;
   MeshGroups& g_;
-  parallel::CollectiveOptions copts_;
+  comm::CollectiveOptions copts_;
   std::unique_ptr<core::ThreadPool> pool_;
   model::CommErrors comm_errors_;
   std::vector<std::unique_ptr<model::Model<T>>> models_;  // one per micro-batch in flight (1F1B)

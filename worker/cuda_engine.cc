@@ -169,8 +169,8 @@ class CudaEngine : public StepEngine {
 
   const TrainOptions o_;
   const int rank_, world_size_;
-  parallel::Communicator* const world_;  // device buffers; null alone
-  parallel::CollectiveOptions copts_;
+  comm::Communicator* const world_;  // device buffers; null alone
+  comm::CollectiveOptions copts_;
   int device_ = 0;
   kc::CachingAllocator alloc_;
   kc::Stream compute_;
@@ -184,7 +184,7 @@ class CudaEngine : public StepEngine {
   double *scalars_ = nullptr, *norm_scratch_ = nullptr, *eval_sum_ = nullptr;
   std::vector<int64_t> layer_start_;
   std::vector<kc::Event> ready_;
-  std::vector<std::unique_ptr<parallel::Work>> pending_;
+  std::vector<std::unique_ptr<comm::Work>> pending_;
   absl::Status hook_status_;
   double flops_per_token_ = 0, grad_norm_ = 0;
 };
@@ -261,10 +261,10 @@ void CudaEngine::ReduceRange(int event, int64_t begin, int64_t end) {
     if (hook_status_.ok()) hook_status_ = s;
     return;
   }
-  parallel::CollectiveOptions c = copts_;
+  comm::CollectiveOptions c = copts_;
   c.ready_event = ready_[event].get();
   pending_.push_back(world_->AllReduce(grads_ + begin, end - begin, core::DType::kF32,
-                                       parallel::ReduceOp::kAvg, c));
+                                       comm::ReduceOp::kAvg, c));
 }
 
 absl::StatusOr<double> CudaEngine::ForwardBackward(std::vector<std::vector<int32_t>>* micro) {
@@ -293,10 +293,10 @@ absl::StatusOr<double> CudaEngine::ForwardBackward(std::vector<std::vector<int32
   if (world_ != nullptr) {
     // The loss, averaged over the replicas after the compute stream.
     SATDAR_RETURN_IF_ERROR(ready_[0].Record(stream_));
-    parallel::CollectiveOptions c = copts_;
+    comm::CollectiveOptions c = copts_;
     c.ready_event = ready_[0].get();
     pending_.push_back(
-        world_->AllReduce(scalars_, 1, core::DType::kF64, parallel::ReduceOp::kAvg, c));
+        world_->AllReduce(scalars_, 1, core::DType::kF64, comm::ReduceOp::kAvg, c));
     absl::Status first;
     for (auto& w : pending_) {
       absl::Status s = w->Wait();

@@ -40,7 +40,7 @@ ParamRoles RolesOf(const model::ParamTable& table, const MeshGroups& g, bool tie
 template <typename T>
 GradientSync<T>::GradientSync(const model::ParamTable& table, const MeshGroups* groups,
                               const model::ModelConfig& config, int64_t shard_len,
-                              const parallel::CollectiveOptions& options)
+                              const comm::CollectiveOptions& options)
     : g_(groups),
       roles_(RolesOf(table, *groups, config.tie_word_embeddings)),
       n_(table.size()),
@@ -60,7 +60,7 @@ GradientSync<T>::GradientSync(const model::ParamTable& table, const MeshGroups* 
 template <typename T>
 void GradientSync<T>::ReduceRange(T* grads, int64_t begin, int64_t end) {
   pending_.push_back(g_->data->AllReduce(grads + begin, end - begin, core::DTypeOf<T>::value,
-                                         parallel::ReduceOp::kAvg, copts_));
+                                         comm::ReduceOp::kAvg, copts_));
 }
 
 template <typename T>
@@ -95,11 +95,11 @@ template <typename T>
 absl::StatusOr<double> GradientSync<T>::ReduceLoss(double loss) {
   if (g_->pp) {
     SATDAR_RETURN_IF_ERROR(
-        g_->pp->AllReduce(&loss, 1, core::DType::kF64, parallel::ReduceOp::kSum, copts_)->Wait());
+        g_->pp->AllReduce(&loss, 1, core::DType::kF64, comm::ReduceOp::kSum, copts_)->Wait());
   }
   if (g_->data) {
     SATDAR_RETURN_IF_ERROR(
-        g_->data->AllReduce(&loss, 1, core::DType::kF64, parallel::ReduceOp::kAvg, copts_)->Wait());
+        g_->data->AllReduce(&loss, 1, core::DType::kF64, comm::ReduceOp::kAvg, copts_)->Wait());
   }
   return loss;
 }
@@ -112,7 +112,7 @@ absl::Status GradientSync<T>::Reduce(T* grads, std::vector<T>* shard) {
     std::vector<T> packed;
     for (const auto& [off, len] : roles_.tp_partial) packed.insert(packed.end(), grads + off, grads + off + len);
     SATDAR_RETURN_IF_ERROR(g_->tp->AllReduce(packed.data(), packed.size(), kDType,
-                                             parallel::ReduceOp::kSum, copts_)->Wait());
+                                             comm::ReduceOp::kSum, copts_)->Wait());
     size_t k = 0;
     for (const auto& [off, len] : roles_.tp_partial) {
       std::copy(packed.begin() + k, packed.begin() + k + len, grads + off);
@@ -134,7 +134,7 @@ absl::Status GradientSync<T>::Reduce(T* grads, std::vector<T>* shard) {
   if (shard_len_ > 0) {
     shard->resize(shard_len_);
     return g_->data->ReduceScatter(grads, shard->data(), shard_len_, kDType,
-                                   parallel::ReduceOp::kAvg, copts_)
+                                   comm::ReduceOp::kAvg, copts_)
         ->Wait();
   }
   if (g_->data && !overlap_) {
@@ -143,7 +143,7 @@ absl::Status GradientSync<T>::Reduce(T* grads, std::vector<T>* shard) {
     for (const auto& [off, len] : roles_.dense) ReduceRange(grads, off, off + len);
     for (const auto& [off, len] : roles_.experts) {
       if (g_->dp) {
-        pending_.push_back(g_->dp->AllReduce(grads + off, len, kDType, parallel::ReduceOp::kAvg,
+        pending_.push_back(g_->dp->AllReduce(grads + off, len, kDType, comm::ReduceOp::kAvg,
                                              copts_));
       }
     }
@@ -169,11 +169,11 @@ absl::StatusOr<double> GradientSync<T>::GlobalNorm(const T* values, int64_t lo) 
   }
   if (shard_len_ > 0) {
     SATDAR_RETURN_IF_ERROR(
-        g_->data->AllReduce(&sq, 1, core::DType::kF64, parallel::ReduceOp::kSum, copts_)->Wait());
+        g_->data->AllReduce(&sq, 1, core::DType::kF64, comm::ReduceOp::kSum, copts_)->Wait());
   }
   if (g_->mp) {
     SATDAR_RETURN_IF_ERROR(
-        g_->mp->AllReduce(&sq, 1, core::DType::kF64, parallel::ReduceOp::kSum, copts_)->Wait());
+        g_->mp->AllReduce(&sq, 1, core::DType::kF64, comm::ReduceOp::kSum, copts_)->Wait());
   }
   return std::sqrt(sq);
 }

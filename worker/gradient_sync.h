@@ -28,7 +28,7 @@
 #include "model/config.h"
 #include "model/model.h"
 #include "model/param_table.h"
-#include "parallel/communicator.h"
+#include "comm/communicator.h"
 #include "worker/mesh_groups.h"
 
 namespace satdar::worker {
@@ -53,7 +53,7 @@ class GradientSync {
   // shard_len > 0: ZeRO-1 over the data group, this replica owning shard_len elements.
   GradientSync(const model::ParamTable& table, const MeshGroups* groups,
                const model::ModelConfig& config, int64_t shard_len,
-               const parallel::CollectiveOptions& options);
+               const comm::CollectiveOptions& options);
 
   // Around the last micro-batch's backward pass: start each layer's all-reduce as soon as its
   // gradients are final, then the rest (embedding and layer 0; final norm and head).
@@ -75,10 +75,10 @@ class GradientSync {
   const MeshGroups* g_;
   const ParamRoles roles_;
   const int64_t n_, shard_len_;
-  const parallel::CollectiveOptions copts_;
+  const comm::CollectiveOptions copts_;
   const bool overlap_;
   std::vector<int64_t> layer_start_;  // first element of each layer, then the final norm's
-  std::vector<std::unique_ptr<parallel::Work>> pending_;
+  std::vector<std::unique_ptr<comm::Work>> pending_;
 };
 
 }  // namespace satdar::worker

@@ -14,7 +14,7 @@ namespace {
 
 namespace v1 = satdar::v1;
 
-class CoordinatorStore : public parallel::KvStore {
+class CoordinatorStore : public comm::KvStore {
  public:
   CoordinatorStore(CoordinatorStoreOptions o, std::shared_ptr<grpc::Channel> channel)
       : o_(std::move(o)), stub_(v1::WorkerService::NewStub(channel)) {}
@@ -90,11 +90,11 @@ class CoordinatorStore : public parallel::KvStore {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<parallel::KvStore>> OpenCoordinatorStore(
+absl::StatusOr<std::unique_ptr<comm::KvStore>> OpenCoordinatorStore(
     const CoordinatorStoreOptions& options) {
   SATDAR_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
                           rpc::MakeChannel(options.address, options.channel));
-  return std::unique_ptr<parallel::KvStore>(std::make_unique<CoordinatorStore>(options, channel));
+  return std::unique_ptr<comm::KvStore>(std::make_unique<CoordinatorStore>(options, channel));
 }
 
 }  // namespace satdar::worker

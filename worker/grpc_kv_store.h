@@ -9,7 +9,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "parallel/kv_store.h"
+#include "comm/kv_store.h"
 #include "proto/rpc.h"
 
 namespace satdar::worker {
@@ -22,7 +22,7 @@ struct CoordinatorStoreOptions {
   int attempt = 0;
 };
 
-absl::StatusOr<std::unique_ptr<parallel::KvStore>> OpenCoordinatorStore(
+absl::StatusOr<std::unique_ptr<comm::KvStore>> OpenCoordinatorStore(
     const CoordinatorStoreOptions& options);
 
 }  // namespace satdar::worker

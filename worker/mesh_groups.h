@@ -9,26 +9,26 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "parallel/communicator.h"
-#include "parallel/counting_communicator.h"
-#include "parallel/mesh.h"
+#include "comm/communicator.h"
+#include "comm/counting_communicator.h"
+#include "comm/mesh.h"
 
 namespace satdar::worker {
 
 struct MeshGroups {
-  parallel::MeshShape shape;
-  parallel::MeshCoord coord;
+  comm::MeshShape shape;
+  comm::MeshCoord coord;
   int rank = 0;
   // Null for a group of one rank. Each counts the bytes this rank hands to it.
-  std::unique_ptr<parallel::CountingCommunicator> tp, pp, ep, dp, data, mp;
+  std::unique_ptr<comm::CountingCommunicator> tp, pp, ep, dp, data, mp;
   int data_rank() const { return coord.dp * shape.ep + coord.ep; }
   int data_size() const { return shape.dp * shape.ep; }
 };
 
 // world null: one rank (every group null).
-absl::StatusOr<MeshGroups> BuildMeshGroups(parallel::Communicator* world,
-                                           const parallel::MeshShape& shape,
-                                           const parallel::CollectiveOptions& options);
+absl::StatusOr<MeshGroups> BuildMeshGroups(comm::Communicator* world,
+                                           const comm::MeshShape& shape,
+                                           const comm::CollectiveOptions& options);
 
 }  // namespace satdar::worker
 

@@ -13,9 +13,9 @@ namespace satdar::worker {
 namespace {
 
 // Every rank's string, in rank order (all-gathered as 64-bit words).
-absl::StatusOr<std::vector<std::string>> AllGatherStrings(parallel::Communicator* world,
+absl::StatusOr<std::vector<std::string>> AllGatherStrings(comm::Communicator* world,
                                                           const std::string& mine,
-                                                          const parallel::CollectiveOptions& o) {
+                                                          const comm::CollectiveOptions& o) {
   const int n = world->size();
   int64_t length = static_cast<int64_t>(mine.size());
   std::vector<int64_t> lengths(n);
@@ -37,8 +37,8 @@ absl::StatusOr<std::vector<std::string>> AllGatherStrings(parallel::Communicator
 
 }  // namespace
 
-absl::Status CheckSameOnEveryRank(parallel::Communicator* world, const Fingerprint& mine,
-                                  const parallel::CollectiveOptions& options) {
+absl::Status CheckSameOnEveryRank(comm::Communicator* world, const Fingerprint& mine,
+                                  const comm::CollectiveOptions& options) {
   if (world == nullptr || world->size() == 1) return absl::OkStatus();
   nlohmann::json j = nlohmann::json::array();
   for (const auto& [name, value] : mine) j.push_back({name, value});
@@ -71,8 +71,8 @@ absl::Status CheckSameOnEveryRank(parallel::Communicator* world, const Fingerpri
   return absl::OkStatus();
 }
 
-absl::Status ShareStatus(parallel::Communicator* world, int root, const absl::Status& status,
-                         const parallel::CollectiveOptions& options) {
+absl::Status ShareStatus(comm::Communicator* world, int root, const absl::Status& status,
+                         const comm::CollectiveOptions& options) {
   if (world == nullptr || world->size() == 1) return status;
   int64_t code = static_cast<int64_t>(status.code());
   SATDAR_RETURN_IF_ERROR(world->Broadcast(&code, 1, core::DType::kI64, root, options)->Wait());

@@ -16,18 +16,18 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "parallel/communicator.h"
+#include "comm/communicator.h"
 
 namespace satdar::worker {
 
 using Fingerprint = std::vector<std::pair<std::string, std::string>>;
 
-absl::Status CheckSameOnEveryRank(parallel::Communicator* world, const Fingerprint& mine,
-                                  const parallel::CollectiveOptions& options);
+absl::Status CheckSameOnEveryRank(comm::Communicator* world, const Fingerprint& mine,
+                                  const comm::CollectiveOptions& options);
 
 // root's `status` on every rank (the others pass anything).
-absl::Status ShareStatus(parallel::Communicator* world, int root, const absl::Status& status,
-                         const parallel::CollectiveOptions& options);
+absl::Status ShareStatus(comm::Communicator* world, int root, const absl::Status& status,
+                         const comm::CollectiveOptions& options);
 
 }  // namespace satdar::worker
 

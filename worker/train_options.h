@@ -11,8 +11,8 @@
 #include "core/dtype.h"
 #include "data/mqar.h"
 #include "model/config.h"
-#include "parallel/communicator.h"
-#include "parallel/mesh.h"
+#include "comm/communicator.h"
+#include "comm/mesh.h"
 
 namespace satdar::worker {
 
@@ -24,10 +24,10 @@ struct GpuOptions {
   core::DType compute = core::DType::kBF16;  // kBF16 or kF32
   bool recompute = false;                    // activation recomputation per sublayer
   double peak_tflops = 989.0;  // the GPU's dense bf16 peak, for MFU (H100/H200 SXM)
-  // The ranks' communicator for device buffers (NCCL, or parallel/staged_communicator.h);
+  // The ranks' communicator for device buffers (NCCL, or comm/staged_communicator.h);
   // null for a single rank. `world` below stays the host communicator (rank agreement, the
   // checkpoint folder's status, the mesh).
-  parallel::Communicator* world = nullptr;
+  comm::Communicator* world = nullptr;
   std::string world_kind = "nccl";  // what `world` is, for the console: "nccl" or "host staging"
 };
 
@@ -73,12 +73,12 @@ struct TrainOptions {
   bool resume = false;
   bool quiet = false;
   // Parallel runs: this process is one rank of `world` (null: a single rank), arranged as
-  // mesh (dp x tp x pp x ep, parallel/mesh.h). Each data-parallel replica (dp x ep of them;
+  // mesh (dp x tp x pp x ep, comm/mesh.h). Each data-parallel replica (dp x ep of them;
   // without experts the EP ranks are replicas too) trains on its slice of the global batch
   // (batch_size sequences each); TP, PP and EP ranks of a replica hold pieces of one model
   // (model/sharding.h). Gradients and the loss are averaged over replicas; only rank 0 logs.
-  parallel::Communicator* world = nullptr;
-  parallel::MeshShape mesh;
+  comm::Communicator* world = nullptr;
+  comm::MeshShape mesh;
   // ZeRO stage 1 (data parallel, ep 1): gradients are reduce-scattered, each replica keeps the
   // AdamW moments of its 1/dp slice of the flat buffer and updates only that slice, and the
   // parameters are all-gathered. Checkpoints still hold the full state (gathered on write).

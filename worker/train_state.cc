@@ -42,8 +42,8 @@ absl::StatusOr<CheckpointInfo> TrainState<T>::Load(const std::string& path,
 }
 
 template <typename T>
-absl::Status TrainState<T>::GatherMoments(parallel::Communicator* data,
-                                          const parallel::CollectiveOptions& o) {
+absl::Status TrainState<T>::GatherMoments(comm::Communicator* data,
+                                          const comm::CollectiveOptions& o) {
   if (!zero_) return absl::OkStatus();
   constexpr core::DType kDType = core::DTypeOf<T>::value;
   exp_avg_.assign(padded_, T(0));
@@ -63,8 +63,8 @@ void TrainState<T>::ReleaseMoments() {
 
 template <typename T>
 absl::Status TrainState<T>::Update(const core::AdamWParams& hp, const std::vector<T>& shard,
-                                   parallel::Communicator* data, core::ThreadPool* pool,
-                                   const parallel::CollectiveOptions& o) {
+                                   comm::Communicator* data, core::ThreadPool* pool,
+                                   const comm::CollectiveOptions& o) {
   if (!zero_) {
     core::cpu::AdamWUpdate(params_.data(), grads_.data(), exp_avg_.data(), exp_avg_sq_.data(), n_,
                            hp, pool);

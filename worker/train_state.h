@@ -20,7 +20,7 @@
 #include "core/ops/adamw.h"
 #include "core/thread_pool.h"
 #include "model/param_table.h"
-#include "parallel/communicator.h"
+#include "comm/communicator.h"
 #include "worker/checkpoint.h"
 
 namespace satdar::worker {
@@ -43,14 +43,14 @@ class TrainState {
   // The buffers a checkpoint writes; under ZeRO-1 first GatherMoments (every replica takes
   // part), and ReleaseMoments after writing.
   OptimizerBuffers<T> buffers() { return {&params_, &exp_avg_, &exp_avg_sq_}; }
-  absl::Status GatherMoments(parallel::Communicator* data, const parallel::CollectiveOptions& o);
+  absl::Status GatherMoments(comm::Communicator* data, const comm::CollectiveOptions& o);
   void ReleaseMoments();
 
   // AdamW over the whole buffer, or under ZeRO-1 over this replica's slice (gradients in
   // `shard`) followed by an all-gather of the parameters over the data group.
   absl::Status Update(const core::AdamWParams& hp, const std::vector<T>& shard,
-                      parallel::Communicator* data, core::ThreadPool* pool,
-                      const parallel::CollectiveOptions& o);
+                      comm::Communicator* data, core::ThreadPool* pool,
+                      const comm::CollectiveOptions& o);
 
  private:
   const int64_t n_;

@@ -80,7 +80,7 @@ class TrainRun {
   absl::StatusOr<TrainSummary> Finish();
 
   TrainOptions o_;
-  parallel::CollectiveOptions copts_;
+  comm::CollectiveOptions copts_;
   MeshGroups g_;
   std::unique_ptr<StepEngine> engine_;
   std::unique_ptr<data::BatchSource> source_, eval_source_;

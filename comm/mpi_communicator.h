@@ -1,4 +1,4 @@
-// parallel/mpi_communicator.h: the Communicator over MPI (Open MPI), for CPU ranks launched
+// comm/mpi_communicator.h: the Communicator over MPI (Open MPI), for CPU ranks launched
 // by mpirun. Every operation is a set of non-blocking point-to-point transfers with the peers
 // it involves (collectives too: a direct exchange, as in the Gloo communicator), issued from
 // the calling thread; Wait() polls them up to the timeout, so a dead, stopped or stuck peer
@@ -7,15 +7,15 @@
 // Reductions gather every rank's contribution and add them in rank order, so all ranks get
 // bit-identical results.
 // REQUIRES: one thread at a time issues and waits (MPI_THREAD_SERIALIZED).
-#ifndef SATDAR_PARALLEL_MPI_COMMUNICATOR_H_
-#define SATDAR_PARALLEL_MPI_COMMUNICATOR_H_
+#ifndef SATDAR_COMM_MPI_COMMUNICATOR_H_
+#define SATDAR_COMM_MPI_COMMUNICATOR_H_
 
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "parallel/communicator.h"
+#include "comm/communicator.h"
 
-namespace satdar::parallel {
+namespace satdar::comm {
 
 // Initialises MPI (once per process) and returns the world communicator.
 absl::StatusOr<std::unique_ptr<Communicator>> MpiWorld(int* argc, char*** argv);
@@ -25,6 +25,6 @@ void MpiFinalize();
 // Ends every process of the job (MPI_Abort; mpirun exits with exit_code), this one included.
 [[noreturn]] void MpiAbort(int exit_code);
 
-}  // namespace satdar::parallel
+}  // namespace satdar::comm
 
-#endif  // SATDAR_PARALLEL_MPI_COMMUNICATOR_H_
+#endif  // SATDAR_COMM_MPI_COMMUNICATOR_H_

@@ -1,6 +1,6 @@
 // The in-process communicator (each rank a thread): the shared conformance checks, plus
 // its own timeout messages and the mesh arithmetic.
-#include "parallel/local_communicator.h"
+#include "comm/local_communicator.h"
 
 #include <functional>
 #include <map>
@@ -8,15 +8,15 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "parallel/communicator_conformance_testutil.h"
-#include "parallel/mesh.h"
+#include "comm/communicator_conformance_testutil.h"
+#include "comm/mesh.h"
 
-namespace satdar::parallel {
+namespace satdar::comm {
 namespace {
 
 using core::DType;
 
-// The shared closed-form checks (parallel/communicator_conformance_testutil.h) on groups of
+// The shared closed-form checks (comm/communicator_conformance_testutil.h) on groups of
 // 1 to 4 threads.
 TEST(LocalCommunicator, Conformance) {
   for (int n : {1, 2, 3, 4}) {
@@ -67,4 +67,4 @@ TEST(Mesh, CoordinatesAndValidation) {
 }
 
 }  // namespace
-}  // namespace satdar::parallel
+}  // namespace satdar::comm

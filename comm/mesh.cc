@@ -1,9 +1,9 @@
-#include "parallel/mesh.h"
+#include "comm/mesh.h"
 
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
 
-namespace satdar::parallel {
+namespace satdar::comm {
 
 std::string MeshShape::ToString() const {
   return absl::StrCat("dp=", dp, " tp=", tp, " pp=", pp, " ep=", ep);
@@ -58,4 +58,4 @@ SplitKey GroupAlong(const MeshShape& s, int rank, const std::string& axis) {
   return {RankOf(s, c), key};
 }
 
-}  // namespace satdar::parallel
+}  // namespace satdar::comm

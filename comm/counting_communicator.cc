@@ -1,6 +1,6 @@
-#include "parallel/counting_communicator.h"
+#include "comm/counting_communicator.h"
 
-namespace satdar::parallel {
+namespace satdar::comm {
 
 std::unique_ptr<Work> CountingCommunicator::AllReduce(void* data, size_t count, core::DType dtype,
                                                       ReduceOp op,
@@ -63,4 +63,4 @@ absl::StatusOr<std::unique_ptr<Communicator>> CountingCommunicator::Split(
   return inner_->Split(color, key, options);
 }
 
-}  // namespace satdar::parallel
+}  // namespace satdar::comm

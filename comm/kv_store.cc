@@ -1,4 +1,4 @@
-#include "parallel/kv_store.h"
+#include "comm/kv_store.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -14,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/file_util.h"
 
-namespace satdar::parallel {
+namespace satdar::comm {
 
 namespace {
 
@@ -123,4 +123,4 @@ absl::StatusOr<std::string> FileKvStore::Get(const std::string& key, absl::Durat
   }
 }
 
-}  // namespace satdar::parallel
+}  // namespace satdar::comm

@@ -1,18 +1,18 @@
-// parallel/counting_communicator.h: a Communicator that passes every call to another one and
+// comm/counting_communicator.h: a Communicator that passes every call to another one and
 // counts the payload bytes this rank hands to it (an all-reduce of n bytes counts n, an
 // all-to-all the bytes bound for other ranks, a send its message, a receive nothing), so a
 // training log can say how much each group moves per step whatever algorithm moves it.
-#ifndef SATDAR_PARALLEL_COUNTING_COMMUNICATOR_H_
-#define SATDAR_PARALLEL_COUNTING_COMMUNICATOR_H_
+#ifndef SATDAR_COMM_COUNTING_COMMUNICATOR_H_
+#define SATDAR_COMM_COUNTING_COMMUNICATOR_H_
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
 
-#include "parallel/communicator.h"
+#include "comm/communicator.h"
 
-namespace satdar::parallel {
+namespace satdar::comm {
 
 class CountingCommunicator : public Communicator {
  public:
@@ -50,6 +50,6 @@ class CountingCommunicator : public Communicator {
   std::atomic<int64_t> bytes_{0};
 };
 
-}  // namespace satdar::parallel
+}  // namespace satdar::comm
 
-#endif  // SATDAR_PARALLEL_COUNTING_COMMUNICATOR_H_
+#endif  // SATDAR_COMM_COUNTING_COMMUNICATOR_H_

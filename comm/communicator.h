@@ -1,4 +1,4 @@
-// parallel/communicator.h: how ranks talk to each other. Models and schedules reach other
+// comm/communicator.h: how ranks talk to each other. Models and schedules reach other
 // ranks only through this interface; implementations: LocalCommunicator (threads of one
 // process, for tests; local_communicator.h), MpiCommunicator (mpirun launches),
 // GlooCommunicator (TCP, ranks started by hand or a scheduler, meeting through a KvStore)
@@ -12,8 +12,8 @@
 // every rank must issue the same collectives in the same order. Reductions add the ranks'
 // contributions in rank order, so every rank gets bit-identical results, and the same results
 // on every run.
-#ifndef SATDAR_PARALLEL_COMMUNICATOR_H_
-#define SATDAR_PARALLEL_COMMUNICATOR_H_
+#ifndef SATDAR_COMM_COMMUNICATOR_H_
+#define SATDAR_COMM_COMMUNICATOR_H_
 
 #include <cstddef>
 #include <memory>
@@ -24,7 +24,7 @@
 #include "absl/time/time.h"
 #include "core/dtype.h"
 
-namespace satdar::parallel {
+namespace satdar::comm {
 
 enum class ReduceOp { kSum, kAvg, kMax, kMin };
 
@@ -79,6 +79,6 @@ class Communicator {
                                                               const CollectiveOptions& options) = 0;
 };
 
-}  // namespace satdar::parallel
+}  // namespace satdar::comm
 
-#endif  // SATDAR_PARALLEL_COMMUNICATOR_H_
+#endif  // SATDAR_COMM_COMMUNICATOR_H_

@@ -1,4 +1,4 @@
-#include "parallel/local_communicator.h"
+#include "comm/local_communicator.h"
 
 #include <algorithm>
 #include <condition_variable>
@@ -14,7 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "core/check.h"
 
-namespace satdar::parallel {
+namespace satdar::comm {
 
 namespace {
 
@@ -345,4 +345,4 @@ std::vector<std::unique_ptr<Communicator>> MakeLocalCommunicators(int size) {
   return out;
 }
 
-}  // namespace satdar::parallel
+}  // namespace satdar::comm

@@ -1,4 +1,4 @@
-#include "parallel/communicator_conformance_testutil.h"
+#include "comm/communicator_conformance_testutil.h"
 
 #include <algorithm>
 #include <chrono>
@@ -13,9 +13,9 @@
 #include "absl/strings/str_cat.h"
 #include "core/cuda/runtime.h"
 #include "gtest/gtest.h"
-#include "parallel/mesh.h"
+#include "comm/mesh.h"
 
-namespace satdar::parallel {
+namespace satdar::comm {
 namespace {
 
 using core::DType;
@@ -424,4 +424,4 @@ void OnRanks(std::vector<std::unique_ptr<Communicator>>& comms,
   for (auto& t : threads) t.join();
 }
 
-}  // namespace satdar::parallel
+}  // namespace satdar::comm

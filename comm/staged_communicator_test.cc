@@ -2,7 +2,7 @@
 // of their own (host allocations reached only through the copier, so a call that read or
 // wrote a buffer in place instead of staging it would be caught by the copy counts below), the
 // copier's failures, and, on a GPU, two ranks sharing one GPU (tag gpu; skipped without one).
-#include "parallel/staged_communicator.h"
+#include "comm/staged_communicator.h"
 
 #include <atomic>
 #include <cstdlib>
@@ -12,10 +12,10 @@
 
 #include "core/cuda/runtime.h"
 #include "gtest/gtest.h"
-#include "parallel/communicator_conformance_testutil.h"
-#include "parallel/local_communicator.h"
+#include "comm/communicator_conformance_testutil.h"
+#include "comm/local_communicator.h"
 
-namespace satdar::parallel {
+namespace satdar::comm {
 namespace {
 
 using core::DType;
@@ -91,4 +91,4 @@ TEST(StagedCommunicator, TwoRanksShareOneGpu) {
 }
 
 }  // namespace
-}  // namespace satdar::parallel
+}  // namespace satdar::comm

@@ -1,4 +1,4 @@
-#include "parallel/staged_communicator.h"
+#include "comm/staged_communicator.h"
 
 #include <cstring>
 #include <numeric>
@@ -9,7 +9,7 @@
 #include "core/check.h"
 #include "core/cuda/runtime.h"
 
-namespace satdar::parallel {
+namespace satdar::comm {
 
 namespace {
 
@@ -198,4 +198,4 @@ std::unique_ptr<Communicator> StageThroughHost(std::unique_ptr<Communicator> hos
   return std::make_unique<StagedCommunicator>(std::move(host), std::move(copier));
 }
 
-}  // namespace satdar::parallel
+}  // namespace satdar::comm

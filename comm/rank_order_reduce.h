@@ -1,18 +1,18 @@
-// parallel/rank_order_reduce.h: the reduction of gathered per-rank blocks in rank order, which
+// comm/rank_order_reduce.h: the reduction of gathered per-rank blocks in rank order, which
 // the CPU communicators that gather and then reduce (MPI, Gloo) share, so a sum is
 // bit-identical however the ranks are connected (the in-process communicator adds in the same
 // order).
-#ifndef SATDAR_PARALLEL_RANK_ORDER_REDUCE_H_
-#define SATDAR_PARALLEL_RANK_ORDER_REDUCE_H_
+#ifndef SATDAR_COMM_RANK_ORDER_REDUCE_H_
+#define SATDAR_COMM_RANK_ORDER_REDUCE_H_
 
 #include <cstddef>
 #include <cstdint>
 
 #include "core/check.h"
 #include "core/dtype.h"
-#include "parallel/communicator.h"
+#include "comm/communicator.h"
 
-namespace satdar::parallel {
+namespace satdar::comm {
 
 // The dtypes RankOrderReduce takes.
 inline bool RankOrderReducible(core::DType d) {
@@ -53,6 +53,6 @@ inline void RankOrderReduce(void* out, const char* gathered, int n, size_t count
   }
 }
 
-}  // namespace satdar::parallel
+}  // namespace satdar::comm
 
-#endif  // SATDAR_PARALLEL_RANK_ORDER_REDUCE_H_
+#endif  // SATDAR_COMM_RANK_ORDER_REDUCE_H_

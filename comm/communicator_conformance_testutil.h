@@ -1,4 +1,4 @@
-// parallel/communicator_conformance_testutil.h: the closed-form checks every Communicator must
+// comm/communicator_conformance_testutil.h: the closed-form checks every Communicator must
 // pass (in the style of c10d's and nccl-tests' tests), shared by the tests of the in-process,
 // MPI, Gloo and NCCL implementations. Run it on every rank of a group at once (threads or
 // processes); failures are reported through gtest on the rank that saw them.
@@ -11,8 +11,8 @@
 // waited out of issue order, Send/Recv ordering and tags, uneven and empty AllToAllV blocks,
 // Split (key order, ties, nested, the mesh groups when n == 4) and, last, a Recv that times out.
 // The timeout case may leave the communicator unusable (Gloo, NCCL): run it last.
-#ifndef SATDAR_PARALLEL_COMMUNICATOR_CONFORMANCE_TESTUTIL_H_
-#define SATDAR_PARALLEL_COMMUNICATOR_CONFORMANCE_TESTUTIL_H_
+#ifndef SATDAR_COMM_COMMUNICATOR_CONFORMANCE_TESTUTIL_H_
+#define SATDAR_COMM_COMMUNICATOR_CONFORMANCE_TESTUTIL_H_
 
 #include <cstddef>
 #include <functional>
@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "parallel/communicator.h"
+#include "comm/communicator.h"
 
-namespace satdar::parallel {
+namespace satdar::comm {
 
 // Where the buffers handed to the communicator live. All empty: host memory.
 struct ConformanceMemory {
@@ -55,6 +55,6 @@ void OnRanks(std::vector<std::unique_ptr<Communicator>>& comms,
 void RunCommunicatorConformance(Communicator* comm, int rank, int size,
                                 const ConformanceOptions& options = {});
 
-}  // namespace satdar::parallel
+}  // namespace satdar::comm
 
-#endif  // SATDAR_PARALLEL_COMMUNICATOR_CONFORMANCE_TESTUTIL_H_
+#endif  // SATDAR_COMM_COMMUNICATOR_CONFORMANCE_TESTUTIL_H_

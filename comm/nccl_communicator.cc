@@ -1,6 +1,6 @@
 // The NCCL communicator (see the header for how it differs from the others). Without an NCCL
 // build (no SATDAR_WITH_NCCL, see tools/cuda_configure.bzl) NcclWorld reports that.
-#include "parallel/nccl_communicator.h"
+#include "comm/nccl_communicator.h"
 
 #include <algorithm>
 #include <chrono>
@@ -20,7 +20,7 @@
 #include "core/cuda/check.h"
 #endif
 
-namespace satdar::parallel {
+namespace satdar::comm {
 
 #ifdef SATDAR_WITH_NCCL
 
@@ -573,4 +573,4 @@ absl::StatusOr<std::unique_ptr<Communicator>> NcclWorld(const NcclOptions&) {
 
 #endif  // SATDAR_WITH_NCCL
 
-}  // namespace satdar::parallel
+}  // namespace satdar::comm

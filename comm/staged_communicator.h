@@ -1,4 +1,4 @@
-// parallel/staged_communicator.h: a Communicator for device buffers that moves them through
+// comm/staged_communicator.h: a Communicator for device buffers that moves them through
 // host memory and a host communicator (Gloo, MPI, in-process). Several ranks can then share
 // one GPU, which NCCL refuses ("duplicate GPU"): the layout tests run dp, tp, pp and ep with
 // two ranks on one GPU against one GPU rank. It is slow (every call copies its buffers both
@@ -13,17 +13,17 @@
 // input to a host buffer and issues the host collective; the Work's Wait() waits for it and
 // copies the result back, so the result is in device memory when Wait() returns (as NCCL's
 // Work). Split wraps the host communicator's split with the same copier.
-#ifndef SATDAR_PARALLEL_STAGED_COMMUNICATOR_H_
-#define SATDAR_PARALLEL_STAGED_COMMUNICATOR_H_
+#ifndef SATDAR_COMM_STAGED_COMMUNICATOR_H_
+#define SATDAR_COMM_STAGED_COMMUNICATOR_H_
 
 #include <cstddef>
 #include <functional>
 #include <memory>
 
 #include "absl/status/status.h"
-#include "parallel/communicator.h"
+#include "comm/communicator.h"
 
-namespace satdar::parallel {
+namespace satdar::comm {
 
 // How staged buffers reach host memory and back. Each call returns once the bytes are where
 // they were asked to be (to_device: visible to every later kernel of the device).
@@ -46,6 +46,6 @@ DeviceCopier CudaCopier();
 std::unique_ptr<Communicator> StageThroughHost(std::unique_ptr<Communicator> host,
                                                DeviceCopier copier);
 
-}  // namespace satdar::parallel
+}  // namespace satdar::comm
 
-#endif  // SATDAR_PARALLEL_STAGED_COMMUNICATOR_H_
+#endif  // SATDAR_COMM_STAGED_COMMUNICATOR_H_

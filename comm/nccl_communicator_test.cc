@@ -1,7 +1,7 @@
 // The NCCL communicator on the GPUs of this machine: the shared conformance checks on 2 ranks
 // (threads, one GPU each) when there are 2 GPUs, else on 1 rank. Skips without an NCCL build
 // or without a GPU.
-#include "parallel/nccl_communicator.h"
+#include "comm/nccl_communicator.h"
 
 #include <unistd.h>
 
@@ -12,9 +12,9 @@
 #include "core/cuda/runtime.h"
 #include "core/testing/tmp_dir.h"
 #include "gtest/gtest.h"
-#include "parallel/communicator_conformance_testutil.h"
+#include "comm/communicator_conformance_testutil.h"
 
-namespace satdar::parallel {
+namespace satdar::comm {
 namespace {
 
 ConformanceOptions DeviceOptions(int device) {
@@ -63,4 +63,4 @@ TEST(NcclCommunicator, BadArguments) {
 }
 
 }  // namespace
-}  // namespace satdar::parallel
+}  // namespace satdar::comm

@@ -1,4 +1,4 @@
-// parallel/gloo_communicator.h: the Communicator over Gloo's TCP transport, for CPU ranks that
+// comm/gloo_communicator.h: the Communicator over Gloo's TCP transport, for CPU ranks that
 // are started by anything (a shell loop, a scheduler, fork) rather than mpirun. The ranks meet
 // through a KvStore (by default a FileKvStore in a directory all of them can reach): each one
 // publishes the address it listens on and connects to every other rank.
@@ -29,18 +29,18 @@
 // Mismatched counts between a sender and a receiver are a programmer error (Gloo aborts).
 // GlooWorld ignores SIGPIPE in the process (if it had the default action): a write to a dead
 // peer's socket must be an error, not the end of the survivors.
-#ifndef SATDAR_PARALLEL_GLOO_COMMUNICATOR_H_
-#define SATDAR_PARALLEL_GLOO_COMMUNICATOR_H_
+#ifndef SATDAR_COMM_GLOO_COMMUNICATOR_H_
+#define SATDAR_COMM_GLOO_COMMUNICATOR_H_
 
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "parallel/communicator.h"
-#include "parallel/kv_store.h"
+#include "comm/communicator.h"
+#include "comm/kv_store.h"
 
-namespace satdar::parallel {
+namespace satdar::comm {
 
 struct GlooOptions {
   int rank = -1;       // 0 <= rank < world_size
@@ -71,6 +71,6 @@ absl::StatusOr<std::unique_ptr<Communicator>> GlooWorld(const GlooOptions& optio
 // SATDAR_TIMEOUT_S (optional). InvalidArgument naming the variable that is missing or bad.
 absl::StatusOr<GlooOptions> GlooOptionsFromEnv();
 
-}  // namespace satdar::parallel
+}  // namespace satdar::comm
 
-#endif  // SATDAR_PARALLEL_GLOO_COMMUNICATOR_H_
+#endif  // SATDAR_COMM_GLOO_COMMUNICATOR_H_

@@ -1,7 +1,7 @@
 // The Gloo communicator. This is the only file of satdar compiled with exceptions (Gloo reports
 // errors by throwing): every Gloo call is made inside a try block here, and what it throws
 // becomes an absl::Status before it leaves this file. Nothing of Gloo is in the header.
-#include "parallel/gloo_communicator.h"
+#include "comm/gloo_communicator.h"
 
 #include <gloo/context.h>
 #include <gloo/rendezvous/context.h>
@@ -31,9 +31,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/check.h"
-#include "parallel/rank_order_reduce.h"
+#include "comm/rank_order_reduce.h"
 
-namespace satdar::parallel {
+namespace satdar::comm {
 
 namespace {
 
@@ -716,4 +716,4 @@ absl::StatusOr<GlooOptions> GlooOptionsFromEnv() {
   return o;
 }
 
-}  // namespace satdar::parallel
+}  // namespace satdar::comm

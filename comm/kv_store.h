@@ -1,4 +1,4 @@
-// parallel/kv_store.h: a small key-value store through which ranks find each other before they
+// comm/kv_store.h: a small key-value store through which ranks find each other before they
 // can talk (Gloo's rendezvous, NCCL's unique id). Values are opaque bytes.
 //
 //   SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<KvStore> store, FileKvStore::Open("/shared/job42"));
@@ -7,8 +7,8 @@
 //
 // Keys are written once per job; a store directory (or a key prefix) must be fresh for every
 // launch, otherwise a rank may read what an earlier launch left behind.
-#ifndef SATDAR_PARALLEL_KV_STORE_H_
-#define SATDAR_PARALLEL_KV_STORE_H_
+#ifndef SATDAR_COMM_KV_STORE_H_
+#define SATDAR_COMM_KV_STORE_H_
 
 #include <memory>
 #include <string>
@@ -17,7 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
-namespace satdar::parallel {
+namespace satdar::comm {
 
 class KvStore {
  public:
@@ -53,6 +53,6 @@ class FileKvStore : public KvStore {
   std::string dir_;
 };
 
-}  // namespace satdar::parallel
+}  // namespace satdar::comm
 
-#endif  // SATDAR_PARALLEL_KV_STORE_H_
+#endif  // SATDAR_COMM_KV_STORE_H_

@@ -1,4 +1,4 @@
-// parallel/nccl_communicator.h: the Communicator over NCCL, for ranks that each own one GPU.
+// comm/nccl_communicator.h: the Communicator over NCCL, for ranks that each own one GPU.
 // Every pointer handed to it is device memory of that rank's GPU.
 //
 //   NcclOptions o;
@@ -33,18 +33,18 @@
 // - bf16 reductions are supported (NCCL's); u16 is not reducible.
 // Calls make the communicator's device the calling thread's current CUDA device.
 // REQUIRES: one thread at a time issues and waits.
-#ifndef SATDAR_PARALLEL_NCCL_COMMUNICATOR_H_
-#define SATDAR_PARALLEL_NCCL_COMMUNICATOR_H_
+#ifndef SATDAR_COMM_NCCL_COMMUNICATOR_H_
+#define SATDAR_COMM_NCCL_COMMUNICATOR_H_
 
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "parallel/communicator.h"
-#include "parallel/kv_store.h"
+#include "comm/communicator.h"
+#include "comm/kv_store.h"
 
-namespace satdar::parallel {
+namespace satdar::comm {
 
 struct NcclOptions {
   int rank = -1;       // 0 <= rank < world_size
@@ -66,6 +66,6 @@ bool NcclBuilt();
 // within options.timeout; Unavailable when the store cannot be reached.
 absl::StatusOr<std::unique_ptr<Communicator>> NcclWorld(const NcclOptions& options);
 
-}  // namespace satdar::parallel
+}  // namespace satdar::comm
 
-#endif  // SATDAR_PARALLEL_NCCL_COMMUNICATOR_H_
+#endif  // SATDAR_COMM_NCCL_COMMUNICATOR_H_

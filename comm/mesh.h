@@ -1,14 +1,14 @@
-// parallel/mesh.h: the process mesh dp x tp x pp x ep. Global rank = ((dp * pp + pp_index) ...)
+// comm/mesh.h: the process mesh dp x tp x pp x ep. Global rank = ((dp * pp + pp_index) ...)
 // with tensor parallelism innermost (neighbouring ranks share a TP group, as in Megatron-LM's
 // default order), then expert, then pipeline, then data parallelism outermost.
-#ifndef SATDAR_PARALLEL_MESH_H_
-#define SATDAR_PARALLEL_MESH_H_
+#ifndef SATDAR_COMM_MESH_H_
+#define SATDAR_COMM_MESH_H_
 
 #include <string>
 
 #include "absl/status/statusor.h"
 
-namespace satdar::parallel {
+namespace satdar::comm {
 
 struct MeshShape {
   int dp = 1, tp = 1, pp = 1, ep = 1;
@@ -33,6 +33,6 @@ struct SplitKey {
 };
 SplitKey GroupAlong(const MeshShape& shape, int rank, const std::string& axis);
 
-}  // namespace satdar::parallel
+}  // namespace satdar::comm
 
-#endif  // SATDAR_PARALLEL_MESH_H_
+#endif  // SATDAR_COMM_MESH_H_

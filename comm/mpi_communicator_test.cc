@@ -1,16 +1,16 @@
-// The MPI communicator under mpirun (parallel/BUILD.bazel: 3 ranks): the conformance checks
+// The MPI communicator under mpirun (comm/BUILD.bazel: 3 ranks): the conformance checks
 // every communicator passes, on real processes.
-#include "parallel/mpi_communicator.h"
+#include "comm/mpi_communicator.h"
 
 #include "gtest/gtest.h"
-#include "parallel/communicator_conformance_testutil.h"
+#include "comm/communicator_conformance_testutil.h"
 
-namespace satdar::parallel {
+namespace satdar::comm {
 namespace {
 
 Communicator* g_world = nullptr;
 
-// The shared closed-form checks (parallel/communicator_conformance_testutil.h), including the
+// The shared closed-form checks (comm/communicator_conformance_testutil.h), including the
 // bit-identical rank-order float sums, splits and a Recv that times out (MPI's message names
 // only the waiting rank).
 TEST(MpiCommunicator, Conformance) {
@@ -22,15 +22,15 @@ TEST(MpiCommunicator, Conformance) {
 }
 
 }  // namespace
-}  // namespace satdar::parallel
+}  // namespace satdar::comm
 
 int main(int argc, char** argv) {
-  auto world = satdar::parallel::MpiWorld(&argc, &argv);
+  auto world = satdar::comm::MpiWorld(&argc, &argv);
   if (!world.ok()) return 1;
-  satdar::parallel::g_world = world->get();
+  satdar::comm::g_world = world->get();
   ::testing::InitGoogleTest(&argc, argv);
   int rc = RUN_ALL_TESTS();
   world->reset();
-  satdar::parallel::MpiFinalize();
+  satdar::comm::MpiFinalize();
   return rc;
 }

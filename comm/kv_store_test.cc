@@ -1,4 +1,4 @@
-#include "parallel/kv_store.h"
+#include "comm/kv_store.h"
 
 #include <unistd.h>
 
@@ -10,7 +10,7 @@
 #include "core/testing/tmp_dir.h"
 #include "gtest/gtest.h"
 
-namespace satdar::parallel {
+namespace satdar::comm {
 namespace {
 
 std::string FreshDir(const std::string& name) {
@@ -70,4 +70,4 @@ TEST(FileKvStore, UnreachableDirectoryIsAnError) {
 }
 
 }  // namespace
-}  // namespace satdar::parallel
+}  // namespace satdar::comm

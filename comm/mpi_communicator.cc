@@ -1,4 +1,4 @@
-#include "parallel/mpi_communicator.h"
+#include "comm/mpi_communicator.h"
 
 #include <mpi.h>
 
@@ -14,9 +14,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/check.h"
-#include "parallel/rank_order_reduce.h"
+#include "comm/rank_order_reduce.h"
 
-namespace satdar::parallel {
+namespace satdar::comm {
 
 namespace {
 
@@ -322,4 +322,4 @@ void MpiFinalize() {
   if (!finalized) MPI_Finalize();
 }
 
-}  // namespace satdar::parallel
+}  // namespace satdar::comm

@@ -1,7 +1,7 @@
 // The Gloo communicator on real processes without mpirun: the test forks one child per rank,
 // and the children meet through a FileKvStore under $TEST_TMPDIR. Each child reports through
 // its exit code (gtest failures inside it print and make it exit 1).
-#include "parallel/gloo_communicator.h"
+#include "comm/gloo_communicator.h"
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -20,10 +20,10 @@
 #include "core/file_util.h"
 #include "core/testing/tmp_dir.h"
 #include "gtest/gtest.h"
-#include "parallel/communicator_conformance_testutil.h"
-#include "parallel/kv_store.h"
+#include "comm/communicator_conformance_testutil.h"
+#include "comm/kv_store.h"
 
-namespace satdar::parallel {
+namespace satdar::comm {
 namespace {
 
 using core::DType;
@@ -294,4 +294,4 @@ TEST(GlooCommunicator, KilledRankMakesSurvivorsFail) {
 }
 
 }  // namespace
-}  // namespace satdar::parallel
+}  // namespace satdar::comm
