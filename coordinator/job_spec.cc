@@ -187,7 +187,7 @@ absl::StatusOr<ValidJob> ValidateJobSpec(const satdar::v1::JobSpec& spec) {
     return Bad("layout", absl::StrCat("dp x tp x pp x ep = ", world, " ranks, more than ",
                                       worker::kMaxRanks));
   }
-  absl::Status split = model::ValidateSharding(*config, tp, pp, ep);
+  absl::Status split = model::ValidateSharding(*config, tp, pp, ep, worker::TrainLayoutNames());
   if (!split.ok()) return Bad("layout", std::string(split.message()));
   job.world_size = static_cast<int>(world);
   job.tp = tp;

@@ -1,18 +1,40 @@
 // model/layout_check.h: whether a config can be split into a dp x tp x pp x ep layout, checked
-// from the config alone (no model is built), so the coordinator can refuse an impossible job
-// at submit and `satdar train` before any rank starts.
+// from the config alone (no model is built, no kernel linked), so the coordinator can refuse an
+// impossible job at submit and `satdar train` before any rank starts.
 #ifndef SATDAR_MODEL_LAYOUT_CHECK_H_
 #define SATDAR_MODEL_LAYOUT_CHECK_H_
+
+#include <string>
 
 #include "absl/status/status.h"
 #include "model/config.h"
 
 namespace satdar::model {
 
+// What the caller calls the layout's sizes in its own messages (the command line's flags, a
+// job spec's fields); the library's errors use these names and the config's field names.
+struct LayoutNames {
+  std::string tp = "tensor-parallel size";
+  std::string pp = "pipeline stages";
+  std::string ep = "expert-parallel size";
+};
+
+// How a design may be split, from the design table (layout_check.cc: one row per residual
+// topology and per value residual; the registry, registry.cc, builds them). A blocker names
+// the config field that prevents the split.
+struct Capabilities {
+  bool pipeline_stages = true;  // its state can cross a stage boundary (topology.h)
+  std::string stages_blocker;
+  bool tensor_parallel = true;  // every branch input can be split over TP ranks
+  std::string tp_blocker;
+};
+Capabilities CapabilitiesOf(const ModelConfig& config);
+
 // Heads, KV heads, intermediate size and vocabulary divisible by tp; layers by pp; experts by
-// ep; and every design split across stages able to hand its state over. The InvalidArgument
-// error names the flag and the config field.
-absl::Status ValidateSharding(const ModelConfig& config, int tp, int pp, int ep);
+// ep; and the design able to be split that way (CapabilitiesOf). The InvalidArgument error
+// names the size (as `names` calls it), the config field and the change that would run.
+absl::Status ValidateSharding(const ModelConfig& config, int tp, int pp, int ep,
+                              const LayoutNames& names = {});
 
 }  // namespace satdar::model
 

@@ -114,9 +114,10 @@ std::string MemoryEstimate::Breakdown() const {
   return out;
 }
 
-std::string MemoryEstimate::Largest() const {
+std::string MemoryEstimate::Largest(const BatchNames& names) const {
   if (activation_bytes >= total() / 2) {
-    return "--batch-size or --seq-len (activations), or raise --microbatches";
+    return absl::StrCat(names.batch, " or ", names.seq_len, " (activations), or raise ",
+                        names.microbatches);
   }
   if (embedding_parameters >= parameters / 2) return "config field \"vocab_size\" (embedding)";
   return "config fields \"hidden_size\", \"intermediate_size\" or \"num_hidden_layers\"";
@@ -186,7 +187,7 @@ int64_t AvailableMemoryBytes() {
 }
 
 absl::Status CheckFitsInMemory(const ModelConfig& config, const MemoryShape& shape, int ranks,
-                               const std::string& what) {
+                               const std::string& what, const BatchNames& names) {
   SATDAR_ASSIGN_OR_RETURN(MemoryEstimate e, EstimateMemory(config, shape));
   const int64_t available = AvailableMemoryBytes();
   const double need = static_cast<double>(e.total()) * ranks;
@@ -194,7 +195,7 @@ absl::Status CheckFitsInMemory(const ModelConfig& config, const MemoryShape& sha
   return absl::InvalidArgumentError(absl::StrCat(
       what, " needs about ", FormatBytes(e.total()), ranks > 1 ? " per rank" : "", " (",
       e.Breakdown(), ")", ranks > 1 ? absl::StrCat(" for ", ranks, " ranks on this machine") : "",
-      ", more than the ", FormatBytes(available), " of memory available; reduce ", e.Largest()));
+      ", more than the ", FormatBytes(available), " of memory available; reduce ", e.Largest(names)));
 }
 
 }  // namespace satdar::model

@@ -39,6 +39,13 @@ struct MemoryShape {
   int zero_stage = 0;        // 1: the moments are sharded over the dp x ep replicas
 };
 
+// What the caller calls the batch's sizes in its messages (flags, job-spec fields).
+struct BatchNames {
+  std::string batch = "the batch size";
+  std::string seq_len = "the sequence length";
+  std::string microbatches = "the number of micro-batches";
+};
+
 struct MemoryEstimate {
   int64_t parameters = 0;     // elements on this rank
   int64_t parameter_bytes = 0, gradient_bytes = 0, optimizer_bytes = 0;
@@ -49,8 +56,8 @@ struct MemoryEstimate {
   }
   // "parameters 1.2 GiB, gradients 1.2 GiB, AdamW moments 2.4 GiB, activations 3.1 GiB"
   std::string Breakdown() const;
-  // What to shrink: the flags and config fields behind the largest part.
-  std::string Largest() const;
+  // What to shrink: the sizes (as `names` calls them) or config fields behind the largest part.
+  std::string Largest(const BatchNames& names = {}) const;
 };
 
 absl::StatusOr<MemoryEstimate> EstimateMemory(const ModelConfig& config,
@@ -67,7 +74,7 @@ std::string FormatBytes(int64_t bytes);
 // "<what> needs about X per rank (breakdown) ..., more than the Y this machine has available;
 // reduce <largest>". Nothing is checked when the available memory is unknown.
 absl::Status CheckFitsInMemory(const ModelConfig& config, const MemoryShape& shape, int ranks,
-                               const std::string& what);
+                               const std::string& what, const BatchNames& names = {});
 
 }  // namespace satdar::model
 

@@ -83,6 +83,10 @@ absl::StatusOr<std::unique_ptr<Model<T>>> CreateModel(const ModelConfig& config,
                                                       const Sharding& shard,
                                                       core::ThreadPool* pool);
 
+// What the built topology of `config` says of itself (Topology::SupportsStages); the layout
+// check reads the design table instead (layout_check.h), which a test holds to this.
+bool TopologySupportsStages(const ModelConfig& config);
+
 }  // namespace satdar::model
 
 #endif  // SATDAR_MODEL_MODEL_H_

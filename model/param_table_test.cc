@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "gtest/gtest.h"
+#include "model/layout_check.h"
 #include "model/model.h"
 
 namespace satdar::model {
@@ -128,14 +129,30 @@ TEST(ParamTable, PipelineStagesPartitionTheModel) {
 
 TEST(ParamTable, ShardingErrorsNameTheFlagAndField) {
   ModelConfig c = Config();
-  absl::Status s = ValidateSharding(c, 3, 1, 1);
+  const LayoutNames flags = {"--tp", "--pp", "--ep"};
+  absl::Status s = ValidateSharding(c, 3, 1, 1, flags);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(s.message(), "--tp 3 does not divide config field \"num_attention_heads\" (4)");
-  s = ValidateSharding(c, 1, 4, 1);
+  s = ValidateSharding(c, 1, 4, 1, flags);
   EXPECT_EQ(s.message(), "--pp 4 does not divide config field \"num_hidden_layers\" (2)");
   c.residual = Residual::kMhc;
   EXPECT_EQ(ValidateSharding(c, 1, 2, 1).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(ValidateSharding(c, 2, 1, 2).ok());  // without experts, EP ranks are replicas
+  // Without the caller's names, the library names the sizes in words.
+  EXPECT_EQ(ValidateSharding(c, 3, 1, 1).message(),
+            "tensor-parallel size 3 does not divide config field \"num_attention_heads\" (4)");
+}
+
+// The design table of the layout check (no model built) says what each topology says of itself.
+TEST(ParamTable, DesignTableAgreesWithEveryTopology) {
+  for (Residual r : {Residual::kStandard, Residual::kAttnRes, Residual::kDar, Residual::kHc,
+                     Residual::kMhc, Residual::kDenseFormer, Residual::kMuddFormer}) {
+    ModelConfig c = Config();
+    c.residual = r;
+    if (r == Residual::kDar || r == Residual::kAttnRes) c.block_size = 2;
+    EXPECT_EQ(CapabilitiesOf(c).pipeline_stages, TopologySupportsStages(c)) << Name(r);
+    EXPECT_EQ(CapabilitiesOf(c).pipeline_stages, CapabilitiesOf(c).stages_blocker.empty());
+  }
 }
 
 }  // namespace

@@ -68,6 +68,14 @@ std::string Names(const std::vector<std::pair<std::string, V>>& list) {
 
 }  // namespace
 
+bool TopologySupportsStages(const ModelConfig& config) {
+  Registry<float> r;
+  const auto* topology = Find(r.topologies, Name(config.residual));
+  SATDAR_CHECK(topology != nullptr) << Name(config.residual);
+  core::ThreadPool pool(1);
+  return (*topology)(config, Sharding{}, &pool)->SupportsStages();
+}
+
 template <typename T>
 absl::StatusOr<std::unique_ptr<Model<T>>> CreateModel(const ModelConfig& config,
                                                       core::ThreadPool* pool) {

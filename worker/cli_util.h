@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "data/mqar.h"
+#include "model/memory_estimate.h"
 #include "worker/flags.h"
 
 namespace satdar::worker {
@@ -33,6 +34,9 @@ bool WantsHelp(const std::vector<std::string>& args);
 std::string FlagOrEnv(const FlagSet& flags, const std::string& flag, const char* env);
 // Prints the flags of a command (its --help); always OK.
 absl::Status PrintHelp(const FlagSet& flags);
+
+// The batch sizes as the commands' flags call them (for the memory check's advice).
+inline const model::BatchNames kCliBatchNames = {"--batch-size", "--seq-len", "--microbatches"};
 
 // --task and the MQAR flags, shared by train and eval.
 void DefineTaskFlags(FlagSet* flags);

@@ -111,7 +111,7 @@ absl::Status RunEval(const std::vector<std::string>& args) {
   shape.batch = o.batch_size;
   shape.seq_len = o.seq_len;
   shape.dtype_bytes = o.f64 ? 8 : 4;
-  SATDAR_RETURN_IF_ERROR(model::CheckFitsInMemory(o.config, shape, 1, "satdar eval"));
+  SATDAR_RETURN_IF_ERROR(model::CheckFitsInMemory(o.config, shape, 1, "satdar eval", kCliBatchNames));
   SATDAR_ASSIGN_OR_RETURN(nlohmann::json result, Evaluate(o));
   PrintResult(result, o);
   if (flags.Has("--json")) {

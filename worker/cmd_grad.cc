@@ -73,7 +73,7 @@ absl::Status RunGradTyped(const model::ModelConfig& config, const FlagSet& flags
   shape.batch = b;
   shape.seq_len = t;
   shape.dtype_bytes = sizeof(T);
-  SATDAR_RETURN_IF_ERROR(model::CheckFitsInMemory(config, shape, 1, "satdar grad"));
+  SATDAR_RETURN_IF_ERROR(model::CheckFitsInMemory(config, shape, 1, "satdar grad", kCliBatchNames));
   core::cpu::InitBlas();
   core::ThreadPool pool(threads);
   SATDAR_ASSIGN_OR_RETURN(auto model, model::CreateModel<T>(config, &pool));

@@ -62,7 +62,7 @@ absl::Status RunInit(const std::vector<std::string>& args) {
   model::MemoryShape shape;
   shape.use = model::MemoryUse::kWeights;
   shape.dtype_bytes = 8 + 4;  // initialised in f64, written from an f32 copy
-  SATDAR_RETURN_IF_ERROR(model::CheckFitsInMemory(config, shape, 1, "satdar init"));
+  SATDAR_RETURN_IF_ERROR(model::CheckFitsInMemory(config, shape, 1, "satdar init", kCliBatchNames));
   core::ThreadPool pool(1);
   SATDAR_ASSIGN_OR_RETURN(auto model, model::CreateModel<double>(config, &pool));
   const model::ParamTable& table = model->params();
@@ -100,7 +100,7 @@ absl::Status RunExport(const std::vector<std::string>& args) {
   model::MemoryShape shape;
   shape.use = model::MemoryUse::kWeights;
   shape.dtype_bytes = 2 * (f64 ? 8 : 4);  // the weights, and one tensor assembled from shards
-  SATDAR_RETURN_IF_ERROR(model::CheckFitsInMemory(config, shape, 1, "satdar export"));
+  SATDAR_RETURN_IF_ERROR(model::CheckFitsInMemory(config, shape, 1, "satdar export", kCliBatchNames));
   return f64 ? ExportTyped<double>(config, flags.Get("--checkpoint"), flags.Get("--out"))
              : ExportTyped<float>(config, flags.Get("--checkpoint"), flags.Get("--out"));
 }

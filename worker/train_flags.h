@@ -5,6 +5,7 @@
 #define SATDAR_WORKER_TRAIN_FLAGS_H_
 
 #include "absl/status/status.h"
+#include "model/layout_check.h"
 #include "worker/flags.h"
 #include "worker/train_options.h"
 
@@ -15,6 +16,9 @@ void DefineTrainFlags(FlagSet* flags);
 // The optimizer, schedule, data, output and layout flags into *o; InvalidArgument naming the
 // flag for anything out of bounds or inconsistent.
 absl::Status ParseTrainOptions(const FlagSet& flags, TrainOptions* o);
+
+// The layout sizes as `satdar train` (and a job spec's "train" flags) call them.
+inline model::LayoutNames TrainLayoutNames() { return {"--tp", "--pp", "--ep"}; }
 
 }  // namespace satdar::worker
 
