@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/str_cat.h"
 #include "core/check.h"
 #include "core/ops/cross_entropy.h"
 #include "core/ops/embedding.h"
@@ -176,7 +177,28 @@ void DecoderModel<T>::CrossEntropyBackward(double loss_scale) {
 }
 
 template <typename T>
-double DecoderModel<T>::Forward(const T* params, const int32_t* tokens, int b, int t) {
+absl::StatusOr<double> DecoderModel<T>::Forward(const T* params, const int32_t* tokens, int b,
+                                                int t) {
+  const int64_t count = static_cast<int64_t>(b) * (t + 1);
+  for (int64_t i = 0; i < count; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= config_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("token id ", tokens[i], " at position ", i,
+                                                     " is outside [0, ", config_.vocab_size, ")"));
+    }
+  }
+  const double loss = ForwardPass(params, tokens, b, t);
+  SATDAR_RETURN_IF_ERROR(CommStatus());
+  return loss;
+}
+
+template <typename T>
+absl::Status DecoderModel<T>::Backward(const T* params, T* grads, double loss_scale) {
+  BackwardPass(params, grads, loss_scale);
+  return CommStatus();
+}
+
+template <typename T>
+double DecoderModel<T>::ForwardPass(const T* params, const int32_t* tokens, int b, int t) {
   Resize(b, t);
   params_ = params;
   const ModelConfig& c = config_;
@@ -224,7 +246,7 @@ double DecoderModel<T>::Forward(const T* params, const int32_t* tokens, int b, i
 }
 
 template <typename T>
-void DecoderModel<T>::Backward(const T* params, T* grads, double loss_scale) {
+void DecoderModel<T>::BackwardPass(const T* params, T* grads, double loss_scale) {
   SATDAR_CHECK(b_ > 0) << "Backward before Forward";
   const ModelConfig& c = config_;
   const int n = b_ * t_, d = c.hidden_size;

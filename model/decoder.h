@@ -22,8 +22,8 @@ class DecoderModel : public Model<T> {
 
   const ParamTable& params() const override { return table_; }
   const ModelConfig& config() const override { return config_; }
-  double Forward(const T* params, const int32_t* tokens, int b, int t) override;
-  void Backward(const T* params, T* grads, double loss_scale) override;
+  absl::StatusOr<double> Forward(const T* params, const int32_t* tokens, int b, int t) override;
+  absl::Status Backward(const T* params, T* grads, double loss_scale) override;
   double last_cross_entropy() const override { return cross_entropy_; }
   void AppendStats(nlohmann::json* stats) const override;
   void ResetStats() override;
@@ -37,11 +37,13 @@ class DecoderModel : public Model<T> {
     Resize(b, t);
     return &stage_;
   }
-  absl::Status comm_status() const override {
+ private:
+  double ForwardPass(const T* params, const int32_t* tokens, int b, int t);
+  void BackwardPass(const T* params, T* grads, double loss_scale);
+  // The first failure of a collective inside a pass (Sharding::errors), or OK.
+  absl::Status CommStatus() const {
     return shard_.errors == nullptr ? absl::OkStatus() : shard_.errors->status();
   }
-
- private:
   void Resize(int b, int t);
   // Vocabulary-parallel pieces (tp > 1): this rank holds vocabulary rows [v0_, v0_ + vl_).
   void EmbeddingForward(const T* table, T* h0);

@@ -2,8 +2,8 @@
 //
 //   SATDAR_ASSIGN_OR_RETURN(auto model, CreateModel<float>(config, &pool));
 //   model->params().Initialize(params, seed);
-//   double loss = model->Forward(params, tokens, B, T);   // tokens (B, T+1)
-//   model->Backward(params, grads, 1.0);                   // grads += d loss / d params
+//   SATDAR_ASSIGN_OR_RETURN(double loss, model->Forward(params, tokens, B, T));  // (B, T+1)
+//   SATDAR_RETURN_IF_ERROR(model->Backward(params, grads, 1.0));  // grads += d loss / d params
 //
 // A model keeps the activations of its last Forward for the Backward that follows. T is the
 // compute type (float, or double for gradient checks and `satdar grad --dtype f64`).
@@ -42,11 +42,13 @@ class Model {
   virtual ~Model() = default;
   virtual const ParamTable& params() const = 0;
   virtual const ModelConfig& config() const = 0;
-  // tokens (B, T+1): inputs are tokens[:, :T], targets tokens[:, 1:]. Every id must be in
-  // [0, vocab_size) (checked by the caller). Returns the mean loss over the B*T positions.
-  virtual double Forward(const T* params, const int32_t* tokens, int b, int t) = 0;
-  // grads (params().size()) += loss_scale * d(loss)/d(params) for the last Forward.
-  virtual void Backward(const T* params, T* grads, double loss_scale) = 0;
+  // tokens (B, T+1): inputs are tokens[:, :T], targets tokens[:, 1:]. Returns the mean loss
+  // over the B*T positions; InvalidArgument for an id outside [0, vocab_size) (nothing is
+  // computed), or the first failure of a collective of this pass (Sharding::errors).
+  virtual absl::StatusOr<double> Forward(const T* params, const int32_t* tokens, int b, int t) = 0;
+  // grads (params().size()) += loss_scale * d(loss)/d(params) for the last Forward; the first
+  // failure of a collective of this pass, or OK.
+  virtual absl::Status Backward(const T* params, T* grads, double loss_scale) = 0;
   // The cross-entropy part of the last Forward's loss (without auxiliary losses).
   virtual double last_cross_entropy() const = 0;
   // What the papers analyse (gates, depth weights, expert load), gathered since ResetStats.
@@ -68,8 +70,6 @@ class Model {
   // stage's) and Backward starts from
   // dout; on one other than the first, Forward starts from in.
   virtual StageBuffers<T>* PrepareStage(int b, int t) = 0;
-  // The first failure of a collective inside Forward/Backward (Sharding::errors), or OK.
-  virtual absl::Status comm_status() const = 0;
 };
 
 // The registry (model/registry.cc): builds the model that `config` describes, or says

@@ -143,6 +143,26 @@ TEST(ParamTable, ShardingErrorsNameTheFlagAndField) {
             "tensor-parallel size 3 does not divide config field \"num_attention_heads\" (4)");
 }
 
+// A token id outside the vocabulary is the Forward's error, before anything is computed.
+TEST(ParamTable, ForwardRefusesTokenOutsideVocabulary) {
+  ModelConfig c = Config();
+  core::ThreadPool pool(1);
+  auto model = CreateModel<float>(c, &pool);
+  ASSERT_TRUE(model.ok()) << model.status();
+  std::vector<float> params((*model)->params().size());
+  (*model)->params().Initialize(params.data(), 0);
+  std::vector<int32_t> tokens(2 * 5, 1);
+  tokens[7] = 256;
+  absl::StatusOr<double> loss = (*model)->Forward(params.data(), tokens.data(), 2, 4);
+  EXPECT_EQ(loss.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(loss.status().message(), "token id 256 at position 7 is outside [0, 256)");
+  tokens[7] = -1;
+  EXPECT_EQ((*model)->Forward(params.data(), tokens.data(), 2, 4).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  tokens[7] = 255;
+  EXPECT_TRUE((*model)->Forward(params.data(), tokens.data(), 2, 4).ok());
+}
+
 // The design table of the layout check (no model built) says what each topology says of itself.
 TEST(ParamTable, DesignTableAgreesWithEveryTopology) {
   for (Residual r : {Residual::kStandard, Residual::kAttnRes, Residual::kDar, Residual::kHc,

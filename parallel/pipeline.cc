@@ -47,8 +47,7 @@ absl::Status PipelineSchedule<T>::Forward(int mb, const T* params, const int32_t
                                                  mb, " from stage ", stage_ - 1, ": ", s.message()));
     }
   }
-  *value = m->Forward(params, tokens, b, t);
-  SATDAR_RETURN_IF_ERROR(m->comm_status());
+  SATDAR_ASSIGN_OR_RETURN(*value, m->Forward(params, tokens, b, t));
   for (const auto& v : io->out) {
     sends_[slot].push_back(pp_->Send(v.data(), v.size(), kDType, stage_ + 1, kForwardTag, options_));
     forward_bytes_ += static_cast<int64_t>(v.size() * sizeof(T));
@@ -72,8 +71,7 @@ absl::Status PipelineSchedule<T>::Backward(int mb, const T* params, T* grads, do
                                                  " from stage ", stage_ + 1, ": ", s.message()));
     }
   }
-  m->Backward(params, grads, loss_scale);
-  SATDAR_RETURN_IF_ERROR(m->comm_status());
+  SATDAR_RETURN_IF_ERROR(m->Backward(params, grads, loss_scale));
   for (const auto& v : io->din) {
     sends_[slot].push_back(
         pp_->Send(v.data(), v.size(), kDType, stage_ - 1, kBackwardTag, options_));

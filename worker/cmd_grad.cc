@@ -82,8 +82,8 @@ absl::Status RunGradTyped(const model::ModelConfig& config, const FlagSet& flags
   std::vector<bool> present;  // never-read parameters may be absent; they get no gradient
   SATDAR_RETURN_IF_ERROR(LoadWeights<T>("--weights", flags.Get("--weights"), table,
                                         model::ModelConfigToJson(config), &params, &present));
-  double loss = model->Forward(params.data(), tokens.data(), b, t);
-  model->Backward(params.data(), grads.data(), 1.0);
+  SATDAR_ASSIGN_OR_RETURN(const double loss, model->Forward(params.data(), tokens.data(), b, t));
+  SATDAR_RETURN_IF_ERROR(model->Backward(params.data(), grads.data(), 1.0));
   T loss_t = static_cast<T>(loss);
   std::vector<core::TensorRef> out;
   out.push_back({"loss", core::DTypeOf<T>::value, {1}, &loss_t});

@@ -94,8 +94,7 @@ class CpuEngine : public StepEngine {
     double sum = 0;
     if (pipeline_ == nullptr) {
       for (int i = 0; i < batches; ++i) {
-        model_->Forward(state_->params(), all[i].data(), b, o_.seq_len);
-        SATDAR_RETURN_IF_ERROR(model_->comm_status());
+        SATDAR_RETURN_IF_ERROR(model_->Forward(state_->params(), all[i].data(), b, o_.seq_len).status());
         sum += model_->last_cross_entropy();
       }
       return sum / batches;
@@ -207,12 +206,14 @@ class CpuEngine : public StepEngine {
     }
     double loss = 0;
     for (int mb = 0; mb < o_.microbatches; ++mb) {
-      loss += model_->Forward(params, micro[mb].data(), mb_size, o_.seq_len);
+      SATDAR_ASSIGN_OR_RETURN(const double l,
+                              model_->Forward(params, micro[mb].data(), mb_size, o_.seq_len));
+      loss += l;
       const bool last = mb + 1 == o_.microbatches;
       if (last) sync_->BeginLastBackward(model_, grads);
-      model_->Backward(params, grads, 1.0 / o_.microbatches);
+      const absl::Status s = model_->Backward(params, grads, 1.0 / o_.microbatches);
       if (last) sync_->EndLastBackward(model_, grads);
-      SATDAR_RETURN_IF_ERROR(model_->comm_status());
+      SATDAR_RETURN_IF_ERROR(s);
     }
     return loss;
   }

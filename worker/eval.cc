@@ -76,12 +76,13 @@ absl::StatusOr<nlohmann::json> EvaluateTyped(const EvalOptions& o) {
   std::vector<int32_t> tokens(static_cast<size_t>(o.batch_size) * (o.seq_len + 1)), pred;
   std::vector<double> gates;
   // One pass: the mean loss, and (first pass only) the MQAR and category statistics.
-  auto mean_loss = [&](bool analyse) {
+  auto mean_loss = [&](bool analyse) -> absl::StatusOr<double> {
     double sum = 0;
     for (int i = 0; i < o.batches; ++i) {
       const int64_t first = static_cast<int64_t>(i) * o.batch_size;
       source->Batch(kEvalFirstStep + i, 0, first, o.batch_size, o.seq_len, tokens.data());
-      model->Forward(params.data(), tokens.data(), o.batch_size, o.seq_len);
+      SATDAR_RETURN_IF_ERROR(
+          model->Forward(params.data(), tokens.data(), o.batch_size, o.seq_len).status());
       sum += model->last_cross_entropy();
       if (!analyse) continue;
       if (mqar != nullptr) {
@@ -119,7 +120,8 @@ absl::StatusOr<nlohmann::json> EvaluateTyped(const EvalOptions& o) {
   };
   model->ResetStats();
   nlohmann::json result;
-  result["loss"] = mean_loss(true);
+  SATDAR_ASSIGN_OR_RETURN(const double loss, mean_loss(true));
+  result["loss"] = loss;
   result["tokens"] = static_cast<int64_t>(o.batches) * o.batch_size * o.seq_len;
   nlohmann::json stats = nlohmann::json::object();
   model->AppendStats(&stats);
@@ -148,7 +150,7 @@ absl::StatusOr<nlohmann::json> EvaluateTyped(const EvalOptions& o) {
   }
   if (ablation != model::GateAblation::kNone) {
     SATDAR_CHECK(model->SetGateAblation(ablation)) << "a SATFormer model without gates";
-    const double ablated = mean_loss(false);
+    SATDAR_ASSIGN_OR_RETURN(const double ablated, mean_loss(false));
     result["gate_ablation"] = o.gate_ablation;
     result["ablated_loss"] = ablated;
     result["loss_change"] = ablated - result["loss"].get<double>();

@@ -62,8 +62,9 @@ Result Cpu(const ModelConfig& c, const std::vector<int32_t>& tokens) {
   const std::vector<float> p = Params((*model)->params());
   Result r;
   r.grads.assign(p.size(), 0.0f);
-  r.loss = (*model)->Forward(p.data(), tokens.data(), kB, kT);
-  (*model)->Backward(p.data(), r.grads.data(), 1.0);
+  r.loss = (*model)->Forward(p.data(), tokens.data(), kB, kT).value();
+  const absl::Status backward = (*model)->Backward(p.data(), r.grads.data(), 1.0);
+  EXPECT_TRUE(backward.ok()) << backward;
   return r;
 }
 
