@@ -10,6 +10,7 @@
 #include "core/cuda/check.h"
 #include "model/gpu/train_kernels.h"
 #include "model/layers/depth_retrieval_cuda.h"
+#include "model/variants/dar_ops.h"
 
 namespace satdar::model::gpu {
 
@@ -156,7 +157,7 @@ absl::Status GpuDepthResidual<T>::RunForward() {
                                           PtrList(l, s, 1), Sources(l), W(o.query + s * d_),
                                           W(o.norm), n, d_, eps_, stream_));
     }
-    if (dar_) GPU_CHECK(DarMixForward(u, st.r[0], st.r[1], master_ + o.mix, nc, stream_));
+    if (dar_) SATDAR_RETURN_IF_ERROR(lc::DarMixForward(u, st.r[0], st.r[1], master_ + o.mix, nc, stream_));
     if (l > sublayers_) break;
     SATDAR_RETURN_IF_ERROR((*fwd_)(l, u, st.y));
     const bool p = HasPartial(l);
@@ -169,7 +170,7 @@ absl::Status GpuDepthResidual<T>::RunForward() {
       }
       continue;
     }
-    GPU_CHECK(DarWriteForward(steps_[l].partial[0], steps_[l].partial[1],
+    SATDAR_RETURN_IF_ERROR(lc::DarWriteForward(steps_[l].partial[0], steps_[l].partial[1],
                               p ? st.partial[0] : nullptr, p ? st.partial[1] : nullptr, st.y,
                               master_ + o.transport, master_ + o.write, nc, stream_));
   }
@@ -182,7 +183,7 @@ absl::Status GpuDepthResidual<T>::DarRetrievalBackward(int l, const T* du) {
   const DarStep& st = steps_[l - 1];
   const DarOffsets& o = dar_off_[l - 1];
   if (dar_) {
-    GPU_CHECK(DarMixBackward(dr_[0], dr_[1], du, st.r[0], st.r[1], master_ + o.mix,
+    SATDAR_RETURN_IF_ERROR(lc::DarMixBackward(dr_[0], dr_[1], du, st.r[0], st.r[1], master_ + o.mix,
                              g_ + o.mix, scratch_, static_cast<int64_t>(n) * d_, stream_));
   }
   for (int s = 0; s < streams_; ++s) {
@@ -223,7 +224,7 @@ absl::Status GpuDepthResidual<T>::RunBackward(const T* dx_final, const T** dh0) 
       }
     } else {
       const T* g1 = closes ? dsources_[1][Entries(l)] : dpartial_[1];
-      GPU_CHECK(DarWriteBackward(dy_, dpartial_[0], dpartial_[1], g0, g1, st.y,
+      SATDAR_RETURN_IF_ERROR(lc::DarWriteBackward(dy_, dpartial_[0], dpartial_[1], g0, g1, st.y,
                                  p ? st.partial[0] : nullptr, p ? st.partial[1] : nullptr,
                                  master_ + o.transport, master_ + o.write, g_ + o.transport,
                                  g_ + o.write, scratch_, static_cast<int64_t>(nc), stream_));

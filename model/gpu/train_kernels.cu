@@ -16,8 +16,6 @@ constexpr int kThreads = 256;
 
 int Blocks(int64_t n) { return GridBlocks(n, kThreads); }
 
-__device__ __forceinline__ float Sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-
 template <typename T>
 __global__ void CastKernel(T* out, const float* in, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
@@ -32,117 +30,6 @@ __global__ void AddKernel(T* out, const T* a, const T* b, int64_t n) {
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     St(out + i, Ld(a + i) + Ld(b + i));
   }
-}
-
-__device__ __forceinline__ void Softmax2(const float* a, float* c0, float* c1) {
-  const float m = fmaxf(a[0], a[1]);
-  const float e0 = expf(a[0] - m), e1 = expf(a[1] - m);
-  *c0 = e0 / (e0 + e1);
-  *c1 = e1 / (e0 + e1);
-}
-
-template <typename T>
-__global__ void MixForwardKernel(T* u, const T* r0, const T* r1, const float* mix, int64_t n) {
-  float c0, c1;
-  Softmax2(mix, &c0, &c1);
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    St(u + i, c0 * Ld(r0 + i) + c1 * Ld(r1 + i));
-  }
-}
-
-template <typename T>
-__global__ void MixBackwardKernel(T* dr0, T* dr1, const T* du, const T* r0, const T* r1,
-                                  const float* mix, float* scratch, int64_t n) {
-  float c0, c1;
-  Softmax2(mix, &c0, &c1);
-  float acc[2] = {0.0f, 0.0f};
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float g = Ld(du + i);
-    acc[0] += Ld(r0 + i) * g;
-    acc[1] += Ld(r1 + i) * g;
-    St(dr0 + i, c0 * g);
-    St(dr1 + i, c1 * g);
-  }
-  BlockSums<kThreads, 2>(acc);
-  if (threadIdx.x == 0) {
-    scratch[blockIdx.x * 2] = acc[0];
-    scratch[blockIdx.x * 2 + 1] = acc[1];
-  }
-}
-
-__global__ void MixFinishKernel(const float* scratch, const float* mix, float* grad_mix) {
-  if (threadIdx.x != 0) return;
-  double dc[2] = {0.0, 0.0};
-  for (int b = 0; b < kReduceBlocks; ++b) {
-    dc[0] += scratch[b * 2];
-    dc[1] += scratch[b * 2 + 1];
-  }
-  float c[2];
-  Softmax2(mix, &c[0], &c[1]);
-  const double dot = c[0] * dc[0] + c[1] * dc[1];
-  grad_mix[0] += static_cast<float>(c[0] * (dc[0] - dot));
-  grad_mix[1] += static_cast<float>(c[1] * (dc[1] - dot));
-}
-
-template <typename T>
-__global__ void WriteForwardKernel(T* q0, T* q1, const T* p0, const T* p1, const T* y,
-                                   const float* transport, const float* write, int64_t n) {
-  const float rho = Sigmoid(transport[0]);
-  const float b0 = 2.0f * Sigmoid(write[0]), b1 = 2.0f * Sigmoid(write[1]);
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float a = p0 == nullptr ? 0.0f : Ld(p0 + i);
-    const float b = p1 == nullptr ? 0.0f : Ld(p1 + i);
-    const float yv = Ld(y + i);
-    St(q0 + i, rho * a + (1.0f - rho) * b + b0 * yv);
-    St(q1 + i, (1.0f - rho) * a + rho * b + b1 * yv);
-  }
-}
-
-template <typename T>
-__global__ void WriteBackwardKernel(T* dy, T* dp0, T* dp1, const T* g0s, const T* g1s, const T* y,
-                                    const T* p0, const T* p1, const float* transport,
-                                    const float* write, float* scratch, int64_t n) {
-  const float rho = Sigmoid(transport[0]);
-  const float b0 = 2.0f * Sigmoid(write[0]), b1 = 2.0f * Sigmoid(write[1]);
-  const bool has_p = p0 != nullptr;
-  float acc[3] = {0.0f, 0.0f, 0.0f};
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float g0 = Ld(g0s + i), g1 = Ld(g1s + i), yv = Ld(y + i);
-    St(dy + i, b0 * g0 + b1 * g1);
-    acc[0] += yv * g0;
-    acc[1] += yv * g1;
-    if (has_p) {
-      acc[2] += (Ld(p0 + i) - Ld(p1 + i)) * (g0 - g1);
-      St(dp0 + i, rho * g0 + (1.0f - rho) * g1);
-      St(dp1 + i, (1.0f - rho) * g0 + rho * g1);
-    } else {
-      St(dp0 + i, 0.0f);
-      St(dp1 + i, 0.0f);
-    }
-  }
-  BlockSums<kThreads, 3>(acc);
-  if (threadIdx.x == 0) {
-    for (int j = 0; j < 3; ++j) scratch[blockIdx.x * 3 + j] = acc[j];
-  }
-}
-
-__global__ void WriteFinishKernel(const float* scratch, const float* transport,
-                                  const float* write, float* grad_transport, float* grad_write) {
-  if (threadIdx.x != 0) return;
-  double s[3] = {0.0, 0.0, 0.0};
-  for (int b = 0; b < kReduceBlocks; ++b) {
-    for (int j = 0; j < 3; ++j) s[j] += scratch[b * 3 + j];
-  }
-  const double rho = 1.0 / (1.0 + exp(-static_cast<double>(transport[0])));
-  const double sw0 = 1.0 / (1.0 + exp(-static_cast<double>(write[0])));
-  const double sw1 = 1.0 / (1.0 + exp(-static_cast<double>(write[1])));
-  grad_write[0] += static_cast<float>(s[0] * 2 * sw0 * (1 - sw0));
-  grad_write[1] += static_cast<float>(s[1] * 2 * sw1 * (1 - sw1));
-  grad_transport[0] += static_cast<float>(s[2] * rho * (1 - rho));
 }
 
 // ResFormer's lambdas for layer p.layer (>= 1), from the fp32 master weights.
@@ -295,43 +182,6 @@ cudaError_t Add(T* out, const T* a, const T* b, int64_t n, cudaStream_t stream) 
 }
 
 template <typename T>
-cudaError_t DarMixForward(T* u, const T* r0, const T* r1, const float* mix, int64_t n,
-                          cudaStream_t stream) {
-  MixForwardKernel<T><<<Blocks(n), kThreads, 0, stream>>>(u, r0, r1, mix, n);
-  return cudaGetLastError();
-}
-
-template <typename T>
-cudaError_t DarMixBackward(T* dr0, T* dr1, const T* du, const T* r0, const T* r1,
-                           const float* mix, float* grad_mix, float* scratch, int64_t n,
-                           cudaStream_t stream) {
-  MixBackwardKernel<T><<<kReduceBlocks, kThreads, 0, stream>>>(dr0, dr1, du, r0, r1, mix,
-                                                                scratch, n);
-  MixFinishKernel<<<1, 32, 0, stream>>>(scratch, mix, grad_mix);
-  return cudaGetLastError();
-}
-
-template <typename T>
-cudaError_t DarWriteForward(T* q0, T* q1, const T* p0, const T* p1, const T* y,
-                            const float* transport, const float* write, int64_t n,
-                            cudaStream_t stream) {
-  WriteForwardKernel<T><<<Blocks(n), kThreads, 0, stream>>>(q0, q1, p0, p1, y, transport, write,
-                                                             n);
-  return cudaGetLastError();
-}
-
-template <typename T>
-cudaError_t DarWriteBackward(T* dy, T* dp0, T* dp1, const T* g0, const T* g1, const T* y,
-                             const T* p0, const T* p1, const float* transport,
-                             const float* write, float* grad_transport, float* grad_write,
-                             float* scratch, int64_t n, cudaStream_t stream) {
-  WriteBackwardKernel<T><<<kReduceBlocks, kThreads, 0, stream>>>(
-      dy, dp0, dp1, g0, g1, y, p0, p1, transport, write, scratch, n);
-  WriteFinishKernel<<<1, 32, 0, stream>>>(scratch, transport, write, grad_transport, grad_write);
-  return cudaGetLastError();
-}
-
-template <typename T>
 cudaError_t ResformerMixForward(T* vmix, const T* v1, const T* v, const ResformerParams& p,
                                 int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
@@ -387,15 +237,6 @@ cudaError_t SumSquares(double* out, const float* x, int64_t n, double* scratch,
 #define SATDAR_INSTANTIATE(T)                                                                  \
   template cudaError_t CastFromF32<T>(T*, const float*, int64_t, cudaStream_t);                \
   template cudaError_t Add<T>(T*, const T*, const T*, int64_t, cudaStream_t);                  \
-  template cudaError_t DarMixForward<T>(T*, const T*, const T*, const float*, int64_t,         \
-                                        cudaStream_t);                                         \
-  template cudaError_t DarMixBackward<T>(T*, T*, const T*, const T*, const T*, const float*,   \
-                                         float*, float*, int64_t, cudaStream_t);               \
-  template cudaError_t DarWriteForward<T>(T*, T*, const T*, const T*, const T*, const float*,  \
-                                          const float*, int64_t, cudaStream_t);                \
-  template cudaError_t DarWriteBackward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, \
-                                           const T*, const float*, const float*, float*,       \
-                                           float*, float*, int64_t, cudaStream_t);           \
   template cudaError_t ResformerMixForward<T>(T*, const T*, const T*, const ResformerParams&,  \
                                               int64_t, cudaStream_t);                          \
   template cudaError_t ResformerMixBackward<T>(T*, T*, const T*, const T*, const T*,           \

@@ -1,10 +1,10 @@
 // model/gpu/train_kernels.h: the small kernels the GPU model and trainer need besides the ops of
-// core/ops/cuda_ops.h and model/layers/*_cuda.h: weight casts, residual adds, DAR's mix and
-// write (the CPU math is model/variants/dar.cc), ResFormer's value mix (resformer.cc),
-// DenseFormer's depth-weighted average (denseformer.cc), the mean loss and the gradient norm.
+// core/ops/cuda_ops.h, model/layers/*_cuda.h and the designs' ops (variants/dar_ops.h):
+// weight casts, residual adds, ResFormer's value mix (resformer.cc), DenseFormer's
+// depth-weighted average (denseformer.cc), the mean loss and the gradient norm.
 //
-// T is float or __nv_bfloat16; arithmetic is fp32. Scalar parameters (DAR's mix logits,
-// transport and write gates) are read from the fp32 master weights on the device, so no step
+// T is float or __nv_bfloat16; arithmetic is fp32. Scalar parameters (ResFormer's lambdas,
+// DenseFormer's weights) are read from the fp32 master weights on the device, so no step
 // waits for the host; their gradients are fp32 and accumulated (+=). Every reduction runs over
 // a fixed grid (kReduceBlocks blocks) and then one block in a fixed order: results are
 // bit-identical run to run (no atomics). `scratch` is fp32 (or fp64 where noted) device memory
@@ -31,31 +31,6 @@ cudaError_t CastFromF32(T* out, const float* in, int64_t n, cudaStream_t stream)
 // out = a + b (out may alias a or b).
 template <typename T>
 cudaError_t Add(T* out, const T* a, const T* b, int64_t n, cudaStream_t stream);
-
-// DAR mix: u = c0 r0 + c1 r1 with (c0, c1) = softmax(mix[0], mix[1]).
-template <typename T>
-cudaError_t DarMixForward(T* u, const T* r0, const T* r1, const float* mix, int64_t n,
-                          cudaStream_t stream);
-// dr0 = c0 du, dr1 = c1 du; grad_mix[s] += c_s (sum(r_s du) - sum_t c_t sum(r_t du)).
-template <typename T>
-cudaError_t DarMixBackward(T* dr0, T* dr1, const T* du, const T* r0, const T* r1,
-                           const float* mix, float* grad_mix, float* scratch, int64_t n,
-                           cudaStream_t stream);
-
-// DAR write, rho = sigmoid(transport[0]), b_s = 2 sigmoid(write[s]):
-//   q0 = rho p0 + (1-rho) p1 + b0 y ;  q1 = (1-rho) p0 + rho p1 + b1 y   (p0, p1 null: 0).
-template <typename T>
-cudaError_t DarWriteForward(T* q0, T* q1, const T* p0, const T* p1, const T* y,
-                            const float* transport, const float* write, int64_t n,
-                            cudaStream_t stream);
-// From g0, g1 (gradients of q0, q1): dy = b0 g0 + b1 g1 (overwritten); dp0, dp1 overwritten
-// (0 without partials; they may alias g0, g1); grad_write[s] += b_s' sum(y g_s);
-// grad_transport += rho (1-rho) sum((p0 - p1)(g0 - g1)).
-template <typename T>
-cudaError_t DarWriteBackward(T* dy, T* dp0, T* dp1, const T* g0, const T* g1, const T* y,
-                             const T* p0, const T* p1, const float* transport,
-                             const float* write, float* grad_transport, float* grad_write,
-                             float* scratch, int64_t n, cudaStream_t stream);
 
 // ResFormer (model/variants/resformer.cc) at layer `layer` >= 1 of `layers`: vmix = l1 V1 + l2 V.
 // Fixed mode (scale null): l1 = l2 = 0.5. learnable_plus: l1 = scale * softmax(logits)[layer-1],

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/layers/depth_retrieval.h"
+#include "model/variants/dar_ops.h"
 
 namespace satdar::model {
 
@@ -130,30 +131,17 @@ class Dar : public Topology<T> {
       T* const out[2] = {st.r[0].data(), st.r[1].data()};
       T* const alpha[2] = {st.alpha[0].data(), st.alpha[1].data()};
       DualDepthRetrievalForward(out, alpha, Route(params, o, &x0, &x1), rows_, d_, eps_, pool_);
-      double c0, c1;
-      Mix(params + o.mix, &c0, &c1);
       T* u = l <= sublayers_ ? st.u.data() : x_final;
-      const T* r0 = st.r[0].data();
-      const T* r1 = st.r[1].data();
-      Elementwise(nc, [&](size_t e) { u[e] = static_cast<T>(c0) * r0[e] + static_cast<T>(c1) * r1[e]; });
+      cpu::DarMixForward(u, st.r[0].data(), st.r[1].data(), params + o.mix, nc, pool_);
       Accumulate(l - 1, st);
       if (l > sublayers_) break;
       br->Forward(l, u, st.y.data());
       // Write: P0, P1 = rho P0 + (1-rho) P1 + b0 y, (1-rho) P0 + rho P1 + b1 y (empty P = 0),
       // straight into the next step's partials.
-      const T rho = static_cast<T>(Sigmoid(params[o.transport]));
-      const T b0 = static_cast<T>(2 * Sigmoid(params[o.write]));
-      const T b1 = static_cast<T>(2 * Sigmoid(params[o.write + 1]));
-      const T* y = st.y.data();
-      const T* p0 = st.partial[0].data();
-      const T* p1 = st.partial[1].data();
-      T* q0 = steps_[l].partial[0].data();
-      T* q1 = steps_[l].partial[1].data();
-      Elementwise(nc, [&](size_t e) {
-        const T a = has_p ? p0[e] : T(0), b = has_p ? p1[e] : T(0);
-        q0[e] = rho * a + (T(1) - rho) * b + b0 * y[e];
-        q1[e] = (T(1) - rho) * a + rho * b + b1 * y[e];
-      });
+      cpu::DarWriteForward(steps_[l].partial[0].data(), steps_[l].partial[1].data(),
+                           has_p ? st.partial[0].data() : nullptr,
+                           has_p ? st.partial[1].data() : nullptr, st.y.data(),
+                           params + o.transport, params + o.write, nc, pool_);
       has_p = true;
       if (l % block_ == 0) {
         // The completed block's entries stay where they were written (the next step has no
@@ -212,38 +200,11 @@ class Dar : public Topology<T> {
       // (read and overwritten element by element below).
       const T* g0s = l % block_ == 0 ? dsources_[0][st.sources].data() : dpartial_[0].data();
       const T* g1s = l % block_ == 0 ? dsources_[1][st.sources].data() : dpartial_[1].data();
-      const double rho = Sigmoid(params[o.transport]);
-      const double sw0 = Sigmoid(params[o.write]), sw1 = Sigmoid(params[o.write + 1]);
-      const T b0 = static_cast<T>(2 * sw0), b1 = static_cast<T>(2 * sw1);
-      const T tr = static_cast<T>(rho);
-      const T* y = st.y.data();
-      const T* p0 = st.partial[0].data();
-      const T* p1 = st.partial[1].data();
-      T* dp0 = dpartial_[0].data();
-      T* dp1 = dpartial_[1].data();
-      T* dy = dy_.data();
       const bool has_p = st.has_partial;
-      const auto sums = core::ParallelSum<3>(pool_, nc, [&](int64_t e0, int64_t e1, double* acc) {
-        double a0 = 0, a1 = 0, a2 = 0;
-#pragma omp simd reduction(+ : a0, a1, a2)
-        for (int64_t e = e0; e < e1; ++e) {
-          const T g0 = g0s[e], g1 = g1s[e];
-          dy[e] = b0 * g0 + b1 * g1;
-          a0 += static_cast<double>(y[e] * g0);
-          a1 += static_cast<double>(y[e] * g1);
-          const T pd = has_p ? p0[e] - p1[e] : T(0);
-          a2 += static_cast<double>(pd * (g0 - g1));
-          dp0[e] = has_p ? tr * g0 + (T(1) - tr) * g1 : T(0);
-          dp1[e] = has_p ? (T(1) - tr) * g0 + tr * g1 : T(0);
-        }
-        acc[0] += a0;
-        acc[1] += a1;
-        acc[2] += a2;
-      });
-      const double db0 = sums[0], db1 = sums[1], drho = sums[2];
-      grads[o.write] += static_cast<T>(db0 * 2 * sw0 * (1 - sw0));
-      grads[o.write + 1] += static_cast<T>(db1 * 2 * sw1 * (1 - sw1));
-      grads[o.transport] += static_cast<T>(drho * rho * (1 - rho));
+      cpu::DarWriteBackward(dy_.data(), dpartial_[0].data(), dpartial_[1].data(), g0s, g1s,
+                            st.y.data(), has_p ? st.partial[0].data() : nullptr,
+                            has_p ? st.partial[1].data() : nullptr, params + o.transport,
+                            params + o.write, grads + o.transport, grads + o.write, nc, pool_);
       std::fill(du_.begin(), du_.end(), T(0));
       br->Backward(l, st.u.data(), dy_.data(), du_.data());
       RetrievalAndMixBackward(l, params, grads, du_.data());
@@ -339,28 +300,8 @@ class Dar : public Topology<T> {
     last_params_ = params;
     const Step& st = steps_[l - 1];
     const Offsets& o = offsets_[l - 1];
-    const size_t nc = du_.size();
-    double c[2];
-    Mix(params + o.mix, &c[0], &c[1]);
-    const T* r0 = st.r[0].data();
-    const T* r1 = st.r[1].data();
-    T* dr0 = dr_[0].data();
-    T* dr1 = dr_[1].data();
-    const T c0 = static_cast<T>(c[0]), c1 = static_cast<T>(c[1]);
-    const auto dc = core::ParallelSum<2>(pool_, nc, [&](int64_t e0, int64_t e1, double* acc) {
-      double a0 = 0, a1 = 0;
-#pragma omp simd reduction(+ : a0, a1)
-      for (int64_t e = e0; e < e1; ++e) {
-        a0 += static_cast<double>(r0[e] * du[e]);
-        a1 += static_cast<double>(r1[e] * du[e]);
-        dr0[e] = c0 * du[e];
-        dr1[e] = c1 * du[e];
-      }
-      acc[0] += a0;
-      acc[1] += a1;
-    });
-    const double dot = c[0] * dc[0] + c[1] * dc[1];
-    for (int s = 0; s < 2; ++s) grads[o.mix + s] += static_cast<T>(c[s] * (dc[s] - dot));
+    cpu::DarMixBackward(dr_[0].data(), dr_[1].data(), du, st.r[0].data(), st.r[1].data(),
+                        params + o.mix, grads + o.mix, static_cast<int64_t>(du_.size()), pool_);
     const std::vector<const T*> x0 = Inputs(st, 0), x1 = Inputs(st, 1);
     const std::vector<T*> g0 = Grads(st, 0), g1 = Grads(st, 1);
     const std::vector<T*>* const dstreams[2] = {&g0, &g1};
@@ -382,15 +323,6 @@ class Dar : public Topology<T> {
     }
     r.g = params + o.norm;
     return r;
-  }
-  template <typename F>
-  void Elementwise(size_t n, const F& f) {
-    pool_->ParallelFor(
-        static_cast<int64_t>(n),
-        [&](int64_t e0, int64_t e1) {
-          for (int64_t e = e0; e < e1; ++e) f(static_cast<size_t>(e));
-        },
-        4096);
   }
   void Accumulate(int index, const Step& st) {
     const int count = st.sources + (st.has_partial ? 1 : 0);

@@ -1,0 +1,79 @@
+// model/variants/dar_ops.h: the arithmetic of DAR's mix and write (variants/dar.cc decides the
+// data flow), one header for both devices: cpu:: (dar_ops_cpu.cc, the readable reference, f32
+// and f64) and cuda:: (dar_ops_cuda.cu, f32 and bf16 with fp32 arithmetic). Tested against
+// each other by dar_ops_test (the CUDA side tag gpu), the CPU side by f64 finite differences.
+//
+// Scalars (mix logits [2], transport [1], write gates [2]) are read through pointers into the
+// parameter buffer (on the GPU: the fp32 master weights, so no step waits for the host); their
+// gradients are accumulated (+=). n elements each; rows of (B*T, C) flattened.
+//   mix:   u = c0 r0 + c1 r1, (c0, c1) = softmax(mix)
+//   write: q0 = rho p0 + (1-rho) p1 + b0 y ; q1 = (1-rho) p0 + rho p1 + b1 y,
+//          rho = sigmoid(transport), b_s = 2 sigmoid(write[s]); p0, p1 null: no partial (0)
+#ifndef SATDAR_MODEL_VARIANTS_DAR_OPS_H_
+#define SATDAR_MODEL_VARIANTS_DAR_OPS_H_
+
+#include <cstdint>
+
+#if defined(SATDAR_WITH_CUDA) || defined(__CUDACC__)
+#include <cuda_runtime.h>
+
+#include "absl/status/status.h"
+#endif
+
+namespace satdar::core {
+class ThreadPool;
+}  // namespace satdar::core
+
+namespace satdar::model::cpu {
+
+template <typename T>
+void DarMixForward(T* u, const T* r0, const T* r1, const T* mix, int64_t n,
+                   core::ThreadPool* pool);
+// dr0 = c0 du, dr1 = c1 du (overwritten); grad_mix[s] += c_s (<r_s, du> - sum_t c_t <r_t, du>).
+template <typename T>
+void DarMixBackward(T* dr0, T* dr1, const T* du, const T* r0, const T* r1, const T* mix,
+                    T* grad_mix, int64_t n, core::ThreadPool* pool);
+template <typename T>
+void DarWriteForward(T* q0, T* q1, const T* p0, const T* p1, const T* y, const T* transport,
+                     const T* write, int64_t n, core::ThreadPool* pool);
+// From g0, g1 (the gradients of q0, q1): dy = b0 g0 + b1 g1 (overwritten); dp0, dp1
+// overwritten (0 without partials; they may alias g0, g1); grad_write[s] += b_s' <y, g_s>;
+// grad_transport += rho (1 - rho) <p0 - p1, g0 - g1>.
+template <typename T>
+void DarWriteBackward(T* dy, T* dp0, T* dp1, const T* g0, const T* g1, const T* y, const T* p0,
+                      const T* p1, const T* transport, const T* write, T* grad_transport,
+                      T* grad_write, int64_t n, core::ThreadPool* pool);
+
+}  // namespace satdar::model::cpu
+
+#if defined(SATDAR_WITH_CUDA) || defined(__CUDACC__)
+
+namespace satdar::model::cuda {
+
+// Every reduction runs over a fixed grid of kDarReduceBlocks blocks, then one block in a fixed
+// order (bit-identical run to run). scratch: fp32 device memory of 3 * kDarReduceBlocks.
+constexpr int kDarReduceBlocks = 240;
+
+// T is float or __nv_bfloat16; scalars and their gradients fp32. Enqueued on `stream`.
+template <typename T>
+absl::Status DarMixForward(T* u, const T* r0, const T* r1, const float* mix, int64_t n,
+                           cudaStream_t stream);
+template <typename T>
+absl::Status DarMixBackward(T* dr0, T* dr1, const T* du, const T* r0, const T* r1,
+                            const float* mix, float* grad_mix, float* scratch, int64_t n,
+                            cudaStream_t stream);
+template <typename T>
+absl::Status DarWriteForward(T* q0, T* q1, const T* p0, const T* p1, const T* y,
+                             const float* transport, const float* write, int64_t n,
+                             cudaStream_t stream);
+template <typename T>
+absl::Status DarWriteBackward(T* dy, T* dp0, T* dp1, const T* g0, const T* g1, const T* y,
+                              const T* p0, const T* p1, const float* transport,
+                              const float* write, float* grad_transport, float* grad_write,
+                              float* scratch, int64_t n, cudaStream_t stream);
+
+}  // namespace satdar::model::cuda
+
+#endif  // SATDAR_WITH_CUDA || __CUDACC__
+
+#endif  // SATDAR_MODEL_VARIANTS_DAR_OPS_H_
