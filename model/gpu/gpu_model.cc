@@ -29,6 +29,7 @@
 #include "model/gpu/gpu_muddformer.h"
 #include "model/gpu/train_kernels.h"
 #include "model/layers/value_gate_cuda.h"
+#include "model/variants/resformer_ops.h"
 #endif
 
 namespace satdar::model::gpu {
@@ -289,8 +290,8 @@ class GpuDecoder : public GpuModel {
   const T* W(int64_t off) const { return w_ + off; }
   // ResFormer's lambda parameters of layer i in `base` (the fp32 master weights or gradients);
   // null pointers in fixed mode.
-  ResformerParams Resformer(int i, const float* base) const {
-    ResformerParams p;
+  ResformerLambdas<float> Resformer(int i, const float* base) const {
+    ResformerLambdas<float> p;
     p.layer = i;
     p.layers = c_.num_hidden_layers;
     if (learnable_res_) {
@@ -489,7 +490,8 @@ class GpuDecoder : public GpuModel {
                                      d_, stream_));
       values = a.vmix;
     } else if (resformer_ && i >= 1) {
-      GPU_CHECK(ResformerMixForward(a.vmix, v1_, a.v, Resformer(i, master_), n * kd, stream_));
+      SATDAR_RETURN_IF_ERROR(
+          lc::ResformerMixForward(a.vmix, v1_, a.v, Resformer(i, master_), n * kd, stream_));
       values = a.vmix;
     }
     SATDAR_RETURN_IF_ERROR(kc::AttentionForward(kDt, a.att, a.lse, a.q, a.k, values, b_, t_, nh_,
@@ -569,12 +571,11 @@ class GpuDecoder : public GpuModel {
                                       W(o.gate), v1_, a.alpha, n, nkv_, hs_, d_, stream_));
       dv_proj = dv_raw_;
     } else if (mixed) {
-      const ResformerParams grad = Resformer(i, g);
-      GPU_CHECK(ResformerMixBackward(dv_raw_, dv1_, dv_, v1_, a.v, Resformer(i, master_),
-                                     const_cast<float*>(grad.scale),
-                                     const_cast<float*>(grad.logits),
-                                     const_cast<float*>(grad.lambda2), scratch_,
-                                     static_cast<int64_t>(nk), stream_));
+      const ResformerLambdas<float> grad = Resformer(i, g);
+      SATDAR_RETURN_IF_ERROR(lc::ResformerMixBackward(
+          dv_raw_, dv1_, dv_, v1_, a.v, Resformer(i, master_), const_cast<float*>(grad.scale),
+          const_cast<float*>(grad.logits), const_cast<float*>(grad.lambda2), scratch_,
+          static_cast<int64_t>(nk), stream_));
       dv_proj = dv_raw_;
     } else if (value_res_ && i == 0) {
       // Layer 1's V is also V1: add the gradient every later layer sent it.

@@ -32,76 +32,6 @@ __global__ void AddKernel(T* out, const T* a, const T* b, int64_t n) {
   }
 }
 
-// ResFormer's lambdas for layer p.layer (>= 1), from the fp32 master weights.
-__device__ void ResformerLambdas(const ResformerParams& p, float* l1, float* l2) {
-  if (p.scale == nullptr) {
-    *l1 = *l2 = 0.5f;
-    return;
-  }
-  float mx = p.logits[0];
-  for (int k = 1; k < p.layers - 1; ++k) mx = fmaxf(mx, p.logits[k]);
-  float sum = 0.0f;
-  for (int k = 0; k < p.layers - 1; ++k) sum += expf(p.logits[k] - mx);
-  *l1 = p.scale[0] * expf(p.logits[p.layer - 1] - mx) / sum;
-  *l2 = p.lambda2[0];
-}
-
-template <typename T>
-__global__ void ResformerForwardKernel(T* vmix, const T* v1, const T* v, ResformerParams p,
-                                       int64_t n) {
-  float l1, l2;
-  ResformerLambdas(p, &l1, &l2);
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    St(vmix + i, l1 * Ld(v1 + i) + l2 * Ld(v + i));
-  }
-}
-
-template <typename T>
-__global__ void ResformerBackwardKernel(T* dv, T* dv1, const T* dvmix, const T* v1, const T* v,
-                                        ResformerParams p, float* scratch, int64_t n) {
-  float l1, l2;
-  ResformerLambdas(p, &l1, &l2);
-  float acc[2] = {0.0f, 0.0f};
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float g = Ld(dvmix + i);
-    acc[0] += Ld(v1 + i) * g;
-    acc[1] += Ld(v + i) * g;
-    St(dv + i, l2 * g);
-    St(dv1 + i, Ld(dv1 + i) + l1 * g);
-  }
-  BlockSums<kThreads, 2>(acc);
-  if (threadIdx.x == 0) {
-    scratch[blockIdx.x * 2] = acc[0];
-    scratch[blockIdx.x * 2 + 1] = acc[1];
-  }
-}
-
-// l1 = s softmax(q)[j], j = layer - 1: ds += dl1 p_j; dq_k += s dl1 p_j (delta_jk - p_k);
-// dlambda2 += dl2 (resformer.cc).
-__global__ void ResformerFinishKernel(const float* scratch, ResformerParams p, float* grad_scale,
-                                      float* grad_logits, float* grad_lambda2) {
-  if (threadIdx.x != 0) return;
-  double dl1 = 0.0, dl2 = 0.0;
-  for (int b = 0; b < kReduceBlocks; ++b) {
-    dl1 += scratch[b * 2];
-    dl2 += scratch[b * 2 + 1];
-  }
-  grad_lambda2[0] += static_cast<float>(dl2);
-  const int m = p.layers - 1, j = p.layer - 1;
-  double mx = p.logits[0];
-  for (int k = 1; k < m; ++k) mx = fmax(mx, static_cast<double>(p.logits[k]));
-  double sum = 0.0;
-  for (int k = 0; k < m; ++k) sum += exp(p.logits[k] - mx);
-  const double pj = exp(p.logits[j] - mx) / sum, s = p.scale[0];
-  grad_scale[0] += static_cast<float>(dl1 * pj);
-  for (int k = 0; k < m; ++k) {
-    const double pk = exp(p.logits[k] - mx) / sum;
-    grad_logits[k] += static_cast<float>(s * dl1 * pj * ((k == j ? 1.0 : 0.0) - pk));
-  }
-}
-
 template <typename T>
 __global__ void DwaForwardKernel(T* out, const T* const* xs, int count, const float* a,
                                  int64_t n) {
@@ -182,28 +112,6 @@ cudaError_t Add(T* out, const T* a, const T* b, int64_t n, cudaStream_t stream) 
 }
 
 template <typename T>
-cudaError_t ResformerMixForward(T* vmix, const T* v1, const T* v, const ResformerParams& p,
-                                int64_t n, cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  ResformerForwardKernel<T><<<Blocks(n), kThreads, 0, stream>>>(vmix, v1, v, p, n);
-  return cudaGetLastError();
-}
-
-template <typename T>
-cudaError_t ResformerMixBackward(T* dv, T* dv1, const T* dvmix, const T* v1, const T* v,
-                                 const ResformerParams& p, float* grad_scale, float* grad_logits,
-                                 float* grad_lambda2, float* scratch, int64_t n,
-                                 cudaStream_t stream) {
-  ResformerBackwardKernel<T><<<kReduceBlocks, kThreads, 0, stream>>>(dv, dv1, dvmix, v1, v, p,
-                                                                     scratch, n);
-  if (p.scale != nullptr) {
-    ResformerFinishKernel<<<1, 32, 0, stream>>>(scratch, p, grad_scale, grad_logits,
-                                                grad_lambda2);
-  }
-  return cudaGetLastError();
-}
-
-template <typename T>
 cudaError_t DwaForward(T* out, const T* const* xs, int count, const float* a, int64_t n,
                        cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
@@ -237,11 +145,6 @@ cudaError_t SumSquares(double* out, const float* x, int64_t n, double* scratch,
 #define SATDAR_INSTANTIATE(T)                                                                  \
   template cudaError_t CastFromF32<T>(T*, const float*, int64_t, cudaStream_t);                \
   template cudaError_t Add<T>(T*, const T*, const T*, int64_t, cudaStream_t);                  \
-  template cudaError_t ResformerMixForward<T>(T*, const T*, const T*, const ResformerParams&,  \
-                                              int64_t, cudaStream_t);                          \
-  template cudaError_t ResformerMixBackward<T>(T*, T*, const T*, const T*, const T*,           \
-                                               const ResformerParams&, float*, float*, float*, \
-                                               float*, int64_t, cudaStream_t);                  \
   template cudaError_t DwaForward<T>(T*, const T* const*, int, const float*, int64_t,          \
                                      cudaStream_t);                                            \
   template cudaError_t DwaBackward<T>(T* const*, float*, const T*, const T* const*, int,       \

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "model/variants/resformer_ops.h"
 
 namespace satdar::model {
 
@@ -47,73 +48,46 @@ class Resformer : public ValueResidual<T> {
 
   void Forward(int i, const T* params, const T* x, const T* v, const T* v1, T* vmix) override {
     (void)x;
-    T l1, l2;
-    Lambdas(i, params, &l1, &l2);
-    const int64_t n = static_cast<int64_t>(rows_) * width_;
-    pool_->ParallelFor(
-        n,
-        [&](int64_t a, int64_t b) {
-          for (int64_t e = a; e < b; ++e) vmix[e] = l1 * v1[e] + l2 * v[e];
-        },
-        4096);
+    last_params_ = params;
+    cpu::ResformerMixForward(vmix, v1, v, Lambdas(i, params),
+                             static_cast<int64_t>(rows_) * width_, pool_);
   }
 
   void Backward(int i, const T* params, T* grads, const T* x, const T* v, const T* v1,
                 const T* dvmix, T* dx, T* dv, T* dv1) override {
     (void)x, (void)dx;
-    T l1, l2;
-    Lambdas(i, params, &l1, &l2);
-    const int64_t n = static_cast<int64_t>(rows_) * width_;
-    double dl1 = 0, dl2 = 0;
-    for (int64_t e = 0; e < n; ++e) {
-      dl1 += static_cast<double>(v1[e]) * dvmix[e];
-      dl2 += static_cast<double>(v[e]) * dvmix[e];
-      dv[e] = l2 * dvmix[e];
-      dv1[e] += l1 * dvmix[e];
-    }
-    if (!learnable_) return;
-    grads[lambda2_[i]] += static_cast<T>(dl2);
-    // l1_i = s p_{i-1}, p = softmax(q): ds += dl1 p_{i-1}; dq_k += s dl1 p_{i-1} (delta - p_k).
-    std::vector<double> p = Softmax(params);
-    const double s = params[scale_];
-    const int j = i - 1;
-    grads[scale_] += static_cast<T>(dl1 * p[j]);
-    for (int k = 0; k < layers_ - 1; ++k) {
-      grads[logits_ + k] += static_cast<T>(s * dl1 * p[j] * ((k == j ? 1.0 : 0.0) - p[k]));
-    }
+    last_params_ = params;
+    const bool l = learnable_;
+    cpu::ResformerMixBackward(dv, dv1, dvmix, v1, v, Lambdas(i, params),
+                              l ? grads + scale_ : nullptr, l ? grads + logits_ : nullptr,
+                              l ? grads + lambda2_[i] : nullptr,
+                              static_cast<int64_t>(rows_) * width_);
   }
 
   void AppendStats(nlohmann::json* stats) const override {
     if (last_params_ == nullptr) return;
     nlohmann::json l1 = nlohmann::json::array(), l2 = nlohmann::json::array();
     for (int i = 1; i < layers_; ++i) {
-      T a, b;
-      Lambdas(i, last_params_, &a, &b);
-      l1.push_back(static_cast<double>(a));
-      l2.push_back(static_cast<double>(b));
+      double a, b;
+      cpu::ResformerMix(Lambdas(i, last_params_), &a, &b);
+      l1.push_back(static_cast<double>(static_cast<T>(a)));
+      l2.push_back(static_cast<double>(static_cast<T>(b)));
     }
     (*stats)["resformer_lambda1"] = l1;
     (*stats)["resformer_lambda2"] = l2;
   }
 
  private:
-  std::vector<double> Softmax(const T* params) const {
-    std::vector<double> p(layers_ - 1);
-    double mx = params[logits_];
-    for (int k = 1; k < layers_ - 1; ++k) mx = std::max<double>(mx, params[logits_ + k]);
-    double sum = 0;
-    for (int k = 0; k < layers_ - 1; ++k) sum += p[k] = std::exp(params[logits_ + k] - mx);
-    for (double& x : p) x /= sum;
-    return p;
-  }
-  void Lambdas(int i, const T* params, T* l1, T* l2) const {
-    last_params_ = params;
-    if (!learnable_) {
-      *l1 = *l2 = T(0.5);
-      return;
+  ResformerLambdas<T> Lambdas(int i, const T* params) const {
+    ResformerLambdas<T> p;
+    p.layer = i;
+    p.layers = layers_;
+    if (learnable_) {
+      p.scale = params + scale_;
+      p.logits = params + logits_;
+      p.lambda2 = params + lambda2_[i];
     }
-    *l1 = static_cast<T>(params[scale_] * Softmax(params)[i - 1]);
-    *l2 = params[lambda2_[i]];
+    return p;
   }
 
   const bool learnable_;
@@ -123,7 +97,7 @@ class Resformer : public ValueResidual<T> {
   int rows_ = 0;
   int64_t scale_ = -1, logits_ = -1;
   std::vector<int64_t> lambda2_;
-  mutable const T* last_params_ = nullptr;
+  const T* last_params_ = nullptr;
 };
 
 }  // namespace
