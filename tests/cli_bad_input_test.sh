@@ -135,6 +135,8 @@ expect_fail train_cuda "--device cuda" \
   "$SATDAR" train --config config.json --steps 1 --batch-size 2 --seq-len 8 --synthetic-data --device cuda
 expect_fail train_recompute_on_cpu "flag --recompute is for --device cuda" \
   "$SATDAR" train --config config.json --steps 1 --batch-size 2 --seq-len 8 --synthetic-data --recompute
+expect_fail train_gpu_comm_on_cpu "flag --gpu-comm is for --device cuda" \
+  "$SATDAR" train --config config.json --steps 1 --batch-size 2 --seq-len 8 --synthetic-data --gpu-comm host
 expect_fail train_bf16_on_cpu "flag --dtype must be f32 or f64, got 'bf16'" \
   "$SATDAR" train --config config.json --steps 1 --batch-size 2 --seq-len 8 --synthetic-data --dtype bf16
 expect_fail train_cuda_f64 "flag --dtype must be bf16 or f32, got 'f64'" \
