@@ -9,8 +9,11 @@
 #include "core/cuda/allocator.h"
 #include "core/cuda/check.h"
 #include "model/gpu/train_kernels.h"
+#include "model/variants/denseformer_ops.h"
 
 namespace satdar::model::gpu {
+
+namespace lc = ::satdar::model::cuda;
 
 template <typename T>
 GpuDenseFormer<T>::GpuDenseFormer(const ModelConfig& c, cudaStream_t stream,
@@ -63,8 +66,8 @@ absl::Status GpuDenseFormer<T>::Forward(const float* master, const BranchForward
     SATDAR_CUDA_RETURN_IF_ERROR(Add(h_[2 * i + 1], h_[2 * i], y_, nc_, stream_));
     SATDAR_RETURN_IF_ERROR(branch(2 * i + 2, h_[2 * i + 1], y_));
     SATDAR_CUDA_RETURN_IF_ERROR(Add(x_[i + 1], h_[2 * i + 1], y_, nc_, stream_));
-    SATDAR_CUDA_RETURN_IF_ERROR(
-        DwaForward(h_[2 * i + 2], ptrs_, i + 2, master + dwa_off_[i], nc_, stream_));
+    SATDAR_RETURN_IF_ERROR(
+        lc::DwaForward(h_[2 * i + 2], ptrs_, i + 2, master + dwa_off_[i], nc_, stream_));
   }
   return absl::OkStatus();
 }
@@ -75,8 +78,8 @@ absl::Status GpuDenseFormer<T>::Backward(const float* master, float* grads, cons
   for (T* p : dx_) SATDAR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(p, 0, nc_ * sizeof(T), stream_));
   const T* dy = dx_final;  // d loss / d (layer i's DWA output)
   for (int i = layers_ - 1; i >= 0; --i) {
-    SATDAR_CUDA_RETURN_IF_ERROR(DwaBackward(ptrs_ + layers_ + 1, grads + dwa_off_[i], dy, ptrs_,
-                                            i + 2, master + dwa_off_[i], scratch_, nc_, stream_));
+    SATDAR_RETURN_IF_ERROR(lc::DwaBackward(ptrs_ + layers_ + 1, grads + dwa_off_[i], dy, ptrs_,
+                                           i + 2, master + dwa_off_[i], scratch_, nc_, stream_));
     // X_{i+1} = mid + mlp(mid), mid = in + attn(in): both branches add their paths in place.
     SATDAR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dmid_, dx_[i + 1], nc_ * sizeof(T),
                                                 cudaMemcpyDeviceToDevice, stream_));

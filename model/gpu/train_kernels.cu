@@ -32,43 +32,6 @@ __global__ void AddKernel(T* out, const T* a, const T* b, int64_t n) {
   }
 }
 
-template <typename T>
-__global__ void DwaForwardKernel(T* out, const T* const* xs, int count, const float* a,
-                                 int64_t n) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    float acc = 0.0f;
-    for (int j = 0; j < count; ++j) acc += a[j] * Ld(xs[j] + i);
-    St(out + i, acc);
-  }
-}
-
-// Block (b, j): dxs[j] += a_j dy over its slice; its share of <xs[j], dy> to scratch.
-template <typename T>
-__global__ void DwaBackwardKernel(T* const* dxs, const T* dy, const T* const* xs, const float* a,
-                                  float* scratch, int64_t n) {
-  const int j = blockIdx.y;
-  const float aj = a[j];
-  const T* x = xs[j];
-  T* dx = dxs[j];
-  float acc[1] = {0.0f};
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float g = Ld(dy + i);
-    acc[0] += Ld(x + i) * g;
-    St(dx + i, Ld(dx + i) + aj * g);
-  }
-  BlockSums<kThreads, 1>(acc);
-  if (threadIdx.x == 0) scratch[static_cast<int64_t>(j) * kReduceBlocks + blockIdx.x] = acc[0];
-}
-
-__global__ void DwaFinishKernel(const float* scratch, int count, float* grad_a) {
-  const int j = threadIdx.x;
-  if (j >= count) return;
-  double s = 0.0;
-  for (int b = 0; b < kReduceBlocks; ++b) s += scratch[static_cast<int64_t>(j) * kReduceBlocks + b];
-  grad_a[j] += static_cast<float>(s);
-}
 
 __global__ void LossKernel(double* acc, const float* losses, int n, double scale) {
   double v[1] = {0.0};
@@ -111,24 +74,6 @@ cudaError_t Add(T* out, const T* a, const T* b, int64_t n, cudaStream_t stream) 
   return cudaGetLastError();
 }
 
-template <typename T>
-cudaError_t DwaForward(T* out, const T* const* xs, int count, const float* a, int64_t n,
-                       cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  DwaForwardKernel<T><<<Blocks(n), kThreads, 0, stream>>>(out, xs, count, a, n);
-  return cudaGetLastError();
-}
-
-template <typename T>
-cudaError_t DwaBackward(T* const* dxs, float* grad_a, const T* dy, const T* const* xs, int count,
-                        const float* a, float* scratch, int64_t n, cudaStream_t stream) {
-  if (count == 0) return cudaSuccess;
-  DwaBackwardKernel<T><<<dim3(kReduceBlocks, count), kThreads, 0, stream>>>(dxs, dy, xs, a,
-                                                                            scratch, n);
-  DwaFinishKernel<<<1, ((count + 31) / 32) * 32, 0, stream>>>(scratch, count, grad_a);
-  return cudaGetLastError();
-}
-
 cudaError_t AccumulateLoss(double* acc, const float* losses, int n, double scale,
                            cudaStream_t stream) {
   LossKernel<<<1, kThreads, 0, stream>>>(acc, losses, n, scale);
@@ -144,11 +89,7 @@ cudaError_t SumSquares(double* out, const float* x, int64_t n, double* scratch,
 
 #define SATDAR_INSTANTIATE(T)                                                                  \
   template cudaError_t CastFromF32<T>(T*, const float*, int64_t, cudaStream_t);                \
-  template cudaError_t Add<T>(T*, const T*, const T*, int64_t, cudaStream_t);                  \
-  template cudaError_t DwaForward<T>(T*, const T* const*, int, const float*, int64_t,          \
-                                     cudaStream_t);                                            \
-  template cudaError_t DwaBackward<T>(T* const*, float*, const T*, const T* const*, int,       \
-                                      const float*, float*, int64_t, cudaStream_t);
+  template cudaError_t Add<T>(T*, const T*, const T*, int64_t, cudaStream_t);
 SATDAR_INSTANTIATE(float)
 SATDAR_INSTANTIATE(__nv_bfloat16)
 #undef SATDAR_INSTANTIATE

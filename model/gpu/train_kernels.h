@@ -1,12 +1,10 @@
 // model/gpu/train_kernels.h: the small kernels the GPU model and trainer need besides the ops of
 // core/ops/cuda_ops.h, model/layers/*_cuda.h and the designs' ops (variants/*_ops.h):
-// weight casts, residual adds, DenseFormer's depth-weighted average (denseformer.cc), the mean
-// loss and the gradient norm.
+// weight casts, residual adds, the mean loss and the gradient norm.
 //
-// T is float or __nv_bfloat16; arithmetic is fp32. Scalar parameters (DenseFormer's weights)
-// are read from the fp32 master weights on the device, so no step waits for the host; their gradients are fp32 and accumulated (+=). Every reduction runs over
-// a fixed grid (kReduceBlocks blocks) and then one block in a fixed order: results are
-// bit-identical run to run (no atomics). `scratch` is fp32 (or fp64 where noted) device memory
+// T is float or __nv_bfloat16; arithmetic is fp32. Every reduction runs over a fixed grid
+// (kReduceBlocks blocks) and then one block in a fixed order: results are bit-identical run
+// to run (no atomics). `scratch` is fp32 (or fp64 where noted) device memory
 // of kReduceBlocks * 3 elements. Device pointers; enqueued on `stream`; each returns the
 // launch's cudaError_t. Declared only in CUDA builds.
 #ifndef SATDAR_MODEL_GPU_TRAIN_KERNELS_H_
@@ -30,16 +28,6 @@ cudaError_t CastFromF32(T* out, const float* in, int64_t n, cudaStream_t stream)
 // out = a + b (out may alias a or b).
 template <typename T>
 cudaError_t Add(T* out, const T* a, const T* b, int64_t n, cudaStream_t stream);
-
-// DenseFormer's depth-weighted average (model/variants/denseformer.cc): out = sum_j a[j] xs[j]
-// over count sources (device pointer lists; a: fp32 master weights), summed in source order.
-template <typename T>
-cudaError_t DwaForward(T* out, const T* const* xs, int count, const float* a, int64_t n,
-                       cudaStream_t stream);
-// dxs[j] += a[j] dy; grad_a[j] (fp32) += <xs[j], dy>. scratch: count * kReduceBlocks floats.
-template <typename T>
-cudaError_t DwaBackward(T* const* dxs, float* grad_a, const T* dy, const T* const* xs, int count,
-                        const float* a, float* scratch, int64_t n, cudaStream_t stream);
 
 // *acc (fp64) += scale * sum(losses[0..n)).
 cudaError_t AccumulateLoss(double* acc, const float* losses, int n, double scale,

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "model/variants/denseformer_ops.h"
 
 namespace satdar::model {
 
@@ -36,6 +37,12 @@ class DenseFormer : public Topology<T> {
     dy_.resize(nc);
     dmid_.resize(nc);
     dbranch_.resize(nc);
+    xs_.clear();
+    dxs_.clear();
+    for (int j = 0; j <= layers_; ++j) {
+      xs_.push_back(x_[j].data());
+      dxs_.push_back(dx_[j].data());
+    }
   }
 
   void Forward(const T* params, const T* h0, Branches<T>* br, T* x_final) override {
@@ -48,11 +55,7 @@ class DenseFormer : public Topology<T> {
       br->Forward(2 * i + 2, mid_[i].data(), y_.data());
       for (size_t e = 0; e < nc; ++e) x_[i + 1][e] = mid_[i][e] + y_[e];
       T* out = i + 1 < layers_ ? in_[i + 1].data() : x_final;
-      const T* a = params + offsets_[i];
-      std::fill(out, out + nc, T(0));
-      for (int j = 0; j <= i + 1; ++j) {
-        for (size_t e = 0; e < nc; ++e) out[e] += a[j] * x_[j][e];
-      }
+      cpu::DwaForward(out, xs_.data(), i + 2, params + offsets_[i], static_cast<int64_t>(nc));
     }
   }
 
@@ -61,15 +64,8 @@ class DenseFormer : public Topology<T> {
     for (auto& d : dx_) std::fill(d.begin(), d.end(), T(0));
     std::copy(dx_final, dx_final + nc, dy_.begin());  // d/d Y_{L-1}
     for (int i = layers_ - 1; i >= 0; --i) {
-      const T* a = params + offsets_[i];
-      for (int j = 0; j <= i + 1; ++j) {
-        double dot = 0;
-        for (size_t e = 0; e < nc; ++e) {
-          dot += static_cast<double>(x_[j][e]) * dy_[e];
-          dx_[j][e] += a[j] * dy_[e];
-        }
-        grads[offsets_[i] + j] += static_cast<T>(dot);
-      }
+      cpu::DwaBackward(dxs_.data(), grads + offsets_[i], dy_.data(), xs_.data(), i + 2,
+                       params + offsets_[i], static_cast<int64_t>(nc));
       // X_{i+1} = mid + f_mlp(mid); mid = in + f_attn(in).
       std::copy(dx_[i + 1].begin(), dx_[i + 1].end(), dmid_.begin());
       br->Backward(2 * i + 2, mid_[i].data(), dx_[i + 1].data(), dmid_.data());
@@ -86,6 +82,8 @@ class DenseFormer : public Topology<T> {
   std::vector<int64_t> offsets_;
   std::vector<std::vector<T>> x_, dx_, in_, mid_;
   std::vector<T> y_, dy_, dmid_, dbranch_;
+  std::vector<const T*> xs_;  // x_[j].data(), the sources of the depth-weighted averages
+  std::vector<T*> dxs_;       // dx_[j].data()
 };
 
 }  // namespace
