@@ -136,15 +136,7 @@ void CheckCudaAgainstCpu() {
 
 #endif  // SATDAR_WITH_CUDA
 
-TEST(DarOps, CudaMatchesCpuF32) {
-  SATDAR_SKIP_WITHOUT_GPU();
-  SATDAR_IF_CUDA(CheckCudaAgainstCpu<float>());
-}
-
-TEST(DarOps, CudaMatchesCpuBf16) {
-  SATDAR_SKIP_WITHOUT_GPU();
-  SATDAR_IF_CUDA(CheckCudaAgainstCpu<core::gpu_test::Bf16>());
-}
+SATDAR_CUDA_MATCHES_CPU_TESTS(DarOps, CheckCudaAgainstCpu)
 
 }  // namespace
 }  // namespace satdar::model

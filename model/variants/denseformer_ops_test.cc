@@ -95,15 +95,7 @@ void CheckCudaAgainstCpu() {
 
 #endif  // SATDAR_WITH_CUDA
 
-TEST(DenseFormerOps, CudaMatchesCpuF32) {
-  SATDAR_SKIP_WITHOUT_GPU();
-  SATDAR_IF_CUDA(CheckCudaAgainstCpu<float>());
-}
-
-TEST(DenseFormerOps, CudaMatchesCpuBf16) {
-  SATDAR_SKIP_WITHOUT_GPU();
-  SATDAR_IF_CUDA(CheckCudaAgainstCpu<core::gpu_test::Bf16>());
-}
+SATDAR_CUDA_MATCHES_CPU_TESTS(DenseFormerOps, CheckCudaAgainstCpu)
 
 }  // namespace
 }  // namespace satdar::model

@@ -112,15 +112,7 @@ void CheckCudaAgainstCpu() {
 
 #endif  // SATDAR_WITH_CUDA
 
-TEST(ResformerOps, CudaMatchesCpuF32) {
-  SATDAR_SKIP_WITHOUT_GPU();
-  SATDAR_IF_CUDA(CheckCudaAgainstCpu<float>());
-}
-
-TEST(ResformerOps, CudaMatchesCpuBf16) {
-  SATDAR_SKIP_WITHOUT_GPU();
-  SATDAR_IF_CUDA(CheckCudaAgainstCpu<core::gpu_test::Bf16>());
-}
+SATDAR_CUDA_MATCHES_CPU_TESTS(ResformerOps, CheckCudaAgainstCpu)
 
 }  // namespace
 }  // namespace satdar::model

@@ -39,6 +39,18 @@
 #define SATDAR_IF_CUDA(x)
 #endif
 
+// Two tests, suite.CudaMatchesCpuF32 and suite.CudaMatchesCpuBf16, that run check<float>() and
+// check<__nv_bfloat16>() (a template defined under SATDAR_WITH_CUDA), each skipped without a GPU.
+#define SATDAR_CUDA_MATCHES_CPU_TESTS(suite, check)                 \
+  TEST(suite, CudaMatchesCpuF32) {                                  \
+    SATDAR_SKIP_WITHOUT_GPU();                                      \
+    SATDAR_IF_CUDA(check<float>());                                 \
+  }                                                                 \
+  TEST(suite, CudaMatchesCpuBf16) {                                 \
+    SATDAR_SKIP_WITHOUT_GPU();                                      \
+    SATDAR_IF_CUDA(check<::satdar::core::gpu_test::Bf16>());        \
+  }
+
 namespace satdar::core::gpu_test {
 
 // ---- Inputs.
