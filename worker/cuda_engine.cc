@@ -78,7 +78,8 @@ class DeviceBuffers {
 class CudaEngine : public StepEngine {
  public:
   CudaEngine(const TrainOptions& o, MeshGroups* g)
-      : o_(o), rank_(g->rank), world_size_(g->shape.size()), world_(o.gpu.world) {
+      : o_(o), rank_(g->rank), world_size_(g->shape.size()), world_(o.gpu.world),
+        zero_(o.zero_stage == 1 && g->shape.size() > 1) {
     copts_.timeout = absl::Seconds(o_.comm_timeout_seconds);
   }
   ~CudaEngine() override { Abandon(); }
@@ -99,8 +100,17 @@ class CudaEngine : public StepEngine {
   absl::StatusOr<double> ForwardBackward(std::vector<std::vector<int32_t>>* micro) override;
   absl::StatusOr<double> GradNorm() override { return grad_norm_; }
   absl::Status Update(const core::AdamWParams& hp) override {
-    SATDAR_CUDA_RETURN_IF_ERROR(
-        static_cast<cudaError_t>(kc::AdamWUpdate(master_, grads_, m_, v_, nd_, hp, stream_)));
+    SATDAR_CUDA_RETURN_IF_ERROR(static_cast<cudaError_t>(
+        kc::AdamWUpdate(master_ + lo_, zero_ ? shard_grads_ : grads_, m_, v_, shard_len_, hp,
+                        stream_)));
+    if (zero_) {
+      // Every replica's updated slice to every replica (in place: slice r sits at r * shard).
+      SATDAR_RETURN_IF_ERROR(ready_[0].Record(stream_));
+      comm::CollectiveOptions c = copts_;
+      c.ready_event = ready_[0].get();
+      SATDAR_RETURN_IF_ERROR(
+          world_->AllGather(master_ + lo_, master_, shard_len_, core::DType::kF32, c)->Wait());
+    }
     SATDAR_RETURN_IF_ERROR(model_->SetWeights(master_));  // the bf16 compute copy
     // Step time includes the update (the next step's first kernels queue behind it).
     SATDAR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
@@ -117,10 +127,11 @@ class CudaEngine : public StepEngine {
     return absl::UnimplementedError("--stats-every is not on the GPU path yet");
   }
   absl::Status Save(const CheckpointInfo& info) override {
-    if (rank_ != 0) return absl::OkStatus();  // replicas hold identical state
+    // Under ZeRO-1 every replica hands its slice of the moments to the gather first.
+    SATDAR_RETURN_IF_ERROR(DownloadMoment(&exp_avg_, m_));
+    SATDAR_RETURN_IF_ERROR(DownloadMoment(&exp_avg_sq_, v_));
+    if (rank_ != 0) return absl::OkStatus();  // replicas hold identical weights
     SATDAR_RETURN_IF_ERROR(Download(&params_, master_));
-    SATDAR_RETURN_IF_ERROR(Download(&exp_avg_, m_));
-    SATDAR_RETURN_IF_ERROR(Download(&exp_avg_sq_, v_));
     return SaveCheckpoint<float>(o_.checkpoint_dir, info, params(), host_buffers());
   }
   void AddToSummary(double tokens_per_second, Json* j, TrainSummary* out) override {
@@ -155,10 +166,31 @@ class CudaEngine : public StepEngine {
     model::gpu::UnpackFromDevice(params(), model_->layout(), staging_.data(), dst->data());
     return absl::OkStatus();
   }
+  // A moment (host, table layout) into this replica's device slice (the whole buffer without
+  // ZeRO-1; the padding past the table stays 0).
+  absl::Status UploadMoment(float* dst, const std::vector<float>& src) {
+    model::gpu::PackToDevice(params(), model_->layout(), src.data(), staging_.data());
+    const int64_t count = std::max<int64_t>(0, std::min(shard_len_, nd_ - lo_));
+    if (count == 0) return absl::OkStatus();
+    return kc::CopyToDevice(dst, staging_.data() + lo_, count * sizeof(float));
+  }
+  // The whole moment into *dst (every replica takes part under ZeRO-1: an all-gather of the
+  // slices into a temporary device buffer).
+  absl::Status DownloadMoment(std::vector<float>* dst, const float* slice) {
+    if (!zero_) return Download(dst, slice);
+    SATDAR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    SATDAR_ASSIGN_OR_RETURN(void* raw, alloc_.Allocate(padded_ * sizeof(float), stream_));
+    float* whole = static_cast<float*>(raw);
+    absl::Status s =
+        world_->AllGather(slice, whole, shard_len_, core::DType::kF32, copts_)->Wait();
+    if (s.ok()) s = Download(dst, whole);
+    (void)alloc_.Free(raw);
+    return s;
+  }
   absl::Status UploadState() {
     SATDAR_RETURN_IF_ERROR(Upload(master_, params_));
-    SATDAR_RETURN_IF_ERROR(Upload(m_, exp_avg_));
-    SATDAR_RETURN_IF_ERROR(Upload(v_, exp_avg_sq_));
+    SATDAR_RETURN_IF_ERROR(UploadMoment(m_, exp_avg_));
+    SATDAR_RETURN_IF_ERROR(UploadMoment(v_, exp_avg_sq_));
     // The zeroing and uploads ran on the legacy stream, which the compute stream
     // (non-blocking) does not wait for.
     SATDAR_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
@@ -170,6 +202,11 @@ class CudaEngine : public StepEngine {
   const TrainOptions o_;
   const int rank_, world_size_;
   comm::Communicator* const world_;  // device buffers; null alone
+  // ZeRO-1 (dp > 1): the buffers are padded to `padded_` elements, and this replica keeps the
+  // moments of, and updates, [lo_, lo_ + shard_len_) only. Otherwise shard_len_ = nd_, lo_ = 0.
+  const bool zero_;
+  int64_t padded_ = 0, shard_len_ = 0, lo_ = 0;
+  float* shard_grads_ = nullptr;  // ZeRO-1: this replica's slice of the averaged gradients
   comm::CollectiveOptions copts_;
   int device_ = 0;
   kc::CachingAllocator alloc_;
@@ -213,16 +250,22 @@ absl::Status CudaEngine::Init() {
   const model::ParamTable& table = model_->params();
   const model::gpu::DeviceLayout& layout = model_->layout();
   nd_ = layout.size;
+  padded_ = zero_ ? (nd_ + world_size_ - 1) / world_size_ * world_size_ : nd_;
+  shard_len_ = zero_ ? padded_ / world_size_ : nd_;
+  lo_ = zero_ ? rank_ * shard_len_ : 0;
   params_.assign(table.size(), 0.0f);
   exp_avg_.assign(table.size(), 0.0f);
   exp_avg_sq_.assign(table.size(), 0.0f);
   staging_.assign(nd_, 0.0f);
   table.Initialize(params_.data(), o_.seed);
   dev_ = std::make_unique<DeviceBuffers>(&alloc_);
-  SATDAR_ASSIGN_OR_RETURN(master_, dev_->Zeros<float>(nd_));
-  SATDAR_ASSIGN_OR_RETURN(grads_, dev_->Zeros<float>(nd_));
-  SATDAR_ASSIGN_OR_RETURN(m_, dev_->Zeros<float>(nd_));
-  SATDAR_ASSIGN_OR_RETURN(v_, dev_->Zeros<float>(nd_));
+  SATDAR_ASSIGN_OR_RETURN(master_, dev_->Zeros<float>(padded_));
+  SATDAR_ASSIGN_OR_RETURN(grads_, dev_->Zeros<float>(padded_));
+  SATDAR_ASSIGN_OR_RETURN(m_, dev_->Zeros<float>(shard_len_));
+  SATDAR_ASSIGN_OR_RETURN(v_, dev_->Zeros<float>(shard_len_));
+  if (zero_) {
+    SATDAR_ASSIGN_OR_RETURN(shard_grads_, dev_->Zeros<float>(shard_len_));
+  }
   SATDAR_ASSIGN_OR_RETURN(scalars_, dev_->Zeros<double>(2));  // loss, squared norm
   SATDAR_ASSIGN_OR_RETURN(norm_scratch_, dev_->Zeros<double>(model::gpu::kReduceBlocks));
   SATDAR_ASSIGN_OR_RETURN(eval_sum_, dev_->Zeros<double>(1));
@@ -246,12 +289,13 @@ absl::Status CudaEngine::Init() {
 std::string CudaEngine::Describe() const {
   return absl::StrFormat(
       "model: %s residual, %s gate, %lld parameters on %s (cuda:%d), %s compute, fp32 master "
-      "weights%s; batch %d x %d tokens x %d replica(s)%s, %d micro-batch(es)",
+      "weights%s; batch %d x %d tokens x %d replica(s)%s%s, %d micro-batch(es)",
       model::Name(o_.config.residual), model::Name(o_.config.value_residual),
       static_cast<long long>(params().size()), kc::DeviceName(device_), device_,
       o_.gpu.compute == core::DType::kBF16 ? "bf16" : "f32",
       o_.gpu.recompute ? ", activation recomputation" : "", o_.batch_size, o_.seq_len,
       world_size_, world_size_ > 1 ? absl::StrCat(" over ", o_.gpu.world_kind) : "",
+      zero_ ? ", ZeRO-1 (moments sharded over the replicas)" : "",
       o_.microbatches);
 }
 
@@ -268,14 +312,15 @@ void CudaEngine::ReduceRange(int event, int64_t begin, int64_t end) {
 }
 
 absl::StatusOr<double> CudaEngine::ForwardBackward(std::vector<std::vector<int32_t>>* micro) {
-  SATDAR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(grads_, 0, nd_ * sizeof(float), stream_));
+  SATDAR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(grads_, 0, padded_ * sizeof(float), stream_));
   SATDAR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(scalars_, 0, 2 * sizeof(double), stream_));
   const int mb_size = o_.batch_size / o_.microbatches;
   const int layers = o_.config.num_hidden_layers;
   for (int mb = 0; mb < o_.microbatches; ++mb) {
     SATDAR_RETURN_IF_ERROR(model_->Forward((*micro)[mb].data(), mb_size, o_.seq_len,
                                            1.0 / o_.microbatches, scalars_));
-    const bool hooked = world_ != nullptr && mb + 1 == o_.microbatches;
+    // Under ZeRO-1 the gradients are reduce-scattered after the last backward pass instead.
+    const bool hooked = world_ != nullptr && !zero_ && mb + 1 == o_.microbatches;
     if (hooked) {
       model_->SetLayerGradientsReadyHook([&](int layer) {
         ReduceRange(layer, layer_start_[layer], layer_start_[layer + 1]);
@@ -291,10 +336,15 @@ absl::StatusOr<double> CudaEngine::ForwardBackward(std::vector<std::vector<int32
   }
   SATDAR_RETURN_IF_ERROR(hook_status_);
   if (world_ != nullptr) {
-    // The loss, averaged over the replicas after the compute stream.
+    // The loss, averaged over the replicas after the compute stream (and under ZeRO-1 this
+    // replica's slice of the averaged gradients).
     SATDAR_RETURN_IF_ERROR(ready_[0].Record(stream_));
     comm::CollectiveOptions c = copts_;
     c.ready_event = ready_[0].get();
+    if (zero_) {
+      pending_.push_back(world_->ReduceScatter(grads_, shard_grads_, shard_len_,
+                                               core::DType::kF32, comm::ReduceOp::kAvg, c));
+    }
     pending_.push_back(
         world_->AllReduce(scalars_, 1, core::DType::kF64, comm::ReduceOp::kAvg, c));
     absl::Status first;
@@ -305,9 +355,17 @@ absl::StatusOr<double> CudaEngine::ForwardBackward(std::vector<std::vector<int32
     pending_.clear();
     SATDAR_RETURN_IF_ERROR(first);
   }
-  // The global gradient norm; the device holds the averaged gradients now.
-  SATDAR_CUDA_RETURN_IF_ERROR(
-      model::gpu::SumSquares(scalars_ + 1, grads_, nd_, norm_scratch_, stream_));
+  // The global gradient norm; the device holds the averaged gradients now (under ZeRO-1 each
+  // replica its slice: the squares are summed over the replicas).
+  SATDAR_CUDA_RETURN_IF_ERROR(model::gpu::SumSquares(
+      scalars_ + 1, zero_ ? shard_grads_ : grads_, shard_len_, norm_scratch_, stream_));
+  if (zero_) {
+    SATDAR_RETURN_IF_ERROR(ready_[0].Record(stream_));
+    comm::CollectiveOptions c = copts_;
+    c.ready_event = ready_[0].get();
+    SATDAR_RETURN_IF_ERROR(
+        world_->AllReduce(scalars_ + 1, 1, core::DType::kF64, comm::ReduceOp::kSum, c)->Wait());
+  }
   double host[2];
   SATDAR_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(host, scalars_, sizeof(host), cudaMemcpyDeviceToHost, stream_));
@@ -339,9 +397,6 @@ absl::Status CheckCudaEngine(const TrainOptions& o) {
     return absl::InvalidArgumentError(
         "--device cuda: tensor, pipeline and expert parallelism are not on the GPU path yet "
         "(data parallelism is: --dp N); use --device cpu for --tp/--pp/--ep");
-  }
-  if (o.zero_stage != 0) {
-    return absl::InvalidArgumentError("--device cuda: --zero 1 is not on the GPU path yet");
   }
   if (o.stats_every > 0) {
     return absl::InvalidArgumentError("--device cuda: --stats-every is not on the GPU path yet");

@@ -7,8 +7,11 @@
 // stream, so communication overlaps the rest of the backward pass. Then the global gradient
 // norm (one device reduction), clipping and the fused AdamW update, all on the device; the
 // host reads back two numbers a step (loss and norm). Checkpoints are the CPU engine's format
-// (a GPU checkpoint resumes on the CPU and back). Tensor, pipeline and expert parallelism,
-// ZeRO-1 and --stats-every are the CPU engine's only (CheckCudaEngine says so).
+// (a GPU checkpoint resumes on the CPU and back). ZeRO-1 (dp > 1): the gradients are
+// reduce-scattered after the last backward pass, each replica keeps the AdamW moments of its
+// slice of the flat buffer and updates only that, the weights are all-gathered; checkpoints
+// gather the moments. Tensor, pipeline and expert parallelism and --stats-every are the CPU
+// engine's only (CheckCudaEngine says so).
 #ifndef SATDAR_WORKER_CUDA_ENGINE_H_
 #define SATDAR_WORKER_CUDA_ENGINE_H_
 
@@ -24,7 +27,7 @@
 namespace satdar::worker {
 
 // Before anything starts: FailedPrecondition without a CUDA build, InvalidArgument for what
-// the GPU engine does not have (model parallelism, ZeRO-1, statistics, f64; the design,
+// the GPU engine does not have (model parallelism, statistics, f64; the design,
 // naming the field).
 absl::Status CheckCudaEngine(const TrainOptions& options);
 
