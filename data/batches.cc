@@ -47,8 +47,8 @@ absl::StatusOr<std::unique_ptr<BatchSource>> OpenBatchSource(const SourceOptions
     if (!dataset.ok()) return dataset.status();
     if ((*dataset)->samples(Split::kTrain, o.seq_len) == 0) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--data: ", o.dir, ": the training split holds ", (*dataset)->tokens(Split::kTrain),
-          " tokens, fewer than --seq-len + 1 = ", o.seq_len + 1));
+          o.dir_name, ": ", o.dir, ": the training split holds ", (*dataset)->tokens(Split::kTrain),
+          " tokens, fewer than ", o.seq_len_name, " + 1 = ", o.seq_len + 1));
     }
     if (description) *description = (*dataset)->Describe();
     return std::unique_ptr<BatchSource>(
@@ -60,12 +60,12 @@ absl::StatusOr<std::unique_ptr<BatchSource>> OpenBatchSource(const SourceOptions
   if (!corpus.ok()) return corpus.status();
   if (o.vocab_size < 256) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--data: byte-level text needs vocab_size >= 256, the config has ", o.vocab_size));
+        o.dir_name, ": byte-level text needs vocab_size >= 256, the config has ", o.vocab_size));
   }
   if (corpus->bytes.size() < static_cast<size_t>(o.seq_len) + 2) {
-    return absl::InvalidArgumentError(absl::StrCat("--data: ", o.dir, " holds ",
-                                                   corpus->bytes.size(),
-                                                   " bytes, fewer than --seq-len + 1"));
+    return absl::InvalidArgumentError(absl::StrCat(o.dir_name, ": ", o.dir, " holds ",
+                                                   corpus->bytes.size(), " bytes, fewer than ",
+                                                   o.seq_len_name, " + 1"));
   }
   if (description) {
     *description = absl::StrCat(o.dir, ", ", corpus->num_files, " files, ", corpus->bytes.size(),

@@ -69,6 +69,9 @@ struct SourceOptions {
   uint64_t seed = 0;
   int vocab_size = 0;
   int seq_len = 0;
+  // What the caller calls `dir` and `seq_len` in its messages (the command line: its flags).
+  std::string dir_name = "data folder";
+  std::string seq_len_name = "the sequence length";
 };
 
 // Synthetic tokens, a prepared dataset's training split, or windows of raw text in

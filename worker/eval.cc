@@ -54,7 +54,8 @@ absl::StatusOr<nlohmann::json> EvaluateTyped(const EvalOptions& o) {
   } else {
     SATDAR_ASSIGN_OR_RETURN(source, data::OpenBatchSource({o.synthetic_data, o.data_dir,
                                                            o.data_format, o.seed,
-                                                           o.config.vocab_size, o.seq_len},
+                                                           o.config.vocab_size, o.seq_len,
+                                                           "--data", "--seq-len"},
                                                           nullptr));
   }
   if (o.gate_by_category) {

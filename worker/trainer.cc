@@ -367,7 +367,8 @@ absl::StatusOr<std::unique_ptr<data::BatchSource>> OpenTrainingData(const TrainO
     return std::unique_ptr<data::BatchSource>(std::make_unique<data::MqarBatches>(o.seed, *o.mqar));
   }
   return data::OpenBatchSource(
-      {o.synthetic_data, o.data_dir, o.data_format, o.seed, o.config.vocab_size, o.seq_len},
+      {o.synthetic_data, o.data_dir, o.data_format, o.seed, o.config.vocab_size, o.seq_len,
+       "--data", "--seq-len"},
       description);
 }
 
