@@ -32,6 +32,11 @@ class StagedWork : public Work {
       : inner_(std::move(inner)), copier_(copier), in_(std::move(in)), out_(std::move(out)),
         device_out_(device_out) {}
 
+  // A Work dropped without Wait: the host collective still uses the buffers held here.
+  ~StagedWork() override {
+    if (!done_) (void)inner_->Wait();
+  }
+
   absl::Status Wait() override {
     if (done_) return status_;
     done_ = true;
@@ -118,12 +123,14 @@ class StagedCommunicator : public Communicator {
 
   std::unique_ptr<Work> Recv(void* data, size_t count, core::DType dtype, int peer, int tag,
                              const CollectiveOptions& options) override {
+    if (!broken_.ok()) return Failed(broken_);
     std::vector<char> buf(count * core::DTypeSize(dtype));
     std::unique_ptr<Work> w = host_->Recv(buf.data(), count, dtype, peer, tag, Host(options));
     return Staged(std::move(w), {}, std::move(buf), data);
   }
 
   std::unique_ptr<Work> Barrier(const CollectiveOptions& options) override {
+    if (!broken_.ok()) return Failed(broken_);
     return host_->Barrier(Host(options));
   }
 
@@ -141,9 +148,15 @@ class StagedCommunicator : public Communicator {
     h.ready_event = nullptr;
     return h;
   }
-  std::unique_ptr<Work> Failed(const absl::Status& s) const {
-    return std::make_unique<DoneWork>(absl::Status(
-        s.code(), absl::StrCat("rank ", rank(), ": staging a device buffer: ", s.message())));
+  // After a failed copy this rank has skipped a collective its peers issued, so every later
+  // call fails at once (the peers time out naming this rank) instead of pairing with the
+  // wrong operation.
+  std::unique_ptr<Work> Failed(const absl::Status& s) {
+    if (broken_.ok()) {
+      broken_ = absl::Status(
+          s.code(), absl::StrCat("rank ", rank(), ": staging a device buffer: ", s.message()));
+    }
+    return std::make_unique<DoneWork>(broken_);
   }
   std::unique_ptr<Work> Staged(std::unique_ptr<Work> w, std::vector<char> in, std::vector<char> out,
                                void* device_out) {
@@ -153,6 +166,7 @@ class StagedCommunicator : public Communicator {
   // *host = the count elements at device (after the ready event).
   absl::Status Stage(const void* device, size_t count, core::DType dtype,
                      const CollectiveOptions& options, std::vector<char>* host) {
+    if (!broken_.ok()) return broken_;
     if (options.ready_event != nullptr && copier_.wait_event) {
       if (absl::Status s = copier_.wait_event(options.ready_event); !s.ok()) return s;
     }
@@ -163,6 +177,7 @@ class StagedCommunicator : public Communicator {
 
   std::unique_ptr<Communicator> host_;
   const DeviceCopier copier_;
+  absl::Status broken_;
 };
 
 }  // namespace

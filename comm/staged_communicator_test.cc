@@ -79,6 +79,12 @@ TEST(StagedCommunicator, CopyFailureIsTheCallsErrorNamingTheRank) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
   EXPECT_NE(s.message().find("rank 0: staging a device buffer: cudaMemcpy failed"),
             std::string::npos) << s;
+  // Every later call fails at once with the first error: this rank skipped a collective, so
+  // nothing after it may pair with its peers' operations.
+  for (absl::Status later : {comms[0]->Barrier({})->Wait(),
+                             comms[0]->Recv(&x, 1, DType::kF32, 0, 0, {})->Wait()}) {
+    EXPECT_EQ(later, s);
+  }
 }
 
 // Two ranks on one GPU (NCCL would refuse them): the conformance checks with CUDA memory.

@@ -22,6 +22,7 @@
 #include "worker/cli.h"
 #include "worker/cli_util.h"
 #include "worker/commands.h"
+#include "worker/cuda_engine.h"
 #include "worker/grpc_kv_store.h"
 #include "worker/train_flags.h"
 #include "worker/trainer.h"
@@ -122,6 +123,8 @@ absl::StatusOr<TrainSummary> TrainOnGpu(const FlagSet& flags, TrainOptions o, bo
   SATDAR_ASSIGN_OR_RETURN(gpu.peak_tflops, flags.GetDouble("--peak-tflops", 0.0, false, 1e6));
   SATDAR_RETURN_IF_ERROR(core::CheckDeviceAvailable(device));
   if (!flags.Has("--stats-every")) o.stats_every = 0;
+  // What the GPU engine cannot run is refused before any rank connects.
+  SATDAR_RETURN_IF_ERROR(CheckCudaEngine(o));
   const bool staged = flags.Get("--gpu-comm") == "host";
   std::unique_ptr<comm::Communicator> host, device_world;
   int rank = 0;

@@ -127,10 +127,12 @@ class CudaEngine : public StepEngine {
     return absl::UnimplementedError("--stats-every is not on the GPU path yet");
   }
   absl::Status Save(const CheckpointInfo& info) override {
-    // Under ZeRO-1 every replica hands its slice of the moments to the gather first.
+    // Replicas hold identical weights; under ZeRO-1 every replica first hands its slice of
+    // the moments to the gather.
+    if (!zero_ && rank_ != 0) return absl::OkStatus();
     SATDAR_RETURN_IF_ERROR(DownloadMoment(&exp_avg_, m_));
     SATDAR_RETURN_IF_ERROR(DownloadMoment(&exp_avg_sq_, v_));
-    if (rank_ != 0) return absl::OkStatus();  // replicas hold identical weights
+    if (rank_ != 0) return absl::OkStatus();
     SATDAR_RETURN_IF_ERROR(Download(&params_, master_));
     return SaveCheckpoint<float>(o_.checkpoint_dir, info, params(), host_buffers());
   }

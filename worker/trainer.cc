@@ -291,6 +291,8 @@ Fingerprint RunFingerprint(const TrainOptions& o) {
           {"--seq-len", std::to_string(o.seq_len)},
           {"--microbatches", std::to_string(o.microbatches)},
           {"--device", o.gpu.enabled ? "cuda" : "cpu"},
+          {"--gpu-comm", o.gpu.enabled && o.mesh.size() > 1 ? o.gpu.world_kind : "none"},
+          {"--recompute", o.gpu.recompute ? "true" : "false"},
           {"--dtype", o.f64 ? "f64"
                       : o.gpu.enabled && o.gpu.compute == core::DType::kBF16 ? "bf16"
                                                                             : "f32"},
