@@ -24,6 +24,7 @@
 #include "worker/commands.h"
 #include "worker/cuda_engine.h"
 #include "worker/grpc_kv_store.h"
+#include "worker/rank_agreement.h"
 #include "worker/train_flags.h"
 #include "worker/trainer.h"
 
@@ -139,11 +140,13 @@ absl::StatusOr<TrainSummary> TrainOnGpu(const FlagSet& flags, TrainOptions o, bo
     SATDAR_ASSIGN_OR_RETURN(host, comm::GlooWorld(g));
     comm::CollectiveOptions copts;
     copts.timeout = g.timeout;
+    // Every rank must be building the same device world: compare the runs first.
+    gpu.world_kind = staged ? "host staging (Gloo)" : "NCCL";
+    SATDAR_RETURN_IF_ERROR(CheckSameOnEveryRank(host.get(), RunFingerprint(o), copts));
     if (staged) {
       SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<comm::Communicator> part,
                               host->Split(0, g.rank, copts));
       device_world = comm::StageThroughHost(std::move(part), comm::CudaCopier());
-      gpu.world_kind = "host staging (Gloo)";
     } else {
       comm::NcclOptions n;
       n.rank = g.rank;
@@ -153,7 +156,6 @@ absl::StatusOr<TrainSummary> TrainOnGpu(const FlagSet& flags, TrainOptions o, bo
       n.prefix = g.prefix + "nccl/";
       n.timeout = g.timeout;
       SATDAR_ASSIGN_OR_RETURN(device_world, comm::NcclWorld(n));
-      gpu.world_kind = "NCCL";
     }
     o.world = host.get();
     gpu.world = device_world.get();
