@@ -314,6 +314,7 @@ void CudaEngine::ReduceRange(int event, int64_t begin, int64_t end) {
 }
 
 absl::StatusOr<double> CudaEngine::ForwardBackward(std::vector<std::vector<int32_t>>* micro) {
+  hook_status_ = absl::OkStatus();
   SATDAR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(grads_, 0, padded_ * sizeof(float), stream_));
   SATDAR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(scalars_, 0, 2 * sizeof(double), stream_));
   const int mb_size = o_.batch_size / o_.microbatches;
