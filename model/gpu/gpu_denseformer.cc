@@ -14,8 +14,6 @@
 namespace satdar::model::gpu {
 
 namespace lc = ::satdar::model::cuda;
-// The scratch buffers here are sized by kReduceBlocks.
-static_assert(lc::kDwaReduceBlocks == kReduceBlocks, "scratch sized for another grid");
 
 template <typename T>
 GpuDenseFormer<T>::GpuDenseFormer(const ModelConfig& c, cudaStream_t stream,

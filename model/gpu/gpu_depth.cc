@@ -16,8 +16,6 @@ namespace satdar::model::gpu {
 
 namespace {
 namespace lc = ::satdar::model::cuda;
-// The scratch buffers here are sized by kReduceBlocks.
-static_assert(lc::kDarReduceBlocks == kReduceBlocks, "scratch sized for another grid");
 #define GPU_CHECK(call) SATDAR_CUDA_RETURN_IF_ERROR(call)
 }  // namespace
 

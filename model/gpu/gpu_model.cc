@@ -50,8 +50,6 @@ namespace {
 
 namespace kc = ::satdar::core::cuda;
 namespace lc = ::satdar::model::cuda;
-// The scratch buffers here are sized by kReduceBlocks.
-static_assert(lc::kResformerReduceBlocks == kReduceBlocks, "scratch sized for another grid");
 
 #define GPU_CHECK(call) SATDAR_CUDA_RETURN_IF_ERROR(call)
 

@@ -17,9 +17,11 @@
 
 #include <cstdint>
 
+#include "core/cuda/reduce_grid.h"
+
 namespace satdar::model::gpu {
 
-constexpr int kReduceBlocks = 240;
+using ::satdar::core::cuda::kReduceBlocks;
 
 // out (n) = in (n) rounded to T (the bf16 compute copy of the fp32 master weights).
 template <typename T>

@@ -13,8 +13,6 @@ namespace satdar::model {
 
 namespace {
 
-double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
-
 template <typename T>
 class Dar : public Topology<T> {
  public:
@@ -242,11 +240,14 @@ class Dar : public Topology<T> {
       if (last_params_ == nullptr) continue;
       const Offsets& o = offsets_[l];
       double c0, c1;
-      Mix(last_params_ + o.mix, &c0, &c1);
+      cpu::DarMixCoefficients(last_params_ + o.mix, &c0, &c1);
       mix.push_back({c0, c1});
       if (l < sublayers_) {
-        transport.push_back(Sigmoid(last_params_[o.transport]));
-        write.push_back({2 * Sigmoid(last_params_[o.write]), 2 * Sigmoid(last_params_[o.write + 1])});
+        double rho, b0, b1;
+        cpu::DarWriteCoefficients(last_params_ + o.transport, last_params_ + o.write, &rho, &b0,
+                                  &b1);
+        transport.push_back(rho);
+        write.push_back({b0, b1});
       }
     }
     // [sublayer 1..2L, final][stream][source]; mix [..][c0, c1]; write [..][beta0, beta1].
@@ -276,12 +277,6 @@ class Dar : public Topology<T> {
     table->Add(p + ".query", {2, d_}, ParamInit::Constant(0.0));
     table->Add(p + ".norm.weight", {d_}, ParamInit::Constant(1.0));
     table->Add(p + ".mix", {2}, ParamInit::Constant(0.0));
-  }
-  static void Mix(const T* a, double* c0, double* c1) {
-    const double m = std::max<double>(a[0], a[1]);
-    const double e0 = std::exp(a[0] - m), e1 = std::exp(a[1] - m);
-    *c0 = e0 / (e0 + e1);
-    *c1 = e1 / (e0 + e1);
   }
   std::vector<const T*> Inputs(const Step& st, int stream) const {
     std::vector<const T*> x;

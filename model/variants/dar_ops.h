@@ -18,6 +18,7 @@
 #include <cuda_runtime.h>
 
 #include "absl/status/status.h"
+#include "core/cuda/reduce_grid.h"
 #endif
 
 namespace satdar::core {
@@ -25,6 +26,14 @@ class ThreadPool;
 }  // namespace satdar::core
 
 namespace satdar::model::cpu {
+
+// The scalars in double, as every op here and the statistics use them: (c0, c1) =
+// softmax(mix); rho = sigmoid(transport[0]); b_s = 2 sigmoid(write[s]).
+template <typename T>
+void DarMixCoefficients(const T* mix, double* c0, double* c1);
+template <typename T>
+void DarWriteCoefficients(const T* transport, const T* write, double* rho, double* b0,
+                          double* b1);
 
 template <typename T>
 void DarMixForward(T* u, const T* r0, const T* r1, const T* mix, int64_t n,
@@ -50,9 +59,8 @@ void DarWriteBackward(T* dy, T* dp0, T* dp1, const T* g0, const T* g1, const T* 
 
 namespace satdar::model::cuda {
 
-// Every reduction runs over a fixed grid of kDarReduceBlocks blocks, then one block in a fixed
-// order (bit-identical run to run). scratch: fp32 device memory of 3 * kDarReduceBlocks.
-constexpr int kDarReduceBlocks = 240;
+// Reductions run over the fixed grid of core/cuda/reduce_grid.h (bit-identical run to run).
+// scratch: fp32 device memory of 3 * core::cuda::kReduceBlocks.
 
 // T is float or __nv_bfloat16; scalars and their gradients fp32. Enqueued on `stream`.
 template <typename T>

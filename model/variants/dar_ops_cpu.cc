@@ -10,14 +10,6 @@ namespace {
 
 double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
-template <typename T>
-void Softmax2(const T* a, double* c0, double* c1) {
-  const double m = std::max<double>(a[0], a[1]);
-  const double e0 = std::exp(a[0] - m), e1 = std::exp(a[1] - m);
-  *c0 = e0 / (e0 + e1);
-  *c1 = e1 / (e0 + e1);
-}
-
 template <typename F>
 void Elementwise(core::ThreadPool* pool, int64_t n, const F& f) {
   pool->ParallelFor(
@@ -31,10 +23,26 @@ void Elementwise(core::ThreadPool* pool, int64_t n, const F& f) {
 }  // namespace
 
 template <typename T>
+void DarMixCoefficients(const T* a, double* c0, double* c1) {
+  const double m = std::max<double>(a[0], a[1]);
+  const double e0 = std::exp(a[0] - m), e1 = std::exp(a[1] - m);
+  *c0 = e0 / (e0 + e1);
+  *c1 = e1 / (e0 + e1);
+}
+
+template <typename T>
+void DarWriteCoefficients(const T* transport, const T* write, double* rho, double* b0,
+                          double* b1) {
+  *rho = Sigmoid(transport[0]);
+  *b0 = 2 * Sigmoid(write[0]);
+  *b1 = 2 * Sigmoid(write[1]);
+}
+
+template <typename T>
 void DarMixForward(T* u, const T* r0, const T* r1, const T* mix, int64_t n,
                    core::ThreadPool* pool) {
   double c0, c1;
-  Softmax2(mix, &c0, &c1);
+  DarMixCoefficients(mix, &c0, &c1);
   Elementwise(pool, n, [&](int64_t e) {
     u[e] = static_cast<T>(c0) * r0[e] + static_cast<T>(c1) * r1[e];
   });
@@ -44,7 +52,7 @@ template <typename T>
 void DarMixBackward(T* dr0, T* dr1, const T* du, const T* r0, const T* r1, const T* mix,
                     T* grad_mix, int64_t n, core::ThreadPool* pool) {
   double c[2];
-  Softmax2(mix, &c[0], &c[1]);
+  DarMixCoefficients(mix, &c[0], &c[1]);
   const T c0 = static_cast<T>(c[0]), c1 = static_cast<T>(c[1]);
   const auto dc = core::ParallelSum<2>(pool, n, [&](int64_t e0, int64_t e1, double* acc) {
     double a0 = 0, a1 = 0;
@@ -108,6 +116,8 @@ void DarWriteBackward(T* dy, T* dp0, T* dp1, const T* g0s, const T* g1s, const T
 }
 
 #define SATDAR_INSTANTIATE(T)                                                                   \
+  template void DarMixCoefficients<T>(const T*, double*, double*);                              \
+  template void DarWriteCoefficients<T>(const T*, const T*, double*, double*, double*);         \
   template void DarMixForward<T>(T*, const T*, const T*, const T*, int64_t, core::ThreadPool*); \
   template void DarMixBackward<T>(T*, T*, const T*, const T*, const T*, const T*, T*, int64_t,  \
                                   core::ThreadPool*);                                           \

@@ -95,7 +95,7 @@ void CheckCudaAgainstCpu() {
   DeviceBuffer d_r0(r0, dt), d_r1(r1, dt), d_g0(g0, dt), d_g1(g1, dt), d_out0(n, dt),
       d_out1(n, dt), d_out2(n, dt), d_mix(mix, core::DType::kF32),
       d_transport(transport, core::DType::kF32), d_write(write, core::DType::kF32),
-      d_scratch(3 * cuda::kDarReduceBlocks, core::DType::kF32);
+      d_scratch(3 * core::cuda::kReduceBlocks, core::DType::kF32);
   auto ptr = [](const DeviceBuffer& b) { return static_cast<T*>(b.get()); };
   // Mix forward and backward.
   std::vector<float> u(n), dr0(n), dr1(n), dmix = {0.0f, 0.0f};

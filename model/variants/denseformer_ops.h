@@ -15,6 +15,7 @@
 #include <cuda_runtime.h>
 
 #include "absl/status/status.h"
+#include "core/cuda/reduce_grid.h"
 #endif
 
 namespace satdar::model {
@@ -34,9 +35,8 @@ void DwaBackward(T* const* dxs, T* grad_a, const T* dy, const T* const* xs, int 
 
 namespace cuda {
 
-// Reductions over a fixed grid of kDwaReduceBlocks blocks per source, then one thread per
-// source in block order (bit-identical run to run). scratch: fp32, count * kDwaReduceBlocks.
-constexpr int kDwaReduceBlocks = 240;
+// Reductions over the fixed grid of core/cuda/reduce_grid.h per source, then one thread per
+// source in block order (bit-identical run to run). scratch: fp32, count * kReduceBlocks.
 
 // xs, dxs: device arrays of count device pointers.
 template <typename T>

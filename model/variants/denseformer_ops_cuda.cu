@@ -1,5 +1,5 @@
 // DenseFormer's depth-weighted average on the GPU (denseformer_ops.h; denseformer_ops_cpu.cc
-// is the reference). Reductions: a fixed grid of kDwaReduceBlocks blocks per source, then one
+// is the reference). Reductions: the fixed grid of core::cuda::kReduceBlocks blocks per source, then one
 // thread per source adds the block sums in block order.
 #include "core/cuda/bf16.cuh"
 #include "core/cuda/check.h"
@@ -43,14 +43,14 @@ __global__ void DwaBackwardKernel(T* const* dxs, const T* dy, const T* const* xs
     St(dx + i, Ld(dx + i) + aj * g);
   }
   BlockSums<kThreads, 1>(acc);
-  if (threadIdx.x == 0) scratch[static_cast<int64_t>(j) * kDwaReduceBlocks + blockIdx.x] = acc[0];
+  if (threadIdx.x == 0) scratch[static_cast<int64_t>(j) * core::cuda::kReduceBlocks + blockIdx.x] = acc[0];
 }
 
 __global__ void DwaFinishKernel(const float* scratch, int count, float* grad_a) {
   const int j = threadIdx.x;
   if (j >= count) return;
   double s = 0.0;
-  for (int b = 0; b < kDwaReduceBlocks; ++b) s += scratch[static_cast<int64_t>(j) * kDwaReduceBlocks + b];
+  for (int b = 0; b < core::cuda::kReduceBlocks; ++b) s += scratch[static_cast<int64_t>(j) * core::cuda::kReduceBlocks + b];
   grad_a[j] += static_cast<float>(s);
 }
 
@@ -69,7 +69,7 @@ template <typename T>
 absl::Status DwaBackward(T* const* dxs, float* grad_a, const T* dy, const T* const* xs, int count,
                         const float* a, float* scratch, int64_t n, cudaStream_t stream) {
   if (count == 0) return absl::OkStatus();
-  DwaBackwardKernel<T><<<dim3(kDwaReduceBlocks, count), kThreads, 0, stream>>>(dxs, dy, xs, a,
+  DwaBackwardKernel<T><<<dim3(core::cuda::kReduceBlocks, count), kThreads, 0, stream>>>(dxs, dy, xs, a,
                                                                             scratch, n);
   DwaFinishKernel<<<1, ((count + 31) / 32) * 32, 0, stream>>>(scratch, count, grad_a);
   SATDAR_CUDA_RETURN_IF_ERROR(cudaGetLastError());

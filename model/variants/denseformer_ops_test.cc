@@ -83,7 +83,7 @@ void CheckCudaAgainstCpu() {
   DeviceVector<const T*> d_ptrs(pointers);
   DeviceVector<T*> d_dptrs(dpointers);
   DeviceBuffer d_a(a, core::DType::kF32), d_da(std::vector<float>(count, 0.0f), core::DType::kF32),
-      d_dy(dy, dt), d_out(n, dt), d_scratch(count * cuda::kDwaReduceBlocks, core::DType::kF32);
+      d_dy(dy, dt), d_out(n, dt), d_scratch(count * core::cuda::kReduceBlocks, core::DType::kF32);
   ASSERT_TRUE(cuda::DwaForward(static_cast<T*>(d_out.get()), d_ptrs.get(), count, d_a.f32(), n,
                                nullptr).ok());
   ExpectClose(d_out.Download(), out, stored, "dwa out");

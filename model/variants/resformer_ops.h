@@ -15,6 +15,7 @@
 #include <cuda_runtime.h>
 
 #include "absl/status/status.h"
+#include "core/cuda/reduce_grid.h"
 #endif
 
 namespace satdar::core {
@@ -52,8 +53,8 @@ void ResformerMixBackward(T* dv, T* dv1, const T* dvmix, const T* v1, const T* v
 
 namespace cuda {
 
-// scratch: fp32 device memory of 2 * kResformerReduceBlocks (fixed grid, bit-identical sums).
-constexpr int kResformerReduceBlocks = 240;
+// scratch: fp32 device memory of 2 * core::cuda::kReduceBlocks (the fixed grid of
+// core/cuda/reduce_grid.h: bit-identical sums).
 
 template <typename T>
 absl::Status ResformerMixForward(T* vmix, const T* v1, const T* v,

@@ -1,5 +1,5 @@
 // ResFormer's value mix on the GPU (resformer_ops.h; resformer_ops_cpu.cc is the reference).
-// Reductions: a fixed grid of kResformerReduceBlocks blocks, then one thread adds the block
+// Reductions: the fixed grid of core::cuda::kReduceBlocks blocks, then one thread adds the block
 // sums in block order.
 #include "core/cuda/bf16.cuh"
 #include "core/cuda/check.h"
@@ -68,7 +68,7 @@ __global__ void ResformerFinishKernel(const float* scratch, ResformerLambdas<flo
                                       float* grad_logits, float* grad_lambda2) {
   if (threadIdx.x != 0) return;
   double dl1 = 0.0, dl2 = 0.0;
-  for (int b = 0; b < kResformerReduceBlocks; ++b) {
+  for (int b = 0; b < core::cuda::kReduceBlocks; ++b) {
     dl1 += scratch[b * 2];
     dl2 += scratch[b * 2 + 1];
   }
@@ -102,7 +102,7 @@ absl::Status ResformerMixBackward(T* dv, T* dv1, const T* dvmix, const T* v1, co
                                  const ResformerLambdas<float>& p, float* grad_scale, float* grad_logits,
                                  float* grad_lambda2, float* scratch, int64_t n,
                                  cudaStream_t stream) {
-  ResformerBackwardKernel<T><<<kResformerReduceBlocks, kThreads, 0, stream>>>(dv, dv1, dvmix, v1, v, p,
+  ResformerBackwardKernel<T><<<core::cuda::kReduceBlocks, kThreads, 0, stream>>>(dv, dv1, dvmix, v1, v, p,
                                                                      scratch, n);
   if (p.scale != nullptr) {
     ResformerFinishKernel<<<1, 32, 0, stream>>>(scratch, p, grad_scale, grad_logits,

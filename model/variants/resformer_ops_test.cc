@@ -92,7 +92,7 @@ void CheckCudaAgainstCpu() {
       d_l2(lambda2, core::DType::kF32), d_dscale(std::vector<float>{0.0f}, core::DType::kF32),
       d_dlogits(std::vector<float>(3, 0.0f), core::DType::kF32),
       d_dl2(std::vector<float>{0.0f}, core::DType::kF32),
-      d_scratch(2 * cuda::kResformerReduceBlocks, core::DType::kF32);
+      d_scratch(2 * core::cuda::kReduceBlocks, core::DType::kF32);
   auto ptr = [](const DeviceBuffer& b) { return static_cast<T*>(b.get()); };
   ResformerLambdas<float> dp = p;
   dp.scale = d_scale.f32();
