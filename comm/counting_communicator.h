@@ -1,12 +1,14 @@
 // comm/counting_communicator.h: a Communicator that passes every call to another one and
 // counts the payload bytes this rank hands to it (an all-reduce of n bytes counts n, an
 // all-to-all the bytes bound for other ranks, a send its message, a receive nothing), so a
-// training log can say how much each group moves per step whatever algorithm moves it.
+// training log can say how much each group moves per step whatever algorithm moves it, and
+// the time this rank spends blocked in the group's calls and Waits.
 #ifndef SATDAR_COMM_COUNTING_COMMUNICATOR_H_
 #define SATDAR_COMM_COUNTING_COMMUNICATOR_H_
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -20,6 +22,9 @@ class CountingCommunicator : public Communicator {
 
   // Bytes counted since the last call (and resets the count).
   int64_t TakeBytes() { return bytes_.exchange(0); }
+  // Seconds this rank spent inside this group's calls and their Waits since the last call
+  // (and resets it): the time the step waited on communication.
+  double TakeWaitSeconds() { return wait_ns_.exchange(0) * 1e-9; }
 
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
@@ -46,8 +51,10 @@ class CountingCommunicator : public Communicator {
   void Add(size_t count, core::DType dtype) {
     bytes_ += static_cast<int64_t>(count * core::DTypeSize(dtype));
   }
+  std::unique_ptr<Work> Timed(const std::function<std::unique_ptr<Work>()>& call);
   std::unique_ptr<Communicator> inner_;
   std::atomic<int64_t> bytes_{0};
+  std::atomic<int64_t> wait_ns_{0};
 };
 
 }  // namespace satdar::comm

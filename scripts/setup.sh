@@ -11,7 +11,11 @@ PACKAGES=(bazel-bootstrap g++ libopenblas-dev libabsl-dev libgtest-dev libgmock-
           python3-torch
           # the control plane: gRPC and protobuf (C++ and, for the tests' client, Python), SQLite
           libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libsqlite3-dev
-          python3-grpcio python3-protobuf)
+          python3-grpcio python3-protobuf
+          # observability: prometheus-cpp (metrics and its civetweb Exposer), civetweb for the
+          # coordinator's HTTP pages; the Prometheus server and promtool and headless Chromium
+          # for the tests
+          prometheus-cpp-dev libcivetweb-dev prometheus chromium)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -121,7 +121,6 @@ absl::StatusOr<TrainSummary> TrainOnGpu(const FlagSet& flags, TrainOptions o, bo
   gpu.recompute = flags.GetBool("--recompute");
   SATDAR_ASSIGN_OR_RETURN(core::Device device, core::ParseDevice(flags.Get("--device")));
   gpu.device = flags.Get("--device").find(':') != std::string::npos ? device.index : -1;
-  SATDAR_ASSIGN_OR_RETURN(gpu.peak_tflops, flags.GetDouble("--peak-tflops", 0.0, false, 1e6));
   SATDAR_RETURN_IF_ERROR(core::CheckDeviceAvailable(device));
   if (!flags.Has("--stats-every")) o.stats_every = 0;
   // What the GPU engine cannot run is refused before any rank connects.
@@ -253,7 +252,7 @@ absl::Status RunTrain(const std::vector<std::string>& args) {
           "satdar train: flag --dtype must be f32 or f64, got 'bf16' (bf16 is for --device cuda)");
     }
     o.f64 = flags.Get("--dtype") == "f64";
-    for (const char* f : {"--recompute", "--peak-tflops", "--gpu-comm"}) {
+    for (const char* f : {"--recompute", "--gpu-comm"}) {
       if (flags.Has(f)) {
         return absl::InvalidArgumentError(
             absl::StrCat("satdar train: flag ", f, " is for --device cuda"));

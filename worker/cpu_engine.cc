@@ -131,6 +131,14 @@ class CpuEngine : public StepEngine {
     return absl::OkStatus();
   }
 
+  void TakeCommWait(double* collective, double* pipeline) override {
+    *collective = *pipeline = 0;
+    for (comm::CountingCommunicator* c : {g_.tp.get(), g_.ep.get(), g_.data.get(), g_.mp.get()}) {
+      if (c != nullptr) *collective += c->TakeWaitSeconds();
+    }
+    if (g_.pp != nullptr) *pipeline = g_.pp->TakeWaitSeconds();
+  }
+
   absl::Status AddStats(Json* line) override {
     Json s = Json::object();
     model_->AppendStats(&s);

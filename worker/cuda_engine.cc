@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/gpu/gpu_model.h"
+#include "worker/mfu.h"
 
 #ifdef SATDAR_WITH_CUDA
 #include <cuda_runtime.h>
@@ -21,16 +22,6 @@
 #endif
 
 namespace satdar::worker {
-
-double FlopsPerToken(int64_t parameters, const model::ModelConfig& c, int seq_len) {
-  double active = static_cast<double>(parameters);
-  if (c.moe.has_value()) {  // a token runs top_k of the num_experts routed experts
-    active -= static_cast<double>(c.num_hidden_layers) * (c.moe->num_experts - c.moe->top_k) * 3.0 *
-              c.moe->expert_intermediate_size * c.hidden_size;
-  }
-  return 6.0 * active +
-         6.0 * c.num_hidden_layers * static_cast<double>(seq_len) * c.hidden_size;
-}
 
 #ifndef SATDAR_WITH_CUDA
 
@@ -119,7 +110,11 @@ class CudaEngine : public StepEngine {
   absl::StatusOr<double> ValidationLoss(data::BatchSource* source, int batches) override;
   absl::Status AddToLog(Json* line) override {
     (*line)["mfu"] = Mfu((*line)["tokens_per_second"].get<double>());
-    (*line)["peak_device_bytes"] = alloc_.Stats().peak_bytes;
+    const core::cuda::AllocatorStats mem = alloc_.Stats();
+    (*line)["peak_device_bytes"] = mem.peak_bytes;
+    (*line)["device_bytes"] = {{"allocated", mem.current_bytes},
+                               {"reserved", mem.reserved_bytes},
+                               {"peak", mem.peak_bytes}};
     return absl::OkStatus();
   }
   absl::Status AddStats(Json* line) override {
@@ -156,7 +151,7 @@ class CudaEngine : public StepEngine {
  private:
   OptimizerBuffers<float> host_buffers() { return {&params_, &exp_avg_, &exp_avg_sq_}; }
   double Mfu(double tokens_per_second) const {
-    return tokens_per_second / world_size_ * flops_per_token_ / (o_.gpu.peak_tflops * 1e12);
+    return tokens_per_second / world_size_ * flops_per_token_ / peak_flops_;
   }
   absl::Status Upload(float* dst, const std::vector<float>& src) {
     model::gpu::PackToDevice(params(), model_->layout(), src.data(), staging_.data());
@@ -225,7 +220,7 @@ class CudaEngine : public StepEngine {
   std::vector<kc::Event> ready_;
   std::vector<std::unique_ptr<comm::Work>> pending_;
   absl::Status hook_status_;
-  double flops_per_token_ = 0, grad_norm_ = 0;
+  double flops_per_token_ = 0, peak_flops_ = 989e12, grad_norm_ = 0;
 };
 
 absl::Status CudaEngine::Init() {
@@ -285,6 +280,9 @@ absl::Status CudaEngine::Init() {
     SATDAR_ASSIGN_OR_RETURN(e, kc::Event::Create());
   }
   flops_per_token_ = FlopsPerToken(table.size(), o_.config, o_.seq_len);
+  // --peak-tflops 0: the GPU's own peak from the table, H100/H200's when it is not listed.
+  const double listed = GpuPeakFlops(kc::DeviceName(device_));
+  peak_flops_ = o_.peak_tflops > 0 ? o_.peak_tflops * 1e12 : listed > 0 ? listed : 989e12;
   return absl::OkStatus();
 }
 

@@ -36,11 +36,6 @@ absl::Status CheckCudaEngine(const TrainOptions& options);
 absl::StatusOr<std::unique_ptr<StepEngine>> CreateCudaEngine(const TrainOptions& options,
                                                              MeshGroups* groups);
 
-// Model FLOPs per token, as bench/pytorch_gpu.py counts them: 6 x parameters (matmuls forward
-// and backward; for MoE only the active ones: top_k of the routed experts) + 6 x layers x
-// seq_len x hidden (causal attention scores and mixing).
-double FlopsPerToken(int64_t parameters, const model::ModelConfig& config, int seq_len);
-
 }  // namespace satdar::worker
 
 #endif  // SATDAR_WORKER_CUDA_ENGINE_H_

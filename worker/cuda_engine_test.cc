@@ -278,19 +278,5 @@ TEST(CudaEngine, RefusesWhatItDoesNotHave) {
   }
 }
 
-TEST(CudaEngine, FlopsPerTokenCountsMatmulsAndAttention) {
-  model::ModelConfig c;
-  c.num_hidden_layers = 2;
-  c.hidden_size = 8;
-  EXPECT_DOUBLE_EQ(FlopsPerToken(1000, c, 16), 6.0 * 1000 + 6.0 * 2 * 16 * 8);
-  // MoE: only top_k of the routed experts run per token (2 layers x 6 idle experts x 3 x 4 x 8).
-  model::MoeConfig m;
-  m.num_experts = 8;
-  m.top_k = 2;
-  m.expert_intermediate_size = 4;
-  c.moe = m;
-  EXPECT_DOUBLE_EQ(FlopsPerToken(10000, c, 16), 6.0 * (10000 - 2 * 6 * 3 * 4 * 8) + 6.0 * 2 * 16 * 8);
-}
-
 }  // namespace
 }  // namespace satdar::worker

@@ -52,6 +52,12 @@ class StepEngine {
   // What this device measures, added to a step's log line (which has "tokens_per_second"):
   // bytes per group and boundary since the last call, memory, MFU.
   virtual absl::Status AddToLog(nlohmann::json* line) = 0;
+  // Seconds this rank spent blocked in communication since the last call: *collective in the
+  // data, tensor and expert groups' collectives, *pipeline waiting for a neighbouring stage
+  // (the pipeline bubble). Engines that do not measure it report 0.
+  virtual void TakeCommWait(double* collective, double* pipeline) {
+    *collective = *pipeline = 0;
+  }
   // The papers' statistics (gates, depth weights, expert load) gathered since the last call,
   // as the line's "stats".
   virtual absl::Status AddStats(nlohmann::json* line) = 0;

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
 #include "worker/cli_util.h"
@@ -30,8 +31,10 @@ void DefineTrainFlags(FlagSet* flags) {
                     "with --device cuda --dp > 1: how the GPUs exchange gradients: nccl (a GPU "
                     "per rank) or host (through host memory over Gloo; ranks may share a GPU)",
                     {"nccl", "host"}, "nccl");
-  flags->Define("--peak-tflops", "with --device cuda: the GPU's dense bf16 peak, for MFU", false,
-                "989");
+  flags->Define("--peak-tflops",
+                "the peak TFLOP/s per rank MFU divides by (0: a GPU's from its name, a CPU's "
+                "measured with a GEMM at start)",
+                false, "0");
   flags->Define("--lr", "peak learning rate", false, "1e-3");
   flags->Define("--min-lr-ratio", "final learning rate as a fraction of peak", false, "0.1");
   flags->Define("--warmup-steps", "linear warmup steps [default: steps/10]");
@@ -82,7 +85,9 @@ void DefineTrainFlags(FlagSet* flags) {
   flags->Define("--coordinator",
                 "with --launcher gloo: meet through this coordinator's store (HOST:PORT) "
                 "instead of --rendezvous; with --job-id and --attempt (the worker sets them)");
-  flags->Define("--job-id", "with --coordinator: the job whose store the ranks meet in");
+  flags->Define("--job-id",
+                "the job this run belongs to: the metrics' job_id label (default local) and, with "
+                "--coordinator, the job whose store the ranks meet in");
   flags->Define("--attempt", "with --coordinator: the job's attempt (fences older ones)");
   flags->Define("--token-file", "with --coordinator: the worker token (or $SATDAR_TOKEN_FILE)");
   flags->Define("--tls-ca", "with --coordinator: PEM roots for TLS (or $SATDAR_TLS_CA)");
@@ -90,6 +95,13 @@ void DefineTrainFlags(FlagSet* flags) {
                 "seconds to wait for --checkpoint-dir's lock when another run holds it", false,
                 "0");
   flags->DefineBool("--quiet", "no console output");
+  flags->Define("--metrics-listen",
+                "serve Prometheus metrics at http://HOST:PORT/metrics (port 0: a free one, "
+                "printed at start); every rank serves its own");
+  flags->DefineEnum("--progress",
+                    "console progress: bar (one updating line), line (a line per --log-every "
+                    "steps) or auto (bar on a terminal)",
+                    {"auto", "bar", "line"}, "auto");
 }
 
 // The optimizer, schedule, data, output and layout flags into *o.
@@ -143,6 +155,21 @@ absl::Status ParseTrainOptions(const FlagSet& flags, TrainOptions* o) {
   o->checkpoint_dir = flags.Get("--checkpoint-dir");
   o->resume = flags.GetBool("--resume");
   o->quiet = flags.GetBool("--quiet");
+  o->progress = flags.Get("--progress");
+  o->metrics_listen = flags.Get("--metrics-listen");
+  if (!o->metrics_listen.empty()) {
+    const size_t colon = o->metrics_listen.rfind(':');
+    int64_t port = -1;
+    if (colon == std::string::npos || colon == 0 ||
+        !absl::SimpleAtoi(o->metrics_listen.substr(colon + 1), &port) || port < 0 || port > 65535) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "satdar train: --metrics-listen '", o->metrics_listen,
+          "' is not HOST:PORT (port 0 picks a free one)"));
+    }
+  }
+  if (flags.Has("--job-id")) o->job_id = flags.Get("--job-id");
+  SATDAR_ASSIGN_OR_RETURN(const double peak, flags.GetDouble("--peak-tflops", 0.0, true, 1e6));
+  o->peak_tflops = peak;
   if ((o->resume || o->checkpoint_every > 0) && o->checkpoint_dir.empty()) {
     return absl::InvalidArgumentError(
         "satdar train: --resume and --checkpoint-every need --checkpoint-dir");

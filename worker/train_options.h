@@ -23,7 +23,6 @@ struct GpuOptions {
   int device = -1;                           // CUDA device; -1: rank % visible devices
   core::DType compute = core::DType::kBF16;  // kBF16 or kF32
   bool recompute = false;                    // activation recomputation per sublayer
-  double peak_tflops = 989.0;  // the GPU's dense bf16 peak, for MFU (H100/H200 SXM)
   // The ranks' communicator for device buffers (NCCL, or comm/staged_communicator.h);
   // null for a single rank. `world` below stays the host communicator (rank agreement, the
   // checkpoint folder's status, the mesh).
@@ -72,6 +71,15 @@ struct TrainOptions {
   int64_t lock_wait_seconds = 0;
   bool resume = false;
   bool quiet = false;
+  // Observability (metrics/train_metrics.h): with metrics_listen (HOST:PORT, port 0: a free
+  // one) every rank serves Prometheus /metrics, labelled job_id and rank. MFU divides by
+  // peak_tflops per rank; 0: a GPU's from its name, a CPU's measured with a GEMM at start.
+  std::string metrics_listen;
+  std::string job_id = "local";
+  double peak_tflops = 0;
+  // The console: "line" prints a line per logged step; "bar" redraws one progress line (a
+  // terminal); "auto" picks "bar" when stdout is a terminal.
+  std::string progress = "auto";
   // Parallel runs: this process is one rank of `world` (null: a single rank), arranged as
   // mesh (dp x tp x pp x ep, comm/mesh.h). Each data-parallel replica (dp x ep of them;
   // without experts the EP ranks are replicas too) trains on its slice of the global batch

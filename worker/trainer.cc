@@ -28,6 +28,8 @@
 #include "worker/cuda_engine.h"
 #include "worker/rank_agreement.h"
 #include "worker/step_engine.h"
+#include "worker/train_observer.h"
+#include "model/memory_estimate.h"
 
 namespace satdar::worker {
 
@@ -46,7 +48,8 @@ int64_t PeakRssBytes() {
 // whichever device its engine runs (step_engine.h).
 class TrainRun {
  public:
-  explicit TrainRun(const TrainOptions& options) : o_(options) {
+  explicit TrainRun(const TrainOptions& options)
+      : o_(options), observer_(options, options.world != nullptr ? options.world->rank() : 0) {
     copts_.timeout = absl::Seconds(o_.comm_timeout_seconds);
   }
 
@@ -56,6 +59,7 @@ class TrainRun {
       absl::Status s = Step(step);
       if (!s.ok()) return Fail(s, step);
     }
+    observer_.Finish();
     if (o_.world != nullptr) {
       absl::Status s = o_.world->Barrier(copts_)->Wait();
       if (!s.ok()) return Fail(s, o_.steps);
@@ -64,7 +68,8 @@ class TrainRun {
   }
 
  private:
-  absl::Status Fail(const absl::Status& s, int64_t step) const {
+  absl::Status Fail(const absl::Status& s, int64_t step) {
+    observer_.Finish();
     engine_->Abandon();
     return absl::Status(s.code(), absl::StrCat("rank ", g_.rank, " (", engine_->Where(),
                                                "), step ", step, ": ", s.message()));
@@ -75,11 +80,12 @@ class TrainRun {
   absl::Status Resume();
   absl::Status Step(int64_t step);
   absl::Status Log(int64_t step, double loss, const core::AdamWParams& hp, double grad_norm,
-                   double seconds);
+                   double seconds, const StepTimes& times);
   absl::Status Checkpoint(int64_t step, double loss);
   absl::StatusOr<TrainSummary> Finish();
 
   TrainOptions o_;
+  TrainObserver observer_;
   comm::CollectiveOptions copts_;
   MeshGroups g_;
   std::unique_ptr<StepEngine> engine_;
@@ -101,6 +107,8 @@ class TrainRun {
 absl::Status TrainRun::Setup() {
   // What the device cannot run is refused before any rank talks.
   if (o_.gpu.enabled) SATDAR_RETURN_IF_ERROR(CheckCudaEngine(o_));
+  // Metrics are served from the start, so a scrape during the rendezvous gets a valid page.
+  SATDAR_RETURN_IF_ERROR(observer_.Start());
   // Before anything else talks: every rank must have been started with the same run.
   SATDAR_RETURN_IF_ERROR(CheckSameOnEveryRank(o_.world, RunFingerprint(o_), copts_));
   SATDAR_ASSIGN_OR_RETURN(g_, BuildMeshGroups(o_.world, o_.mesh, copts_));
@@ -136,6 +144,17 @@ absl::Status TrainRun::Setup() {
       source_.get(), data::StreamLayout{o_.seq_len, o_.batch_size, o_.microbatches,
                                          g_.data_rank(), replicas, start_step_ + 1, first_sample_});
   tokens_per_step_ = static_cast<int64_t>(o_.batch_size) * replicas * o_.seq_len;
+  SATDAR_ASSIGN_OR_RETURN(const model::MemoryEstimate whole,
+                          model::EstimateMemory(o_.config, model::MemoryShape{}));
+  std::string design = model::Name(o_.config.residual);
+  if (o_.config.value_residual != model::ValueResidualKind::kNone) {
+    absl::StrAppend(&design, "+", model::Name(o_.config.value_residual));
+  }
+  if (o_.config.moe.has_value()) absl::StrAppend(&design, "+moe");
+  observer_.SetModel(whole.parameters, g_.shape.size(), design,
+                     absl::StrCat("dp=", g_.shape.dp, " tp=", g_.shape.tp, " pp=", g_.shape.pp,
+                                  " ep=", g_.shape.ep));
+  observer_.SetStartStep(start_step_);
   return absl::OkStatus();
 }
 
@@ -181,29 +200,43 @@ absl::Status TrainRun::Resume() {
 }
 
 absl::Status TrainRun::Step(int64_t step) {
-  const auto t0 = std::chrono::steady_clock::now();
+  using Clock = std::chrono::steady_clock;
+  auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  StepTimes times;
+  double ignored_collective, ignored_pipeline;  // waits outside the step (evaluation, saving)
+  engine_->TakeCommWait(&ignored_collective, &ignored_pipeline);
+  const auto t0 = Clock::now();
   for (int mb = 0; mb < o_.microbatches; ++mb) stream_->Next(&micro_[mb]);
+  times.data = since(t0);
+  const auto t1 = Clock::now();
   SATDAR_ASSIGN_OR_RETURN(const double loss, engine_->ForwardBackward(&micro_));
+  times.forward_backward = since(t1);
+  engine_->TakeCommWait(&times.fb_comm_wait, &times.fb_pipeline_wait);
   if (!std::isfinite(loss)) {
     return absl::InternalError(absl::StrCat("loss is ", loss, "; lower --lr or check the data"));
   }
+  const auto t2 = Clock::now();
   SATDAR_ASSIGN_OR_RETURN(const double grad_norm, engine_->GradNorm());
   const core::AdamWParams hp = AdamWStep(o_, step, grad_norm);
   SATDAR_RETURN_IF_ERROR(engine_->Update(hp));
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  times.optimizer = since(t2);
+  engine_->TakeCommWait(&times.opt_comm_wait, &times.opt_pipeline_wait);
+  const double seconds = since(t0);
   // The first step of a process pays for allocation; it is left out of the average.
   if (step > start_step_ + 1 || o_.steps == start_step_ + 1) {
     timed_seconds_ += seconds;
     timed_tokens_ += tokens_per_step_;
   }
   summary_.final_loss = loss;
-  SATDAR_RETURN_IF_ERROR(Log(step, loss, hp, grad_norm, seconds));
-  return Checkpoint(step, loss);
+  SATDAR_RETURN_IF_ERROR(Log(step, loss, hp, grad_norm, seconds, times));
+  const auto t3 = Clock::now();
+  SATDAR_RETURN_IF_ERROR(Checkpoint(step, loss));
+  observer_.OnCheckpoint(since(t3));
+  return absl::OkStatus();
 }
 
 absl::Status TrainRun::Log(int64_t step, double loss, const core::AdamWParams& hp,
-                           double grad_norm, double seconds) {
+                           double grad_norm, double seconds, const StepTimes& times) {
   const double tps = tokens_per_step_ / seconds;
   Json line = {{"step", step},
                {"loss", loss},
@@ -217,27 +250,15 @@ absl::Status TrainRun::Log(int64_t step, double loss, const core::AdamWParams& h
     SATDAR_ASSIGN_OR_RETURN(const double val,
                             engine_->ValidationLoss(eval_source_.get(), o_.eval_batches));
     line["val_loss"] = val;
-    if (!o_.quiet) {
-      std::printf("step %5lld/%lld | validation loss %.4f\n", static_cast<long long>(step),
-                  static_cast<long long>(o_.steps), val);
-    }
+    observer_.Print(absl::StrFormat("step %5lld/%lld | validation loss %.4f",
+                                    static_cast<long long>(step), static_cast<long long>(o_.steps),
+                                    val));
   }
   if (o_.stats_every > 0 && step % o_.stats_every == 0) {
     SATDAR_RETURN_IF_ERROR(engine_->AddStats(&line));
   }
-  SATDAR_RETURN_IF_ERROR(log_.Write(line));
-  if (!o_.quiet && (step % o_.log_every == 0 || step == o_.steps || step == start_step_ + 1)) {
-    std::string device;
-    if (line.contains("mfu")) {
-      device = absl::StrFormat(" | MFU %.1f%% | peak %.2f GiB", 100 * line["mfu"].get<double>(),
-                               line["peak_device_bytes"].get<int64_t>() / 1073741824.0);
-    }
-    std::printf("step %5lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s%s\n",
-                static_cast<long long>(step), static_cast<long long>(o_.steps), loss, hp.lr,
-                grad_norm, tps, device.c_str());
-    std::fflush(stdout);
-  }
-  return absl::OkStatus();
+  observer_.OnStep(step, &line, tokens_per_step_, times);
+  return log_.Write(line);
 }
 
 absl::Status TrainRun::Checkpoint(int64_t step, double loss) {

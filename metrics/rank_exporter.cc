@@ -1,0 +1,44 @@
+// Compiled with -fexceptions: the Exposer's constructor throws (CivetException) when it cannot
+// bind, and this file turns that into a Status.
+#include "metrics/rank_exporter.h"
+
+#include <exception>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "prometheus/exposer.h"
+
+namespace satdar::metrics {
+
+absl::StatusOr<std::unique_ptr<RankExporter>> RankExporter::Start(
+    const std::string& listen, std::shared_ptr<prometheus::Registry> registry) {
+  const size_t colon = listen.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos || colon == 0 ||
+      !absl::SimpleAtoi(listen.substr(colon + 1), &port) || port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics address '", listen, "' is not HOST:PORT (port 0 picks a free one)"));
+  }
+  const std::string host = listen.substr(0, colon);
+  std::unique_ptr<RankExporter> e(new RankExporter());
+  e->registry_ = std::move(registry);
+  try {
+    // civetweb: one listening thread plus two request threads; no document root, so any path
+    // but /metrics is 404.
+    e->exposer_ = std::make_unique<prometheus::Exposer>(
+        std::vector<std::string>{"listening_ports", listen, "num_threads", "2"});
+  } catch (const std::exception& ex) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve metrics on ", listen, ": ", ex.what()));
+  }
+  e->exposer_->RegisterCollectable(e->registry_);
+  const std::vector<int> ports = e->exposer_->GetListeningPorts();
+  if (ports.empty()) return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", listen));
+  e->address_ = absl::StrCat(host, ":", ports[0]);
+  return e;
+}
+
+RankExporter::~RankExporter() = default;
+
+}  // namespace satdar::metrics
