@@ -66,6 +66,12 @@ absl::StatusOr<std::unique_ptr<ControlState>> ControlState::Create(std::unique_p
     if (w.worker().state() == "ALIVE") s->last_heartbeat_[id] = now + s->options_.lease_ms;
     s->workers_[id] = std::move(w);
   }
+  std::map<std::string, std::string> series;
+  SATDAR_RETURN_IF_ERROR(s->store_->LoadSeries(&series));
+  for (const auto& [id, text] : series) {
+    // A series this build cannot read is dropped (it is only the dashboard's history).
+    if (auto js = JobSeries::FromJson(text); js.ok()) s->series_[id] = std::move(*js);
+  }
   return s;
 }
 
@@ -333,13 +339,67 @@ void ControlState::Tick() {
     }
   }
   Schedule();
-  if (now - last_flush_ms_ >= 5000) {  // rank progress from heartbeats
-    last_flush_ms_ = now;
-    for (const auto& [id, dirty] : progress_dirty_) {
-      if (JobRecord* job = FindJob(id)) (void)store_->PutJob(*job);
-    }
-    progress_dirty_.clear();
+  if (now - last_flush_ms_ >= 5000) FlushProgress();  // rank progress from heartbeats
+}
+
+void ControlState::FlushProgress() {
+  last_flush_ms_ = Now();
+  for (const auto& [id, dirty] : progress_dirty_) {
+    if (JobRecord* job = FindJob(id)) (void)store_->PutJob(*job);
   }
+  progress_dirty_.clear();
+  for (const std::string& id : series_dirty_) {
+    (void)store_->PutSeries(id, series_[id].ToJson().dump());
+  }
+  series_dirty_.clear();
+}
+
+void ControlState::Flush() {
+  std::lock_guard<std::mutex> lock(mu_);
+  FlushProgress();
+}
+
+StateCounts ControlState::Counts() {
+  std::lock_guard<std::mutex> lock(mu_);
+  StateCounts c;
+  for (const auto& [id, job] : jobs_) {
+    ++c.jobs[v1::JobState_Name(job.job().state())];
+    c.restarts += std::max(0, job.job().attempts() - 1);
+    if (job.job().state() == v1::PENDING) ++c.queue_length;
+    for (const RankRecord& r : job.ranks()) {
+      if (r.state() == "ASSIGNED" || r.state() == "RUNNING" || r.state() == "STOPPED") ++c.slots_busy;
+    }
+  }
+  int64_t slots = 0;
+  for (const auto& [id, w] : workers_) {
+    ++c.workers[w.worker().state()];
+    if (w.worker().state() == "ALIVE") slots += w.worker().slots();
+  }
+  c.slots_free = std::max<int64_t>(0, slots - c.slots_busy);
+  return c;
+}
+
+std::vector<MetricsTarget> ControlState::MetricsTargets() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<MetricsTarget> out;
+  for (const auto& [id, job] : jobs_) {
+    if (job.job().state() != v1::RUNNING) continue;
+    for (const RankRecord& r : job.ranks()) {
+      if (r.state() == "RUNNING" && !r.metrics_address().empty()) {
+        auto w = workers_.find(r.worker_id());
+        out.push_back({id, r.rank(), r.metrics_address(),
+                       w == workers_.end() ? "" : w->second.worker().name()});
+      }
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<nlohmann::json> ControlState::Series(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (FindJob(job_id) == nullptr) return absl::NotFoundError(absl::StrCat("no job \"", job_id, "\""));
+  auto it = series_.find(job_id);
+  return it == series_.end() ? JobSeries().ToJson() : it->second.ToJson();
 }
 
 // FIFO over the pending jobs; a job that does not fit does not hold back smaller ones behind it
@@ -374,6 +434,9 @@ void ControlState::Schedule() {
     auto placement = PlaceGang(j.world_size(), tp, device, &free);
     if (!placement.has_value()) continue;
     v1::Job* mj = job->mutable_job();
+    if (options_.on_placed) {  // waited since submit, or since a retry's backoff ended
+      options_.on_placed(static_cast<double>(now - std::max(j.submit_time_ms(), job->not_before_ms())) / 1000.0);
+    }
     mj->set_attempts(mj->attempts() + 1);
     mj->set_state(v1::RUNNING);
     v1::Attempt* a = mj->add_history();

@@ -21,11 +21,15 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "coordinator/coordinator_metrics.h"
+#include "coordinator/job_series.h"
 #include "coordinator/state.pb.h"
+#include "nlohmann/json.hpp"
 #include "coordinator/store.h"
 #include "proto/satdar/v1/control.pb.h"
 
@@ -38,6 +42,17 @@ struct ControlOptions {
   int max_active_jobs = 10000;      // jobs not yet final
   int64_t max_log_lines = 200000;   // per job; later lines are counted, not kept
   std::function<int64_t()> now_ms;  // the clock (tests); default: the system clock
+  // Called (with the lock held: keep it short) when a job's gang is placed, with the seconds
+  // it waited since submit or since its retry's backoff ended.
+  std::function<void(double)> on_placed;
+};
+
+// A running rank that serves /metrics (Prometheus service discovery).
+struct MetricsTarget {
+  std::string job_id;
+  int rank = 0;
+  std::string address;  // HOST:PORT
+  std::string worker;   // the worker's name
 };
 
 class ControlState {
@@ -69,8 +84,16 @@ class ControlState {
   absl::Status KvSet(const satdar::v1::KvSetRequest& req);
   absl::StatusOr<satdar::v1::KvGetResponse> KvGet(const satdar::v1::KvGetRequest& req);
 
+  // ---- observability ----
+  StateCounts Counts();
+  std::vector<MetricsTarget> MetricsTargets();
+  // The job's dashboard series (job_series.h) as JSON; NotFound for an unknown job.
+  absl::StatusOr<nlohmann::json> Series(const std::string& job_id);
+
   // Leases, retries after their backoff, placement; called every few hundred milliseconds.
   void Tick();
+  // Writes the progress and series held in memory (shutdown).
+  void Flush();
   // Wakes every waiter (shutdown).
   void WakeAll();
 
@@ -91,6 +114,7 @@ class ControlState {
   void MaybeReleaseStoppedGang(JobRecord* job);
   void LoseWorker(WorkerRecord* worker, const std::string& why);
   void Schedule();
+  void FlushProgress();
   bool Final(const JobRecord& job) const;
 
   std::unique_ptr<Store> store_;
@@ -104,6 +128,8 @@ class ControlState {
   std::map<std::string, int64_t> log_sequence_;      // job id -> last log sequence
   std::map<std::string, int64_t> dropped_lines_;     // job id -> lines beyond the bound
   std::map<std::string, bool> progress_dirty_;
+  std::map<std::string, JobSeries> series_;          // job id -> dashboard series
+  std::set<std::string> series_dirty_;
   int64_t next_submit_order_ = 1;
   int64_t last_flush_ms_ = 0;
 };

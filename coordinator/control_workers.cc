@@ -105,6 +105,17 @@ absl::StatusOr<v1::HeartbeatResponse> ControlState::Heartbeat(const v1::Heartbea
       RecordRankOutcome(job, *rank);
       (void)Save(job);
     }
+    if (rank->metrics_address() != st.metrics_address()) {
+      rank->set_metrics_address(st.metrics_address());
+      progress_dirty_[job->job().job_id()] = true;
+    }
+    if (st.rank() == 0 && st.records_size() > 0) {
+      JobSeries& series = series_[job->job().job_id()];
+      for (const std::string& text : st.records()) {
+        const nlohmann::json record = nlohmann::json::parse(text, nullptr, false);
+        if (series.Add(record, Now())) series_dirty_.insert(job->job().job_id());
+      }
+    }
     if (st.rank() == 0 && st.step() > job->job().step()) {
       v1::Job* j = job->mutable_job();
       j->set_step(st.step());

@@ -64,6 +64,8 @@ const std::map<std::string, std::string>& ReservedFlags() {
       {"summary_json", "the summary lives in <shared-dir>/jobs/<job_id>/"},
       {"resume", "every attempt resumes from the newest checkpoint"},
       {"quiet", "the worker reads the ranks' progress lines"},
+      {"metrics_listen", "the worker assigns each rank's metrics address"},
+      {"progress", "the worker reads the ranks' progress lines"},
       {"dp", "set it in \"layout\""},
       {"tp", "set it in \"layout\""},
       {"pp", "set it in \"layout\""},

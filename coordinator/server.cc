@@ -10,6 +10,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/control_state.h"
+#include "coordinator/coordinator_metrics.h"
+#include "coordinator/http_api.h"
+#include "metrics/http_server.h"
 #include "coordinator/store.h"
 #include "core/check.h"
 #include "core/file_util.h"
@@ -53,6 +56,22 @@ class Auth {
   std::string client_, worker_;
 };
 
+// Observes a call's duration (its method's latency histogram) when it goes out of scope.
+class RpcTimer {
+ public:
+  RpcTimer(CoordinatorMetrics* metrics, const char* method)
+      : metrics_(metrics), method_(method), start_(std::chrono::steady_clock::now()) {}
+  ~RpcTimer() {
+    metrics_->ObserveRpc(
+        method_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+  }
+
+ private:
+  CoordinatorMetrics* metrics_;
+  const char* method_;
+  std::chrono::steady_clock::time_point start_;
+};
+
 template <typename T>
 grpc::Status Reply(const absl::StatusOr<T>& v, T* out) {
   if (!v.ok()) return rpc::ToGrpc(v.status());
@@ -62,31 +81,37 @@ grpc::Status Reply(const absl::StatusOr<T>& v, T* out) {
 
 class JobServiceImpl final : public v1::JobService::Service {
  public:
-  JobServiceImpl(ControlState* state, const Auth* auth) : state_(state), auth_(auth) {}
+  JobServiceImpl(ControlState* state, const Auth* auth, CoordinatorMetrics* metrics)
+      : state_(state), auth_(auth), metrics_(metrics) {}
 
   grpc::Status SubmitJob(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req,
                          v1::SubmitJobResponse* resp) override {
+    RpcTimer timer(metrics_, __func__);
     if (auto a = auth_->Check(*ctx, Role::kClient); !a.ok()) return a;
     return Reply(state_->Submit(*req), resp);
   }
   grpc::Status GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req,
                       v1::Job* resp) override {
+    RpcTimer timer(metrics_, __func__);
     if (auto a = auth_->Check(*ctx, Role::kClient); !a.ok()) return a;
     return Reply(state_->GetJob(req->job_id(), true), resp);
   }
   grpc::Status ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest* req,
                         v1::ListJobsResponse* resp) override {
+    RpcTimer timer(metrics_, __func__);
     if (auto a = auth_->Check(*ctx, Role::kClient); !a.ok()) return a;
     for (v1::Job& j : state_->ListJobs(*req)) *resp->add_jobs() = std::move(j);
     return grpc::Status::OK;
   }
   grpc::Status CancelJob(grpc::ServerContext* ctx, const v1::CancelJobRequest* req,
                          v1::Job* resp) override {
+    RpcTimer timer(metrics_, __func__);
     if (auto a = auth_->Check(*ctx, Role::kClient); !a.ok()) return a;
     return Reply(state_->Cancel(req->job_id()), resp);
   }
   grpc::Status WatchJob(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,
                         grpc::ServerWriter<v1::JobEvent>* writer) override {
+    RpcTimer timer(metrics_, __func__);
     if (auto a = auth_->Check(*ctx, Role::kClient); !a.ok()) return a;
     int64_t after = req->after_sequence();
     for (;;) {
@@ -104,6 +129,7 @@ class JobServiceImpl final : public v1::JobService::Service {
   }
   grpc::Status GetLogs(grpc::ServerContext* ctx, const v1::GetLogsRequest* req,
                        grpc::ServerWriter<v1::LogChunk>* writer) override {
+    RpcTimer timer(metrics_, __func__);
     if (auto a = auth_->Check(*ctx, Role::kClient); !a.ok()) return a;
     int64_t after = 0;
     bool first = true;
@@ -128,6 +154,7 @@ class JobServiceImpl final : public v1::JobService::Service {
   }
   grpc::Status ListWorkers(grpc::ServerContext* ctx, const v1::ListWorkersRequest*,
                            v1::ListWorkersResponse* resp) override {
+    RpcTimer timer(metrics_, __func__);
     if (auto a = auth_->Check(*ctx, Role::kClient); !a.ok()) return a;
     for (v1::Worker& w : state_->ListWorkers()) *resp->add_workers() = std::move(w);
     return grpc::Status::OK;
@@ -136,36 +163,44 @@ class JobServiceImpl final : public v1::JobService::Service {
  private:
   ControlState* state_;
   const Auth* auth_;
+  CoordinatorMetrics* metrics_;
 };
 
 class WorkerServiceImpl final : public v1::WorkerService::Service {
  public:
-  WorkerServiceImpl(ControlState* state, const Auth* auth) : state_(state), auth_(auth) {}
+  WorkerServiceImpl(ControlState* state, const Auth* auth, CoordinatorMetrics* metrics)
+      : state_(state), auth_(auth), metrics_(metrics) {}
 
   grpc::Status RegisterWorker(grpc::ServerContext* ctx, const v1::RegisterWorkerRequest* req,
                               v1::RegisterWorkerResponse* resp) override {
+    RpcTimer timer(metrics_, __func__);
     if (auto a = auth_->Check(*ctx, Role::kWorker); !a.ok()) return a;
     return Reply(state_->Register(*req), resp);
   }
   grpc::Status Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
                          v1::HeartbeatResponse* resp) override {
+    RpcTimer timer(metrics_, __func__);
     if (auto a = auth_->Check(*ctx, Role::kWorker); !a.ok()) return a;
     return Reply(state_->Heartbeat(*req), resp);
   }
   grpc::Status ReportExit(grpc::ServerContext* ctx, const v1::RankExit* req, v1::Ack*) override {
+    RpcTimer timer(metrics_, __func__);
     if (auto a = auth_->Check(*ctx, Role::kWorker); !a.ok()) return a;
     return rpc::ToGrpc(state_->ReportExit(*req));
   }
   grpc::Status UploadLogs(grpc::ServerContext* ctx, const v1::LogUpload* req, v1::Ack*) override {
+    RpcTimer timer(metrics_, __func__);
     if (auto a = auth_->Check(*ctx, Role::kWorker); !a.ok()) return a;
     return rpc::ToGrpc(state_->UploadLogs(*req));
   }
   grpc::Status KvSet(grpc::ServerContext* ctx, const v1::KvSetRequest* req, v1::Ack*) override {
+    RpcTimer timer(metrics_, __func__);
     if (auto a = auth_->Check(*ctx, Role::kWorker); !a.ok()) return a;
     return rpc::ToGrpc(state_->KvSet(*req));
   }
   grpc::Status KvGet(grpc::ServerContext* ctx, const v1::KvGetRequest* req,
                      v1::KvGetResponse* resp) override {
+    RpcTimer timer(metrics_, __func__);
     if (auto a = auth_->Check(*ctx, Role::kWorker); !a.ok()) return a;
     return Reply(state_->KvGet(*req), resp);
   }
@@ -173,6 +208,7 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
  private:
   ControlState* state_;
   const Auth* auth_;
+  CoordinatorMetrics* metrics_;
 };
 
 }  // namespace
@@ -192,15 +228,24 @@ absl::Status RunCoordinator(const ServerOptions& o, const std::atomic<bool>* sto
     ssl.pem_key_cert_pairs.push_back({*key, *cert});
     creds = grpc::SslServerCredentials(ssl);
   }
+  if (!o.http.empty()) SATDAR_RETURN_IF_ERROR(rpc::CheckAddress(o.http, "--http"));
   SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(o.state_dir));
+  CoordinatorMetrics metrics;
   ControlOptions co;
   co.heartbeat_ms = o.heartbeat_ms;
   co.lease_ms = o.lease_ms;
+  co.on_placed = [&metrics](double seconds) { metrics.ObserveSchedulingDelay(seconds); };
   SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<ControlState> state,
                           ControlState::Create(std::move(store), co));
   Auth auth(o.client_token, o.worker_token);
-  JobServiceImpl jobs(state.get(), &auth);
-  WorkerServiceImpl workers(state.get(), &auth);
+  JobServiceImpl jobs(state.get(), &auth, &metrics);
+  WorkerServiceImpl workers(state.get(), &auth, &metrics);
+  metrics::HttpServer http;
+  if (!o.http.empty()) {
+    AddHttpHandlers(state.get(), &metrics, &http);
+    absl::Status s = http.Start(o.http);
+    if (!s.ok()) return absl::Status(s.code(), absl::StrCat("--http: ", s.message()));
+  }
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -215,10 +260,15 @@ absl::Status RunCoordinator(const ServerOptions& o, const std::atomic<bool>* sto
   }
   const std::string host = o.listen.substr(0, o.listen.rfind(':'));
   const std::string bound = absl::StrCat(host, ":", port);
-  nlohmann::json info = {{"grpc", bound}, {"http", nullptr}};
+  nlohmann::json info = {{"grpc", bound},
+                         {"http", o.http.empty() ? nlohmann::json(nullptr) : nlohmann::json(http.address())}};
   SATDAR_RETURN_IF_ERROR(core::WriteFileAtomically(o.state_dir + "/coordinator.json", info.dump() + "\n"));
   if (!o.quiet) {
     std::printf("coordinator: serving on %s (state in %s)\n", bound.c_str(), o.state_dir.c_str());
+    if (!o.http.empty()) {
+      std::printf("coordinator: dashboard on http://%s/ (metrics /metrics, targets /prometheus/targets)\n",
+                  http.address().c_str());
+    }
     std::fflush(stdout);
   }
   while (!stop->load()) {
@@ -226,8 +276,10 @@ absl::Status RunCoordinator(const ServerOptions& o, const std::atomic<bool>* sto
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   state->WakeAll();
+  http.Stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   server->Wait();
+  state->Flush();
   return absl::OkStatus();
 }
 

@@ -1,6 +1,7 @@
 // coordinator/server.h: `satdar coordinator`: the gRPC server over ControlState, with the
-// standard health service and server reflection, bearer-token checks, optional TLS, and
-// DIR/coordinator.json written once it serves ({"grpc": "HOST:PORT", "http": null}).
+// standard health service and server reflection, bearer-token checks, optional TLS, RPC
+// latency metrics; with `http` the pages of http_api.h; and DIR/coordinator.json written once
+// it serves ({"grpc": "HOST:PORT", "http": "HOST:PORT" or null}).
 #ifndef SATDAR_COORDINATOR_SERVER_H_
 #define SATDAR_COORDINATOR_SERVER_H_
 
@@ -14,6 +15,7 @@ namespace satdar::coordinator {
 
 struct ServerOptions {
   std::string listen;        // HOST:PORT; port 0 binds a free one
+  std::string http;          // HOST:PORT for the dashboard, /metrics, service discovery; "": none
   std::string state_dir;
   std::string client_token;  // empty: users need no token
   std::string worker_token;  // empty: workers need no token

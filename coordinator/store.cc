@@ -86,7 +86,8 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir) {
       "  attempt INTEGER NOT NULL, rank INTEGER NOT NULL, line TEXT NOT NULL, "
       "  PRIMARY KEY (job_id, seq));"
       "CREATE TABLE IF NOT EXISTS kv (job_id TEXT NOT NULL, attempt INTEGER NOT NULL, "
-      "  key TEXT NOT NULL, value BLOB NOT NULL, PRIMARY KEY (job_id, attempt, key));"));
+      "  key TEXT NOT NULL, value BLOB NOT NULL, PRIMARY KEY (job_id, attempt, key));"
+      "CREATE TABLE IF NOT EXISTS series (job_id TEXT PRIMARY KEY, data TEXT NOT NULL);"));
   return store;
 }
 
@@ -130,6 +131,21 @@ absl::Status Store::PutJob(const JobRecord& job) {
   s.Text(1, job.job().job_id());
   s.Blob(2, job.SerializeAsString());
   return Done(s, "put job");
+}
+
+absl::Status Store::PutSeries(const std::string& job_id, const std::string& data) {
+  Statement s(db_, "INSERT OR REPLACE INTO series (job_id, data) VALUES (?, ?)");
+  if (!s.ok()) return s.error("put series");
+  s.Text(1, job_id);
+  s.Text(2, data);
+  return Done(s, "put series");
+}
+
+absl::Status Store::LoadSeries(std::map<std::string, std::string>* out) {
+  Statement s(db_, "SELECT job_id, data FROM series");
+  if (!s.ok()) return s.error("load series");
+  while (s.Step() == SQLITE_ROW) (*out)[s.ColumnText(0)] = s.ColumnText(1);
+  return absl::OkStatus();
 }
 
 absl::Status Store::PutWorker(const WorkerRecord& worker) {

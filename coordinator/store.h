@@ -8,6 +8,7 @@
 #ifndef SATDAR_COORDINATOR_STORE_H_
 #define SATDAR_COORDINATOR_STORE_H_
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -31,6 +32,10 @@ class Store {
   absl::Status LoadWorkers(std::vector<WorkerRecord>* workers);
   absl::Status PutJob(const JobRecord& job);
   absl::Status PutWorker(const WorkerRecord& worker);
+
+  // Each job's dashboard series (job_series.h), as JSON text.
+  absl::Status PutSeries(const std::string& job_id, const std::string& data);
+  absl::Status LoadSeries(std::map<std::string, std::string>* out);
 
   absl::Status AddEvent(const std::string& job_id, const satdar::v1::JobEvent& event);
   absl::Status LoadEvents(const std::string& job_id, int64_t after,

@@ -5,6 +5,7 @@
 # Usage: data_e2e_test.sh PATH_TO_SATDAR
 set -u
 SATDAR=$(realpath "$1")
+HERE=$(dirname "$(realpath "$0")")
 WORK="${TEST_TMPDIR:-/tmp/satdar-test-$$}/data"
 rm -rf "$WORK" && mkdir -p "$WORK"
 cd "$WORK"
@@ -26,19 +27,7 @@ expect_fail() {  # NAME MESSAGE CMD...
 }
 
 # A tagged corpus in the Brown layout (cats.txt marks the folder).
-python3 - <<'PY'
-import os
-os.makedirs("brown", exist_ok=True)
-open("brown/cats.txt", "w").write("ca01 news\n")
-s = ["The/at jury/nn said/vbd it/pps did/dod find/vb that/cs many/ap of/in the/at practices/nns "
-     "were/bed well/ql handled/vbn ./.",
-     "The/at city/nn committee/nn ,/, which/wdt had/hvd charge/nn of/in the/at election/nn ,/, "
-     "deserves/vbz praise/nn ./.",
-     "A/at new/jj law/nn would/md be/be passed/vbn quickly/rb ;/. voters/nns agreed/vbd ./."]
-for f in range(16):
-    text = "".join("\n\n\t" + s[(f + r) % 3] + "\n" for r in range(30))
-    open("brown/c%s%02d" % ("abc"[f % 3], f), "w").write(text)
-PY
+python3 "$HERE/tiny_brown.py" 30
 cat >sat.json <<'JSON'
 {"vocab_size": 320, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 3,
  "num_attention_heads": 4, "num_key_value_heads": 2, "value_residual": "satformer",

@@ -21,6 +21,7 @@
 #include "core/check.h"
 #include "core/file_util.h"
 #include "proto/satdar/v1/control.grpc.pb.h"
+#include "worker/jsonl_tail.h"
 #include "worker/rank_process.h"
 
 namespace satdar::worker {
@@ -55,6 +56,7 @@ struct Running {
   RankKey key;
   std::unique_ptr<RankProcess> process;
   int64_t kill_at_ms = 0;  // SIGTERM sent; SIGKILL then
+  std::unique_ptr<JsonlTail> log;  // global rank 0: its --log-jsonl, for the dashboard
 };
 
 class Agent {
@@ -224,6 +226,10 @@ bool Agent::HeartbeatOnce() {
     st->set_step(p.step);
     st->set_loss(p.loss);
     st->set_tokens_per_second(p.tokens_per_second);
+    st->set_metrics_address(p.metrics_address);
+    if (r.log != nullptr) {
+      for (std::string& line : r.log->TakeRecords()) st->add_records(std::move(line));
+    }
   }
   grpc::ClientContext ctx;
   rpc::SetDeadlineAndToken(&ctx, token_, absl::Seconds(5));
@@ -297,6 +303,11 @@ absl::Status Agent::Start(const v1::RankAssignment& a) {
     add("--log-jsonl", shared + "/log.jsonl");
     add("--summary-json", shared + "/summary.json");
   }
+  // Every rank serves /metrics on this worker's host, on a port it binds itself (0) and
+  // announces ("metrics: serving on ..."); the heartbeat passes it on for service discovery.
+  add("--job-id", a.job_id());
+  add("--metrics-listen", o_.host + ":0");
+  add("--progress", "line");
   if (a.world_size() > 1) {
     add("--rank", std::to_string(a.rank()));
     add("--world-size", std::to_string(a.world_size()));
@@ -305,7 +316,6 @@ absl::Status Agent::Start(const v1::RankAssignment& a) {
     } else {
       add("--launcher", "gloo");
       add("--coordinator", o_.coordinator);
-      add("--job-id", a.job_id());
       add("--attempt", std::to_string(a.attempt()));
       if (!o_.token_file.empty()) add("--token-file", o_.token_file);
       if (!o_.channel.ca_file.empty()) add("--tls-ca", o_.channel.ca_file);
@@ -316,7 +326,9 @@ absl::Status Agent::Start(const v1::RankAssignment& a) {
                           RankProcess::Start(argv, env, absl::StrCat(local, "/rank-", a.rank(), ".log")));
   const RankKey key{a.job_id(), a.attempt(), a.rank()};
   Say(absl::StrCat("started ", KeyString(key), " (pid ", p->pid(), ")"));
-  running_.push_back(Running{key, std::move(p), 0});
+  running_.push_back(Running{key, std::move(p), 0,
+                             a.rank() == 0 ? std::make_unique<JsonlTail>(shared + "/log.jsonl")
+                                           : nullptr});
   SavePids();
   return absl::OkStatus();
 }

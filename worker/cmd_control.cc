@@ -62,13 +62,9 @@ absl::Status RunCoordinatorCommand(const std::vector<std::string>& args) {
   flags.DefineBool("--quiet", "no console output");
   if (WantsHelp(args)) return PrintHelp(flags);
   SATDAR_RETURN_IF_ERROR(flags.Parse(args));
-  if (flags.Has("--http")) {
-    return absl::InvalidArgumentError(
-        "satdar coordinator: --http (dashboard, /metrics, service discovery) is not in this build "
-        "yet");
-  }
   coordinator::ServerOptions o;
   o.listen = flags.Get("--listen");
+  o.http = flags.Get("--http");
   o.state_dir = flags.Get("--state-dir");
   o.tls_cert = flags.Get("--tls-cert");
   o.tls_key = flags.Get("--tls-key");

@@ -27,6 +27,11 @@ constexpr size_t kMaxPending = 20000;  // lines not yet uploaded; older ones are
 bool ParseProgressLine(const std::string& line, RankProgress* out) {
   // step    10/200 | loss 7.5137 | lr 1.00e-03 | grad norm 1.127 | 1202 tok/s
   absl::string_view v(line);
+  if (absl::ConsumePrefix(&v, "metrics: serving on http://")) {
+    if (!absl::ConsumeSuffix(&v, "/metrics") || v.empty()) return false;
+    out->metrics_address = std::string(v);
+    return true;
+  }
   if (!absl::ConsumePrefix(&v, "step ")) return false;
   std::vector<absl::string_view> parts = absl::StrSplit(v, " | ");
   if (parts.size() < 3) return false;
@@ -108,7 +113,7 @@ void RankProcess::ReadLoop(int fd, std::string log_path) {
       std::fflush(log);
     }
     std::lock_guard<std::mutex> lock(mu_);
-    RankProgress p;
+    RankProgress p = progress_;  // a line sets what it says and keeps the rest
     if (ParseProgressLine(line, &p)) progress_ = p;
     last_.push_back(line);
     if (last_.size() > kLastLines) last_.pop_front();

@@ -25,10 +25,12 @@ struct RankProgress {
   int64_t step = 0;
   double loss = 0;
   double tokens_per_second = 0;
+  std::string metrics_address;  // HOST:PORT, once the rank said where it serves /metrics
 };
 
 // Progress from a line `satdar train` prints ("step    10/200 | loss 7.5137 | ... | 1202
-// tok/s"); false for any other line.
+// tok/s"), or its metrics address ("metrics: serving on http://HOST:PORT/metrics"); false for
+// any other line.
 bool ParseProgressLine(const std::string& line, RankProgress* out);
 
 class RankProcess {

@@ -1,0 +1,109 @@
+#include "coordinator/http_api.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "coordinator/dashboard_assets.h"
+#include "nlohmann/json.hpp"
+
+namespace satdar::coordinator {
+
+namespace {
+
+namespace v1 = satdar::v1;
+using Json = nlohmann::json;
+using metrics::HttpRequest;
+using metrics::HttpResponse;
+
+Json ToJson(const google::protobuf::Message& m) {
+  std::string text;
+  google::protobuf::util::JsonPrintOptions o;
+  o.preserve_proto_field_names = true;
+  o.always_print_primitive_fields = true;
+  (void)google::protobuf::util::MessageToJsonString(m, &text, o);
+  return Json::parse(text, nullptr, false);
+}
+
+// The public view of a job for the pages (no spec text, no full history).
+Json JobSummary(const v1::Job& job) {
+  Json j = ToJson(job);
+  j.erase("spec");
+  j.erase("history");
+  if (job.has_spec()) {
+    const v1::Layout& l = job.spec().layout();
+    j["layout"] = {{"dp", std::max(1, l.dp())}, {"tp", std::max(1, l.tp())},
+                   {"pp", std::max(1, l.pp())}, {"ep", std::max(1, l.ep())}};
+    j["device"] = job.spec().resources().device().empty() ? "cpu" : job.spec().resources().device();
+    const Json config = Json::parse(job.spec().config_json(), nullptr, false);
+    if (config.is_object()) {
+      std::string design = config.value("residual", std::string("standard"));
+      const std::string vr = config.value("value_residual", std::string("none"));
+      if (vr != "none") absl::StrAppend(&design, "+", vr);
+      if (config.contains("moe")) absl::StrAppend(&design, "+moe");
+      j["design"] = design;
+    }
+  }
+  return j;
+}
+
+HttpResponse Asset(const std::string& path) {
+  for (const DashboardAsset& a : DashboardAssets()) {
+    if (path == a.path) return HttpResponse::Text(a.body, a.content_type);
+  }
+  return HttpResponse::Error(404, absl::StrCat("no page at ", path));
+}
+
+}  // namespace
+
+void AddHttpHandlers(ControlState* state, CoordinatorMetrics* metrics,
+                     metrics::HttpServer* server) {
+  server->Handle("/metrics", [=](const HttpRequest&) {
+    metrics->SetState(state->Counts());
+    return HttpResponse::Text(metrics->Serialize(), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  server->Handle("/prometheus/targets", [=](const HttpRequest&) {
+    Json groups = Json::array();
+    for (const MetricsTarget& t : state->MetricsTargets()) {
+      groups.push_back({{"targets", {t.address}},
+                        {"labels", {{"job_id", t.job_id},
+                                    {"rank", std::to_string(t.rank)},
+                                    {"worker", t.worker}}}});
+    }
+    return HttpResponse::Json(groups.dump());
+  });
+  server->Handle("/api/jobs", [=](const HttpRequest&) {
+    v1::ListJobsRequest req;
+    req.set_limit(200);
+    Json jobs = Json::array();
+    for (const v1::Job& j : state->ListJobs(req)) {
+      // The list leaves the spec out; the table shows the design and layout from it.
+      auto full = state->GetJob(j.job_id(), true);
+      jobs.push_back(JobSummary(full.ok() ? *full : j));
+    }
+    return HttpResponse::Json(Json{{"jobs", jobs}}.dump());
+  });
+  server->HandlePrefix("/api/jobs/", [=](const HttpRequest& r) {
+    const std::string id = r.path.substr(std::string("/api/jobs/").size());
+    auto job = state->GetJob(id, true);
+    if (!job.ok()) return HttpResponse::Error(404, std::string(job.status().message()));
+    auto series = state->Series(id);
+    if (!series.ok()) return HttpResponse::Error(404, std::string(series.status().message()));
+    // NaN has no JSON spelling: the series stores missing values as null already.
+    return HttpResponse::Json(Json{{"job", JobSummary(*job)}, {"series", *series}}.dump());
+  });
+  server->Handle("/api/workers", [=](const HttpRequest&) {
+    Json workers = Json::array();
+    for (const v1::Worker& w : state->ListWorkers()) workers.push_back(ToJson(w));
+    return HttpResponse::Json(Json{{"workers", workers}}.dump());
+  });
+  server->Handle("/healthz", [](const HttpRequest&) { return HttpResponse::Text("ok\n", "text/plain"); });
+  for (const DashboardAsset& a : DashboardAssets()) {
+    const std::string path = a.path;
+    server->Handle(path, [path](const HttpRequest&) { return Asset(path); });
+  }
+}
+
+}  // namespace satdar::coordinator
