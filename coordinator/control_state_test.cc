@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <string>
 
 #include "core/file_util.h"
@@ -288,6 +289,61 @@ TEST_F(ControlStateTest, EverythingSurvivesARestart) {
   EXPECT_EQ(events[1].kind(), "started");
   ASSERT_TRUE(Exit(a, *id, 1, 0, 0).ok());
   EXPECT_EQ(Job(*id).state(), v1::SUCCEEDED);
+}
+
+TEST_F(ControlStateTest, RunningRanksAreMetricsTargetsAndRankZerosRecordsItsSeries) {
+  const std::string a = Worker("a", 1), b = Worker("b", 1);
+  auto id = Submit(2, 1);
+  ASSERT_TRUE(id.ok()) << id.status();
+  auto ra = Beat(a, {}), rb = Beat(b, {});
+  ASSERT_EQ(ra.start_size(), 1);
+  v1::RankStatus sa = Running(ra.start(0)), sb = Running(rb.start(0));
+  Beat(a, {sa});
+  Beat(b, {sb});
+  EXPECT_TRUE(state_->MetricsTargets().empty());  // running, but not serving yet
+  sa.set_metrics_address("127.0.0.1:9001");
+  sb.set_metrics_address("127.0.0.1:9002");
+  v1::RankStatus& zero = sa.rank() == 0 ? sa : sb;
+  zero.add_records(R"({"step": 1, "loss": 5.0, "tokens_per_second": 100,
+                       "phase_seconds": {"compute": 0.5}})");
+  zero.add_records("not json");  // skipped
+  zero.add_records(R"({"step": 2, "loss": 4.5, "stats": {"satformer_gate_zero_fraction": [[0.25]]}})");
+  Beat(a, {sa});
+  Beat(b, {sb});
+  std::vector<MetricsTarget> t = state_->MetricsTargets();
+  ASSERT_EQ(t.size(), 2u);
+  std::sort(t.begin(), t.end(), [](auto& x, auto& y) { return x.rank < y.rank; });
+  EXPECT_EQ(t[0].job_id, *id);
+  EXPECT_EQ(t[0].address, zero.metrics_address());
+  EXPECT_FALSE(t[0].worker.empty());
+  auto series = state_->Series(*id);
+  ASSERT_TRUE(series.ok()) << series.status();
+  ASSERT_EQ((*series)["points"].size(), 2u);
+  EXPECT_EQ((*series)["points"][1][2], 4.5);  // step, time_ms, loss, ...
+  EXPECT_EQ((*series)["stats"]["gate_zero"][0][0], 0.25);
+  EXPECT_EQ(state_->Series("job-nope").status().code(), absl::StatusCode::kNotFound);
+
+  StateCounts c = state_->Counts();
+  EXPECT_EQ(c.jobs["RUNNING"], 1);
+  EXPECT_EQ(c.workers["ALIVE"], 2);
+  EXPECT_EQ(c.slots_busy, 2);
+  EXPECT_EQ(c.slots_free, 0);
+  EXPECT_EQ(c.restarts, 0);
+  // A failed rank: the attempt ends, the targets go, and the retry counts as a restart.
+  ASSERT_TRUE(Exit(a, *id, 1, sa.rank(), 1).ok());
+  EXPECT_TRUE(state_->MetricsTargets().empty());
+  ASSERT_TRUE(Exit(b, *id, 1, sb.rank(), -1, 15).ok());  // the gang's other rank, stopped
+  now_ += 1500;  // the backoff (1 s), within the workers' lease
+  state_->Tick();
+  EXPECT_EQ(state_->Counts().restarts, 1);
+
+  // The series outlives a coordinator restart (written by Flush, read back on open).
+  state_->Flush();
+  Open();
+  auto again = state_->Series(*id);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*again)["points"].size(), 2u);
+  EXPECT_EQ((*again)["stats"]["gate_zero"][0][0], 0.25);
 }
 
 }  // namespace

@@ -36,12 +36,16 @@ json.dump(s, open(sys.argv[1], 'w'), indent=1)" "$SPEC" "$2"
 fi
 PIDS=()
 trap 'kill "${PIDS[@]}" 2>/dev/null; wait 2>/dev/null' EXIT
-"$SATDAR" coordinator --listen 127.0.0.1:0 --state-dir "$RUN/state" >"$RUN/coordinator.log" 2>&1 &
+"$SATDAR" coordinator --listen 127.0.0.1:0 --http 127.0.0.1:0 --state-dir "$RUN/state" \
+  >"$RUN/coordinator.log" 2>&1 &
 PIDS+=($!)
 for _ in $(seq 1 100); do [[ -s "$RUN/state/coordinator.json" ]] && break; sleep 0.1; done
 ADDR=$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['grpc'])" \
        "$RUN/state/coordinator.json")
-echo "quickstart: coordinator on $ADDR; starting two workers (one rank slot each)"
+HTTP=$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['http'])" \
+       "$RUN/state/coordinator.json")
+echo "quickstart: coordinator on $ADDR; dashboard on http://$HTTP/ (metrics: /metrics,"
+echo "  Prometheus service discovery: /prometheus/targets); starting two workers (one slot each)"
 for w in 1 2; do
   "$SATDAR" worker --coordinator "$ADDR" --slots 1 --name "worker-$w" --work-dir "$RUN/work-$w" \
     --shared-dir "$RUN/shared" --data-root "$ROOT/out" >"$RUN/worker-$w.log" 2>&1 &
