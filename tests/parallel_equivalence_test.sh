@@ -2,7 +2,8 @@
 # Every parallel layout equals one rank. For the baseline, SATFormer, Block DAR and DAR+MoE,
 # each (dp, tp, pp, ep) among (2,1,1,1) (1,2,1,1) (1,1,2,1) (1,1,1,2) (2,2,1,1) (2,1,2,1)
 # (1,2,2,1) logs the per-step losses of one rank over 5 steps within 1e-9 relative in f64 and
-# ends with the same weights (its sharded checkpoint exported to one file); so do Full and
+# ends with the same weights (its sharded checkpoint exported to one file), and the tensor and
+# pipeline layouts log the same statistics (gates, depth weights, expert load); so do Full and
 # Block AttnRes, Full DAR and a 4-stage Block DAR under pipeline layouts. Also: a sharded
 # checkpoint resumes under another data-parallel size, the pipeline logs the bytes each
 # boundary carries, and bad layouts exit with code 2 naming the cause.
@@ -64,9 +65,29 @@ PY
 compare() {  # A_DIR B_DIR: per-step losses and exported weights within 1e-9 relative
   python3 "$COMPARE" "$1/log.jsonl" "$2/log.jsonl" "$1/weights.safetensors" "$2/weights.safetensors"
 }
+# same_stats A_DIR B_DIR: the last line's statistics (the whole model's, gathered from the
+# tensor and pipeline ranks) equal within 1e-9 relative.
+same_stats() {
+  python3 - "$1/log.jsonl" "$2/log.jsonl" <<'PY'
+import json, sys
+a, b = (json.loads(open(f).read().splitlines()[-1])["stats"] for f in sys.argv[1:])
+def same(x, y, path):
+    if isinstance(x, (int, float)) and isinstance(y, (int, float)):
+        assert abs(x - y) <= 1e-9 * max(1.0, abs(x), abs(y)), (path, x, y)
+    elif isinstance(x, list) and isinstance(y, list):
+        assert len(x) == len(y), (path, len(x), len(y))
+        for i, (u, v) in enumerate(zip(x, y)):
+            same(u, v, "%s[%d]" % (path, i))
+    else:
+        assert x == y, (path, x, y)
+assert sorted(a) == sorted(b), (sorted(a), sorted(b))
+for k in a:
+    same(a[k], b[k], k)
+PY
+}
 
 T=(train --synthetic-data --steps 5 --seq-len 16 --dtype f64 --threads 1 --quiet --seed 7
-   --microbatches 2)
+   --microbatches 2 --stats-every 5)
 LAYOUTS=("2 1 1 1" "1 2 1 1" "1 1 2 1" "1 1 1 2" "2 2 1 1" "2 1 2 1" "1 2 2 1")
 for model in baseline satformer dar dar_moe; do
   mkdir -p one
@@ -85,7 +106,7 @@ for model in baseline satformer dar dar_moe; do
         --checkpoint-dir "$run/ckpt" >"$run/out.txt" 2>&1 &&
       "$SATDAR" export --config $model.json --dtype f64 --checkpoint "$(ls -d "$run"/ckpt/ckpt_00000005*)" \
         --out "$run/weights.safetensors" >>"$run/out.txt" 2>&1 &&
-      compare one "$run"; then
+      compare one "$run" && { [[ $dp$ep != 11 ]] || same_stats one "$run"; }; then
       echo "ok   $name"; passed=$((passed + 1))
     else
       echo "FAIL $name"; cat "$run/out.txt"; failed=$((failed + 1))
@@ -126,7 +147,7 @@ check_layouts() {
         --log-jsonl "$run/log.jsonl" --checkpoint-dir "$run/ckpt" >"$run/out.txt" 2>&1 &&
       "$SATDAR" export --config $model.json --dtype f64 --checkpoint "$run/ckpt/ckpt_00000005" \
         --out "$run/weights.safetensors" >>"$run/out.txt" 2>&1 &&
-      compare one "$run"; then
+      compare one "$run" && { [[ $dp$ep != 11 ]] || same_stats one "$run"; }; then
       echo "ok   $model ($dp,$tp,$pp,$ep)"; passed=$((passed + 1))
     else
       echo "FAIL $model ($dp,$tp,$pp,$ep)"; cat "$run/out.txt"; failed=$((failed + 1))

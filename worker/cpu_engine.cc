@@ -1,6 +1,7 @@
 #include "worker/cpu_engine.h"
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "model/model.h"
 #include "parallel/pipeline.h"
 #include "worker/gradient_sync.h"
+#include "worker/stats_merge.h"
 #include "worker/train_state.h"
 
 namespace satdar::worker {
@@ -141,8 +143,19 @@ class CpuEngine : public StepEngine {
 
   absl::Status AddStats(Json* line) override {
     Json s = Json::object();
-    model_->AppendStats(&s);
+    if (models_.size() == 1) {
+      model_->AppendStats(&s);
+    } else {  // 1F1B: micro-batch mb ran on instance mb % instances
+      std::vector<Json> each(models_.size(), Json::object());
+      std::vector<double> weights(models_.size(), 0);
+      for (size_t k = 0; k < models_.size(); ++k) models_[k]->AppendStats(&each[k]);
+      for (int mb = 0; mb < o_.microbatches; ++mb) weights[mb % models_.size()] += 1;
+      s = MergeInstanceStats(each, weights);
+    }
     for (auto& m : models_) m->ResetStats();
+    if (g_.mp != nullptr) {  // the whole model's, from the pieces of this replica
+      SATDAR_ASSIGN_OR_RETURN(s, GatherStats(s));
+    }
     (*line)["stats"] = s;
     return absl::OkStatus();
   }
@@ -174,6 +187,31 @@ class CpuEngine : public StepEngine {
   }
 
  private:
+  // Every model-parallel rank's statistics (JSON text in int64 words: lengths first, then the
+  // padded texts), merged into the whole model's (stats_merge.h) on every rank.
+  absl::StatusOr<Json> GatherStats(const Json& mine) {
+    const std::string text =
+        Json{{"tp", g_.coord.tp}, {"pp", g_.coord.pp}, {"ep", g_.coord.ep}, {"stats", mine}}.dump();
+    const int n = g_.mp->size();
+    std::vector<int64_t> lengths(n);
+    const int64_t length = static_cast<int64_t>(text.size());
+    SATDAR_RETURN_IF_ERROR(
+        g_.mp->AllGather(&length, lengths.data(), 1, core::DType::kI64, copts_)->Wait());
+    const int64_t words = (*std::max_element(lengths.begin(), lengths.end()) + 7) / 8;
+    std::vector<int64_t> send(words, 0), all(words * n);
+    std::memcpy(send.data(), text.data(), text.size());
+    SATDAR_RETURN_IF_ERROR(
+        g_.mp->AllGather(send.data(), all.data(), words, core::DType::kI64, copts_)->Wait());
+    std::vector<StatsPiece> pieces;
+    for (int r = 0; r < n; ++r) {
+      const char* bytes = reinterpret_cast<const char*>(all.data() + r * words);
+      const Json j = Json::parse(std::string(bytes, lengths[r]), nullptr, false);
+      if (!j.is_object()) return absl::InternalError("statistics: a rank sent an unreadable object");
+      pieces.push_back({j.value("tp", 0), j.value("pp", 0), j.value("ep", 0), j["stats"]});
+    }
+    return MergeStats(pieces);
+  }
+
   absl::Status BuildModels() {
     model::Sharding shard;
     shard.tp = g_.tp.get();

@@ -209,7 +209,9 @@ class AttnRes : public Topology<T> {
     for (int r = 0; r < rows_; ++r) {
       for (int i = 0; i < count; ++i) weight_sum_[index][i] += s.alpha[r * count + i];
     }
-    if (index == sublayers_) tokens_ += rows_;
+    // Once per pass, at this stage's first retrieval (the last stage alone would leave the
+    // others' statistics without a token count).
+    if (index == first_ - 1) tokens_ += rows_;
   }
 
   // Step l (1..2L+1, the last one the final readout) runs on this pipeline stage.

@@ -326,7 +326,9 @@ class Dar : public Topology<T> {
         for (int i = 0; i < count; ++i) weight_sum_[index][s][i] += st.alpha[s][r * count + i];
       }
     }
-    if (index == sublayers_) tokens_ += rows_;
+    // Once per pass, at this stage's first retrieval (the last stage alone would leave the
+    // others' statistics without a token count).
+    if (index == first_ - 1) tokens_ += rows_;
   }
 
   // Step l (1..2L+1, the last one the final readout) runs on this pipeline stage.

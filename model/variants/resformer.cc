@@ -68,6 +68,11 @@ class Resformer : public ValueResidual<T> {
     if (last_params_ == nullptr) return;
     nlohmann::json l1 = nlohmann::json::array(), l2 = nlohmann::json::array();
     for (int i = 1; i < layers_; ++i) {
+      if (learnable_ && lambda2_[i] < 0) {  // another pipeline stage's layer
+        l1.push_back(nullptr);
+        l2.push_back(nullptr);
+        continue;
+      }
       double a, b;
       cpu::ResformerMix(Lambdas(i, last_params_), &a, &b);
       l1.push_back(static_cast<double>(static_cast<T>(a)));

@@ -1,0 +1,38 @@
+// worker/stats_merge.h: one model's statistics (MODELS.md, "What satdar reports") from the
+// pieces its model-parallel ranks hold. A pipeline stage reports the depth retrievals it owns
+// (dar_*, attnres_depth_weights: its sublayers, in order) and zeros for other stages' layers
+// (SATFormer gates, MoE load); a tensor-parallel rank holds its KV heads' gates; an
+// expert-parallel rank routes its own tokens. The whole model's object:
+//   depth keys                 the stages' lists concatenated in stage order (tp 0, ep 0)
+//   satformer_gate_*           per stage the KV heads of the TP ranks side by side, then the
+//                              stages added layer by layer (each layer is one stage's)
+//   moe_expert_load, moe_dropped_tokens   added over stages and EP ranks (tp 0): the tokens
+//                              of the replica group
+//   resformer_lambda*          per layer the stage that has it (the others report null)
+//   anything else              as the first piece has it
+// Equal to what one rank reports for the same batch (tested through the command line).
+#ifndef SATDAR_WORKER_STATS_MERGE_H_
+#define SATDAR_WORKER_STATS_MERGE_H_
+
+#include <vector>
+
+#include "nlohmann/json.hpp"
+
+namespace satdar::worker {
+
+struct StatsPiece {
+  int tp = 0, pp = 0, ep = 0;
+  nlohmann::json stats;  // the rank's AppendStats object
+};
+
+nlohmann::json MergeStats(const std::vector<StatsPiece>& pieces);
+
+// One stage's statistics from its model instances (the 1F1B schedule keeps one per micro-batch
+// in flight; instance k ran weights[k] of the micro-batches): the counts (moe_*) added, every
+// other number the weighted mean (a null stays null).
+nlohmann::json MergeInstanceStats(const std::vector<nlohmann::json>& instances,
+                                  const std::vector<double>& weights);
+
+}  // namespace satdar::worker
+
+#endif  // SATDAR_WORKER_STATS_MERGE_H_
