@@ -72,7 +72,7 @@ JSON
 # ---- startup ----
 mkdir -p state shared
 "$SATDAR" coordinator --listen 127.0.0.1:0 --http 127.0.0.1:0 --state-dir state \
-  --lease-seconds 3 >coordinator.log 2>&1 &
+  --lease-seconds 15 >coordinator.log 2>&1 &
 COORD=$!
 PIDS+=("$COORD")
 for _ in $(seq 1 100); do [[ -s state/coordinator.json ]] && break; sleep 0.05; done
@@ -129,9 +129,13 @@ r = json.load(sys.stdin)
 print(json.dumps(r['data']['result']) if r.get('status') == 'success' else 'error: ' + r.get('error', '?'))" 2>/dev/null
 }
 up_count() { query 'count(up{job="satdar-ranks"} == 1)' | $PY -c "import json,sys; r=json.load(sys.stdin); print(r[0]['value'][1] if r else 0)" 2>/dev/null; }
-for _ in $(seq 1 300); do [[ $(up_count) == 2 ]] && break; sleep 0.1; done
+for _ in $(seq 1 600); do [[ $(up_count) == 2 ]] && break; sleep 0.1; done
+diagnose() {  # the job, its ranks' last lines, the workers' logs
+  "$SATDAR" status "$JOB" --coordinator "$ADDR"
+  tail -n 5 work-*/jobs/*/attempt-*/rank-*.log worker-*.log 2>/dev/null
+}
 [[ $(up_count) == 2 ]] && ok "Prometheus discovered and scrapes both ranks" \
-  || { fail "Prometheus targets: $(curl -s "$PROM/api/v1/targets" | head -c 2000)"; }
+  || { fail "Prometheus targets: $(curl -s "$PROM/api/v1/targets" | head -c 2000)"; diagnose; }
 tokens() { query "satdar_train_tokens_total{job_id=\"$JOB\"}" | $PY -c "
 import json, sys
 print(' '.join('%s=%s' % (r['metric']['rank'], r['value'][1]) for r in sorted(json.load(sys.stdin), key=lambda r: r['metric']['rank'])))"; }
