@@ -1,10 +1,17 @@
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pthread.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <limits>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "core/testing/tmp_dir.h"
 #include "gtest/gtest.h"
@@ -176,6 +183,48 @@ TEST(ThreadStack, SmallStackRequestsAreRaisedToOneMebibyte) {
   pthread_attr_getstacksize(&attr, &size);
   EXPECT_EQ(size, size_t{8} << 20);
   pthread_attr_destroy(&attr);
+}
+
+// Connects to ADDRESS (HOST:PORT) and sends `request`; the socket stays open (the caller
+// closes it).
+int ConnectAndSend(const std::string& address, const std::string& request) {
+  const size_t colon = address.rfind(':');
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
+  inet_pton(AF_INET, address.substr(0, colon).c_str(), &a.sin_addr);
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return -1;
+  if (!request.empty()) (void)!write(fd, request.data(), request.size());
+  return fd;
+}
+
+TEST(RankExporter, StuckScrapersNeverSlowTheSteps) {
+  // A page of a few thousand series, so a scraper that never reads fills its socket.
+  TrainMetrics m("job-1", 0);
+  Json line = FullLine();
+  Json load = Json::array();
+  for (int l = 0; l < 32; ++l) load.push_back(std::vector<int>(64, 5));
+  line["stats"]["moe_expert_load"] = load;
+  m.ObserveStep(line, 1);
+  auto e = RankExporter::Start("127.0.0.1:0", m.registry());
+  ASSERT_TRUE(e.ok()) << e.status();
+  std::vector<int> stuck;
+  // More than civetweb has threads: half a request each, and whole requests never read.
+  for (int i = 0; i < 3; ++i) stuck.push_back(ConnectAndSend((*e)->address(), "GET /metr"));
+  for (int i = 0; i < 3; ++i) {
+    stuck.push_back(ConnectAndSend((*e)->address(), "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"));
+  }
+  for (int fd : stuck) ASSERT_GE(fd, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the server takes them up
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 1000; ++i) m.ObserveStep(line, 1);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // About 1 ms per statistics step on this machine; a blocked update would hang here.
+  EXPECT_LT(seconds, 10.0);
+  EXPECT_TRUE(Contains(m.Serialize(), "satdar_train_steps_total{job_id=\"job-1\",rank=\"0\"} 1001"));
+  for (int fd : stuck) close(fd);
 }
 
 TEST(HttpServer, RoutesExactPathsAndPrefixesAnd404sTheRest) {

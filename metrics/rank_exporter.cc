@@ -25,9 +25,10 @@ absl::StatusOr<std::unique_ptr<RankExporter>> RankExporter::Start(
   e->registry_ = std::move(registry);
   try {
     // civetweb: one listening thread plus two request threads; no document root, so any path
-    // but /metrics is 404.
-    e->exposer_ = std::make_unique<prometheus::Exposer>(
-        std::vector<std::string>{"listening_ports", listen, "num_threads", "2"});
+    // but /metrics is 404. A client that stalls is cut off after 10 s (Prometheus' default
+    // scrape timeout), so a stuck scraper holds a request thread no longer than that.
+    e->exposer_ = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
+        "listening_ports", listen, "num_threads", "2", "request_timeout_ms", "10000"});
   } catch (const std::exception& ex) {
     return absl::UnavailableError(
         absl::StrCat("cannot serve metrics on ", listen, ": ", ex.what()));

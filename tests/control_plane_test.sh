@@ -187,7 +187,9 @@ wait_state "$JB" SUCCEEDED 120 && [[ $(field "$JA" state) == SUCCEEDED ]] && ok 
   fail "queue: $(field "$JA" state) $(field "$JB" state)"
 
 echo "== kill -9 a worker mid-run: the job restarts from its checkpoint, same final weights"
-job_spec resume.json 24 "" '{"dp": 2}' 2
+# 160 steps: enough left after checkpoint 8 that the job is still running when its worker
+# dies, even on a loaded machine (with 24 the job could finish first).
+job_spec resume.json 160 "" '{"dp": 2}' 2
 JR=$("$SATDAR" submit resume.json --coordinator "$ADDR")
 for _ in $(seq 1 600); do ls shared/jobs/$JR/checkpoints/ckpt_00000008* >/dev/null 2>&1 && break; sleep 0.05; done
 WB=$(pgrep -f -- "--name b" | head -1)
@@ -197,7 +199,7 @@ start_worker b  # the same worker comes back (it kills what its previous life le
 wait_state "$JR" SUCCEEDED 120 && [[ $(field "$JR" attempts) -ge 2 ]] &&
   ok "restarted after a lost worker ($(field "$JR" attempts) attempts)" ||
   fail "lost worker: $(field "$JR" state) $(field "$JR" attempts) $(field "$JR" reason)"
-"$SATDAR" train --config sat.json --steps 24 --batch-size 4 --seq-len 32 --synthetic-data --seed 5 \
+"$SATDAR" train --config sat.json --steps 160 --batch-size 4 --seq-len 32 --synthetic-data --seed 5 \
   --lr 0.002 --dp 2 --launcher threads --quiet --checkpoint-dir byhand-ck --checkpoint-every 4
 same_weights() {
   /usr/bin/python3 - "$1" "$2" <<'PY'
@@ -212,7 +214,7 @@ a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
 assert a.keys() == b.keys() and all(a[k] == b[k] for k in a), "weights differ"
 PY
 }
-same_weights "shared/jobs/$JR/checkpoints/ckpt_00000024.safetensors" byhand-ck/ckpt_00000024.safetensors &&
+same_weights "shared/jobs/$JR/checkpoints/ckpt_00000160.safetensors" byhand-ck/ckpt_00000160.safetensors &&
   ok "same final weights as an uninterrupted run" || fail "final weights differ"
 
 echo "== kill -9 the coordinator mid-run and restart it: the job finishes, no rank ran twice"
