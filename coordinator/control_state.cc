@@ -349,7 +349,9 @@ void ControlState::FlushProgress() {
   }
   progress_dirty_.clear();
   for (const std::string& id : series_dirty_) {
-    (void)store_->PutSeries(id, series_[id].ToJson().dump());
+    const std::string text =
+        series_[id].ToJson().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    (void)store_->PutSeries(id, text);
   }
   series_dirty_.clear();
 }
@@ -367,7 +369,10 @@ StateCounts ControlState::Counts() {
     c.restarts += std::max(0, job.job().attempts() - 1);
     if (job.job().state() == v1::PENDING) ++c.queue_length;
     for (const RankRecord& r : job.ranks()) {
-      if (r.state() == "ASSIGNED" || r.state() == "RUNNING" || r.state() == "STOPPED") ++c.slots_busy;
+      // As Schedule() counts: every rank that may still run holds its slot.
+      auto w = workers_.find(r.worker_id());
+      const bool alive = w != workers_.end() && w->second.worker().state() == "ALIVE";
+      if (alive && r.state() != "EXITED" && r.state() != "LOST") ++c.slots_busy;
     }
   }
   int64_t slots = 0;

@@ -115,6 +115,10 @@ class ControlState {
   void LoseWorker(WorkerRecord* worker, const std::string& why);
   void Schedule();
   void FlushProgress();
+  // Global rank 0's step records (JSON text) into the job's dashboard series.
+  static constexpr size_t kMaxRecordBytes = 1 << 20;
+  void TakeRecords(const std::string& job_id,
+                   const google::protobuf::RepeatedPtrField<std::string>& records);
   bool Final(const JobRecord& job) const;
 
   std::unique_ptr<Store> store_;

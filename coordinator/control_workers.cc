@@ -68,6 +68,17 @@ absl::StatusOr<v1::RegisterWorkerResponse> ControlState::Register(
   return resp;
 }
 
+void ControlState::TakeRecords(const std::string& job_id,
+                               const google::protobuf::RepeatedPtrField<std::string>& records) {
+  if (records.empty()) return;
+  JobSeries& series = series_[job_id];
+  for (const std::string& text : records) {
+    if (text.size() > kMaxRecordBytes) continue;  // not a step record of ours
+    const nlohmann::json record = nlohmann::json::parse(text, nullptr, false);
+    if (series.Add(record, Now())) series_dirty_.insert(job_id);
+  }
+}
+
 absl::StatusOr<v1::HeartbeatResponse> ControlState::Heartbeat(const v1::HeartbeatRequest& req) {
   std::lock_guard<std::mutex> lock(mu_);
   auto wit = workers_.find(req.worker_id());
@@ -109,13 +120,7 @@ absl::StatusOr<v1::HeartbeatResponse> ControlState::Heartbeat(const v1::Heartbea
       rank->set_metrics_address(st.metrics_address());
       progress_dirty_[job->job().job_id()] = true;
     }
-    if (st.rank() == 0 && st.records_size() > 0) {
-      JobSeries& series = series_[job->job().job_id()];
-      for (const std::string& text : st.records()) {
-        const nlohmann::json record = nlohmann::json::parse(text, nullptr, false);
-        if (series.Add(record, Now())) series_dirty_.insert(job->job().job_id());
-      }
-    }
+    if (st.rank() == 0) TakeRecords(job->job().job_id(), st.records());
     if (st.rank() == 0 && st.step() > job->job().step()) {
       v1::Job* j = job->mutable_job();
       j->set_step(st.step());
@@ -174,6 +179,7 @@ absl::Status ControlState::ReportExit(const v1::RankExit& exit) {
                               ? absl::StrCat("was killed by signal ", exit.signal())
                               : absl::StrCat("exited with code ", exit.exit_code());
   Event(job, "rank_exited", absl::StrCat(who, " ", how));
+  if (exit.rank() == 0) TakeRecords(exit.job_id(), exit.records());
   std::vector<std::string> last(exit.last_lines().begin(), exit.last_lines().end());
   if (exit.rank() == 0 && !exit.summary_json().empty() && exit.summary_json().size() < (1 << 20)) {
     v1::Job* j = job->mutable_job();

@@ -24,12 +24,20 @@ Json ToJson(const google::protobuf::Message& m) {
   o.preserve_proto_field_names = true;
   o.always_print_primitive_fields = true;
   (void)google::protobuf::util::MessageToJsonString(m, &text, o);
-  return Json::parse(text, nullptr, false);
+  Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  return j.is_object() ? j : Json::object();
+}
+
+// Text from ranks (a failure's reason quotes their output) may not be UTF-8: such bytes are
+// replaced rather than failing the page.
+std::string Dump(const Json& j) {
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
 // The public view of a job for the pages (no spec text, no full history).
 Json JobSummary(const v1::Job& job) {
   Json j = ToJson(job);
+  if (!j.contains("job_id")) j["job_id"] = job.job_id();
   j.erase("spec");
   j.erase("history");
   if (job.has_spec()) {
@@ -42,7 +50,10 @@ Json JobSummary(const v1::Job& job) {
       std::string design = config.value("residual", std::string("standard"));
       const std::string vr = config.value("value_residual", std::string("none"));
       if (vr != "none") absl::StrAppend(&design, "+", vr);
-      if (config.contains("moe")) absl::StrAppend(&design, "+moe");
+      // The stored config names every field; a dense model's "moe" is null.
+      if (auto m = config.find("moe"); m != config.end() && !m->is_null()) {
+        absl::StrAppend(&design, "+moe");
+      }
       j["design"] = design;
     }
   }
@@ -72,7 +83,7 @@ void AddHttpHandlers(ControlState* state, CoordinatorMetrics* metrics,
                                     {"rank", std::to_string(t.rank)},
                                     {"worker", t.worker}}}});
     }
-    return HttpResponse::Json(groups.dump());
+    return HttpResponse::Json(Dump(groups));
   });
   server->Handle("/api/jobs", [=](const HttpRequest&) {
     v1::ListJobsRequest req;
@@ -83,7 +94,7 @@ void AddHttpHandlers(ControlState* state, CoordinatorMetrics* metrics,
       auto full = state->GetJob(j.job_id(), true);
       jobs.push_back(JobSummary(full.ok() ? *full : j));
     }
-    return HttpResponse::Json(Json{{"jobs", jobs}}.dump());
+    return HttpResponse::Json(Dump(Json{{"jobs", jobs}}));
   });
   server->HandlePrefix("/api/jobs/", [=](const HttpRequest& r) {
     const std::string id = r.path.substr(std::string("/api/jobs/").size());
@@ -92,12 +103,12 @@ void AddHttpHandlers(ControlState* state, CoordinatorMetrics* metrics,
     auto series = state->Series(id);
     if (!series.ok()) return HttpResponse::Error(404, std::string(series.status().message()));
     // NaN has no JSON spelling: the series stores missing values as null already.
-    return HttpResponse::Json(Json{{"job", JobSummary(*job)}, {"series", *series}}.dump());
+    return HttpResponse::Json(Dump(Json{{"job", JobSummary(*job)}, {"series", *series}}));
   });
   server->Handle("/api/workers", [=](const HttpRequest&) {
     Json workers = Json::array();
     for (const v1::Worker& w : state->ListWorkers()) workers.push_back(ToJson(w));
-    return HttpResponse::Json(Json{{"workers", workers}}.dump());
+    return HttpResponse::Json(Dump(Json{{"workers", workers}}));
   });
   server->Handle("/healthz", [](const HttpRequest&) { return HttpResponse::Text("ok\n", "text/plain"); });
   for (const DashboardAsset& a : DashboardAssets()) {

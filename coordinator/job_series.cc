@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <limits>
+#include <tuple>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "metrics/train_metrics.h"
@@ -14,6 +16,19 @@ using Json = nlohmann::json;
 constexpr double kMissing = std::numeric_limits<double>::quiet_NaN();
 
 Json NumberOrNull(double v) { return std::isfinite(v) ? Json(v) : Json(nullptr); }
+
+// True for an array nested exactly `depth` deep with numbers (or nulls) at the bottom, of at
+// most *budget numbers: the only shape of statistic the dashboard keeps.
+bool NumberGrid(const Json& j, int depth, int64_t* budget) {
+  if (depth == 0) return (j.is_number() || j.is_null()) && --*budget >= 0;
+  if (!j.is_array()) return false;
+  for (const Json& e : j) {
+    if (!NumberGrid(e, depth - 1, budget)) return false;
+  }
+  return true;
+}
+constexpr int64_t kMaxStatNumbers = 1 << 20;
+constexpr int64_t kMaxStep = int64_t{1} << 53;  // kept exactly as a double
 
 }  // namespace
 
@@ -48,15 +63,19 @@ JobSeries::Point JobSeries::ToPoint(const Json& r, int64_t time_ms) {
 
 void JobSeries::TakeStats(int64_t step, const Json& stats) {
   Json s = Json::object();
-  if (auto it = stats.find("satformer_gate_mean"); it != stats.end()) s["gate_mean"] = *it;
-  if (auto it = stats.find("satformer_gate_zero_fraction"); it != stats.end()) s["gate_zero"] = *it;
-  if (auto it = stats.find("moe_expert_load"); it != stats.end()) s["expert_load"] = *it;
+  int64_t budget = kMaxStatNumbers;
+  for (const auto& [from, to] : {std::pair<const char*, const char*>{"satformer_gate_mean", "gate_mean"},
+                                 {"satformer_gate_zero_fraction", "gate_zero"},
+                                 {"moe_expert_load", "expert_load"}}) {
+    auto it = stats.find(from);
+    if (it != stats.end() && NumberGrid(*it, 2, &budget)) s[to] = *it;
+  }
   // Depth weights: [sublayer][stream] entropy and largest weight (AttnRes has one stream).
   for (const auto& [key, design, streams] :
        {std::tuple<const char*, const char*, bool>{"dar_depth_weights", "dar", true},
         {"attnres_depth_weights", "attnres", false}}) {
     auto it = stats.find(key);
-    if (it == stats.end() || !it->is_array()) continue;
+    if (it == stats.end() || !NumberGrid(*it, streams ? 3 : 2, &budget)) continue;
     Json entropy = Json::array(), largest = Json::array();
     for (const Json& sub : *it) {
       Json e = Json::array(), m = Json::array();
@@ -83,7 +102,10 @@ void JobSeries::TakeStats(int64_t step, const Json& stats) {
 bool JobSeries::Add(const Json& record, int64_t time_ms) {
   if (!record.is_object()) return false;
   auto it = record.find("step");
-  if (it == record.end() || !it->is_number_integer() || it->get<int64_t>() < 1) return false;
+  if (it == record.end() || !it->is_number_integer() || it->get<int64_t>() < 1 ||
+      it->get<int64_t>() > kMaxStep) {
+    return false;
+  }
   const int64_t step = it->get<int64_t>();
   const int64_t newest = has_last_ ? static_cast<int64_t>(last_[0])
                                    : points_.empty() ? 0 : static_cast<int64_t>(points_.back()[0]);

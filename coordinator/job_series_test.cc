@@ -59,6 +59,7 @@ TEST(JobSeries, RejectsWhatIsNotAStepRecord) {
   EXPECT_FALSE(s.Add({{"loss", 1}}, 0));
   EXPECT_FALSE(s.Add({{"step", "3"}}, 0));
   EXPECT_FALSE(s.Add({{"step", 0}}, 0));
+  EXPECT_FALSE(s.Add({{"step", int64_t{1} << 60}}, 0));  // beyond what a double holds exactly
   EXPECT_EQ(s.size(), 0u);
 }
 
@@ -75,6 +76,22 @@ TEST(JobSeries, StatisticsKeepTheLatestSnapshotWithDepthEntropy) {
   EXPECT_EQ(st["depth_max"][1][1], 1.0);
   EXPECT_EQ(st["expert_load"][0][2], 3);
   EXPECT_EQ(s.ToJson()["stats_step"], 2);
+}
+
+TEST(JobSeries, StatisticsOfAnotherShapeAreNotKept) {
+  JobSeries s;
+  s.Add({{"step", 1},
+         {"stats",
+          {{"satformer_gate_mean", Json::parse(R"([[0.5, "x"]])")},
+           {"moe_expert_load", Json::parse("[[[1]]]")},
+           {"dar_depth_weights", Json::parse("[[1.0]]")},
+           {"satformer_gate_zero_fraction", Json::parse("[[0.25]]")}}}},
+        0);
+  const Json st = s.ToJson()["stats"];
+  EXPECT_FALSE(st.contains("gate_mean"));
+  EXPECT_FALSE(st.contains("expert_load"));
+  EXPECT_FALSE(st.contains("depth_entropy"));
+  EXPECT_EQ(st["gate_zero"][0][0], 0.25);
 }
 
 TEST(JobSeries, RoundTripsThroughJsonAndRefusesOtherText) {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <tuple>
 #include <unistd.h>
 
 #include "prometheus/text_serializer.h"
@@ -98,17 +99,27 @@ TrainMetrics::TrainMetrics(const std::string& job_id, int rank)
                            "Step wall time by phase: data, compute, comm_wait, pipeline_bubble, "
                            "optimizer, checkpoint");
   for (Phase p : kAllPhases) phases_[p] = &phase_family_->Add({{"phase", PhaseName(p)}});
-  step_ = gauge("satdar_train_step", "The last completed optimizer step (1-based)");
+  // What a step measures has no sample until a step measured it: a 0 before the first step
+  // would read as a loss or throughput of 0 (and trip the alerts' baselines).
+  for (const auto& [key, name, help] :
+       {std::tuple<const char*, const char*, const char*>{
+            "step", "satdar_train_step", "The last completed optimizer step (1-based)"},
+        {"loss", "satdar_train_loss", "Loss of the last step (the whole global batch)"},
+        {"val_loss", "satdar_train_validation_loss", "The last validation loss"},
+        {"lr", "satdar_train_learning_rate", "Learning rate of the last step"},
+        {"grad_norm", "satdar_train_grad_norm",
+         "Global gradient norm of the last step, before clipping"},
+        {"tokens_per_second", "satdar_train_tokens_per_second",
+         "Tokens per second of the last step (all replicas)"},
+        {"mfu", "satdar_train_mfu_ratio", "Model FLOPs utilisation of the last step (0..1)"}}) {
+    step_gauges_.push_back({key, gauges(name, help), nullptr});
+  }
   total_steps_ = gauge("satdar_train_total_steps", "The run's --steps");
-  loss_ = gauge("satdar_train_loss", "Loss of the last step (the whole global batch)");
-  val_loss_ = gauge("satdar_train_validation_loss", "The last validation loss");
-  lr_ = gauge("satdar_train_learning_rate", "Learning rate of the last step");
-  grad_norm_ = gauge("satdar_train_grad_norm", "Global gradient norm of the last step, before clipping");
-  tps_ = gauge("satdar_train_tokens_per_second", "Tokens per second of the last step (all replicas)");
-  mfu_ = gauge("satdar_train_mfu_ratio", "Model FLOPs utilisation of the last step (0..1)");
   peak_flops_ = gauge("satdar_train_peak_flops", "The peak FLOP/s per rank MFU divides by");
+  // From the start of the process, so a run that never makes its first step also stalls.
   last_step_time_ = gauge("satdar_train_last_step_timestamp_seconds",
-                          "Unix time at which the last step ended");
+                          "Unix time at which the last step ended (the process start before one)");
+  last_step_time_->Set(UnixSeconds());
   rss_ = gauge("satdar_process_resident_memory_bytes", "Resident set size of the rank's process");
   peak_rss_ = gauge("satdar_process_peak_resident_memory_bytes",
                     "Peak resident set size of the rank's process");
@@ -162,13 +173,11 @@ void TrainMetrics::ObserveStep(const Json& line, int64_t tokens) {
   steps_->Increment();
   // Gauges take NaN and Inf as they are: the exposition writes them the way Prometheus reads
   // them, so a diverging loss shows up instead of a stale value.
-  if (Number(line, "step", &v)) step_->Set(v);
-  if (Number(line, "loss", &v)) loss_->Set(v);
-  if (Number(line, "val_loss", &v)) val_loss_->Set(v);
-  if (Number(line, "lr", &v)) lr_->Set(v);
-  if (Number(line, "grad_norm", &v)) grad_norm_->Set(v);
-  if (Number(line, "tokens_per_second", &v)) tps_->Set(v);
-  if (Number(line, "mfu", &v)) mfu_->Set(v);
+  for (StepGauge& g : step_gauges_) {
+    if (!Number(line, g.key, &v)) continue;
+    if (g.gauge == nullptr) g.gauge = &g.family->Add({});
+    g.gauge->Set(v);
+  }
   if (Number(line, "step_seconds", &v) && std::isfinite(v) && v >= 0) step_seconds_->Observe(v);
   if (auto it = line.find("phase_seconds"); it != line.end() && it->is_object()) {
     for (Phase p : kAllPhases) {

@@ -19,6 +19,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "nlohmann/json.hpp"
 #include "prometheus/counter.h"
@@ -75,8 +76,14 @@ class TrainMetrics {
   prometheus::Histogram* step_seconds_;
   prometheus::Family<prometheus::Counter>* phase_family_;
   std::map<Phase, prometheus::Counter*> phases_;
-  prometheus::Gauge *step_, *total_steps_, *loss_, *val_loss_, *lr_, *grad_norm_, *tps_, *mfu_,
-      *peak_flops_, *last_step_time_, *rss_, *peak_rss_;
+  // The gauges of a step record's numbers, created by the first record that has them.
+  struct StepGauge {
+    const char* key;
+    prometheus::Family<prometheus::Gauge>* family;
+    prometheus::Gauge* gauge;
+  };
+  std::vector<StepGauge> step_gauges_;
+  prometheus::Gauge *total_steps_, *peak_flops_, *last_step_time_, *rss_, *peak_rss_;
   prometheus::Family<prometheus::Gauge>* info_;
   prometheus::Family<prometheus::Gauge>* device_memory_;
   prometheus::Family<prometheus::Counter>* comm_bytes_;

@@ -46,6 +46,8 @@ expect_fail() {  # NAME CODE TEXT ARGS...
   if [[ $c == "$code" ]] && grep -qF -- "$text" out.txt; then ok "$name"; else fail "$name (exit $c)"; cat out.txt; fi
 }
 expect_fail "--progress must be one of its choices" 2 "--progress" "${T[@]}" --progress fancy
+expect_fail "--job-id must be printable ASCII" 2 "--job-id must be 1 to 256 printable ASCII" \
+  "${T[@]}" --job-id $'bad\nid'
 expect_fail "--metrics-listen must be HOST:PORT" 2 "--metrics-listen 'nope' is not HOST:PORT" \
   "${T[@]}" --metrics-listen nope
 /usr/bin/python3 -c "

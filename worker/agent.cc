@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <deque>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -57,7 +58,15 @@ struct Running {
   std::unique_ptr<RankProcess> process;
   int64_t kill_at_ms = 0;  // SIGTERM sent; SIGKILL then
   std::unique_ptr<JsonlTail> log;  // global rank 0: its --log-jsonl, for the dashboard
+  std::deque<std::string> records;   // read from `log`, not yet delivered by a heartbeat
+  int64_t record_bytes = 0;
 };
+
+// Step records a worker holds for the coordinator: per rank at most kMaxPendingRecordBytes
+// (older ones are dropped first: the dashboard's series is decimated anyway), per heartbeat at
+// most kMaxRecordBytesPerBeat over all its ranks (the rest goes with the next one).
+constexpr int64_t kMaxPendingRecordBytes = 4 << 20;
+constexpr int64_t kMaxRecordBytesPerBeat = 2 << 20;
 
 class Agent {
  public:
@@ -73,6 +82,10 @@ class Agent {
   void SendExits();
   // False when the coordinator no longer knows this worker (register again).
   bool HeartbeatOnce();
+  // Reads rank 0's new step records and puts what the budget allows into req's rank
+  // statuses (in running_ order); Delivered drops those once the heartbeat succeeded.
+  void TakeRecords(v1::HeartbeatRequest* req);
+  void Delivered();
   absl::Status Start(const v1::RankAssignment& a);
   void StopRank(Running* r);
   void KillAll();
@@ -94,7 +107,43 @@ class Agent {
   std::vector<Running> running_;
   std::set<RankKey> started_;      // never start the same rank of the same attempt twice
   std::vector<v1::RankExit> exits_;  // not yet acknowledged
+  std::vector<size_t> records_sent_;  // per running_ entry, in the heartbeat in flight
 };
+
+void Agent::TakeRecords(v1::HeartbeatRequest* req) {
+  records_sent_.assign(running_.size(), 0);
+  int64_t budget = kMaxRecordBytesPerBeat;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    Running& r = running_[i];
+    if (r.log == nullptr) continue;
+    for (std::string& line : r.log->TakeRecords()) {
+      r.record_bytes += static_cast<int64_t>(line.size());
+      r.records.push_back(std::move(line));
+    }
+    while (r.record_bytes > kMaxPendingRecordBytes && !r.records.empty()) {
+      r.record_bytes -= static_cast<int64_t>(r.records.front().size());
+      r.records.pop_front();
+    }
+    v1::RankStatus* st = req->mutable_ranks(static_cast<int>(i));
+    for (const std::string& line : r.records) {
+      if (static_cast<int64_t>(line.size()) > budget) break;
+      budget -= static_cast<int64_t>(line.size());
+      st->add_records(line);
+      ++records_sent_[i];
+    }
+  }
+}
+
+void Agent::Delivered() {
+  for (size_t i = 0; i < records_sent_.size() && i < running_.size(); ++i) {
+    Running& r = running_[i];
+    for (size_t k = 0; k < records_sent_[i] && !r.records.empty(); ++k) {
+      r.record_bytes -= static_cast<int64_t>(r.records.front().size());
+      r.records.pop_front();
+    }
+  }
+  records_sent_.clear();
+}
 
 absl::Status Agent::Register(const std::atomic<bool>* stop) {
   v1::RegisterWorkerRequest req;
@@ -152,6 +201,18 @@ void Agent::Reap() {
       auto summary = core::ReadFileToString(
           absl::StrCat(o_.shared_dir, "/jobs/", std::get<0>(r.key), "/summary.json"), 1 << 20);
       if (summary.ok()) e.set_summary_json(*summary);
+    }
+    // The step records it logged since the last heartbeat go with its exit (the last ones).
+    if (r.log != nullptr) {
+      for (std::string& line : r.log->TakeRecords()) r.records.push_back(std::move(line));
+      int64_t left = kMaxRecordBytesPerBeat;  // the newest that fit, in their order
+      std::vector<const std::string*> newest;
+      for (auto it = r.records.rbegin(); it != r.records.rend(); ++it) {
+        if (static_cast<int64_t>(it->size()) > left) break;
+        left -= static_cast<int64_t>(it->size());
+        newest.push_back(&*it);
+      }
+      for (auto it = newest.rbegin(); it != newest.rend(); ++it) e.add_records(**it);
     }
     // Its last output goes up before its exit.
     const std::vector<std::string> lines = r.process->TakeLines();
@@ -227,10 +288,8 @@ bool Agent::HeartbeatOnce() {
     st->set_loss(p.loss);
     st->set_tokens_per_second(p.tokens_per_second);
     st->set_metrics_address(p.metrics_address);
-    if (r.log != nullptr) {
-      for (std::string& line : r.log->TakeRecords()) st->add_records(std::move(line));
-    }
   }
+  TakeRecords(&req);
   grpc::ClientContext ctx;
   rpc::SetDeadlineAndToken(&ctx, token_, absl::Seconds(5));
   v1::HeartbeatResponse resp;
@@ -253,6 +312,7 @@ bool Agent::HeartbeatOnce() {
     return true;
   }
   last_ok_ms_ = now;
+  Delivered();
   for (const v1::RankRef& stop : resp.stop()) {
     const RankKey key{stop.job_id(), stop.attempt(), stop.rank()};
     for (Running& r : running_) {
@@ -326,9 +386,11 @@ absl::Status Agent::Start(const v1::RankAssignment& a) {
                           RankProcess::Start(argv, env, absl::StrCat(local, "/rank-", a.rank(), ".log")));
   const RankKey key{a.job_id(), a.attempt(), a.rank()};
   Say(absl::StrCat("started ", KeyString(key), " (pid ", p->pid(), ")"));
-  running_.push_back(Running{key, std::move(p), 0,
-                             a.rank() == 0 ? std::make_unique<JsonlTail>(shared + "/log.jsonl")
-                                           : nullptr});
+  Running run;
+  run.key = key;
+  run.process = std::move(p);
+  if (a.rank() == 0) run.log = std::make_unique<JsonlTail>(shared + "/log.jsonl");
+  running_.push_back(std::move(run));
   SavePids();
   return absl::OkStatus();
 }

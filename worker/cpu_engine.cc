@@ -135,7 +135,9 @@ class CpuEngine : public StepEngine {
 
   void TakeCommWait(double* collective, double* pipeline) override {
     *collective = *pipeline = 0;
-    for (comm::CountingCommunicator* c : {g_.tp.get(), g_.ep.get(), g_.data.get(), g_.mp.get()}) {
+    // dp carries the expert gradients' all-reduce (MoE with ep > 1).
+    for (comm::CountingCommunicator* c :
+         {g_.tp.get(), g_.ep.get(), g_.dp.get(), g_.data.get(), g_.mp.get()}) {
       if (c != nullptr) *collective += c->TakeWaitSeconds();
     }
     if (g_.pp != nullptr) *pipeline = g_.pp->TakeWaitSeconds();

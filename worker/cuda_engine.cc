@@ -150,6 +150,7 @@ class CudaEngine : public StepEngine {
 
  private:
   OptimizerBuffers<float> host_buffers() { return {&params_, &exp_avg_, &exp_avg_sq_}; }
+  double PeakFlops() const override { return peak_flops_; }
   double Mfu(double tokens_per_second) const {
     return tokens_per_second / world_size_ * flops_per_token_ / peak_flops_;
   }

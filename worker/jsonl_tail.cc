@@ -22,7 +22,10 @@ std::vector<std::string> JsonlTail::TakeRecords() {
   std::vector<std::string> lines;
   const int64_t size = FileSize(path_);
   if (size < 0) return lines;
-  if (size < offset_) offset_ = 0;  // replaced by a shorter file
+  if (size < offset_) {  // replaced by a shorter file
+    offset_ = 0;
+    skipping_ = false;
+  }
   if (size == offset_) return lines;
   std::FILE* f = std::fopen(path_.c_str(), "rb");
   if (f == nullptr) return lines;
@@ -33,11 +36,14 @@ std::vector<std::string> JsonlTail::TakeRecords() {
   if (!ok) return lines;
   size_t start = 0;
   for (size_t nl = buf.find('\n'); nl != std::string::npos; nl = buf.find('\n', start)) {
-    if (nl > start) lines.push_back(buf.substr(start, nl - start));
+    // The end of a line too long to hand out is dropped with the rest of it.
+    if (nl > start && !skipping_) lines.push_back(buf.substr(start, nl - start));
+    skipping_ = false;
     start = nl + 1;
   }
   if (start == 0 && static_cast<int64_t>(buf.size()) == max_bytes_) {
-    start = buf.size();  // one line longer than max_bytes: skipped rather than stuck on
+    start = buf.size();  // a line longer than max_bytes: skipped to its end
+    skipping_ = true;
   }
   offset_ += static_cast<int64_t>(start);
   return lines;

@@ -17,7 +17,8 @@ class JsonlTail {
   // max_bytes: at most this much is read per call (the rest waits for the next one).
   explicit JsonlTail(std::string path, int64_t max_bytes = 1 << 20);
 
-  // The complete lines appended since the last call; a partial last line waits until it ends.
+  // The complete lines appended since the last call; a partial last line waits until it ends,
+  // and a line longer than max_bytes is dropped whole.
   // A file that is missing, or shorter than what was read (replaced), starts over from 0.
   std::vector<std::string> TakeRecords();
 
@@ -25,6 +26,7 @@ class JsonlTail {
   std::string path_;
   int64_t max_bytes_;
   int64_t offset_ = 0;
+  bool skipping_ = false;  // inside a line longer than max_bytes_
 };
 
 }  // namespace satdar::worker

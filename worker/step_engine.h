@@ -52,6 +52,8 @@ class StepEngine {
   // What this device measures, added to a step's log line (which has "tokens_per_second"):
   // bytes per group and boundary since the last call, memory, MFU.
   virtual absl::Status AddToLog(nlohmann::json* line) = 0;
+  // The peak FLOP/s per rank this engine's MFU divides by; 0 when it logs no MFU itself.
+  virtual double PeakFlops() const { return 0; }
   // Seconds this rank spent blocked in communication since the last call: *collective in the
   // data, tensor and expert groups' collectives, *pipeline waiting for a neighbouring stage
   // (the pipeline bubble). Engines that do not measure it report 0.

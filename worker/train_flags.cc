@@ -1,5 +1,6 @@
 #include "worker/train_flags.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -167,7 +168,17 @@ absl::Status ParseTrainOptions(const FlagSet& flags, TrainOptions* o) {
           "' is not HOST:PORT (port 0 picks a free one)"));
     }
   }
-  if (flags.Has("--job-id")) o->job_id = flags.Get("--job-id");
+  if (flags.Has("--job-id")) {
+    o->job_id = flags.Get("--job-id");
+    // It labels every metric: printable ASCII keeps the exposition valid for any scraper.
+    const bool printable = !o->job_id.empty() &&
+                           std::all_of(o->job_id.begin(), o->job_id.end(),
+                                       [](char ch) { return ch >= 0x20 && ch <= 0x7e; });
+    if (!printable || o->job_id.size() > 256) {
+      return absl::InvalidArgumentError(
+          "satdar train: --job-id must be 1 to 256 printable ASCII characters");
+    }
+  }
   SATDAR_ASSIGN_OR_RETURN(const double peak, flags.GetDouble("--peak-tflops", 0.0, true, 1e6));
   o->peak_tflops = peak;
   if ((o->resume || o->checkpoint_every > 0) && o->checkpoint_dir.empty()) {

@@ -5,7 +5,7 @@
 //
 //   TrainObserver obs(options, rank);
 //   SATDAR_RETURN_IF_ERROR(obs.Start());          // before the ranks meet: scrapes work at once
-//   obs.SetModel(full_parameters, world_size, design, device, layout);
+//   obs.SetModel(full_parameters, world_size, design, layout, engine->PeakFlops());
 //   obs.OnStep(step, &line, tokens, times);      // adds phase_seconds and mfu to the line
 #ifndef SATDAR_WORKER_TRAIN_OBSERVER_H_
 #define SATDAR_WORKER_TRAIN_OBSERVER_H_
@@ -51,8 +51,9 @@ class TrainObserver {
   // MFU's terms: the whole model's parameter count and the ranks sharing its work. The peak is
   // --peak-tflops, else the GPU's from its name (the engine logs that MFU itself), else a GEMM
   // measured now on this rank's threads (only when metrics are on: it takes about 0.2 s).
+  // engine_peak_flops: the engine's own peak when it logs MFU itself (a GPU's), else 0.
   void SetModel(int64_t full_parameters, int world_size, const std::string& design,
-                const std::string& layout);
+                const std::string& layout, double engine_peak_flops);
   // The step a resumed run starts after (its first step pays for allocation: no ETA from it).
   void SetStartStep(int64_t start_step) { start_step_ = start_step; }
 

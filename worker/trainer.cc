@@ -153,7 +153,8 @@ absl::Status TrainRun::Setup() {
   if (o_.config.moe.has_value()) absl::StrAppend(&design, "+moe");
   observer_.SetModel(whole.parameters, g_.shape.size(), design,
                      absl::StrCat("dp=", g_.shape.dp, " tp=", g_.shape.tp, " pp=", g_.shape.pp,
-                                  " ep=", g_.shape.ep));
+                                  " ep=", g_.shape.ep),
+                     engine_->PeakFlops());
   observer_.SetStartStep(start_step_);
   return absl::OkStatus();
 }
