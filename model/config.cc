@@ -239,7 +239,9 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text,
   FieldReader r(j, source, "");
   r.Int("vocab_size", &c.vocab_size, true, 2, kMaxVocabSize);
   r.Int("hidden_size", &c.hidden_size, true, 2, kMaxHiddenSize);
-  r.Int("intermediate_size", &c.intermediate_size, false, 1, kMaxIntermediateSize);
+  // 0 (or absent) is allowed with "moe", whose experts have their own width: the canonical
+  // JSON (ModelConfigToJson) writes 0 there, and it must parse again (a job's stored config).
+  r.Int("intermediate_size", &c.intermediate_size, false, 0, kMaxIntermediateSize);
   r.Int("num_hidden_layers", &c.num_hidden_layers, true, 1, kMaxLayers);
   r.Int("num_attention_heads", &c.num_attention_heads, true, 1, kMaxHeads);
   r.Int("num_key_value_heads", &c.num_key_value_heads, false, 1, kMaxHeads);

@@ -27,6 +27,25 @@ TEST(Config, DefaultsFilledIn) {
   EXPECT_EQ(ModelConfigToJson(*again), ModelConfigToJson(*c));
 }
 
+TEST(Config, AMoeConfigWithoutADenseWidthRoundTrips) {
+  // The experts have their own width; the canonical JSON (what the coordinator stores for a
+  // job and the rank parses) writes intermediate_size 0 for it.
+  auto c = ParseModelConfig(R"({"vocab_size": 256, "hidden_size": 64, "num_hidden_layers": 2,
+      "max_position_embeddings": 64, "num_attention_heads": 4,
+      "moe": {"num_experts": 4, "top_k": 2, "expert_intermediate_size": 32}})", "c.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->intermediate_size, 0);
+  auto again = ParseModelConfig(ModelConfigToJson(*c), "again");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(ModelConfigToJson(*again), ModelConfigToJson(*c));
+  // A dense model still needs its width, also when it is written as 0.
+  auto dense = ParseModelConfig(R"({"vocab_size": 256, "hidden_size": 64, "intermediate_size": 0,
+      "num_hidden_layers": 2, "max_position_embeddings": 64, "num_attention_heads": 4})", "d.json");
+  ASSERT_FALSE(dense.ok());
+  EXPECT_NE(std::string(dense.status().message()).find("intermediate_size"), std::string::npos)
+      << dense.status();
+}
+
 struct BadConfig {
   std::string json;
   std::string message;

@@ -56,7 +56,7 @@ $PY "$HERE/tiny_brown.py" 40
 "$SATDAR" prep --input brown --out ds --vocab-size 300 --val-fraction 0.2 --quiet >prep.log 2>&1 \
   || { cat prep.log; echo "FAIL prep"; exit 1; }
 cat >model.json <<'JSON'
-{"vocab_size": 300, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
+{"vocab_size": 300, "hidden_size": 32, "num_hidden_layers": 4, "num_attention_heads": 4,
  "num_key_value_heads": 2, "max_position_embeddings": 64, "residual": "dar", "block_size": 2,
  "value_residual": "satformer",
  "moe": {"num_experts": 4, "top_k": 2, "expert_intermediate_size": 32}}
