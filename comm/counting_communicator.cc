@@ -6,6 +6,11 @@ namespace satdar::comm {
 
 namespace {
 
+int64_t NanosSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+      .count();
+}
+
 // Adds the time a rank spends blocked in Wait to a counter.
 class TimedWork : public Work {
  public:
@@ -14,9 +19,7 @@ class TimedWork : public Work {
   absl::Status Wait() override {
     const auto t0 = std::chrono::steady_clock::now();
     absl::Status s = inner_->Wait();
-    *ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(
-                std::chrono::steady_clock::now() - t0)
-                .count();
+    *ns_ += NanosSince(t0);
     return s;
   }
 
@@ -27,13 +30,13 @@ class TimedWork : public Work {
 
 }  // namespace
 
-std::unique_ptr<Work> CountingCommunicator::Timed(const std::function<std::unique_ptr<Work>()>& call) {
+// A template, not a std::function: a collective's call must not allocate to be timed.
+template <typename Call>
+std::unique_ptr<Work> CountingCommunicator::Timed(Call call) {
   // A backend may do the work in the call (synchronously) or in Wait: both count.
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<Work> w = call();
-  wait_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(
-                  std::chrono::steady_clock::now() - t0)
-                  .count();
+  wait_ns_ += NanosSince(t0);
   if (w == nullptr) return w;
   return std::make_unique<TimedWork>(std::move(w), &wait_ns_);
 }

@@ -8,7 +8,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <vector>
 
@@ -51,7 +50,9 @@ class CountingCommunicator : public Communicator {
   void Add(size_t count, core::DType dtype) {
     bytes_ += static_cast<int64_t>(count * core::DTypeSize(dtype));
   }
-  std::unique_ptr<Work> Timed(const std::function<std::unique_ptr<Work>()>& call);
+  // call() -> std::unique_ptr<Work>, timed (defined in the .cc, its only user).
+  template <typename Call>
+  std::unique_ptr<Work> Timed(Call call);
   std::unique_ptr<Communicator> inner_;
   std::atomic<int64_t> bytes_{0};
   std::atomic<int64_t> wait_ns_{0};

@@ -63,20 +63,11 @@ void CoordinatorMetrics::SetState(const StateCounts& c) {
 }
 
 void CoordinatorMetrics::ObserveRpc(const std::string& method, double seconds) {
-  prometheus::Histogram* h;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = rpc_by_method_.find(method);
-    if (it == rpc_by_method_.end()) {
-      h = &rpc_->Add({{"method", method}},
-                     prometheus::Histogram::BucketBoundaries{0.0005, 0.001, 0.0025, 0.005, 0.01,
-                                                             0.025, 0.05, 0.1, 0.25, 1, 10, 60});
-      rpc_by_method_[method] = h;
-    } else {
-      h = it->second;
-    }
-  }
-  h->Observe(seconds);
+  // Family::Add returns the method's histogram once it exists (under the family's own lock).
+  rpc_->Add({{"method", method}},
+            prometheus::Histogram::BucketBoundaries{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                                    0.05, 0.1, 0.25, 1, 10, 60})
+      .Observe(seconds);
 }
 
 void CoordinatorMetrics::ObserveSchedulingDelay(double seconds) { scheduling_->Observe(seconds); }

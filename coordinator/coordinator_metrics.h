@@ -50,9 +50,8 @@ class CoordinatorMetrics {
   prometheus::Gauge* queue_;
   prometheus::Histogram* scheduling_;
   prometheus::Family<prometheus::Histogram>* rpc_;
-  std::mutex mu_;  // guards restarts_seen_ and rpc_by_method_
+  std::mutex mu_;  // guards restarts_seen_
   int64_t restarts_seen_ = 0;
-  std::map<std::string, prometheus::Histogram*> rpc_by_method_;
 };
 
 }  // namespace satdar::coordinator

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/dashboard_assets.h"
+#include "model/config.h"
 #include "nlohmann/json.hpp"
 
 namespace satdar::coordinator {
@@ -36,35 +37,23 @@ std::string Dump(const Json& j) {
 
 // The public view of a job for the pages (no spec text, no full history).
 Json JobSummary(const v1::Job& job) {
-  Json j = ToJson(job);
-  if (!j.contains("job_id")) j["job_id"] = job.job_id();
+  v1::Job brief = job;
+  brief.clear_spec();
+  brief.clear_history();
+  Json j = ToJson(brief);
   j.erase("spec");
-  j.erase("history");
+  j.erase("history");  // printed empty
+  if (!j.contains("job_id")) j["job_id"] = job.job_id();
   if (job.has_spec()) {
     const v1::Layout& l = job.spec().layout();
     j["layout"] = {{"dp", std::max(1, l.dp())}, {"tp", std::max(1, l.tp())},
                    {"pp", std::max(1, l.pp())}, {"ep", std::max(1, l.ep())}};
     j["device"] = job.spec().resources().device().empty() ? "cpu" : job.spec().resources().device();
-    const Json config = Json::parse(job.spec().config_json(), nullptr, false);
-    if (config.is_object()) {
-      std::string design = config.value("residual", std::string("standard"));
-      const std::string vr = config.value("value_residual", std::string("none"));
-      if (vr != "none") absl::StrAppend(&design, "+", vr);
-      // The stored config names every field; a dense model's "moe" is null.
-      if (auto m = config.find("moe"); m != config.end() && !m->is_null()) {
-        absl::StrAppend(&design, "+moe");
-      }
-      j["design"] = design;
-    }
+    // The stored config is canonical (validated at submit): its design is the model's own.
+    auto config = model::ParseModelConfig(job.spec().config_json(), "job config");
+    if (config.ok()) j["design"] = model::DesignName(*config);
   }
   return j;
-}
-
-HttpResponse Asset(const std::string& path) {
-  for (const DashboardAsset& a : DashboardAssets()) {
-    if (path == a.path) return HttpResponse::Text(a.body, a.content_type);
-  }
-  return HttpResponse::Error(404, absl::StrCat("no page at ", path));
 }
 
 }  // namespace
@@ -112,8 +101,7 @@ void AddHttpHandlers(ControlState* state, CoordinatorMetrics* metrics,
   });
   server->Handle("/healthz", [](const HttpRequest&) { return HttpResponse::Text("ok\n", "text/plain"); });
   for (const DashboardAsset& a : DashboardAssets()) {
-    const std::string path = a.path;
-    server->Handle(path, [path](const HttpRequest&) { return Asset(path); });
+    server->Handle(a.path, [&a](const HttpRequest&) { return HttpResponse::Text(a.body, a.content_type); });
   }
 }
 

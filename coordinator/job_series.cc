@@ -77,15 +77,11 @@ void JobSeries::TakeStats(int64_t step, const Json& stats) {
     auto it = stats.find(key);
     if (it == stats.end() || !NumberGrid(*it, streams ? 3 : 2, &budget)) continue;
     Json entropy = Json::array(), largest = Json::array();
-    for (const Json& sub : *it) {
+    for (const auto& per_stream : metrics::DepthWeightSummary(*it, streams)) {
       Json e = Json::array(), m = Json::array();
-      if (sub.is_array()) {
-        const size_t n = streams ? sub.size() : 1;
-        for (size_t k = 0; k < n; ++k) {
-          const auto [h, mx] = metrics::EntropyAndMax(streams ? sub[k] : sub);
-          e.push_back(h);
-          m.push_back(mx);
-        }
+      for (const auto& [h, mx] : per_stream) {
+        e.push_back(h);
+        m.push_back(mx);
       }
       entropy.push_back(e);
       largest.push_back(m);

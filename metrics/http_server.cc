@@ -4,11 +4,10 @@
 
 #include <cstring>
 #include <mutex>
-#include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/address.h"
 
 namespace satdar::metrics {
 
@@ -18,17 +17,6 @@ namespace {
 void InitCivetweb() {
   static std::once_flag once;
   std::call_once(once, [] { mg_init_library(0); });
-}
-
-absl::Status SplitAddress(const std::string& address, std::string* host, int* port) {
-  const size_t colon = address.rfind(':');
-  if (colon == std::string::npos || colon == 0 ||
-      !absl::SimpleAtoi(address.substr(colon + 1), port) || *port < 0 || *port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("address '", address, "' is not HOST:PORT (port 0 picks a free one)"));
-  }
-  *host = address.substr(0, colon);
-  return absl::OkStatus();
 }
 
 int HexValue(char c) {
@@ -51,17 +39,6 @@ std::string UrlDecode(const std::string& s) {
     }
   }
   return out;
-}
-
-const char* Reason(int status) {
-  switch (status) {
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 503: return "Service Unavailable";
-    default: return "Error";
-  }
 }
 
 }  // namespace
@@ -107,7 +84,7 @@ void HttpServer::HandlePrefix(const std::string& prefix, HttpHandler handler) {
 absl::Status HttpServer::Start(const std::string& listen, int threads) {
   std::string host;
   int port = 0;
-  if (absl::Status s = SplitAddress(listen, &host, &port); !s.ok()) return s;
+  if (absl::Status s = core::SplitHostPort(listen, "address", &host, &port); !s.ok()) return s;
   InitCivetweb();
   const std::string n = std::to_string(threads);
   const char* options[] = {"listening_ports", listen.c_str(), "num_threads", n.c_str(),
@@ -156,7 +133,8 @@ int HttpServer::Dispatch(mg_connection* conn, void* self) {
   mg_printf(conn,
             "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
             "Cache-Control: no-store\r\nConnection: close\r\n\r\n",
-            r.status, Reason(r.status), r.content_type.c_str(), r.body.size());
+            r.status, mg_get_response_code_text(conn, r.status), r.content_type.c_str(),
+            r.body.size());
   if (method != "HEAD") mg_write(conn, r.body.data(), r.body.size());
   return r.status;  // civetweb: a status code > 0 means handled
 }
@@ -165,7 +143,7 @@ absl::StatusOr<HttpResponse> HttpGet(const std::string& address, const std::stri
                                      int timeout_ms) {
   std::string host;
   int port = 0;
-  if (absl::Status s = SplitAddress(address, &host, &port); !s.ok()) return s;
+  if (absl::Status s = core::SplitHostPort(address, "address", &host, &port); !s.ok()) return s;
   InitCivetweb();
   char error[256] = "";
   mg_connection* conn = mg_connect_client(host.c_str(), port, 0, error, sizeof error);

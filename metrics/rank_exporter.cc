@@ -5,22 +5,17 @@
 #include <exception>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "core/address.h"
+#include "core/check.h"
 #include "prometheus/exposer.h"
 
 namespace satdar::metrics {
 
 absl::StatusOr<std::unique_ptr<RankExporter>> RankExporter::Start(
     const std::string& listen, std::shared_ptr<prometheus::Registry> registry) {
-  const size_t colon = listen.rfind(':');
-  int port = 0;
-  if (colon == std::string::npos || colon == 0 ||
-      !absl::SimpleAtoi(listen.substr(colon + 1), &port) || port < 0 || port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("metrics address '", listen, "' is not HOST:PORT (port 0 picks a free one)"));
-  }
-  const std::string host = listen.substr(0, colon);
+  std::string host;
+  SATDAR_RETURN_IF_ERROR(core::SplitHostPort(listen, "metrics address", &host, nullptr));
   std::unique_ptr<RankExporter> e(new RankExporter());
   e->registry_ = std::move(registry);
   try {

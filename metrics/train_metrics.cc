@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <string>
 #include <tuple>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "prometheus/text_serializer.h"
@@ -29,18 +30,20 @@ bool Number(const Json& j, const char* key, double* out) {
   return true;
 }
 
-// Resident set size of this process now and at its peak (Linux /proc/self/status).
+// Resident set size of this process now (/proc/self/statm, one short line) and at its peak
+// (getrusage's high-water mark).
 void ReadRss(double* current, double* peak) {
-  *current = *peak = 0;
-  std::FILE* f = std::fopen("/proc/self/status", "r");
-  if (f == nullptr) return;
-  char line[256];
-  while (std::fgets(line, sizeof line, f) != nullptr) {
-    long long kb = 0;
-    if (std::sscanf(line, "VmRSS: %lld kB", &kb) == 1) *current = kb * 1024.0;
-    if (std::sscanf(line, "VmHWM: %lld kB", &kb) == 1) *peak = kb * 1024.0;
+  *current = 0;
+  long long pages_total = 0, pages_resident = 0;
+  if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%lld %lld", &pages_total, &pages_resident) == 2) {
+      *current = static_cast<double>(pages_resident) * static_cast<double>(sysconf(_SC_PAGESIZE));
+    }
+    std::fclose(f);
   }
-  std::fclose(f);
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  *peak = static_cast<double>(ru.ru_maxrss) * 1024.0;
 }
 
 double UnixSeconds() {
@@ -73,6 +76,21 @@ std::pair<double, double> EntropyAndMax(const Json& weights) {
   return {entropy, largest};
 }
 
+std::vector<std::vector<std::pair<double, double>>> DepthWeightSummary(const Json& w,
+                                                                       bool streams) {
+  std::vector<std::vector<std::pair<double, double>>> out;
+  if (!w.is_array()) return out;
+  for (const Json& sub : w) {
+    std::vector<std::pair<double, double>> per_stream;
+    if (sub.is_array()) {
+      const size_t n = streams ? sub.size() : 1;
+      for (size_t s = 0; s < n; ++s) per_stream.push_back(EntropyAndMax(streams ? sub[s] : sub));
+    }
+    out.push_back(std::move(per_stream));
+  }
+  return out;
+}
+
 TrainMetrics::TrainMetrics(const std::string& job_id, int rank)
     : registry_(std::make_shared<prometheus::Registry>()) {
   const prometheus::Labels base = {{"job_id", job_id}, {"rank", std::to_string(rank)}};
@@ -95,10 +113,10 @@ TrainMetrics::TrainMetrics(const std::string& job_id, int rank)
            .Labels(base)
            .Register(r)
            .Add({}, kStepBuckets);
-  phase_family_ = counters("satdar_train_phase_seconds_total",
-                           "Step wall time by phase: data, compute, comm_wait, pipeline_bubble, "
-                           "optimizer, checkpoint");
-  for (Phase p : kAllPhases) phases_[p] = &phase_family_->Add({{"phase", PhaseName(p)}});
+  auto* phases = counters("satdar_train_phase_seconds_total",
+                          "Step wall time by phase: data, compute, comm_wait, pipeline_bubble, "
+                          "optimizer, checkpoint");
+  for (Phase p : kAllPhases) phases_[p] = &phases->Add({{"phase", PhaseName(p)}});
   // What a step measures has no sample until a step measured it: a 0 before the first step
   // would read as a loss or throughput of 0 (and trip the alerts' baselines).
   for (const auto& [key, name, help] :
@@ -153,14 +171,8 @@ TrainMetrics::TrainMetrics(const std::string& job_id, int rank)
 void TrainMetrics::SetInfo(const std::string& design, const std::string& device,
                            const std::string& layout, double peak_flops, int64_t steps) {
   info_->Add({{"design", design}, {"device", device}, {"layout", layout}}).Set(1);
-  peak_flops_value_ = peak_flops;
   peak_flops_->Set(peak_flops);
   total_steps_->Set(static_cast<double>(steps));
-}
-
-prometheus::Gauge& TrainMetrics::Labelled(prometheus::Family<prometheus::Gauge>* family,
-                                          const std::map<std::string, std::string>& labels) {
-  return family->Add(prometheus::Labels(labels.begin(), labels.end()));
 }
 
 void TrainMetrics::ObservePhase(Phase phase, double seconds) {
@@ -217,19 +229,13 @@ void TrainMetrics::ObserveStep(const Json& line, int64_t tokens) {
 }
 
 void TrainMetrics::ObserveDepthWeights(const std::string& design, const Json& w, bool streams) {
-  // w: [sublayer][source] (AttnRes, one stream) or [sublayer][stream][source] (DAR).
-  if (!w.is_array()) return;
-  for (size_t l = 0; l < w.size(); ++l) {
-    const Json& per_sublayer = w[l];
-    if (!per_sublayer.is_array()) continue;
-    const size_t n_streams = streams ? per_sublayer.size() : 1;
-    for (size_t s = 0; s < n_streams; ++s) {
-      const Json& weights = streams ? per_sublayer[s] : per_sublayer;
-      const auto [entropy, largest] = EntropyAndMax(weights);
-      const std::map<std::string, std::string> labels = {
+  const auto summary = DepthWeightSummary(w, streams);
+  for (size_t l = 0; l < summary.size(); ++l) {
+    for (size_t s = 0; s < summary[l].size(); ++s) {
+      const prometheus::Labels labels = {
           {"design", design}, {"sublayer", std::to_string(l)}, {"stream", std::to_string(s)}};
-      Labelled(depth_entropy_, labels).Set(entropy);
-      Labelled(depth_max_, labels).Set(largest);
+      depth_entropy_->Add(labels).Set(summary[l][s].first);
+      depth_max_->Add(labels).Set(summary[l][s].second);
     }
   }
 }
@@ -246,7 +252,7 @@ void TrainMetrics::ObserveStats(const Json& stats) {
       if (!heads.is_array()) continue;
       for (size_t h = 0; h < heads.size(); ++h) {
         if (!heads[h].is_number()) continue;
-        Labelled(family, {{"layer", std::to_string(l + 1)}, {"head", std::to_string(h)}})
+        family->Add({{"layer", std::to_string(l + 1)}, {"head", std::to_string(h)}})
             .Set(heads[h].get<double>());
       }
     }

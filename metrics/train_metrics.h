@@ -40,6 +40,12 @@ inline constexpr Phase kAllPhases[] = {Phase::kData,           Phase::kCompute,
 // Shannon entropy (nats) and largest entry of a weight vector (a depth retrieval's softmax).
 std::pair<double, double> EntropyAndMax(const nlohmann::json& weights);
 
+// Depth weights [sublayer][source] (AttnRes: streams false) or [sublayer][stream][source]
+// (DAR) as [sublayer][stream] (entropy, largest weight); a sublayer that is not an array has
+// no streams.
+std::vector<std::vector<std::pair<double, double>>> DepthWeightSummary(const nlohmann::json& w,
+                                                                       bool streams);
+
 class TrainMetrics {
  public:
   TrainMetrics(const std::string& job_id, int rank);
@@ -67,14 +73,11 @@ class TrainMetrics {
  private:
   void ObserveStats(const nlohmann::json& stats);
   void ObserveDepthWeights(const std::string& design, const nlohmann::json& w, bool streams);
-  prometheus::Gauge& Labelled(prometheus::Family<prometheus::Gauge>* family,
-                              const std::map<std::string, std::string>& labels);
 
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Counter* tokens_;
   prometheus::Counter* steps_;
   prometheus::Histogram* step_seconds_;
-  prometheus::Family<prometheus::Counter>* phase_family_;
   std::map<Phase, prometheus::Counter*> phases_;
   // The gauges of a step record's numbers, created by the first record that has them.
   struct StepGauge {
@@ -94,7 +97,6 @@ class TrainMetrics {
   prometheus::Family<prometheus::Gauge>* depth_max_;
   prometheus::Family<prometheus::Counter>* expert_tokens_;
   prometheus::Counter* dropped_tokens_;
-  double peak_flops_value_ = 0;
 };
 
 }  // namespace satdar::metrics

@@ -296,6 +296,13 @@ absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& path) {
   return ParseModelConfig(*text, path);
 }
 
+std::string DesignName(const ModelConfig& c) {
+  std::string design = Name(c.residual);
+  if (c.value_residual != ValueResidualKind::kNone) absl::StrAppend(&design, "+", Name(c.value_residual));
+  if (c.moe.has_value()) absl::StrAppend(&design, "+moe");
+  return design;
+}
+
 std::string ModelConfigToJson(const ModelConfig& c) {
   Json j = {{"vocab_size", c.vocab_size},
             {"hidden_size", c.hidden_size},

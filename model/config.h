@@ -92,6 +92,9 @@ struct ModelConfig {
   int head_size() const { return hidden_size / num_attention_heads; }
 };
 
+// "dar+satformer+moe": the residual, then the value residual and the MoE when there are.
+std::string DesignName(const ModelConfig& config);
+
 // Parses and validates JSON text; `source` names the file in errors.
 absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text,
                                              const std::string& source);

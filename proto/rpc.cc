@@ -1,5 +1,7 @@
 #include "proto/rpc.h"
 
+#include "core/address.h"
+
 #include <cctype>
 
 #include "absl/strings/numbers.h"
@@ -84,14 +86,7 @@ absl::Status FromGrpc(const grpc::Status& s) {
 }
 
 absl::Status CheckAddress(const std::string& address, const std::string& what) {
-  const size_t colon = address.rfind(':');
-  int port;
-  if (colon == std::string::npos || colon == 0 ||
-      !absl::SimpleAtoi(address.substr(colon + 1), &port) || port < 0 || port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " '", address, "' is not HOST:PORT (PORT 0..65535)"));
-  }
-  return absl::OkStatus();
+  return core::SplitHostPort(address, what, nullptr, nullptr);
 }
 
 }  // namespace satdar::rpc

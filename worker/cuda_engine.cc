@@ -152,7 +152,7 @@ class CudaEngine : public StepEngine {
   OptimizerBuffers<float> host_buffers() { return {&params_, &exp_avg_, &exp_avg_sq_}; }
   double PeakFlops() const override { return peak_flops_; }
   double Mfu(double tokens_per_second) const {
-    return tokens_per_second / world_size_ * flops_per_token_ / peak_flops_;
+    return worker::Mfu(tokens_per_second, world_size_, flops_per_token_, peak_flops_);
   }
   absl::Status Upload(float* dst, const std::vector<float>& src) {
     model::gpu::PackToDevice(params(), model_->layout(), src.data(), staging_.data());
@@ -221,7 +221,7 @@ class CudaEngine : public StepEngine {
   std::vector<kc::Event> ready_;
   std::vector<std::unique_ptr<comm::Work>> pending_;
   absl::Status hook_status_;
-  double flops_per_token_ = 0, peak_flops_ = 989e12, grad_norm_ = 0;
+  double flops_per_token_ = 0, peak_flops_ = 0, grad_norm_ = 0;  // set by Init
 };
 
 absl::Status CudaEngine::Init() {

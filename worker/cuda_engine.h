@@ -15,11 +15,9 @@
 #ifndef SATDAR_WORKER_CUDA_ENGINE_H_
 #define SATDAR_WORKER_CUDA_ENGINE_H_
 
-#include <cstdint>
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "model/config.h"
 #include "worker/mesh_groups.h"
 #include "worker/step_engine.h"
 #include "worker/train_options.h"

@@ -18,6 +18,12 @@ namespace satdar::worker {
 // retrieval reads (a score and a weighted sum per source, per stream).
 double FlopsPerToken(int64_t parameters, const model::ModelConfig& config, int seq_len);
 
+// MFU of one rank: flops_per_token x tokens_per_second / ranks (the job's tokens are shared by
+// its ranks) / peak_flops (per rank).
+inline double Mfu(double tokens_per_second, int ranks, double flops_per_token, double peak_flops) {
+  return tokens_per_second / ranks * flops_per_token / peak_flops;
+}
+
 // History entries the depth retrievals of one token read in a forward pass, over every
 // retrieval (2L sublayers and the final readout) and stream: 0 for designs without them.
 int64_t DepthRetrievalReads(const model::ModelConfig& config);

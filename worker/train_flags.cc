@@ -4,8 +4,9 @@
 #include <cstdint>
 #include <string>
 
-#include "absl/strings/numbers.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "core/address.h"
 #include "core/check.h"
 #include "worker/cli_util.h"
 
@@ -159,28 +160,21 @@ absl::Status ParseTrainOptions(const FlagSet& flags, TrainOptions* o) {
   o->progress = flags.Get("--progress");
   o->metrics_listen = flags.Get("--metrics-listen");
   if (!o->metrics_listen.empty()) {
-    const size_t colon = o->metrics_listen.rfind(':');
-    int64_t port = -1;
-    if (colon == std::string::npos || colon == 0 ||
-        !absl::SimpleAtoi(o->metrics_listen.substr(colon + 1), &port) || port < 0 || port > 65535) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "satdar train: --metrics-listen '", o->metrics_listen,
-          "' is not HOST:PORT (port 0 picks a free one)"));
-    }
+    SATDAR_RETURN_IF_ERROR(
+        core::SplitHostPort(o->metrics_listen, "satdar train: --metrics-listen", nullptr, nullptr));
   }
   if (flags.Has("--job-id")) {
     o->job_id = flags.Get("--job-id");
     // It labels every metric: printable ASCII keeps the exposition valid for any scraper.
     const bool printable = !o->job_id.empty() &&
                            std::all_of(o->job_id.begin(), o->job_id.end(),
-                                       [](char ch) { return ch >= 0x20 && ch <= 0x7e; });
+                                       [](char ch) { return absl::ascii_isprint(ch); });
     if (!printable || o->job_id.size() > 256) {
       return absl::InvalidArgumentError(
           "satdar train: --job-id must be 1 to 256 printable ASCII characters");
     }
   }
-  SATDAR_ASSIGN_OR_RETURN(const double peak, flags.GetDouble("--peak-tflops", 0.0, true, 1e6));
-  o->peak_tflops = peak;
+  SATDAR_ASSIGN_OR_RETURN(o->peak_tflops, flags.GetDouble("--peak-tflops", 0.0, true, 1e6));
   if ((o->resume || o->checkpoint_every > 0) && o->checkpoint_dir.empty()) {
     return absl::InvalidArgumentError(
         "satdar train: --resume and --checkpoint-every need --checkpoint-dir");

@@ -36,11 +36,6 @@ TrainObserver::TrainObserver(const TrainOptions& options, int rank) : o_(options
   bar_ = o_.progress == "bar" || (o_.progress == "auto" && isatty(STDOUT_FILENO) == 1);
 }
 
-const std::string& TrainObserver::metrics_address() const {
-  static const std::string kNone;
-  return exporter_ != nullptr ? exporter_->address() : kNone;
-}
-
 absl::Status TrainObserver::Start() {
   if (o_.metrics_listen.empty()) return absl::OkStatus();
   metrics_ = std::make_unique<metrics::TrainMetrics>(o_.job_id, rank_);
@@ -82,8 +77,8 @@ void TrainObserver::OnStep(int64_t step, Json* line, int64_t tokens, const StepT
   if (metrics_ != nullptr) {
     (*line)["phase_seconds"] = PhaseSeconds(times);
     if (!line->contains("mfu") && peak_flops_ > 0) {
-      (*line)["mfu"] = (*line)["tokens_per_second"].get<double>() / world_size_ *
-                       flops_per_token_ / peak_flops_;
+      (*line)["mfu"] =
+          Mfu((*line)["tokens_per_second"].get<double>(), world_size_, flops_per_token_, peak_flops_);
     }
     metrics_->ObserveStep(*line, tokens);
   }

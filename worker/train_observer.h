@@ -10,7 +10,6 @@
 #ifndef SATDAR_WORKER_TRAIN_OBSERVER_H_
 #define SATDAR_WORKER_TRAIN_OBSERVER_H_
 
-#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -45,8 +44,6 @@ class TrainObserver {
   // Serves /metrics when metrics_listen is set and prints where; Unavailable when the address
   // cannot be bound.
   absl::Status Start();
-  bool metrics_on() const { return metrics_ != nullptr; }
-  const std::string& metrics_address() const;
 
   // MFU's terms: the whole model's parameter count and the ranks sharing its work. The peak is
   // --peak-tflops, else the GPU's from its name (the engine logs that MFU itself), else a GEMM

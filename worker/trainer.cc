@@ -146,12 +146,7 @@ absl::Status TrainRun::Setup() {
   tokens_per_step_ = static_cast<int64_t>(o_.batch_size) * replicas * o_.seq_len;
   SATDAR_ASSIGN_OR_RETURN(const model::MemoryEstimate whole,
                           model::EstimateMemory(o_.config, model::MemoryShape{}));
-  std::string design = model::Name(o_.config.residual);
-  if (o_.config.value_residual != model::ValueResidualKind::kNone) {
-    absl::StrAppend(&design, "+", model::Name(o_.config.value_residual));
-  }
-  if (o_.config.moe.has_value()) absl::StrAppend(&design, "+moe");
-  observer_.SetModel(whole.parameters, g_.shape.size(), design,
+  observer_.SetModel(whole.parameters, g_.shape.size(), model::DesignName(o_.config),
                      absl::StrCat("dp=", g_.shape.dp, " tp=", g_.shape.tp, " pp=", g_.shape.pp,
                                   " ep=", g_.shape.ep),
                      engine_->PeakFlops());

@@ -1,6 +1,5 @@
 #include "model/variants/resformer.h"
 
-#include <cmath>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
