@@ -5,7 +5,8 @@
 #  2. payload bytes per optimizer step that each group moves (the comm_bytes and
 #     pp_boundary_bytes of the --log-jsonl lines) for the designs and layouts that matter:
 #     the data-parallel gradient all-reduce, the TP activations, and what crosses a pipeline
-#     boundary (hidden state, V1, AttnRes/DAR histories).
+#     boundary (hidden state, V1, AttnRes/DAR histories, HC/mHC streams, DenseFormer and
+#     MUDDFormer sources), with rank 0's peak RSS (parameters, moments and activations).
 # Usage: bench/parallel.sh [STEPS]
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -43,25 +44,31 @@ PY
 
 # Bytes per step: 2 steps each, the second one's counts.
 echo
-printf "%-12s %-10s %10s %10s %10s %10s %22s\n" design layout tp pp ep data "pp boundary fwd/bwd"
-for case in "transformer 2 1 1 1" "transformer 1 2 1 1" "transformer 1 1 2 1" \
-            "satformer 1 2 1 1" "satformer 1 1 2 1" "dar 1 1 2 1" "dar-full 1 1 2 1" \
-            "attnres 1 1 2 1" "dar-moe 1 1 1 2" "dar-moe 1 2 1 1"; do
-  read -r design dp tp pp ep <<<"$case"
+printf "%-12s %-16s %10s %10s %10s %10s %22s %10s\n" design layout tp pp ep data \
+  "pp boundary fwd/bwd" "peak RSS"
+for case in "transformer 1 1 1 1" "transformer 2 1 1 1" "transformer 1 2 1 1" "transformer 1 1 2 1" \
+            "satformer 1 2 1 1" "satformer 1 1 2 1" "dar 1 2 1 1" "dar 1 1 2 1" \
+            "dar-full 1 2 1 1" "dar-full 1 1 2 1" "attnres 1 1 2 1" "hc 1 1 2 1" "mhc 1 1 2 1" \
+            "denseformer 1 1 2 1" "muddformer 1 2 1 1" "muddformer 1 1 2 1" \
+            "dar-moe 1 1 1 2" "dar-moe 1 2 1 1" "dar-moe 2 1 1 2" "dar-moe 2 1 1 2 --zero 1"; do
+  read -r design dp tp pp ep extra <<<"$case"
   log="$OUT/bytes-$design-$dp$tp$pp$ep.jsonl"
+  rm -f "$log"
+  # shellcheck disable=SC2086  # extra: more flags, split on purpose
   "${MPIRUN[@]}" -np $((dp * tp * pp * ep)) "$S" train --config "configs/bench/$design.json" \
     --synthetic-data --steps 2 --seq-len 256 --batch-size $((8 / (dp * ep))) --microbatches 2 \
-    --threads 1 --quiet --stats-every 0 --dp "$dp" --tp "$tp" --pp "$pp" --ep "$ep" \
-    --log-jsonl "$log"
-  /usr/bin/python3 - "$log" "$design" "($dp,$tp,$pp,$ep)" <<'PY'
+    --threads 1 --quiet --stats-every 0 --dp "$dp" --tp "$tp" --pp "$pp" --ep "$ep" $extra \
+    --log-jsonl "$log" --summary-json "$OUT/summary.json"
+  /usr/bin/python3 - "$log" "$design" "($dp,$tp,$pp,$ep)${extra:+ $extra}" "$OUT/summary.json" <<'PY'
 import json, sys
 line = [json.loads(l) for l in open(sys.argv[1])][-1]
+rss = json.load(open(sys.argv[4]))["peak_rss_bytes"] / 2**20
 b = line.get("comm_bytes", {})
 mib = lambda k: "%.2f MiB" % (b[k] / 2**20) if k in b else "-"
 pb = line.get("pp_boundary_bytes")
 pbs = "%.2f / %.2f MiB" % (pb[0][0] / 2**20, pb[0][1] / 2**20) if pb else "-"
-print("%-12s %-10s %10s %10s %10s %10s %22s" % (sys.argv[2], sys.argv[3], mib("tp"), mib("pp"),
-                                              mib("ep"), mib("data"), pbs))
+print("%-12s %-16s %10s %10s %10s %10s %22s %7.0f MiB" % (sys.argv[2], sys.argv[3], mib("tp"),
+      mib("pp"), mib("ep"), mib("data"), pbs, rss))
 PY
 done
 rm -rf "$OUT"

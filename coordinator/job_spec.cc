@@ -281,6 +281,12 @@ absl::StatusOr<ValidJob> ValidateJobSpec(const satdar::v1::JobSpec& spec) {
     }
     return absl::InvalidArgumentError(absl::StrCat("job spec: ", m));
   }
+  if (o.vocab_multiple > 1) {
+    absl::Status padded = model::ValidateSharding(
+        *config, tp, pp, ep, {"layout.tp", "layout.pp", "layout.ep", "train.vocab_multiple"},
+        o.vocab_multiple);
+    if (!padded.ok()) return absl::InvalidArgumentError(absl::StrCat("job spec: ", padded.message()));
+  }
   if (o.seq_len > config->max_position_embeddings) {
     return Bad("train.seq_len", absl::StrCat(o.seq_len, " exceeds the config's max_position_embeddings ",
                                              config->max_position_embeddings));

@@ -139,7 +139,6 @@ void Branches<T>::Forward(int l, const T* u, T* y) {
                         config_.rms_norm_eps, pool_);
     const T* x = L.x_attn.data();
     AttentionNormedForward(i, x, x, x, y);
-    TpAllReduce(shard_, y, static_cast<size_t>(n) * d);  // row-parallel Wo: partial sums
   } else {
     cpu::RmsNormForward(L.z_mlp.data(), L.rstd_mlp.data(), u, params_ + L.ln_mlp, n, d,
                         config_.rms_norm_eps, pool_);
@@ -158,8 +157,6 @@ void Branches<T>::Backward(int l, const T* u, const T* dy, T* du) {
   if (l % 2 == 1) {
     const T* x = L.x_attn.data();
     AttentionNormedBackward(i, x, x, x, dy, dx_.data(), dx_.data(), dx_.data());
-    // Column-parallel q/k/v (and the gate rows): each rank's input gradient is partial.
-    TpAllReduce(shard_, dx_.data(), dx_.size());
     cpu::RmsNormBackward(du, grads_ + L.ln_attn, dx_.data(), u, params_ + L.ln_attn,
                          L.rstd_attn.data(), n, d, pool_);
   } else {
@@ -180,6 +177,7 @@ void Branches<T>::AttentionNormedForward(int i, const T* xq, const T* xk, const 
     value_residual_->Forward(i, params_, xv, L.attn.v.data(), v1(), L.vmix.data());
   }
   AttentionCoreForward(y, &L.attn, ValuesRead(i), w, dims_, cos_.data(), sin_.data(), pool_);
+  TpAllReduce(shard_, y, static_cast<size_t>(dims_.rows()) * config_.hidden_size);  // row-parallel Wo
 }
 
 template <typename T>
@@ -202,6 +200,12 @@ void Branches<T>::AttentionNormedBackward(int i, const T* xq, const T* xk, const
     value_residual_->FinishBackward(params_, grads_);
   }
   AttentionProjectBackward(dxq, dxk, dxv, g, dv, xq, xk, xv, w, dims_, &scratch_, pool_);
+  // Column-parallel q/k/v (and the gate rows): each rank's input gradients are partial sums,
+  // added over the TP group once per distinct buffer.
+  const size_t nc = static_cast<size_t>(dims_.rows()) * config_.hidden_size;
+  TpAllReduce(shard_, dxq, nc);
+  if (dxk != dxq) TpAllReduce(shard_, dxk, nc);
+  if (dxv != dxq && dxv != dxk) TpAllReduce(shard_, dxv, nc);
 }
 
 template <typename T>

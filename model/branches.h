@@ -38,12 +38,16 @@ class Branches {
   // The flat parameter and gradient buffers of the current step.
   void SetParams(const T* params, T* grads);
 
+  int sublayers() const { return 2 * config_.num_hidden_layers; }
   // y (B*T, C) = f_l(u), l in 1..2L.
   void Forward(int l, const T* u, T* y);
   // du += d/du of <dy, f_l(u)>; u is the input given to Forward.
   void Backward(int l, const T* u, const T* dy, T* du);
 
-  // Attention of block i from three already-normed inputs (MUDDFormer); y = attention.
+  // Attention of block i from three already-normed inputs (MUDDFormer); y = attention (summed
+  // over the TP group). Backward adds the inputs' gradients into dxq, dxk, dxv (which may be
+  // one buffer); under TP each distinct buffer is summed over the group, so it must hold
+  // zeros on entry.
   void AttentionNormedForward(int i, const T* xq, const T* xk, const T* xv, T* y);
   void AttentionNormedBackward(int i, const T* xq, const T* xk, const T* xv, const T* dy, T* dxq,
                                T* dxk, T* dxv);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
@@ -21,16 +22,20 @@ DecoderModel<T>::DecoderModel(const ModelConfig& config, const Sharding& shard,
     : config_(config), shard_(shard), first_sublayer_(2 * shard.first_layer(config) + 1),
       last_sublayer_(2 * shard.end_layer(config)),
       has_embedding_(shard.first_stage() || (shard.last_stage() && config.tie_word_embeddings)),
-      v0_(shard.TpFirst(config.vocab_size)), vl_(shard.TpCount(config.vocab_size)), pool_(pool),
+      v0_(shard.TpFirst(shard.PaddedVocab(config))), vl_(shard.TpCount(shard.PaddedVocab(config))),
+      vtrue_(std::max(0, std::min(vl_, config.vocab_size - v0_))), pool_(pool),
       branches_(std::move(branches)), topology_(std::move(topology)) {
   const ModelConfig& c = config_;
   const ParamInit normal = ParamInit::Normal(c.initializer_range);
   const int r = shard.tp_rank, tp = shard.tp_size;
-  // Vocabulary-parallel: each TP rank holds a contiguous range of rows. With tied embeddings
-  // split across pipeline stages, the first and the last stage each hold a copy whose
-  // gradients the trainer sums.
+  // Vocabulary-parallel: each TP rank holds a contiguous range of rows of the padded
+  // vocabulary (Sharding::PaddedVocab; the rows past vocab_size are zero). With tied
+  // embeddings split across pipeline stages, the first and the last stage each hold a copy
+  // whose gradients the trainer sums.
+  const int64_t padded = shard.PaddedVocab(c);
   if (has_embedding_) {
-    table_.AddShard("model.embed_tokens.weight", {c.vocab_size, c.hidden_size}, normal, 0, r, tp);
+    table_.AddPaddedShard("model.embed_tokens.weight", {c.vocab_size, c.hidden_size}, normal, 0,
+                          r, tp, padded);
   }
   branches_->AddGlobalParams(&table_);
   for (int i = shard.first_layer(c); i < shard.end_layer(c); ++i) {
@@ -41,7 +46,8 @@ DecoderModel<T>::DecoderModel(const ModelConfig& config, const Sharding& shard,
     table_.Add("model.norm.weight", {c.hidden_size}, ParamInit::Constant(1.0));
     topology_->AddFinalParams(&table_);
     if (!c.tie_word_embeddings) {
-      table_.AddShard("lm_head.weight", {c.vocab_size, c.hidden_size}, normal, 0, r, tp);
+      table_.AddPaddedShard("lm_head.weight", {c.vocab_size, c.hidden_size}, normal, 0, r, tp,
+                            padded);
     }
   }
   branches_->Bind(table_);
@@ -241,6 +247,14 @@ double DecoderModel<T>::ForwardPass(const T* params, const int32_t* tokens, int 
   cpu::RmsNormForward(lnf_.data(), lnf_rstd_.data(), x_final_.data(), params + norm_off_, n, d,
                       c.rms_norm_eps, pool_);
   cpu::MatmulForward(logits_.data(), lnf_.data(), params + head_off_, n, vl_, d, pool_);
+  if (vtrue_ < vl_) {
+    // Padded vocabulary rows: no probability (their gradients stay 0).
+    const T none = -std::numeric_limits<T>::infinity();
+    for (int r = 0; r < n; ++r) {
+      T* row = logits_.data() + static_cast<size_t>(r) * vl_;
+      std::fill(row + vtrue_, row + vl_, none);
+    }
+  }
   cross_entropy_ = CrossEntropyForward();
   return cross_entropy_ + branches_->aux_loss();
 }

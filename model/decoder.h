@@ -45,7 +45,8 @@ class DecoderModel : public Model<T> {
     return shard_.errors == nullptr ? absl::OkStatus() : shard_.errors->status();
   }
   void Resize(int b, int t);
-  // Vocabulary-parallel pieces (tp > 1): this rank holds vocabulary rows [v0_, v0_ + vl_).
+  // Vocabulary-parallel pieces (tp > 1): this rank holds rows [v0_, v0_ + vl_) of the padded
+  // vocabulary, the first vtrue_ of them true rows.
   void EmbeddingForward(const T* table, T* h0);
   void EmbeddingBackward(T* dtable);
   double CrossEntropyForward();
@@ -55,7 +56,7 @@ class DecoderModel : public Model<T> {
   Sharding shard_;
   int first_sublayer_, last_sublayer_;  // this pipeline stage's sublayers (1-based)
   bool has_embedding_;
-  int v0_, vl_;
+  int v0_, vl_, vtrue_;
   core::ThreadPool* pool_;
   std::unique_ptr<Branches<T>> branches_;
   std::unique_ptr<Topology<T>> topology_;

@@ -24,11 +24,10 @@ const std::vector<TopologyRow>& Topologies() {
       {Residual::kStandard, true, true, ""},
       {Residual::kAttnRes, true, true, ""},
       {Residual::kDar, true, true, ""},
-      {Residual::kHc, false, true, ""},
-      {Residual::kMhc, false, true, ""},
-      {Residual::kDenseFormer, false, true, ""},
-      {Residual::kMuddFormer, false, false,
-       "feeds attention three different inputs, which tensor parallelism does not split yet"},
+      {Residual::kHc, true, true, ""},
+      {Residual::kMhc, true, true, ""},
+      {Residual::kDenseFormer, true, true, ""},
+      {Residual::kMuddFormer, true, true, ""},
   };
   return *rows;
 }
@@ -55,12 +54,6 @@ Capabilities CapabilitiesOf(const ModelConfig& c) {
     out.stages_blocker = absl::StrCat("config field \"residual\" \"", Name(c.residual),
                                       "\" cannot hand its state across pipeline stages yet (",
                                       absl::StrJoin(can, ", "), " can)");
-  } else if (c.value_residual == ValueResidualKind::kResFormer &&
-             c.resformer_mode == ResformerMode::kLearnablePlus) {
-    out.pipeline_stages = false;
-    out.stages_blocker =
-        "config field \"resformer_mode\" \"learnable_plus\" shares its lambda softmax across "
-        "all layers, which pipeline stages do not split yet";
   }
   if (!row.tensor_parallel) {
     out.tensor_parallel = false;
@@ -70,12 +63,18 @@ Capabilities CapabilitiesOf(const ModelConfig& c) {
   return out;
 }
 
+int PaddedVocab(int vocab_size, int tp, int vocab_multiple) {
+  const int64_t unit = static_cast<int64_t>(tp) * vocab_multiple;
+  return static_cast<int>((vocab_size + unit - 1) / unit * unit);
+}
+
 absl::Status ValidateSharding(const ModelConfig& c, int tp, int pp, int ep,
-                              const LayoutNames& names) {
+                              const LayoutNames& names, int vocab_multiple) {
   auto bad = [](const std::string& what) { return absl::InvalidArgumentError(what); };
   if (tp < 1 || pp < 1 || ep < 1) {
     return bad(absl::StrCat(names.tp, ", ", names.pp, " and ", names.ep, " must be at least 1"));
   }
+  if (vocab_multiple < 1) return bad(absl::StrCat(names.vocab_multiple, " must be at least 1"));
   auto divisible = [&](const std::string& size, int ways, const char* field,
                        int value) -> absl::Status {
     if (value % ways == 0) return absl::OkStatus();
@@ -87,7 +86,30 @@ absl::Status ValidateSharding(const ModelConfig& c, int tp, int pp, int ep,
     SATDAR_RETURN_IF_ERROR(divisible(names.tp, tp, "num_attention_heads", c.num_attention_heads));
     SATDAR_RETURN_IF_ERROR(divisible(names.tp, tp, "num_key_value_heads", c.num_key_value_heads));
     SATDAR_RETURN_IF_ERROR(divisible(names.tp, tp, "intermediate_size", c.intermediate_size));
-    SATDAR_RETURN_IF_ERROR(divisible(names.tp, tp, "vocab_size", c.vocab_size));
+    // Every TP rank must hold at least one true vocabulary row after padding.
+    auto fits = [&](int ways, int multiple) {
+      return static_cast<int64_t>(PaddedVocab(c.vocab_size, ways, multiple)) / ways * (ways - 1) <
+             c.vocab_size;
+    };
+    if (!fits(tp, vocab_multiple)) {
+      std::string change;
+      // The largest smaller power of two that fits (widths stay aligned), else a smaller tp.
+      int most = 1;
+      while (most * 2 < vocab_multiple) most *= 2;
+      while (most >= 1 && !fits(tp, most)) most /= 2;
+      if (most >= 1) {
+        change = absl::StrCat(names.vocab_multiple, " ", most);
+      } else {
+        int ways = tp - 1;
+        while (ways > 1 && !fits(ways, 1)) --ways;
+        change = absl::StrCat(names.tp, " ", ways);
+      }
+      return bad(absl::StrCat(names.tp, " ", tp, " with ", names.vocab_multiple, " ",
+                              vocab_multiple, " pads config field \"vocab_size\" (", c.vocab_size,
+                              ") to ", PaddedVocab(c.vocab_size, tp, vocab_multiple),
+                              ", which leaves the last tensor-parallel rank no vocabulary row; "
+                              "use ", change));
+    }
     if (!can.tensor_parallel) {
       return bad(absl::StrCat(names.tp, " > 1: ", can.tp_blocker, "; use ", names.tp, " 1"));
     }

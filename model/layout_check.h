@@ -17,7 +17,15 @@ struct LayoutNames {
   std::string tp = "tensor-parallel size";
   std::string pp = "pipeline stages";
   std::string ep = "expert-parallel size";
+  std::string vocab_multiple = "vocabulary multiple";
 };
+
+// The vocabulary the embedding and head are padded to inside the model: vocab_size rounded up
+// to a multiple of tp x vocab_multiple (Megatron-LM's make-vocab-size-divisible-by), so each
+// of the tp ranks holds an equal slice whose width is a multiple of vocab_multiple. The
+// padded rows are zero, their logits get no probability, and checkpoints and exported weights
+// hold the true [vocab_size, C].
+int PaddedVocab(int vocab_size, int tp, int vocab_multiple);
 
 // How a design may be split, from the design table (layout_check.cc: one row per residual
 // topology and per value residual; the registry, registry.cc, builds them). A blocker names
@@ -30,11 +38,12 @@ struct Capabilities {
 };
 Capabilities CapabilitiesOf(const ModelConfig& config);
 
-// Heads, KV heads, intermediate size and vocabulary divisible by tp; layers by pp; experts by
-// ep; and the design able to be split that way (CapabilitiesOf). The InvalidArgument error
-// names the size (as `names` calls it), the config field and the change that would run.
+// Heads, KV heads and intermediate size divisible by tp; layers by pp; experts by ep; every
+// TP rank holding at least one true vocabulary row after padding; and the design able to be
+// split that way (CapabilitiesOf). The InvalidArgument error names the size (as `names`
+// calls it), the config field and the change that would run.
 absl::Status ValidateSharding(const ModelConfig& config, int tp, int pp, int ep,
-                              const LayoutNames& names = {});
+                              const LayoutNames& names = {}, int vocab_multiple = 1);
 
 }  // namespace satdar::model
 

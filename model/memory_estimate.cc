@@ -25,13 +25,14 @@ namespace {
 // mirrors the buffers its component sizes in Resize (attention.cc, mlp.cc, branches.cc,
 // decoder.cc, the topologies in variants/).
 double ActivationElements(const ModelConfig& c, double b, double t, int layers, bool last_stage,
-                          int tp) {
+                          int tp, int vocab_multiple) {
   const double n = b * t, C = c.hidden_size, hs = c.head_size();
   const double nh = c.num_attention_heads / tp, nkv = c.num_key_value_heads / tp;
   const double L = c.num_hidden_layers, nc = n * C;
   const bool vr = c.value_residual != ValueResidualKind::kNone;
   // Decoder: inputs, h0, final state and their gradients; the head's logits on the last stage.
-  double e = 6 * nc + (last_stage ? 2 * nc + n * (c.vocab_size / tp) + 4 * n : 0);
+  const double vocab = PaddedVocab(c.vocab_size, tp, vocab_multiple) / tp;
+  double e = 6 * nc + (last_stage ? 2 * nc + n * vocab + 4 * n : 0);
   // Per layer: the two pre-norm inputs, attention's saved tensors and (B, NH, T, T)
   // probabilities, the value mix, and the FFN.
   const double attention = n * (3 * nh * hs + 3 * nkv * hs + nh + nkv) + b * nh * t * t;
@@ -62,9 +63,11 @@ double ActivationElements(const ModelConfig& c, double b, double t, int layers, 
     const double ns = c.hc_streams;
     const double per_step = r == Residual::kHc ? ns * nc + 2 * nc + n * ns * (ns + 2)
                                       : 2 * nc + n * (ns * ns + 4 * ns + 1 + 20 * ns * ns);
-    e += (2 * L + 1) * ns * nc + steps * per_step + 3 * ns * nc + 2 * nc;
+    e += steps * ns * nc + steps * per_step + 3 * ns * nc + 2 * nc;
   } else if (r == Residual::kDenseFormer) {
-    e += 2 * (L + 1) * nc + 2 * L * nc + 4 * nc;
+    // Every source's gradient (up to the last stage's L + 1), this stage's sources, block
+    // inputs and midpoints.
+    e += (L + 1) * nc + 3 * layers * nc + 5 * nc;
   } else if (r == Residual::kMuddFormer) {
     const double k = std::ceil(4 * (L + 1) / 64.0) * 64;
     e += 2 * (L + 1) * nc + layers * (14 * nc + n * (2 * k + 4 * (L + 1))) + 8 * nc;
@@ -82,6 +85,7 @@ absl::Status CountParameters(const ModelConfig& c, const MemoryShape& s, int sta
   shard.pp_size = s.pp;
   shard.pp_rank = stage;
   shard.ep_size = s.ep;
+  shard.vocab_multiple = s.vocab_multiple;
   SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<Model<float>> model,
                           CreateModel<float>(c, shard, &pool));
   const ParamTable& table = model->params();
@@ -143,7 +147,7 @@ absl::StatusOr<MemoryEstimate> EstimateMemory(const ModelConfig& c, const Memory
       const int instances =
           s.pp > 1 ? static_cast<int>(std::min<int64_t>(s.pp - stage, s.microbatches)) : 1;
       const double elements = ActivationElements(c, b, static_cast<double>(s.seq_len), layers,
-                                                 stage == s.pp - 1, s.tp);
+                                                 stage == s.pp - 1, s.tp, s.vocab_multiple);
       e.activation_bytes = Bytes(elements * instances * s.dtype_bytes);
     }
     if (e.total() > best.total()) best = e;

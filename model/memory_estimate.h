@@ -37,6 +37,7 @@ struct MemoryShape {
   int64_t dtype_bytes = 4;   // 4 (f32) or 8 (f64)
   int tp = 1, pp = 1, ep = 1, dp = 1;
   int zero_stage = 0;        // 1: the moments are sharded over the dp x ep replicas
+  int vocab_multiple = 1;    // the embedding and head padded as Sharding::vocab_multiple says
 };
 
 // What the caller calls the batch's sizes in its messages (flags, job-spec fields).

@@ -1,5 +1,7 @@
 #include "model/param_table.h"
 
+#include <algorithm>
+
 #include "core/check.h"
 #include "core/random.h"
 
@@ -11,7 +13,17 @@ int64_t ParamSpec::GlobalIndex(int64_t i) const {
   for (size_t d = shard_dim + 1; d < shape.size(); ++d) inner *= shape[d];
   const int64_t local = shape[shard_dim], global = global_shape[shard_dim];
   const int64_t outer = i / (inner * local), j = (i / inner) % local, k = i % inner;
-  return (outer * global + shard_index * local + j) * inner + k;
+  const int64_t row = shard_index * local + j;
+  if (row >= global) return -1;  // padding
+  return (outer * global + row) * inner + k;
+}
+
+int64_t ParamSpec::TrueFirst() const { return sharded() ? shard_index * shape[shard_dim] : 0; }
+
+int64_t ParamSpec::TrueCount() const {
+  if (!sharded()) return shape.empty() ? 1 : shape[0];
+  const int64_t rest = global_shape[shard_dim] - TrueFirst();
+  return std::max<int64_t>(0, std::min<int64_t>(shape[shard_dim], rest));
 }
 
 ParamSpec& ParamTable::AddShard(const std::string& name, const core::Shape& global_shape,
@@ -20,9 +32,26 @@ ParamSpec& ParamTable::AddShard(const std::string& name, const core::Shape& glob
   SATDAR_CHECK(dim >= 0 && dim < static_cast<int>(global_shape.size()) &&
                global_shape[dim] % count == 0 && index >= 0 && index < count)
       << name << ": cannot take slice " << index << " of " << count << " along dim " << dim;
-  core::Shape local = global_shape;
-  local[dim] /= count;
+  return AddSlice(name, global_shape, std::move(init), dim, index, count, global_shape[dim] / count);
+}
+
+ParamSpec& ParamTable::AddPaddedShard(const std::string& name, const core::Shape& global_shape,
+                                      ParamInit init, int dim, int index, int count,
+                                      int64_t padded_size) {
+  SATDAR_CHECK(dim >= 0 && dim < static_cast<int>(global_shape.size()) &&
+               padded_size >= global_shape[dim] && padded_size % count == 0 && index >= 0 &&
+               index < count)
+      << name << ": cannot pad dim " << dim << " to " << padded_size << " and take slice "
+      << index << " of " << count;
+  if (padded_size == global_shape[dim]) return AddShard(name, global_shape, init, dim, index, count);
+  return AddSlice(name, global_shape, std::move(init), dim, index, count, padded_size / count);
+}
+
+ParamSpec& ParamTable::AddSlice(const std::string& name, const core::Shape& global_shape,
+                                ParamInit init, int dim, int index, int count, int64_t size) {
   SATDAR_CHECK(init.kind != InitKind::kValues) << name << ": value inits are not sharded";
+  core::Shape local = global_shape;
+  local[dim] = size;
   ParamSpec& spec = Add(name, local, std::move(init));
   spec.shard_dim = dim;
   spec.shard_index = index;
@@ -66,14 +95,16 @@ void ParamTable::Initialize(T* params, uint64_t seed) const {
   for (const ParamSpec& spec : specs_) {
     T* p = params + spec.offset;
     if (spec.init.kind == InitKind::kConstant) {
-      for (int64_t i = 0; i < spec.numel; ++i) p[i] = static_cast<T>(spec.init.value);
+      for (int64_t i = 0; i < spec.numel; ++i) {
+        p[i] = spec.GlobalIndex(i) < 0 ? T(0) : static_cast<T>(spec.init.value);
+      }
     } else if (spec.init.kind == InitKind::kValues) {
       for (int64_t i = 0; i < spec.numel; ++i) p[i] = static_cast<T>(spec.init.values[i]);
     } else {
       uint64_t stream = core::HashString(spec.name);
       for (int64_t i = 0; i < spec.numel; ++i) {
         const int64_t g = spec.GlobalIndex(i);
-        p[i] = static_cast<T>(spec.init.value * core::RandomNormal(seed, stream, g));
+        p[i] = g < 0 ? T(0) : static_cast<T>(spec.init.value * core::RandomNormal(seed, stream, g));
       }
     }
   }

@@ -38,19 +38,29 @@ struct ParamSpec {
   bool unused = false;
   // A tensor-parallel shard: this rank holds slice shard_index of shard_count equal slices
   // of dimension shard_dim of the global tensor (global_shape); shard_dim -1: all of it.
+  // A padded shard (the vocabulary) splits the global dimension padded to shard_count x
+  // shape[shard_dim]: the elements past the global tensor's end are padding (always 0).
   int shard_dim = -1;
   int shard_index = 0, shard_count = 1;
   core::Shape global_shape;
   // Replicated over tensor-parallel ranks, but each computes only its heads' part of the
   // gradient (e.g. the q/k norms): the gradient is summed over the TP group.
   bool tp_partial_grad = false;
+  // Replicated on every pipeline stage, each computing its own layers' part of the gradient
+  // (ResFormer learnable_plus's lambda softmax spans all layers): summed over the stages.
+  bool pp_partial_grad = false;
   // A routed expert's weight, held by one expert-parallel rank: its gradient already holds
   // every EP rank's tokens and is reduced over data-parallel replicas only.
   bool expert = false;
 
   bool sharded() const { return shard_dim >= 0; }
-  // Index into the global tensor of local element i.
+  // Index into the global tensor of local element i, or -1 for a padding element.
   int64_t GlobalIndex(int64_t i) const;
+  // This slice's true (non-padding) rows [first, first + count) along shard_dim, in global
+  // coordinates; the whole dimension when not sharded.
+  int64_t TrueFirst() const;
+  int64_t TrueCount() const;
+  bool padded() const { return sharded() && shape[shard_dim] * shard_count != global_shape[shard_dim]; }
 };
 
 class ParamTable {
@@ -62,6 +72,10 @@ class ParamTable {
   // the plain Add). Initialization matches the global tensor element by element.
   ParamSpec& AddShard(const std::string& name, const core::Shape& global_shape, ParamInit init,
                       int dim, int index, int count);
+  // Like AddShard, with dimension `dim` padded to padded_size (a multiple of count, at least
+  // global_shape[dim]) before the split. padded_size == global_shape[dim]: AddShard.
+  ParamSpec& AddPaddedShard(const std::string& name, const core::Shape& global_shape,
+                            ParamInit init, int dim, int index, int count, int64_t padded_size);
 
   const std::vector<ParamSpec>& specs() const { return specs_; }
   const ParamSpec* Find(const std::string& name) const;
@@ -74,6 +88,10 @@ class ParamTable {
   void Initialize(T* params, uint64_t seed) const;
 
  private:
+  // Slice `index` of `count` along `dim`, `size` elements long there.
+  ParamSpec& AddSlice(const std::string& name, const core::Shape& global_shape, ParamInit init,
+                      int dim, int index, int count, int64_t size);
+
   std::vector<ParamSpec> specs_;
   std::map<std::string, size_t> index_;
   int64_t size_ = 0;

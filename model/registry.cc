@@ -87,7 +87,8 @@ absl::StatusOr<std::unique_ptr<Model<T>>> CreateModel(const ModelConfig& config,
                                                       const Sharding& shard,
                                                       core::ThreadPool* pool) {
   SATDAR_RETURN_IF_ERROR(
-      ValidateSharding(config, shard.tp_size, shard.pp_size, shard.ep_size));
+      ValidateSharding(config, shard.tp_size, shard.pp_size, shard.ep_size, LayoutNames(),
+                       shard.vocab_multiple));
   Registry<T> r;
   const auto* topology = Find(r.topologies, Name(config.residual));
   if (topology == nullptr) {

@@ -49,6 +49,9 @@ struct Sharding {
   comm::Communicator* ep = nullptr;  // null when ep_size == 1
   int ep_rank = 0, ep_size = 1;
   int pp_rank = 0, pp_size = 1;
+  // The embedding and head are padded to PaddedVocab(vocab_size, tp_size, vocab_multiple)
+  // rows (layout_check.h); each TP rank holds an equal slice of the padded rows.
+  int vocab_multiple = 1;
   CommErrors* errors = nullptr;
   // Every collective of the model (TP all-reduces, EP all-to-alls) runs with these: a peer
   // that does not answer within the run's --comm-timeout fails the step.
@@ -65,6 +68,9 @@ struct Sharding {
   // This rank's slice [first, first + count) of `total` units split tp ways.
   int TpCount(int total) const { return total / tp_size; }
   int TpFirst(int total) const { return tp_rank * (total / tp_size); }
+  int PaddedVocab(const ModelConfig& c) const {
+    return model::PaddedVocab(c.vocab_size, tp_size, vocab_multiple);
+  }
 };
 
 // Runs a collective of the model to completion; false (and the error recorded) when it or an

@@ -4,9 +4,14 @@
 # (1,2,2,1) logs the per-step losses of one rank over 5 steps within 1e-9 relative in f64 and
 # ends with the same weights (its sharded checkpoint exported to one file), and the tensor and
 # pipeline layouts log the same statistics (gates, depth weights, expert load); so do Full and
-# Block AttnRes, Full DAR and a 4-stage Block DAR under pipeline layouts. Also: a sharded
+# Block AttnRes, Full DAR and a 4-stage Block DAR under pipeline layouts, and the designs whose
+# state is wider than one stream (HC, mHC, DenseFormer, MUDDFormer), ResFormer learnable_plus
+# and a vocabulary that no TP size divides (padded inside the model). Also: a sharded
 # checkpoint resumes under another data-parallel size, the pipeline logs the bytes each
 # boundary carries, and bad layouts exit with code 2 naming the cause.
+# CI's time: the MPI run checks HC, mHC, learnable_plus and the odd vocabulary; the Gloo run
+# DenseFormer, MUDDFormer (pp, tp, tp x pp) and the odd vocabulary with --vocab-multiple.
+# Every design x tp/pp/tp x pp pair is checked in-process by //model:layout_split_test.
 # Usage: parallel_equivalence_test.sh PATH_TO_SATDAR [mpi|gloo]
 set -u
 SATDAR=$(realpath "$1")
@@ -60,6 +65,13 @@ json.dump(dict(base, residual="attnres", block_size=4, value_residual="satformer
           open("attnres_sat.json", "w"))
 json.dump(dict(base, residual="dar", block_size=2), open("dar_full.json", "w"))
 json.dump(dict(base, residual="dar", block_size=4, num_hidden_layers=4), open("dar4.json", "w"))
+json.dump(dict(base, residual="hc"), open("hc.json", "w"))
+json.dump(dict(base, residual="mhc", hc_streams=2), open("mhc.json", "w"))
+json.dump(dict(base, residual="denseformer", num_hidden_layers=4), open("denseformer.json", "w"))
+json.dump(dict(base, residual="muddformer", value_residual="satformer"), open("mudd.json", "w"))
+json.dump(dict(base, value_residual="resformer", resformer_mode="learnable_plus"),
+          open("lplus.json", "w"))
+json.dump(dict(base, vocab_size=67), open("vocab67.json", "w"))  # no TP size divides it
 PY
 
 compare() {  # A_DIR B_DIR: per-step losses and exported weights within 1e-9 relative
@@ -129,7 +141,9 @@ PY
   rm -rf one run_*
 done
 
-# check_layouts MODEL LAYOUT...: like the matrix above, for more designs and layouts.
+# check_layouts MODEL LAYOUT...: like the matrix above, for more designs and layouts; the
+# parallel runs also get the flags in EXTRA.
+EXTRA=()
 check_layouts() {
   local model=$1
   shift
@@ -142,7 +156,7 @@ check_layouts() {
     read -r dp tp pp ep <<<"$layout"
     run="run_${dp}${tp}${pp}${ep}"
     mkdir -p "$run"
-    if launch $((dp * tp * pp * ep)) "${T[@]}" --config $model.json \
+    if launch $((dp * tp * pp * ep)) "${T[@]}" "${EXTRA[@]}" --config $model.json \
         --batch-size $((8 / (dp * ep))) --dp "$dp" --tp "$tp" --pp "$pp" --ep "$ep" \
         --log-jsonl "$run/log.jsonl" --checkpoint-dir "$run/ckpt" >"$run/out.txt" 2>&1 &&
       "$SATDAR" export --config $model.json --dtype f64 --checkpoint "$run/ckpt/ckpt_00000005" \
@@ -159,6 +173,38 @@ check_layouts attnres "1 1 2 1" "1 2 2 1"
 check_layouts attnres_sat "1 1 2 1" "1 2 2 1"
 check_layouts dar_full "1 1 2 1" "1 2 2 1"
 check_layouts dar4 "1 1 4 1"
+# ZeRO-1 with expert parallelism: dense moments sharded over the dp x ep replicas, expert
+# moments over the dp replicas of each expert.
+EXTRA=(--zero 1)
+check_layouts dar_moe "1 1 1 2" "2 1 1 2"
+EXTRA=()
+if [[ $LAUNCHER == mpi ]]; then
+  check_layouts hc "1 1 2 1" "1 2 2 1"
+  check_layouts mhc "1 1 2 1"
+  check_layouts lplus "1 1 2 1" "2 1 2 1"
+  check_layouts vocab67 "1 2 1 1" "1 2 2 1"
+else
+  check_layouts denseformer "1 1 2 1" "1 1 4 1"
+  check_layouts mudd "1 2 1 1" "1 1 2 1" "1 2 2 1"
+  EXTRA=(--vocab-multiple 8)  # 67 -> 80 rows, 40 per TP rank
+  check_layouts vocab67 "1 2 1 1"
+  EXTRA=()
+fi
+
+# A ZeRO-1 x EP checkpoint (moments gathered from their shards) resumes with the same losses.
+Z=(train --config dar_moe.json --synthetic-data --steps 5 --seq-len 16 --dtype f64 --threads 1
+   --quiet --seed 7 --checkpoint-every 3 --zero 1 --dp 2 --ep 2 --batch-size 2)
+launch 4 "${Z[@]}" --log-jsonl zfull.jsonl --checkpoint-dir zs >/dev/null 2>&1
+rm -rf zs/ckpt_00000005
+launch 4 "${Z[@]}" --log-jsonl zresumed.jsonl --checkpoint-dir zs --resume >zresume.txt 2>&1
+if python3 -c "
+import json
+full = {j['step']: j['loss'] for j in map(json.loads, open('zfull.jsonl'))}
+res = [json.loads(l) for l in open('zresumed.jsonl')]
+assert [r['step'] for r in res] == [4, 5], res
+assert all(abs(r['loss'] - full[r['step']]) <= 1e-12 * abs(full[r['step']]) for r in res), res
+"; then echo "ok   ZeRO-1 x EP checkpoint resumes"; passed=$((passed + 1))
+else echo "FAIL ZeRO-1 x EP checkpoint resumes"; cat zresume.txt; failed=$((failed + 1)); fi
 
 # A sharded checkpoint (tp 2 x dp 2) resumes with one data-parallel replica (tp 2).
 R=(train --config dar_moe.json --synthetic-data --steps 5 --seq-len 16 --dtype f64 --threads 1
@@ -197,12 +243,8 @@ expect_fail layers "--pp 3 does not divide config field \"num_hidden_layers\" (2
   --batch-size 3
 expect_fail experts "--ep 3 does not divide config field \"moe.num_experts\" (4)" 3 \
   "${S[@]}" --config dar_moe.json --ep 3
-expect_fail zero_with_ep "--zero 1 with --ep > 1 is not supported" 2 \
-  "${S[@]}" --config dar_moe.json --ep 2 --zero 1
-python3 -c "
-import json; c = json.load(open('base.json')); c['residual'] = 'hc'; json.dump(c, open('hc.json', 'w'))"
-expect_fail topology "\"hc\" cannot hand its state across pipeline stages" 2 \
-  "${S[@]}" --config hc.json --pp 2
+expect_fail vocab_padding "--tp 2 with --vocab-multiple 64 pads config field \"vocab_size\" (64) to 128, which leaves the last tensor-parallel rank no vocabulary row; use --vocab-multiple 32" 2 \
+  "${S[@]}" --config baseline.json --tp 2 --vocab-multiple 64
 
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -118,11 +118,20 @@ absl::Status WriteCheckpointFile(const std::string& path, const CheckpointInfo& 
   std::vector<core::TensorRef> tensors;
   std::vector<const void*> data;
   std::vector<size_t> sizes;
+  // A padded slice (the vocabulary) is written without its padding rows, which are the last
+  // rows of the slice: files hold true rows only, so they load into any padding.
   auto add = [&](const std::string& name, const model::ParamSpec& spec, const std::vector<T>& v) {
     const T* p = v.data() + spec.offset;
-    tensors.push_back({name, dtype, spec.shape, p});
+    core::Shape shape = spec.shape;
+    int64_t numel = spec.numel;
+    if (spec.padded()) {
+      SATDAR_CHECK(spec.shard_dim == 0) << name << ": only dimension 0 is padded";
+      numel = numel / shape[0] * spec.TrueCount();
+      shape[0] = spec.TrueCount();
+    }
+    tensors.push_back({name, dtype, shape, p});
     data.push_back(p);
-    sizes.push_back(spec.numel * sizeof(T));
+    sizes.push_back(numel * sizeof(T));
   };
   for (const auto& spec : table.specs()) add(spec.name, spec, *buffers.params);
   for (const auto& spec : table.specs()) {
@@ -143,7 +152,12 @@ absl::Status WriteCheckpointFile(const std::string& path, const CheckpointInfo& 
   };
   nlohmann::json shards = nlohmann::json::object();
   for (const auto& spec : table.specs()) {
-    if (spec.sharded()) shards[spec.name] = {spec.shard_dim, spec.shard_index, spec.shard_count};
+    // [dim, index, count], and for a padded slice its first row (the slices are unequal).
+    if (spec.padded() && spec.shard_count > 1) {
+      shards[spec.name] = {spec.shard_dim, spec.shard_index, spec.shard_count, spec.TrueFirst()};
+    } else if (spec.sharded() && !spec.padded()) {
+      shards[spec.name] = {spec.shard_dim, spec.shard_index, spec.shard_count};
+    }
   }
   if (!shards.empty()) meta["shards"] = shards.dump();
   meta["checksum"] = Hex(FileChecksum(meta, data, sizes));
@@ -200,6 +214,7 @@ struct Piece {
   const core::SafetensorsFile* file;
   const core::SafetensorsEntry* entry;
   int dim = -1, index = 0, count = 1;
+  int64_t start = -1;  // first row along dim 0 of an unequal (padded) slice; -1: equal slices
 };
 
 // Fills out (spec's local slice) from the pieces of tensor `name`.
@@ -209,7 +224,13 @@ absl::Status Assemble(const std::string& path, const std::string& name,
   const core::DType dtype = core::DTypeOf<T>::value;
   const Piece& first = pieces.front();
   core::Shape global = first.entry->shape;
-  if (first.dim >= 0) global[first.dim] *= first.count;
+  const bool unequal = first.start >= 0;
+  if (unequal) {
+    global[0] = 0;
+    for (const Piece& p : pieces) global[0] += p.entry->shape[0];
+  } else if (first.dim >= 0) {
+    global[first.dim] *= first.count;
+  }
   if (global != spec.global_shape) {
     return Corrupt(path, absl::StrCat("tensor ", name, " has shape ", core::ShapeString(global),
                                       ", this model needs ", core::ShapeString(spec.global_shape)));
@@ -226,15 +247,32 @@ absl::Status Assemble(const std::string& path, const std::string& name,
                                         first.count, " slices"));
     }
     // Every slice of one tensor: the same split and shape, each index once.
-    std::vector<bool> seen(first.count, false);
+    // Unequal slices: the same shape but for dimension 0, tiling it in index order.
+    std::vector<const Piece*> by_index(first.count, nullptr);
     for (const Piece& p : pieces) {
-      if (p.dim != first.dim || p.count != first.count || p.entry->shape != first.entry->shape ||
-          seen[p.index]) {
+      core::Shape a = p.entry->shape, b = first.entry->shape;
+      if (unequal) a[0] = b[0] = 0;
+      if (p.dim != first.dim || p.count != first.count || (p.start >= 0) != unequal || a != b ||
+          by_index[p.index] != nullptr) {
         return Corrupt(path, absl::StrCat("the slices of tensor ", name, " do not fit together"));
       }
-      seen[p.index] = true;
+      by_index[p.index] = &p;
+    }
+    if (unequal) {
+      const int64_t inner = core::NumElements(global) / global[0];
+      int64_t row = 0;
+      for (const Piece* p : by_index) {
+        if (p->start != row) {
+          return Corrupt(path, absl::StrCat("the slices of tensor ", name, " do not fit together"));
+        }
+        const int64_t rows = p->entry->shape[0];
+        SATDAR_RETURN_IF_ERROR(
+            p->file->ReadFloats(name, p->entry->shape, dtype, full.data() + row * inner));
+        row += rows;
+      }
     }
     for (const Piece& p : pieces) {
+      if (unequal) break;
       model::ParamSpec slice;
       slice.shape = p.entry->shape;
       slice.global_shape = global;
@@ -246,7 +284,10 @@ absl::Status Assemble(const std::string& path, const std::string& name,
       for (size_t i = 0; i < piece.size(); ++i) full[slice.GlobalIndex(i)] = piece[i];
     }
   }
-  for (int64_t i = 0; i < spec.numel; ++i) out[i] = full[spec.GlobalIndex(i)];
+  for (int64_t i = 0; i < spec.numel; ++i) {
+    const int64_t g = spec.GlobalIndex(i);
+    out[i] = g < 0 ? T(0) : full[g];  // padding rows are 0
+  }
   return absl::OkStatus();
 }
 
@@ -397,11 +438,14 @@ absl::StatusOr<CheckpointInfo> LoadCheckpoint(const std::string& path,
       }
       if (shards.contains(base)) {
         const auto& s = shards[base];
-        if (!s.is_array() || s.size() != 3 || !s[0].is_number_integer() ||
+        if (!s.is_array() || (s.size() != 3 && s.size() != 4) || !s[0].is_number_integer() ||
             !s[1].is_number_integer() || !s[2].is_number_integer() ||
-            s[2].get<int64_t>() > (1 << 20)) {
+            s[2].get<int64_t>() > (1 << 20) ||
+            (s.size() == 4 && (!s[3].is_number_integer() || s[3].get<int64_t>() < 0 ||
+                               s[0].get<int64_t>() != 0))) {
           return Corrupt(file.path(), absl::StrCat("bad shard entry for ", base));
         }
+        if (s.size() == 4) piece.start = s[3].get<int64_t>();
         piece.dim = static_cast<int>(s[0].get<int64_t>());
         piece.index = static_cast<int>(s[1].get<int64_t>());
         piece.count = static_cast<int>(s[2].get<int64_t>());

@@ -283,7 +283,8 @@ absl::Status RunTrain(const std::vector<std::string>& args) {
         o.config.max_position_embeddings, " of ", flags.Get("--config")));
   }
   // Layout errors (divisibility, designs that cannot be split) before any rank starts.
-  SATDAR_RETURN_IF_ERROR(model::ValidateSharding(o.config, o.mesh.tp, o.mesh.pp, o.mesh.ep, TrainLayoutNames()));
+  SATDAR_RETURN_IF_ERROR(model::ValidateSharding(o.config, o.mesh.tp, o.mesh.pp, o.mesh.ep,
+                                                 TrainLayoutNames(), o.vocab_multiple));
   if (!cuda) {
     // What a rank will allocate, against what this machine has (all ranks it runs).
     model::MemoryShape shape;
@@ -296,6 +297,7 @@ absl::Status RunTrain(const std::vector<std::string>& args) {
     shape.ep = o.mesh.ep;
     shape.dp = o.mesh.dp;
     shape.zero_stage = o.zero_stage;
+    shape.vocab_multiple = o.vocab_multiple;
     const int here = launcher == "threads" ? world_size
                                            : EnvInt("OMPI_COMM_WORLD_LOCAL_SIZE", 1);
     SATDAR_RETURN_IF_ERROR(model::CheckFitsInMemory(o.config, shape, here, "satdar train", kCliBatchNames));

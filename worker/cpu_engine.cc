@@ -30,18 +30,18 @@ class CpuEngine : public StepEngine {
   }
 
   absl::Status Init() {
-    if (o_.zero_stage == 1 && g_.shape.ep > 1) {
-      return absl::InvalidArgumentError(
-          "--zero 1 with --ep > 1 is not supported (expert weights are reduced over a different "
-          "group); use --zero 0");
-    }
     core::cpu::InitBlas();
     pool_ = std::make_unique<core::ThreadPool>(o_.threads);
     SATDAR_RETURN_IF_ERROR(BuildModels());
     const model::ParamTable& table = model_->params();
-    state_ = std::make_unique<TrainState<T>>(table, g_.data_size(), g_.data_rank(),
-                                             o_.zero_stage == 1, o_.seed);
-    sync_ = std::make_unique<GradientSync<T>>(table, &g_, o_.config, state_->shard_len(), copts_);
+    // ZeRO-1: the moments sharded over the replicas of each weight (zero_partition.h).
+    std::vector<ZeroPartition> parts;
+    if (o_.zero_stage == 1 && g_.data_size() > 1) {
+      const ParamRoles roles = RolesOf(table, g_, o_.config.tie_word_embeddings);
+      parts = ZeroPartitions(roles.dense, roles.experts, g_);
+    }
+    state_ = std::make_unique<TrainState<T>>(table, parts, o_.seed);
+    sync_ = std::make_unique<GradientSync<T>>(table, &g_, o_.config, parts, copts_);
     return absl::OkStatus();
   }
 
@@ -77,11 +77,11 @@ class CpuEngine : public StepEngine {
   }
 
   absl::StatusOr<double> GradNorm() override {
-    return sync_->GlobalNorm(state_->zero() ? shard_.data() : state_->grads(), state_->lo());
+    return sync_->GlobalNorm(state_->zero() ? shard_.data() : state_->grads());
   }
 
   absl::Status Update(const core::AdamWParams& hp) override {
-    return state_->Update(hp, shard_, g_.data.get(), pool_.get(), copts_);
+    return state_->Update(hp, shard_, pool_.get(), copts_);
   }
 
   // Every rank of a replica takes part; with pipeline stages the batches flow through the
@@ -163,7 +163,7 @@ class CpuEngine : public StepEngine {
   }
 
   absl::Status Save(const CheckpointInfo& info) override {
-    SATDAR_RETURN_IF_ERROR(state_->GatherMoments(g_.data.get(), copts_));
+    SATDAR_RETURN_IF_ERROR(state_->GatherMoments(copts_));
     if (g_.coord.dp == 0) {
       // Replicas hold identical weights and moments: replica 0's pieces are the whole state.
       const model::ParamTable& table = model_->params();
@@ -224,6 +224,7 @@ class CpuEngine : public StepEngine {
     shard.ep_size = g_.shape.ep;
     shard.pp_rank = g_.coord.pp;
     shard.pp_size = g_.shape.pp;
+    shard.vocab_multiple = o_.vocab_multiple;
     shard.errors = &comm_errors_;
     shard.collective = copts_;
     const int pp = g_.shape.pp;

@@ -404,6 +404,11 @@ absl::Status CheckCudaEngine(const TrainOptions& o) {
     return absl::InvalidArgumentError("--device cuda: --stats-every is not on the GPU path yet");
   }
   if (o.f64) return absl::InvalidArgumentError("--device cuda: --dtype must be bf16 or f32");
+  if (o.vocab_multiple != 1) {
+    return absl::InvalidArgumentError(
+        "--device cuda: --vocab-multiple is not on the GPU path yet (the GPU model's head runs "
+        "the true vocabulary); use --vocab-multiple 1");
+  }
   return model::gpu::CheckGpuSupport(o.config);
 }
 

@@ -25,29 +25,42 @@ ParamRoles RolesOf(const model::ParamTable& table, const MeshGroups& g, bool tie
   const bool pipeline = g.shape.pp > 1;
   for (const model::ParamSpec& spec : table.specs()) {
     if (spec.tp_partial_grad) r.tp_partial.emplace_back(spec.offset, spec.numel);
+    if (spec.pp_partial_grad && pipeline) r.pp_partial.emplace_back(spec.offset, spec.numel);
     AddRun(spec.expert ? &r.experts : &r.dense, spec.offset, spec.numel);
     const bool embedding = spec.name == "model.embed_tokens.weight";
     if (embedding && tied && pipeline) r.tied_embedding = {spec.offset, spec.numel};
     // Replicated copies count once: on TP rank 0 (unless sharded), EP rank 0 (unless an
-    // expert), and the first pipeline stage for a tied embedding.
+    // expert), and the first pipeline stage for a tied embedding and the stages' shared ones.
     bool counted = (spec.sharded() || g.coord.tp == 0) && (spec.expert || g.coord.ep == 0);
     if (embedding && tied && pipeline && g.coord.pp != 0) counted = false;
+    if (spec.pp_partial_grad && pipeline && g.coord.pp != 0) counted = false;
     if (counted) AddRun(&r.in_norm, spec.offset, spec.numel);
+    bool counted_zero = spec.sharded() || g.coord.tp == 0;
+    if (embedding && tied && pipeline && g.coord.pp != 0) counted_zero = false;
+    if (spec.pp_partial_grad && pipeline && g.coord.pp != 0) counted_zero = false;
+    if (counted_zero) AddRun(&r.in_norm_zero, spec.offset, spec.numel);
   }
   return r;
 }
 
 template <typename T>
 GradientSync<T>::GradientSync(const model::ParamTable& table, const MeshGroups* groups,
-                              const model::ModelConfig& config, int64_t shard_len,
+                              const model::ModelConfig& config,
+                              const std::vector<ZeroPartition>& parts,
                               const comm::CollectiveOptions& options)
     : g_(groups),
       roles_(RolesOf(table, *groups, config.tie_word_embeddings)),
       n_(table.size()),
-      shard_len_(shard_len),
+      parts_(parts),
       copts_(options),
-      overlap_(groups->data_size() > 1 && shard_len == 0 && groups->shape.pp == 1 &&
+      overlap_(groups->data_size() > 1 && parts.empty() && groups->shape.pp == 1 &&
                groups->shape.ep == 1) {
+  if (!parts_.empty()) {
+    counted_zero_.assign(n_, false);
+    for (const auto& [off, len] : roles_.in_norm_zero) {
+      std::fill(counted_zero_.begin() + off, counted_zero_.begin() + off + len, true);
+    }
+  }
   for (int i = 0; i < config.num_hidden_layers; ++i) {
     const model::ParamSpec* first =
         table.Find(absl::StrCat("model.layers.", i, ".input_layernorm.weight"));
@@ -105,20 +118,26 @@ absl::StatusOr<double> GradientSync<T>::ReduceLoss(double loss) {
 }
 
 template <typename T>
+absl::Status GradientSync<T>::SumRuns(comm::Communicator* group, const Runs& runs, T* grads) {
+  if (group == nullptr || runs.empty()) return absl::OkStatus();
+  std::vector<T> packed;  // one all-reduce for all of them
+  for (const auto& [off, len] : runs) packed.insert(packed.end(), grads + off, grads + off + len);
+  SATDAR_RETURN_IF_ERROR(group->AllReduce(packed.data(), packed.size(), core::DTypeOf<T>::value,
+                                          comm::ReduceOp::kSum, copts_)->Wait());
+  size_t k = 0;
+  for (const auto& [off, len] : runs) {
+    std::copy(packed.begin() + k, packed.begin() + k + len, grads + off);
+    k += len;
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
 absl::Status GradientSync<T>::Reduce(T* grads, std::vector<T>* shard) {
   constexpr core::DType kDType = core::DTypeOf<T>::value;
   SATDAR_RETURN_IF_ERROR(WaitPending());
-  if (g_->tp && !roles_.tp_partial.empty()) {
-    std::vector<T> packed;
-    for (const auto& [off, len] : roles_.tp_partial) packed.insert(packed.end(), grads + off, grads + off + len);
-    SATDAR_RETURN_IF_ERROR(g_->tp->AllReduce(packed.data(), packed.size(), kDType,
-                                             comm::ReduceOp::kSum, copts_)->Wait());
-    size_t k = 0;
-    for (const auto& [off, len] : roles_.tp_partial) {
-      std::copy(packed.begin() + k, packed.begin() + k + len, grads + off);
-      k += len;
-    }
-  }
+  SATDAR_RETURN_IF_ERROR(SumRuns(g_->tp.get(), roles_.tp_partial, grads));
+  SATDAR_RETURN_IF_ERROR(SumRuns(g_->pp.get(), roles_.pp_partial, grads));
   const int pp = g_->shape.pp, stage = g_->coord.pp;
   if (roles_.tied_embedding.first >= 0 && (stage == 0 || stage == pp - 1)) {
     const auto [off, len] = roles_.tied_embedding;
@@ -131,12 +150,7 @@ absl::Status GradientSync<T>::Reduce(T* grads, std::vector<T>* shard) {
     T* mine = grads + off;
     for (int64_t i = 0; i < len; ++i) mine[i] = stage == 0 ? mine[i] + other[i] : other[i] + mine[i];
   }
-  if (shard_len_ > 0) {
-    shard->resize(shard_len_);
-    return g_->data->ReduceScatter(grads, shard->data(), shard_len_, kDType,
-                                   comm::ReduceOp::kAvg, copts_)
-        ->Wait();
-  }
+  if (!parts_.empty()) return ReduceScatterShards(grads, shard);
   if (g_->data && !overlap_) {
     // Expert weights already hold every EP rank's tokens: average over dp only, and divide
     // by ep, as the loss is the mean over all dp x ep replicas.
@@ -156,20 +170,64 @@ absl::Status GradientSync<T>::Reduce(T* grads, std::vector<T>* shard) {
 }
 
 template <typename T>
-absl::StatusOr<double> GradientSync<T>::GlobalNorm(const T* values, int64_t lo) {
+absl::Status GradientSync<T>::ReduceScatterShards(T* grads, std::vector<T>* shard) {
+  constexpr core::DType kDType = core::DTypeOf<T>::value;
+  int64_t total = 0;
+  for (const ZeroPartition& p : parts_) total += p.shard;
+  shard->resize(total);
+  std::vector<T> packed;
+  int64_t at = 0;
+  for (const ZeroPartition& p : parts_) {
+    // The identity partition reduces the (padded) flat buffer in place of a packed copy.
+    const T* from = grads;
+    if (!p.identity()) {
+      packed.assign(p.padded(), T(0));
+      p.Pack(grads, packed.data());
+      from = packed.data();
+    }
+    T* to = shard->data() + at;
+    if (p.group != nullptr) {
+      SATDAR_RETURN_IF_ERROR(p.group->ReduceScatter(from, to, p.shard, kDType,
+                                                    comm::ReduceOp::kAvg, copts_)->Wait());
+    } else {
+      std::copy(from, from + p.shard, to);
+    }
+    if (p.grad_scale != 1.0) {
+      for (int64_t i = 0; i < p.shard; ++i) to[i] *= static_cast<T>(p.grad_scale);
+    }
+    at += p.shard;
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::StatusOr<double> GradientSync<T>::GlobalNorm(const T* values) {
   // Every element once (replicated copies counted on one rank), in index order, summed over
-  // the model pieces (and under ZeRO-1 over the replicas' slices).
-  const int64_t hi = shard_len_ > 0 ? std::min(n_, lo + shard_len_) : n_;
+  // the model pieces (and under ZeRO-1 over the replicas' shards).
   double sq = 0;
-  for (const auto& [off, len] : roles_.in_norm) {
-    for (int64_t i = std::max(off, lo); i < std::min(off + len, hi); ++i) {
-      const double v = static_cast<double>(values[i - lo]);
-      sq += v * v;
+  if (parts_.empty()) {
+    for (const auto& [off, len] : roles_.in_norm) {
+      for (int64_t i = off; i < off + len; ++i) {
+        const double v = static_cast<double>(values[i]);
+        sq += v * v;
+      }
     }
   }
-  if (shard_len_ > 0) {
-    SATDAR_RETURN_IF_ERROR(
-        g_->data->AllReduce(&sq, 1, core::DType::kF64, comm::ReduceOp::kSum, copts_)->Wait());
+  int64_t at = 0;
+  for (const ZeroPartition& p : parts_) {
+    double part = 0;
+    p.ForOwned([&](int64_t k, int64_t flat) {
+      if (!counted_zero_[flat]) return;
+      const double v = static_cast<double>(values[at + k]);
+      part += v * v;
+    });
+    at += p.shard;
+    if (p.group != nullptr) {
+      SATDAR_RETURN_IF_ERROR(
+          p.group->AllReduce(&part, 1, core::DType::kF64, comm::ReduceOp::kSum, copts_)->Wait());
+    }
+    // A dense partition's sum is the same on every EP rank of the replica: count it once.
+    if (!p.dense || g_->coord.ep == 0) sq += part;
   }
   if (g_->mp) {
     SATDAR_RETURN_IF_ERROR(

@@ -9,7 +9,8 @@
 //   SATDAR_ASSIGN_OR_RETURN(double norm, sync.GlobalNorm(zero ? shard : grads, lo));
 //
 // The parts, in order: the TP partial sums (q/k norms, ResFormer lambdas: one all-reduce for
-// all of them), the tied embedding's two pipeline copies (added in the same order on both end
+// all of them), the pipeline partial sums (ResFormer learnable_plus's scale and logits, held
+// by every stage: one all-reduce over the stages), the tied embedding's two pipeline copies (added in the same order on both end
 // stages), the average over the data-parallel replicas (expert weights over dp only, divided by
 // ep; under ZeRO-1 a reduce-scatter into this replica's slice), then the global norm, each
 // element counted once across the model pieces. Without pipeline or expert parallelism the
@@ -30,19 +31,22 @@
 #include "model/param_table.h"
 #include "comm/communicator.h"
 #include "worker/mesh_groups.h"
+#include "worker/zero_partition.h"
 
 namespace satdar::worker {
-
-using Runs = std::vector<std::pair<int64_t, int64_t>>;  // (offset, length), ascending
 
 // What one rank's parameters mean for reductions and the gradient norm.
 struct ParamRoles {
   Runs tp_partial;  // summed over TP
+  Runs pp_partial;  // summed over the pipeline stages
   // The flat buffer as maximal runs of replicated weights (averaged over the data group) and
   // of routed experts' (averaged over dp only).
   Runs dense, experts;
   std::pair<int64_t, int64_t> tied_embedding{-1, 0};  // on both end stages of a pipeline
   Runs in_norm;  // counted in the global gradient norm (replicated copies on one rank only)
+  // Under ZeRO-1 each replica counts its shard: in_norm without the EP-rank-0 rule (the dense
+  // partition's sum is then taken on EP rank 0 only).
+  Runs in_norm_zero;
 };
 
 ParamRoles RolesOf(const model::ParamTable& table, const MeshGroups& groups, bool tied);
@@ -50,9 +54,9 @@ ParamRoles RolesOf(const model::ParamTable& table, const MeshGroups& groups, boo
 template <typename T>
 class GradientSync {
  public:
-  // shard_len > 0: ZeRO-1 over the data group, this replica owning shard_len elements.
+  // parts non-empty: ZeRO-1 over those partitions (zero_partition.h; the TrainState's).
   GradientSync(const model::ParamTable& table, const MeshGroups* groups,
-               const model::ModelConfig& config, int64_t shard_len,
+               const model::ModelConfig& config, const std::vector<ZeroPartition>& parts,
                const comm::CollectiveOptions& options);
 
   // Around the last micro-batch's backward pass: start each layer's all-reduce as soon as its
@@ -62,19 +66,25 @@ class GradientSync {
 
   // The step's loss: each pipeline stage's share summed, the replicas averaged.
   absl::StatusOr<double> ReduceLoss(double loss);
-  // Everything after the backward passes; under ZeRO-1 *shard gets this replica's slice.
+  // Everything after the backward passes; under ZeRO-1 *shard gets this rank's shards of the
+  // partitions, back to back (grads is then scratch, padded as TrainState sizes it).
   absl::Status Reduce(T* grads, std::vector<T>* shard);
-  // The global gradient norm from what Reduce left: grads (or, under ZeRO-1, the slice of the
-  // flat buffer starting at `lo`).
-  absl::StatusOr<double> GlobalNorm(const T* values, int64_t lo);
+  // The global gradient norm from what Reduce left: grads, or under ZeRO-1 the shards.
+  absl::StatusOr<double> GlobalNorm(const T* values);
 
  private:
   void ReduceRange(T* grads, int64_t begin, int64_t end);
+  // Sums the runs of grads over group (nothing without one).
+  absl::Status SumRuns(comm::Communicator* group, const Runs& runs, T* grads);
   absl::Status WaitPending();
+
+  absl::Status ReduceScatterShards(T* grads, std::vector<T>* shard);
 
   const MeshGroups* g_;
   const ParamRoles roles_;
-  const int64_t n_, shard_len_;
+  const int64_t n_;
+  const std::vector<ZeroPartition> parts_;
+  std::vector<bool> counted_zero_;  // ZeRO-1: flat element -> in roles_.in_norm_zero
   const comm::CollectiveOptions copts_;
   const bool overlap_;
   std::vector<int64_t> layer_start_;  // first element of each layer, then the final norm's

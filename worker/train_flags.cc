@@ -66,6 +66,11 @@ void DefineTrainFlags(FlagSet* flags) {
                 "1");
   flags->Define("--ep", "expert-parallel ranks (MoE experts split; otherwise more replicas)",
                 false, "1");
+  flags->Define("--vocab-multiple",
+                "pad the vocabulary inside the model to a multiple of --tp x N (Megatron's "
+                "make-vocab-size-divisible-by): equal TP slices whose width is a multiple of N; "
+                "padded rows get no probability and are never saved",
+                false, "1");
   flags->Define("--comm-timeout", "seconds a rank waits for a peer before the run fails", false,
                 "300");
   flags->DefineEnum("--zero", "ZeRO stage with --dp: 0 (replicated optimizer) or 1 (sharded)",
@@ -191,6 +196,8 @@ absl::Status ParseTrainOptions(const FlagSet& flags, TrainOptions* o) {
   SATDAR_ASSIGN_OR_RETURN(int64_t timeout, flags.GetInt("--comm-timeout", 1, 7 * 86400));
   o->comm_timeout_seconds = static_cast<int>(timeout);
   o->zero_stage = flags.Get("--zero") == "1" ? 1 : 0;
+  SATDAR_ASSIGN_OR_RETURN(int64_t multiple, flags.GetInt("--vocab-multiple", 1, 65536));
+  o->vocab_multiple = static_cast<int>(multiple);
   SATDAR_ASSIGN_OR_RETURN(o->lock_wait_seconds, flags.GetInt("--lock-wait", 0, 86400));
   return absl::OkStatus();
 }

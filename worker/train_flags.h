@@ -18,7 +18,9 @@ void DefineTrainFlags(FlagSet* flags);
 absl::Status ParseTrainOptions(const FlagSet& flags, TrainOptions* o);
 
 // The layout sizes as `satdar train` (and a job spec's "train" flags) call them.
-inline model::LayoutNames TrainLayoutNames() { return {"--tp", "--pp", "--ep"}; }
+inline model::LayoutNames TrainLayoutNames() {
+  return {"--tp", "--pp", "--ep", "--vocab-multiple"};
+}
 
 }  // namespace satdar::worker
 

@@ -91,6 +91,9 @@ struct TrainOptions {
   // AdamW moments of its 1/dp slice of the flat buffer and updates only that slice, and the
   // parameters are all-gathered. Checkpoints still hold the full state (gathered on write).
   int zero_stage = 0;
+  // The embedding and head padded to a multiple of tp x vocab_multiple rows
+  // (model::Sharding::vocab_multiple); changes no result, only the shapes the kernels see.
+  int vocab_multiple = 1;
   // A peer that does not answer within this time fails the run (exit 1), never a hang.
   int comm_timeout_seconds = 300;
   GpuOptions gpu;

@@ -8,19 +8,19 @@
 namespace satdar::worker {
 
 template <typename T>
-TrainState<T>::TrainState(const model::ParamTable& table, int replicas, int replica, bool zero,
+TrainState<T>::TrainState(const model::ParamTable& table, std::vector<ZeroPartition> parts,
                           uint64_t seed)
     : n_(table.size()),
-      zero_(zero && replicas > 1),
-      shard_len_(zero_ ? (n_ + replicas - 1) / replicas : n_),
-      padded_(zero_ ? shard_len_ * replicas : n_),
-      lo_(zero_ ? replica * shard_len_ : 0),
-      params_(padded_, T(0)),
-      grads_(padded_, T(0)),
-      exp_avg_(zero_ ? 0 : n_, T(0)),
-      exp_avg_sq_(zero_ ? 0 : n_, T(0)),
-      m_shard_(zero_ ? shard_len_ : 0, T(0)),
-      v_shard_(zero_ ? shard_len_ : 0, T(0)) {
+      parts_(std::move(parts)),
+      params_(parts_.size() == 1 && parts_[0].identity() ? std::max(n_, parts_[0].padded()) : n_,
+              T(0)),
+      grads_(params_.size(), T(0)),
+      exp_avg_(parts_.empty() ? n_ : 0, T(0)),
+      exp_avg_sq_(parts_.empty() ? n_ : 0, T(0)) {
+  for (const ZeroPartition& p : parts_) {
+    m_shard_.emplace_back(p.shard, T(0));
+    v_shard_.emplace_back(p.shard, T(0));
+  }
   table.Initialize(params_.data(), seed);
 }
 
@@ -28,33 +28,46 @@ template <typename T>
 absl::StatusOr<CheckpointInfo> TrainState<T>::Load(const std::string& path,
                                                    const std::string& config_json,
                                                    const model::ParamTable& table) {
-  if (zero_) {
-    exp_avg_.assign(padded_, T(0));
-    exp_avg_sq_.assign(padded_, T(0));
+  if (zero()) {
+    exp_avg_.assign(n_, T(0));
+    exp_avg_sq_.assign(n_, T(0));
   }
   SATDAR_ASSIGN_OR_RETURN(CheckpointInfo info, LoadCheckpoint<T>(path, config_json, table, buffers()));
-  if (zero_) {  // keep this replica's slice of the moments
-    std::copy(exp_avg_.begin() + lo_, exp_avg_.begin() + lo_ + shard_len_, m_shard_.begin());
-    std::copy(exp_avg_sq_.begin() + lo_, exp_avg_sq_.begin() + lo_ + shard_len_, v_shard_.begin());
-    ReleaseMoments();
+  for (size_t q = 0; q < parts_.size(); ++q) {  // keep this rank's shards of the moments
+    parts_[q].ForOwned([&](int64_t k, int64_t flat) {
+      m_shard_[q][k] = exp_avg_[flat];
+      v_shard_[q][k] = exp_avg_sq_[flat];
+    });
   }
+  ReleaseMoments();
   return info;
 }
 
 template <typename T>
-absl::Status TrainState<T>::GatherMoments(comm::Communicator* data,
-                                          const comm::CollectiveOptions& o) {
-  if (!zero_) return absl::OkStatus();
+absl::Status TrainState<T>::GatherMoments(const comm::CollectiveOptions& o) {
+  if (!zero()) return absl::OkStatus();
   constexpr core::DType kDType = core::DTypeOf<T>::value;
-  exp_avg_.assign(padded_, T(0));
-  exp_avg_sq_.assign(padded_, T(0));
-  SATDAR_RETURN_IF_ERROR(data->AllGather(m_shard_.data(), exp_avg_.data(), shard_len_, kDType, o)->Wait());
-  return data->AllGather(v_shard_.data(), exp_avg_sq_.data(), shard_len_, kDType, o)->Wait();
+  exp_avg_.assign(n_, T(0));
+  exp_avg_sq_.assign(n_, T(0));
+  for (size_t q = 0; q < parts_.size(); ++q) {
+    const ZeroPartition& p = parts_[q];
+    std::vector<T> packed(p.padded());
+    for (auto [shard, whole] : {std::pair{&m_shard_[q], &exp_avg_}, {&v_shard_[q], &exp_avg_sq_}}) {
+      if (p.group != nullptr) {
+        SATDAR_RETURN_IF_ERROR(
+            p.group->AllGather(shard->data(), packed.data(), p.shard, kDType, o)->Wait());
+        p.Unpack(packed.data(), whole->data());
+      } else {
+        p.Unpack(shard->data(), whole->data());
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 template <typename T>
 void TrainState<T>::ReleaseMoments() {
-  if (!zero_) return;
+  if (!zero()) return;
   exp_avg_.clear();
   exp_avg_.shrink_to_fit();
   exp_avg_sq_.clear();
@@ -63,18 +76,32 @@ void TrainState<T>::ReleaseMoments() {
 
 template <typename T>
 absl::Status TrainState<T>::Update(const core::AdamWParams& hp, const std::vector<T>& shard,
-                                   comm::Communicator* data, core::ThreadPool* pool,
-                                   const comm::CollectiveOptions& o) {
-  if (!zero_) {
+                                   core::ThreadPool* pool, const comm::CollectiveOptions& o) {
+  if (!zero()) {
     core::cpu::AdamWUpdate(params_.data(), grads_.data(), exp_avg_.data(), exp_avg_sq_.data(), n_,
                            hp, pool);
     return absl::OkStatus();
   }
-  // Update this replica's slice, then every replica gathers the whole parameter buffer.
-  core::cpu::AdamWUpdate(params_.data() + lo_, shard.data(), m_shard_.data(), v_shard_.data(),
-                         shard_len_, hp, pool);
-  std::vector<T> mine(params_.begin() + lo_, params_.begin() + lo_ + shard_len_);
-  return data->AllGather(mine.data(), params_.data(), shard_len_, core::DTypeOf<T>::value, o)->Wait();
+  // Update this rank's shard of each partition, then its group gathers the partition.
+  int64_t at = 0;
+  for (size_t q = 0; q < parts_.size(); ++q) {
+    const ZeroPartition& p = parts_[q];
+    std::vector<T> mine(p.shard, T(0));  // the padding past the partition's end stays 0
+    p.ForOwned([&](int64_t k, int64_t flat) { mine[k] = params_[flat]; });
+    core::cpu::AdamWUpdate(mine.data(), shard.data() + at, m_shard_[q].data(), v_shard_[q].data(),
+                           p.shard, hp, pool);
+    at += p.shard;
+    if (p.group == nullptr) {
+      p.Unpack(mine.data(), params_.data());
+      continue;
+    }
+    std::vector<T> packed(p.identity() ? 0 : p.padded());
+    T* into = p.identity() ? params_.data() : packed.data();  // params_ is padded() long
+    SATDAR_RETURN_IF_ERROR(
+        p.group->AllGather(mine.data(), into, p.shard, core::DTypeOf<T>::value, o)->Wait());
+    if (!p.identity()) p.Unpack(packed.data(), params_.data());
+  }
+  return absl::OkStatus();
 }
 
 template class TrainState<float>;

@@ -1,11 +1,12 @@
 // worker/train_state.h: one rank's training state: the flat parameter and gradient buffers
-// carved by its parameter table, and the AdamW moments (under ZeRO-1, only this replica's
-// 1/replicas slice of them: the flat buffers are padded to a multiple of the replicas and
-// replica r owns [r * shard_len, (r + 1) * shard_len)).
+// carved by its parameter table, and the AdamW moments (under ZeRO-1, only this rank's shard
+// of each partition, zero_partition.h: the whole buffer over the data-parallel replicas, or
+// with expert parallelism the dense weights over the dp x ep replicas and the experts over
+// the dp replicas).
 //
-//   TrainState<T> state(table, replicas, replica, zero, seed);
-//   ... backward into state.grads() ...
-//   SATDAR_RETURN_IF_ERROR(state.Update(hp, shard, data_group, &pool, copts));
+//   TrainState<T> state(table, ZeroPartitions(...), seed);   // {}: no ZeRO
+//   ... backward into state.grads(), reduce-scatter into the shard (gradient_sync.h) ...
+//   SATDAR_RETURN_IF_ERROR(state.Update(hp, shard, &pool, copts));
 //
 // Checkpoints hold the full moments whatever the layout: under ZeRO-1 they are gathered from
 // the replicas for writing and sliced again when loading.
@@ -22,43 +23,43 @@
 #include "model/param_table.h"
 #include "comm/communicator.h"
 #include "worker/checkpoint.h"
+#include "worker/zero_partition.h"
 
 namespace satdar::worker {
 
 template <typename T>
 class TrainState {
  public:
-  TrainState(const model::ParamTable& table, int replicas, int replica, bool zero, uint64_t seed);
+  // parts: the ZeRO-1 partitions, or empty for replicated moments.
+  TrainState(const model::ParamTable& table, std::vector<ZeroPartition> parts, uint64_t seed);
 
   T* params() { return params_.data(); }
   T* grads() { return grads_.data(); }
   void ZeroGrads() { std::fill(grads_.begin(), grads_.end(), T(0)); }
-  bool zero() const { return zero_; }
-  int64_t shard_len() const { return zero_ ? shard_len_ : 0; }  // 0 without ZeRO-1
-  int64_t lo() const { return lo_; }  // the first element this replica updates
+  bool zero() const { return !parts_.empty(); }
+  const std::vector<ZeroPartition>& parts() const { return parts_; }
 
-  // Loads a checkpoint into the parameters and (this replica's slice of) the moments.
+  // Loads a checkpoint into the parameters and (this rank's shards of) the moments.
   absl::StatusOr<CheckpointInfo> Load(const std::string& path, const std::string& config_json,
                                       const model::ParamTable& table);
   // The buffers a checkpoint writes; under ZeRO-1 first GatherMoments (every replica takes
   // part), and ReleaseMoments after writing.
   OptimizerBuffers<T> buffers() { return {&params_, &exp_avg_, &exp_avg_sq_}; }
-  absl::Status GatherMoments(comm::Communicator* data, const comm::CollectiveOptions& o);
+  absl::Status GatherMoments(const comm::CollectiveOptions& o);
   void ReleaseMoments();
 
-  // AdamW over the whole buffer, or under ZeRO-1 over this replica's slice (gradients in
-  // `shard`) followed by an all-gather of the parameters over the data group.
+  // AdamW over the whole buffer, or under ZeRO-1 over this rank's shards (their gradients in
+  // `shard`, the partitions' shards back to back) followed by an all-gather of each
+  // partition's parameters over its group.
   absl::Status Update(const core::AdamWParams& hp, const std::vector<T>& shard,
-                      comm::Communicator* data, core::ThreadPool* pool,
-                      const comm::CollectiveOptions& o);
+                      core::ThreadPool* pool, const comm::CollectiveOptions& o);
 
  private:
   const int64_t n_;
-  const bool zero_;
-  const int64_t shard_len_, padded_, lo_;
+  const std::vector<ZeroPartition> parts_;
   std::vector<T> params_, grads_;
   std::vector<T> exp_avg_, exp_avg_sq_;  // whole (without ZeRO-1), or gathered for a checkpoint
-  std::vector<T> m_shard_, v_shard_;     // ZeRO-1: this replica's slice
+  std::vector<std::vector<T>> m_shard_, v_shard_;  // ZeRO-1: this rank's shard per partition
 };
 
 }  // namespace satdar::worker

@@ -315,6 +315,7 @@ Fingerprint RunFingerprint(const TrainOptions& o) {
                                                                             : "f32"},
           {"--dp/--tp/--pp/--ep", o.mesh.ToString()},
           {"--zero", std::to_string(o.zero_stage)},
+          {"--vocab-multiple", std::to_string(o.vocab_multiple)},
           {"--lr", num(o.lr)},
           {"--min-lr-ratio", num(o.min_lr_ratio)},
           {"--warmup-steps", std::to_string(o.warmup_steps)},

@@ -59,13 +59,8 @@ class AttnRes : public Topology<T> {
     weight_sum_.assign(sublayers_ + 1, std::vector<double>(max_sources, 0.0));
   }
 
-  void Forward(const T* params, const T* h0, Branches<T>* br, T* x_final) override {
-    ForwardRange(params, 1, sublayers_, h0, {}, br, x_final, {});
-  }
-
   // The state after sublayer l: the completed entries (h0, then one per finished block; every
   // sublayer output in Full AttnRes) and the open block's partial sum.
-  bool SupportsStages() const override { return true; }
   int BoundaryTensors(int l) const override {
     return 1 + l / block_ + (l % block_ != 0 ? 1 : 0);
   }
@@ -115,10 +110,6 @@ class AttnRes : public Topology<T> {
       for (int j = 0; j < m; ++j) std::copy(sources_[j], sources_[j] + nc, out[j]);
       if (has_p) std::copy(steps_[last].partial.begin(), steps_[last].partial.end(), out[m]);
     }
-  }
-
-  void Backward(const T* params, T* grads, const T* dx_final, Branches<T>* br, T* dh0) override {
-    BackwardRange(params, grads, 1, sublayers_, dx_final, {}, br, dh0, {});
   }
 
   void BackwardRange(const T* params, T* grads, int first, int last, const T* dx_final,

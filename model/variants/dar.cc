@@ -84,13 +84,8 @@ class Dar : public Topology<T> {
                                         std::vector<double>(max_sources, 0.0)});
   }
 
-  void Forward(const T* params, const T* h0, Branches<T>* br, T* x_final) override {
-    ForwardRange(params, 1, sublayers_, h0, {}, br, x_final, {});
-  }
-
   // The state after sublayer l: h0 (the first entry of both streams, sent once), each
   // stream's later completed block entries, and both partial sums inside an open block.
-  bool SupportsStages() const override { return true; }
   int BoundaryTensors(int l) const override {
     return 1 + 2 * (l / block_) + (l % block_ != 0 ? 2 : 0);
   }
@@ -160,10 +155,6 @@ class Dar : public Topology<T> {
         }
       }
     }
-  }
-
-  void Backward(const T* params, T* grads, const T* dx_final, Branches<T>* br, T* dh0) override {
-    BackwardRange(params, grads, 1, sublayers_, dx_final, {}, br, dh0, {});
   }
 
   void BackwardRange(const T* params, T* grads, int first, int last, const T* dx_final,

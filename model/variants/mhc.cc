@@ -21,10 +21,12 @@ constexpr int kSinkhornSteps = 2 * kSinkhornIterations;
 template <typename T>
 class Mhc : public Topology<T> {
  public:
-  Mhc(const ModelConfig& c, core::ThreadPool* pool)
+  // A pipeline stage keeps its own sublayers' steps; its boundary carries the n streams.
+  Mhc(const ModelConfig& c, const Sharding& shard, core::ThreadPool* pool)
       : sublayers_(2 * c.num_hidden_layers), n_(c.hc_streams), d_(c.hidden_size),
         mixes_(n_ * (n_ + 2)), eps_(c.rms_norm_eps), std_(c.initializer_range), pool_(pool),
-        offsets_(sublayers_), steps_(sublayers_) {}
+        offsets_(sublayers_), steps_(sublayers_), first_(2 * shard.first_layer(c) + 1),
+        last_(2 * shard.end_layer(c)) {}
 
   static std::string Prefix(int l) {
     return absl::StrCat("model.layers.", (l - 1) / 2, l % 2 == 1 ? ".attn_mhc" : ".mlp_mhc");
@@ -41,7 +43,7 @@ class Mhc : public Topology<T> {
     }
   }
   void Bind(const ParamTable& table) override {
-    for (int l = 1; l <= sublayers_; ++l) {
+    for (int l = first_; l <= last_; ++l) {
       offsets_[l - 1] = {table.Offset(Prefix(l) + ".fn"), table.Offset(Prefix(l) + ".scale"),
                          table.Offset(Prefix(l) + ".base")};
     }
@@ -50,8 +52,10 @@ class Mhc : public Topology<T> {
   void Resize(int rows) override {
     rows_ = rows;
     const size_t nc = static_cast<size_t>(rows) * d_, hc = nc * n_;
-    hyper_.assign(sublayers_ + 1, std::vector<T>(hc));
-    for (Step& s : steps_) {
+    hyper_.assign(sublayers_ + 1, std::vector<T>());
+    for (int l = first_ - 1; l <= last_; ++l) hyper_[l].resize(hc);
+    for (int l = first_; l <= last_; ++l) {
+      Step& s = steps_[l - 1];
       s.raw.resize(static_cast<size_t>(rows) * mixes_);
       s.rms.resize(rows);
       s.coef.resize(static_cast<size_t>(rows) * 2 * n_);
@@ -66,10 +70,15 @@ class Mhc : public Topology<T> {
     draw_.resize(static_cast<size_t>(rows) * mixes_);
   }
 
-  void Forward(const T* params, const T* h0, Branches<T>* br, T* x_final) override {
+  // The state after sublayer l is the n streams.
+  int BoundaryTensors(int l) const override { (void)l; return n_; }
+
+  void ForwardRange(const T* params, int first, int last, const T* h0,
+                    const std::vector<const T*>& in, Branches<T>* br, T* x_final,
+                    const std::vector<T*>& out) override {
     T* p = const_cast<T*>(params);
-    EnterStreams(hyper_[0].data(), h0, rows_, n_, d_);
-    for (int l = 1; l <= sublayers_; ++l) {
+    StreamsIn(hyper_[first - 1].data(), first == 1, h0, in, rows_, n_, d_);
+    for (int l = first; l <= last; ++l) {
       Step& s = steps_[l - 1];
       const Offsets& o = offsets_[l - 1];
       // mixes = (fn x) / rms(x) over x = vec(H) of each token.
@@ -104,13 +113,15 @@ class Mhc : public Topology<T> {
         }
       }
     }
-    ExitStreams(x_final, hyper_[sublayers_].data(), rows_, n_, d_);
+    StreamsOut(x_final, out, last == sublayers_, hyper_[last].data(), rows_, n_, d_);
   }
 
-  void Backward(const T* params, T* grads, const T* dx_final, Branches<T>* br, T* dh0) override {
+  void BackwardRange(const T* params, T* grads, int first, int last, const T* dx_final,
+                     const std::vector<const T*>& dout, Branches<T>* br, T* dh0,
+                     const std::vector<T*>& din) override {
     T* p = const_cast<T*>(params);
-    ExitStreamsBackward(dhyper_.data(), dx_final, rows_, n_, d_);
-    for (int l = sublayers_; l >= 1; --l) {
+    StreamsOutBackward(dhyper_.data(), last == sublayers_, dx_final, dout, rows_, n_, d_);
+    for (int l = last; l >= first; --l) {
       const Step& s = steps_[l - 1];
       const Offsets& o = offsets_[l - 1];
       dnext_.swap(dhyper_);
@@ -182,7 +193,7 @@ class Mhc : public Topology<T> {
       cpu::MatmulBackward(dhyper_.data(), grads + o.fn, draw_.data(), hyper_[l - 1].data(),
                           p + o.fn, rows_, mixes_, nd, pool_);
     }
-    EnterStreamsBackward(dh0, dhyper_.data(), rows_, n_, d_);
+    StreamsInBackward(dh0, din, first == 1, dhyper_.data(), rows_, n_, d_);
   }
 
  private:
@@ -313,6 +324,7 @@ class Mhc : public Topology<T> {
   core::ThreadPool* pool_;
   std::vector<Offsets> offsets_;
   std::vector<Step> steps_;
+  const int first_, last_;  // this pipeline stage's sublayers
   int rows_ = 0;
   std::vector<std::vector<T>> hyper_;
   std::vector<T> dhyper_, dnext_, du_, dy_, draw_;
@@ -322,8 +334,7 @@ class Mhc : public Topology<T> {
 
 template <typename T>
 std::unique_ptr<Topology<T>> MakeMhc(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool) {
-  (void)shard;  // replicated: this design cannot be split across pipeline stages
-  return std::make_unique<Mhc<T>>(config, pool);
+  return std::make_unique<Mhc<T>>(config, shard, pool);
 }
 
 template std::unique_ptr<Topology<float>> MakeMhc<float>(const ModelConfig&, const Sharding&, core::ThreadPool*);

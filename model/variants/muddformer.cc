@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/check.h"
 #include "core/ops/matmul.h"
 #include "core/ops/rmsnorm.h"
 
@@ -25,9 +26,14 @@ enum Way { kQ = 0, kK = 1, kV = 2, kR = 3 };
 template <typename T>
 class MuddFormer : public Topology<T> {
  public:
-  MuddFormer(const ModelConfig& c, core::ThreadPool* pool)
+  // A pipeline stage runs blocks [a_, b_) and keeps only their buffers; earlier X_j are read
+  // in place from the previous stage's boundary. Under tensor parallelism the branches
+  // all-reduce the attention output and the three inputs' gradients; the connections are
+  // replicated.
+  MuddFormer(const ModelConfig& c, const Sharding& shard, core::ThreadPool* pool)
       : layers_(c.num_hidden_layers), d_(c.hidden_size), eps_(c.rms_norm_eps),
-        std_(c.initializer_range), pool_(pool), blocks_(layers_) {}
+        std_(c.initializer_range), pool_(pool), blocks_(layers_), a_(shard.first_layer(c)),
+        b_(shard.end_layer(c)) {}
 
   int Ways(int i) const { return i + 1 < layers_ ? 4 : 1; }
   static int Hidden(int ways, int sources) { return (ways * sources + 63) / 64 * 64; }
@@ -45,7 +51,7 @@ class MuddFormer : public Topology<T> {
     table->Add(p + ".v_norm.weight", {d_}, ParamInit::Constant(1.0));
   }
   void Bind(const ParamTable& table) override {
-    for (int i = 0; i < layers_; ++i) {
+    for (int i = a_; i < b_; ++i) {
       Block& b = blocks_[i];
       const std::string p = Prefix(i);
       b.w1 = table.Offset(p + ".w1");
@@ -59,9 +65,18 @@ class MuddFormer : public Topology<T> {
   void Resize(int rows) override {
     rows_ = rows;
     const size_t nc = static_cast<size_t>(rows) * d_;
-    x_.assign(layers_ + 1, std::vector<T>(nc));
-    dx_.assign(layers_ + 1, std::vector<T>(nc));
-    for (int i = 0; i < layers_; ++i) {
+    x_.assign(layers_ + 1, std::vector<T>());
+    for (int j = a_ == 0 ? 0 : a_ + 1; j <= b_; ++j) x_[j].resize(nc);
+    dx_.assign(b_ + 1, std::vector<T>(nc));
+    xs_.assign(layers_ + 1, nullptr);
+    for (int j = 0; j <= layers_; ++j) {
+      if (!x_[j].empty()) xs_[j] = x_[j].data();
+    }
+    if (b_ < layers_) {  // the next stage's first inputs, made by this stage's last connection
+      for (auto& w : blocks_[b_].ways) w.resize(nc);
+      for (auto& w : blocks_[b_].dways) w.resize(nc);
+    }
+    for (int i = a_; i < b_; ++i) {
       Block& b = blocks_[i];
       const int c = Ways(i), s = i + 2, k = Hidden(c, s);
       for (auto& w : b.ways) w.resize(nc);
@@ -84,12 +99,30 @@ class MuddFormer : public Topology<T> {
     da_.resize(static_cast<size_t>(rows) * 4 * (layers_ + 1));
   }
 
-  void Forward(const T* params, const T* h0, Branches<T>* br, T* x_final) override {
+  // After block k (sublayer 2k): X_0..X_k, which later connections read, and block k's four
+  // inputs X^Q, X^K, X^V, X^R. Stages split at block boundaries only.
+  int BoundaryTensors(int l) const override {
+    SATDAR_CHECK(l % 2 == 0) << "MUDDFormer splits between blocks, not after sublayer " << l;
+    return l / 2 + 5;
+  }
+
+  void ForwardRange(const T* params, int first, int last, const T* h0,
+                    const std::vector<const T*>& in, Branches<T>* br, T* x_final,
+                    const std::vector<T*>& out) override {
     const size_t nc = y_.size();
     T* p = const_cast<T*>(params);
-    std::copy(h0, h0 + nc, x_[0].begin());
-    for (int w = 0; w < 4; ++w) std::copy(h0, h0 + nc, blocks_[0].ways[w].begin());
-    for (int i = 0; i < layers_; ++i) {
+    const int first_block = (first - 1) / 2, end_block = last / 2;
+    if (first_block == 0) {
+      std::copy(h0, h0 + nc, x_[0].begin());
+      for (int w = 0; w < 4; ++w) std::copy(h0, h0 + nc, blocks_[0].ways[w].begin());
+    } else {
+      for (int j = 0; j <= first_block; ++j) xs_[j] = in[j];  // read in place
+      for (int w = 0; w < 4; ++w) {
+        const T* src = in[first_block + 1 + w];
+        std::copy(src, src + nc, blocks_[first_block].ways[w].begin());
+      }
+    }
+    for (int i = first_block; i < end_block; ++i) {
       Block& b = blocks_[i];
       const int64_t norms[3] = {b.ln_attn, b.k_norm, b.v_norm};
       for (int w = 0; w < 3; ++w) {
@@ -103,13 +136,30 @@ class MuddFormer : public Topology<T> {
       for (size_t e = 0; e < nc; ++e) x_[i + 1][e] = b.xa[e] + y_[e];
       DenseConnection(i, p, i + 1 < layers_ ? &blocks_[i + 1] : nullptr, x_final);
     }
+    if (end_block < layers_) {
+      for (int j = 0; j <= end_block; ++j) std::copy(xs_[j], xs_[j] + nc, out[j]);
+      for (int w = 0; w < 4; ++w) {
+        const std::vector<T>& src = blocks_[end_block].ways[w];
+        std::copy(src.begin(), src.end(), out[end_block + 1 + w]);
+      }
+    }
   }
 
-  void Backward(const T* params, T* grads, const T* dx_final, Branches<T>* br, T* dh0) override {
+  void BackwardRange(const T* params, T* grads, int first, int last, const T* dx_final,
+                     const std::vector<const T*>& dout, Branches<T>* br, T* dh0,
+                     const std::vector<T*>& din) override {
     const size_t nc = y_.size();
     T* p = const_cast<T*>(params);
+    const int first_block = (first - 1) / 2, end_block = last / 2;
     for (auto& d : dx_) std::fill(d.begin(), d.end(), T(0));
-    for (int i = layers_ - 1; i >= 0; --i) {
+    if (end_block < layers_) {
+      for (int j = 0; j <= end_block; ++j) std::copy(dout[j], dout[j] + nc, dx_[j].begin());
+      for (int w = 0; w < 4; ++w) {
+        const T* src = dout[end_block + 1 + w];
+        std::copy(src, src + nc, blocks_[end_block].dways[w].begin());
+      }
+    }
+    for (int i = end_block - 1; i >= first_block; --i) {
       Block& b = blocks_[i];
       // The connection after block i: its ways' gradients are those of block i+1's inputs.
       std::vector<const T*> dways;
@@ -133,6 +183,14 @@ class MuddFormer : public Topology<T> {
         cpu::RmsNormBackward(b.dways[w].data(), grads + norms[w], dnormed_[w].data(),
                              b.ways[w].data(), p + norms[w], b.rstd[w].data(), rows_, d_, pool_);
       }
+    }
+    if (first_block > 0) {
+      for (int j = 0; j <= first_block; ++j) std::copy(dx_[j].begin(), dx_[j].end(), din[j]);
+      for (int w = 0; w < 4; ++w) {
+        const std::vector<T>& g = blocks_[first_block].dways[w];
+        std::copy(g.begin(), g.end(), din[first_block + 1 + w]);
+      }
+      return;
     }
     for (size_t e = 0; e < nc; ++e) {
       T g = dx_[0][e];
@@ -174,7 +232,7 @@ class MuddFormer : public Topology<T> {
         T* out = (next ? next->ways[w].data() : x_final) + static_cast<size_t>(r) * d_;
         std::fill(out, out + d_, T(0));
         for (int j = 0; j < s; ++j) {
-          const T* xj = x_[j].data() + static_cast<size_t>(r) * d_;
+          const T* xj = xs_[j] + static_cast<size_t>(r) * d_;
           for (int e = 0; e < d_; ++e) out[e] += a[w * s + j] * xj[e];
         }
       }
@@ -190,7 +248,7 @@ class MuddFormer : public Topology<T> {
       for (int w = 0; w < c; ++w) {
         const T* g = dways[w] + static_cast<size_t>(r) * d_;
         for (int j = 0; j < s; ++j) {
-          const T* xj = x_[j].data() + static_cast<size_t>(r) * d_;
+          const T* xj = xs_[j] + static_cast<size_t>(r) * d_;
           T* dxj = dx_[j].data() + static_cast<size_t>(r) * d_;
           T dot = 0;
           for (int e = 0; e < d_; ++e) {
@@ -219,8 +277,10 @@ class MuddFormer : public Topology<T> {
   const double eps_, std_;
   core::ThreadPool* pool_;
   std::vector<Block> blocks_;
+  const int a_, b_;  // this pipeline stage's blocks [a_, b_)
   int rows_ = 0;
-  std::vector<std::vector<T>> x_, dx_;  // X_0..X_L and their gradients
+  std::vector<std::vector<T>> x_, dx_;  // X_0..X_L (this stage's) and their gradients
+  std::vector<const T*> xs_;            // X_j: x_[j], or an earlier stage's, read in place
   std::vector<T> y_, dxa_, dn_, dr_, dh_, da_;
   std::vector<T> dnormed_[3];
 };
@@ -229,8 +289,7 @@ class MuddFormer : public Topology<T> {
 
 template <typename T>
 std::unique_ptr<Topology<T>> MakeMuddFormer(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool) {
-  (void)shard;  // replicated: this design cannot be split across pipeline stages
-  return std::make_unique<MuddFormer<T>>(config, pool);
+  return std::make_unique<MuddFormer<T>>(config, shard, pool);
 }
 
 template std::unique_ptr<Topology<float>> MakeMuddFormer<float>(const ModelConfig&, const Sharding&, core::ThreadPool*);

@@ -13,20 +13,27 @@ template <typename T>
 class Resformer : public ValueResidual<T> {
  public:
   // Under tensor parallelism each rank mixes its own KV heads; the lambdas' gradients are
-  // then partial sums over the TP group.
+  // then partial sums over the TP group. learnable_plus's scale and logits are on every
+  // pipeline stage (the softmax spans all layers); each stage's gradient covers its layers,
+  // and the trainer sums them over the stages.
   Resformer(const ModelConfig& c, const Sharding& shard, core::ThreadPool* pool)
       : learnable_(c.resformer_mode == ResformerMode::kLearnablePlus), layers_(c.num_hidden_layers),
         width_(shard.TpCount(c.num_key_value_heads) * c.head_size()), partial_(shard.tp_size > 1),
+        stages_(shard.pp_size > 1),
         pool_(pool), lambda2_(layers_, -1) {}
 
   static std::string Lambda2(int i) { return absl::StrCat("model.layers.", i, ".self_attn.lambda2"); }
 
   void AddGlobalParams(ParamTable* table) override {
     if (!learnable_) return;
-    table->Add("model.value_residual.lambda_scale", {1}, ParamInit::Constant(layers_))
-        .tp_partial_grad = partial_;
-    table->Add("model.value_residual.lambda_logits", {layers_ - 1}, ParamInit::Constant(0.0))
-        .tp_partial_grad = partial_;
+    ParamSpec& scale =
+        table->Add("model.value_residual.lambda_scale", {1}, ParamInit::Constant(layers_));
+    scale.tp_partial_grad = partial_;
+    scale.pp_partial_grad = stages_;
+    ParamSpec& logits =
+        table->Add("model.value_residual.lambda_logits", {layers_ - 1}, ParamInit::Constant(0.0));
+    logits.tp_partial_grad = partial_;
+    logits.pp_partial_grad = stages_;
   }
   void AddLayerParams(int i, ParamTable* table) override {
     if (!learnable_) return;
@@ -96,7 +103,7 @@ class Resformer : public ValueResidual<T> {
 
   const bool learnable_;
   const int layers_, width_;
-  const bool partial_;
+  const bool partial_, stages_;
   core::ThreadPool* pool_;
   int rows_ = 0;
   int64_t scale_ = -1, logits_ = -1;

@@ -23,15 +23,7 @@ class Standard : public Topology<T> {
     dy_.resize(nc);
   }
 
-  void Forward(const T* params, const T* h0, Branches<T>* br, T* x_final) override {
-    ForwardRange(params, 1, sublayers_, h0, {}, br, x_final, {});
-  }
-  void Backward(const T* params, T* grads, const T* dx_final, Branches<T>* br, T* dh0) override {
-    BackwardRange(params, grads, 1, sublayers_, dx_final, {}, br, dh0, {});
-  }
-
   // A stage boundary carries the one stream h.
-  bool SupportsStages() const override { return true; }
   int BoundaryTensors(int l) const override { (void)l; return 1; }
 
   void ForwardRange(const T* params, int first, int last, const T* h0,
