@@ -6,7 +6,8 @@
 #     pp_boundary_bytes of the --log-jsonl lines) for the designs and layouts that matter:
 #     the data-parallel gradient all-reduce, the TP activations, and what crosses a pipeline
 #     boundary (hidden state, V1, AttnRes/DAR histories, HC/mHC streams, DenseFormer and
-#     MUDDFormer sources), with rank 0's peak RSS (parameters, moments and activations).
+#     MUDDFormer sources), with rank 0's peak RSS (parameters, moments and activations);
+#  3. activation recomputation (--recompute none|selective|full): tokens/s and peak RSS.
 # Usage: bench/parallel.sh [STEPS]
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -70,5 +71,24 @@ pbs = "%.2f / %.2f MiB" % (pb[0][0] / 2**20, pb[0][1] / 2**20) if pb else "-"
 print("%-12s %-16s %10s %10s %10s %10s %22s %7.0f MiB" % (sys.argv[2], sys.argv[3], mib("tp"),
       mib("pp"), mib("ep"), mib("data"), pbs, rss))
 PY
+done
+
+# Part 3: activation recomputation, one rank (B=8 x T=256, f32, 2 threads): tokens/s (median of
+# the timed steps) and peak RSS per design and --recompute.
+echo
+printf "%-12s %-10s %10s %12s\n" design recompute tokens/s "peak RSS"
+for design in transformer satformer dar dar-full; do
+  for r in none selective full; do
+    "$S" train --config "configs/bench/$design.json" --synthetic-data --steps 6 --seq-len 256 \
+      --batch-size 8 --threads 2 --quiet --stats-every 0 --recompute "$r" \
+      --log-jsonl "$OUT/rc.jsonl" --summary-json "$OUT/rc.json"
+    /usr/bin/python3 - "$OUT/rc.jsonl" "$OUT/rc.json" "$design" "$r" <<'PY'
+import json, statistics, sys
+tps = [json.loads(l)["tokens_per_second"] for l in open(sys.argv[1])][1:]
+rss = json.load(open(sys.argv[2]))["peak_rss_bytes"] / 2**20
+print("%-12s %-10s %10.0f %8.0f MiB" % (sys.argv[3], sys.argv[4], statistics.median(tps), rss))
+PY
+    rm -f "$OUT/rc.jsonl"
+  done
 done
 rm -rf "$OUT"

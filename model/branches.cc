@@ -1,6 +1,7 @@
 #include "model/branches.h"
 
 #include <algorithm>
+#include <array>
 
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
@@ -37,7 +38,9 @@ void Branches<T>::AddLayerParams(int i, ParamTable* table) {
   const ParamInit normal = ParamInit::Normal(c.initializer_range);
   const ParamInit ones = ParamInit::Constant(1.0);
   const int r = shard_.tp_rank, tp = shard_.tp_size;
-  table->Add(LayerName(i, "input_layernorm.weight"), {d}, ones);
+  // Under sequence parallelism the pre-norms see this rank's token rows only.
+  const bool rows_split = shard_.sequence_parallel && tp > 1;
+  table->Add(LayerName(i, "input_layernorm.weight"), {d}, ones).tp_partial_grad = rows_split;
   // q, k and v back to back: the attention layer runs them as one GEMM. Under tensor
   // parallelism each rank holds its heads' rows (column-parallel) and Wo's matching columns
   // (row-parallel).
@@ -51,7 +54,8 @@ void Branches<T>::AddLayerParams(int i, ParamTable* table) {
     table->Add(LayerName(i, "self_attn.k_norm.weight"), {hs}, ones).tp_partial_grad = tp > 1;
   }
   if (value_residual_) value_residual_->AddLayerParams(i, table);
-  table->Add(LayerName(i, "post_attention_layernorm.weight"), {d}, ones);
+  table->Add(LayerName(i, "post_attention_layernorm.weight"), {d}, ones).tp_partial_grad =
+      rows_split;
   ffn_->AddLayerParams(i, table);
 }
 
@@ -88,18 +92,44 @@ void Branches<T>::Resize(int b, int t) {
   cpu::RopeTables(&cos_, &sin_, t, c.head_size(), c.rope_theta);
   const size_t n = static_cast<size_t>(b) * t, nc = n * c.hidden_size;
   const size_t nkv = n * dims_.nkv * c.head_size();
+  // Sequence parallelism: the branches' inputs and outputs are this rank's rows; attention
+  // and the FFN run on every row, gathered.
+  sp_ = shard_.sequence_parallel && shard_.tp_size > 1;
+  rows_ = shard_.StreamRows(static_cast<int>(n));
+  local_nc_ = static_cast<size_t>(rows_) * c.hidden_size;
+  const size_t ln = rows_, lnc = local_nc_;
+  const bool full = shard_.recompute == Recompute::kFull;
+  const bool selective = shard_.recompute == Recompute::kSelective;
+  auto allocate = [&](Acts* a, bool vmix) {
+    a->x_attn.resize(lnc);
+    a->rstd_attn.resize(ln);
+    a->attn.Resize(dims_);
+    if (vmix) a->vmix.resize(nkv);
+    a->z_mlp.resize(lnc);
+    a->rstd_mlp.resize(ln);
+  };
+  shared_ = Acts();
   for (size_t i = 0; i < layers_.size(); ++i) {
     if (!Owned(static_cast<int>(i))) continue;
     Layer& l = layers_[i];
-    l.x_attn.resize(nc);
-    l.rstd_attn.resize(n);
-    l.attn.Resize(dims_);
-    if (value_residual_ && i >= 1) l.vmix.resize(nkv);
-    l.z_mlp.resize(nc);
-    l.rstd_mlp.resize(n);
+    l.acts = Acts();
+    if (full) continue;  // the one shared set below
+    allocate(&l.acts, value_residual_ && i >= 1);
+    if (selective) {  // one (B, NH, T, T) buffer for every layer
+      shared_.attn.probs.resize(l.acts.attn.probs.size());
+      l.acts.attn.probs = std::vector<T>();
+    }
   }
+  if (full) allocate(&shared_, value_residual_ != nullptr);
+  v1_keep_.resize(full && value_residual_ ? nkv : 0);
+  y_scratch_.resize(full || selective ? nc : 0);
+  for (std::vector<T>* v : {&gq_, &gk_, &gv_, &out_full_, &dy_full_, &dq_full_, &dk_full_,
+                            &dv_full_}) {
+    v->assign(sp_ ? nc : 0, T(0));
+  }
+  scatter_.resize(sp_ ? lnc : 0);
   scratch_.Resize(dims_);
-  dx_.resize(nc);
+  dx_.resize(lnc);
   dv_raw_.resize(nkv);
   if (value_residual_) {
     dv1_.resize(nkv);
@@ -126,25 +156,77 @@ AttentionWeights<T> Branches<T>::Weights(T* base, const Layer& l) const {
 
 template <typename T>
 const T* Branches<T>::ValuesRead(int i) const {
-  return (value_residual_ && i >= 1) ? layers_[i].vmix.data() : layers_[i].attn.v.data();
+  const Acts& a = layers_[i].acts;
+  return (value_residual_ && i >= 1) ? a.vmix.data() : a.attn.v.data();
+}
+
+// Moves the shared activations into layer i (Leave moves them back: the same swap).
+template <typename T>
+void Branches<T>::Enter(int i) {
+  if (shard_.recompute == Recompute::kFull) {
+    std::swap(layers_[i].acts, shared_);
+  } else if (shard_.recompute == Recompute::kSelective) {
+    std::swap(layers_[i].acts.attn.probs, shared_.attn.probs);
+  }
+}
+
+template <typename T>
+void Branches<T>::Leave(int i) {
+  Enter(i);
+}
+
+template <typename T>
+void Branches<T>::RecomputeAttention(int i, const T* xq, const T* xk, const T* xv) {
+  if (shard_.recompute == Recompute::kFull) {
+    if (value_residual_) value_residual_->SetRecomputing(true);
+    AttentionForwardIn(i, xq, xk, xv, y_scratch_.data(), /*reduce=*/false);
+    if (value_residual_) value_residual_->SetRecomputing(false);
+  } else if (shard_.recompute == Recompute::kSelective) {
+    // Q and K are saved: the probabilities again (and the output, discarded).
+    AttentionWeights<T> w = Weights(const_cast<T*>(params_), layers_[i]);
+    AttentionCoreForward(y_scratch_.data(), &layers_[i].acts.attn, ValuesRead(i), w, dims_,
+                         cos_.data(), sin_.data(), pool_);
+  }
+}
+
+template <typename T>
+void Branches<T>::Recompute(int l, const T* u) {
+  const int i = (l - 1) / 2;
+  Acts& a = layers_[i].acts;
+  const int n = rows_, d = config_.hidden_size;
+  if (l % 2 == 1) {
+    if (shard_.recompute == Recompute::kFull) {
+      cpu::RmsNormForward(a.x_attn.data(), a.rstd_attn.data(), u, params_ + layers_[i].ln_attn,
+                          n, d, config_.rms_norm_eps, pool_);
+    }
+    RecomputeAttention(i, a.x_attn.data(), a.x_attn.data(), a.x_attn.data());
+  } else if (shard_.recompute == Recompute::kFull) {
+    cpu::RmsNormForward(a.z_mlp.data(), a.rstd_mlp.data(), u, params_ + layers_[i].ln_mlp, n, d,
+                        config_.rms_norm_eps, pool_);
+    ffn_->SetRecomputing(true);
+    FfnForward(i, a.z_mlp.data(), nullptr);
+    ffn_->SetRecomputing(false);
+  }
 }
 
 template <typename T>
 void Branches<T>::Forward(int l, const T* u, T* y) {
   const int i = (l - 1) / 2;
   Layer& L = layers_[i];
-  const int n = dims_.rows(), d = config_.hidden_size;
+  const int n = rows_, d = config_.hidden_size;
+  Enter(i);
+  Acts& a = L.acts;
   if (l % 2 == 1) {
-    cpu::RmsNormForward(L.x_attn.data(), L.rstd_attn.data(), u, params_ + L.ln_attn, n, d,
+    cpu::RmsNormForward(a.x_attn.data(), a.rstd_attn.data(), u, params_ + L.ln_attn, n, d,
                         config_.rms_norm_eps, pool_);
-    const T* x = L.x_attn.data();
-    AttentionNormedForward(i, x, x, x, y);
+    const T* x = a.x_attn.data();
+    AttentionForwardIn(i, x, x, x, y, /*reduce=*/true);
   } else {
-    cpu::RmsNormForward(L.z_mlp.data(), L.rstd_mlp.data(), u, params_ + L.ln_mlp, n, d,
+    cpu::RmsNormForward(a.z_mlp.data(), a.rstd_mlp.data(), u, params_ + L.ln_mlp, n, d,
                         config_.rms_norm_eps, pool_);
-    L.aux = ffn_->Forward(i, params_, L.z_mlp.data(), y);
-    if (ffn_->tp_partial()) TpAllReduce(shard_, y, static_cast<size_t>(n) * d);
+    L.aux = FfnForward(i, a.z_mlp.data(), y);
   }
+  Leave(i);
 }
 
 template <typename T>
@@ -152,46 +234,149 @@ void Branches<T>::Backward(int l, const T* u, const T* dy, T* du) {
   const int i = (l - 1) / 2;
   if (l % 2 == 0 && hook_ && i + 1 < config_.num_hidden_layers && Owned(i + 1)) hook_(i + 1);
   Layer& L = layers_[i];
-  const int n = dims_.rows(), d = config_.hidden_size;
+  const int n = rows_, d = config_.hidden_size;
   std::fill(dx_.begin(), dx_.end(), T(0));
+  Enter(i);
+  Recompute(l, u);
+  const Acts& a = L.acts;
   if (l % 2 == 1) {
-    const T* x = L.x_attn.data();
-    AttentionNormedBackward(i, x, x, x, dy, dx_.data(), dx_.data(), dx_.data());
+    const T* x = a.x_attn.data();
+    AttentionBackwardIn(i, x, x, x, dy, dx_.data(), dx_.data(), dx_.data());
     cpu::RmsNormBackward(du, grads_ + L.ln_attn, dx_.data(), u, params_ + L.ln_attn,
-                         L.rstd_attn.data(), n, d, pool_);
+                         a.rstd_attn.data(), n, d, pool_);
   } else {
-    ffn_->Backward(i, params_, grads_, L.z_mlp.data(), dy, dx_.data(), loss_scale_);
-    if (ffn_->tp_partial()) TpAllReduce(shard_, dx_.data(), dx_.size());
+    FfnBackward(i, a.z_mlp.data(), dy, dx_.data());
     cpu::RmsNormBackward(du, grads_ + L.ln_mlp, dx_.data(), u, params_ + L.ln_mlp,
-                         L.rstd_mlp.data(), n, d, pool_);
+                         a.rstd_mlp.data(), n, d, pool_);
   }
+  Leave(i);
 }
 
 template <typename T>
 void Branches<T>::AttentionNormedForward(int i, const T* xq, const T* xk, const T* xv, T* y) {
-  Layer& L = layers_[i];
-  AttentionWeights<T> w = Weights(const_cast<T*>(params_), L);
-  AttentionProjectForward(&L.attn, xq, xk, xv, w, dims_, &scratch_, pool_);
-  if (value_residual_ && i >= 1) {
-    // The gate (SATFormer) reads the normed input of the values.
-    value_residual_->Forward(i, params_, xv, L.attn.v.data(), v1(), L.vmix.data());
-  }
-  AttentionCoreForward(y, &L.attn, ValuesRead(i), w, dims_, cos_.data(), sin_.data(), pool_);
-  TpAllReduce(shard_, y, static_cast<size_t>(dims_.rows()) * config_.hidden_size);  // row-parallel Wo
+  Enter(i);
+  AttentionForwardIn(i, xq, xk, xv, y, /*reduce=*/true);
+  Leave(i);
 }
 
 template <typename T>
 void Branches<T>::AttentionNormedBackward(int i, const T* xq, const T* xk, const T* xv,
                                           const T* dy, T* dxq, T* dxk, T* dxv) {
+  Enter(i);
+  RecomputeAttention(i, xq, xk, xv);
+  AttentionBackwardIn(i, xq, xk, xv, dy, dxq, dxk, dxv);
+  Leave(i);
+}
+
+template <typename T>
+void Branches<T>::AttentionForwardIn(int i, const T* xq, const T* xk, const T* xv, T* y,
+                                     bool reduce) {
   Layer& L = layers_[i];
+  AttentionActs<T>& attn = L.acts.attn;
+  AttentionWeights<T> w = Weights(const_cast<T*>(params_), L);
+  const std::array<const T*, 3> x = GatherInputs(xq, xk, xv);
+  AttentionProjectForward(&attn, x[0], x[1], x[2], w, dims_, &scratch_, pool_);
+  if (i == 0 && !v1_keep_.empty()) std::copy(attn.v.begin(), attn.v.end(), v1_keep_.begin());
+  if (value_residual_ && i >= 1) {
+    // The gate (SATFormer) reads the normed input of the values.
+    value_residual_->Forward(i, params_, x[2], attn.v.data(), v1(), L.acts.vmix.data());
+  }
+  T* out = sp_ ? out_full_.data() : y;
+  AttentionCoreForward(out, &attn, ValuesRead(i), w, dims_, cos_.data(), sin_.data(), pool_);
+  // Row-parallel Wo: partial sums, added over TP (into this rank's rows under SP).
+  if (!reduce) return;
+  if (sp_) {
+    TpReduceScatter(shard_, out, y, local_nc_);
+  } else {
+    TpAllReduce(shard_, y, static_cast<size_t>(dims_.rows()) * config_.hidden_size);
+  }
+}
+
+template <typename T>
+std::array<const T*, 3> Branches<T>::GatherInputs(const T* xq, const T* xk, const T* xv) {
+  if (!sp_) return {xq, xk, xv};
+  TpAllGather(shard_, xq, gq_.data(), local_nc_);
+  const T* fq = gq_.data();
+  const T* fk = fq;
+  if (xk != xq) {
+    TpAllGather(shard_, xk, gk_.data(), local_nc_);
+    fk = gk_.data();
+  }
+  const T* fv = xv == xq ? fq : xv == xk ? fk : nullptr;
+  if (fv == nullptr) {
+    TpAllGather(shard_, xv, gv_.data(), local_nc_);
+    fv = gv_.data();
+  }
+  return {fq, fk, fv};
+}
+
+template <typename T>
+double Branches<T>::FfnForward(int i, const T* z, T* y) {
+  const T* fz = z;
+  T* out = y == nullptr ? y_scratch_.data() : y;
+  if (sp_) {
+    TpAllGather(shard_, z, gq_.data(), local_nc_);
+    fz = gq_.data();
+    out = out_full_.data();
+  }
+  const double aux = ffn_->Forward(i, params_, fz, out);
+  if (y == nullptr) return aux;  // a recomputation: only the saved tensors matter
+  if (!sp_) {
+    if (ffn_->tp_partial()) TpAllReduce(shard_, y, local_nc_);
+  } else if (ffn_->tp_partial()) {
+    TpReduceScatter(shard_, out, y, local_nc_);
+  } else {  // every rank computed every row (the MoE): keep this rank's
+    std::copy(out + shard_.tp_rank * local_nc_, out + (shard_.tp_rank + 1) * local_nc_, y);
+  }
+  return aux;
+}
+
+template <typename T>
+void Branches<T>::FfnBackward(int i, const T* z, const T* dy, T* dz) {
+  if (!sp_) {
+    ffn_->Backward(i, params_, grads_, z, dy, dz, loss_scale_);
+    if (ffn_->tp_partial()) TpAllReduce(shard_, dz, local_nc_);
+    return;
+  }
+  TpAllGather(shard_, z, gq_.data(), local_nc_);
+  TpAllGather(shard_, dy, dy_full_.data(), local_nc_);
+  std::fill(dq_full_.begin(), dq_full_.end(), T(0));
+  ffn_->Backward(i, params_, grads_, gq_.data(), dy_full_.data(), dq_full_.data(), loss_scale_);
+  if (ffn_->tp_partial()) {
+    TpReduceScatter(shard_, dq_full_.data(), scatter_.data(), local_nc_);
+  } else {
+    const T* mine = dq_full_.data() + shard_.tp_rank * local_nc_;
+    std::copy(mine, mine + local_nc_, scatter_.begin());
+  }
+  for (size_t e = 0; e < local_nc_; ++e) dz[e] += scatter_[e];
+}
+
+template <typename T>
+void Branches<T>::AttentionBackwardIn(int i, const T* xq, const T* xk, const T* xv,
+                                      const T* dy, T* dxq, T* dxk, T* dxv) {
+  Layer& L = layers_[i];
+  const AttentionActs<T>& attn = L.acts.attn;
   AttentionWeights<T> w = Weights(const_cast<T*>(params_), L);
   AttentionWeights<T> g = Weights(grads_, L);
-  AttentionCoreBackward(g, dy, L.attn, ValuesRead(i), w, dims_, cos_.data(), sin_.data(),
+  // Under SP: every row of the inputs and of dy again, and the inputs' gradients of every row
+  // into full buffers, reduce-scattered into this rank's rows below.
+  const std::array<const T*, 3> x = GatherInputs(xq, xk, xv);
+  const T* fdy = dy;
+  T *gq = dxq, *gk = dxk, *gv = dxv;
+  if (sp_) {
+    TpAllGather(shard_, dy, dy_full_.data(), local_nc_);
+    fdy = dy_full_.data();
+    for (std::vector<T>* v : {&dq_full_, &dk_full_, &dv_full_}) std::fill(v->begin(), v->end(), T(0));
+    gq = dq_full_.data();
+    gk = dxk == dxq ? gq : dk_full_.data();
+    gv = dxv == dxq ? gq : dxv == dxk ? gk : dv_full_.data();
+  }
+  AttentionCoreBackward(g, fdy, attn, ValuesRead(i), w, dims_, cos_.data(), sin_.data(),
                         &scratch_, pool_);
   const T* dv = scratch_.dv.data();  // d loss / d (values attention read)
   if (value_residual_ && i >= 1) {
-    value_residual_->Backward(i, params_, grads_, xv, L.attn.v.data(), v1(), scratch_.dv.data(),
-                              dxv, dv_raw_.data(), dv1_.data());
+    value_residual_->Backward(i, params_, grads_, x[2], attn.v.data(), v1(), scratch_.dv.data(),
+                              gv, dv_raw_.data(), dv1_.data());
     dv = dv_raw_.data();
   } else if (value_residual_ && i == 0) {
     // Layer 1's V is also V1: add the gradient every later layer sent it.
@@ -199,18 +384,26 @@ void Branches<T>::AttentionNormedBackward(int i, const T* xq, const T* xk, const
     dv = dv_raw_.data();
     value_residual_->FinishBackward(params_, grads_);
   }
-  AttentionProjectBackward(dxq, dxk, dxv, g, dv, xq, xk, xv, w, dims_, &scratch_, pool_);
+  AttentionProjectBackward(gq, gk, gv, g, dv, x[0], x[1], x[2], w, dims_, &scratch_, pool_);
   // Column-parallel q/k/v (and the gate rows): each rank's input gradients are partial sums,
-  // added over the TP group once per distinct buffer.
-  const size_t nc = static_cast<size_t>(dims_.rows()) * config_.hidden_size;
-  TpAllReduce(shard_, dxq, nc);
-  if (dxk != dxq) TpAllReduce(shard_, dxk, nc);
-  if (dxv != dxq && dxv != dxk) TpAllReduce(shard_, dxv, nc);
+  // added over the TP group once per distinct buffer (under SP into this rank's rows).
+  auto reduce = [&](T* full, T* local) {
+    if (!sp_) {
+      TpAllReduce(shard_, local, local_nc_);
+      return;
+    }
+    TpReduceScatter(shard_, full, scatter_.data(), local_nc_);
+    for (size_t e = 0; e < local_nc_; ++e) local[e] += scatter_[e];
+  };
+  reduce(gq, dxq);
+  if (dxk != dxq) reduce(gk, dxk);
+  if (dxv != dxq && dxv != dxk) reduce(gv, dxv);
 }
 
 template <typename T>
 const T* Branches<T>::v1() const {
-  return Owned(0) ? layers_[0].attn.v.data() : v1_in_;
+  if (!Owned(0)) return v1_in_;
+  return v1_keep_.empty() ? layers_[0].acts.attn.v.data() : v1_keep_.data();
 }
 
 template <typename T>

@@ -8,6 +8,7 @@
 #ifndef SATDAR_MODEL_BRANCHES_H_
 #define SATDAR_MODEL_BRANCHES_H_
 
+#include <array>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -77,16 +78,39 @@ class Branches {
   void ResetStats();
 
  private:
-  struct Layer {
-    int64_t ln_attn, wq, wk, wv, wo, q_norm, k_norm, ln_mlp;
+  // What a layer's branches save for their backward. With Recompute::kFull one set exists,
+  // moved into the layer that runs (Enter) and out again (Leave); with kSelective the
+  // attention probabilities alone move that way.
+  struct Acts {
     std::vector<T> x_attn, rstd_attn;  // normed attention input (B*T, C), (B*T)
     AttentionActs<T> attn;
     std::vector<T> vmix;               // V' when a value residual mixes this layer
     std::vector<T> z_mlp, rstd_mlp;    // normed FFN input
+  };
+  struct Layer {
+    int64_t ln_attn, wq, wk, wv, wo, q_norm, k_norm, ln_mlp;
+    Acts acts;
     double aux = 0;
   };
   AttentionWeights<T> Weights(T* base, const Layer& layer) const;
   const T* ValuesRead(int i) const;
+  void Enter(int i);
+  void Leave(int i);
+  // The attention of block i without Enter/Leave; reduce: all-reduce y over TP (not when
+  // recomputing, which needs only the saved tensors).
+  void AttentionForwardIn(int i, const T* xq, const T* xk, const T* xv, T* y, bool reduce);
+  void AttentionBackwardIn(int i, const T* xq, const T* xk, const T* xv, const T* dy, T* dxq,
+                           T* dxk, T* dxv);
+  // Re-runs sublayer l's forward from u into the entered buffers (kFull), or block i's
+  // attention core (kSelective), adding nothing to the statistics.
+  void Recompute(int l, const T* u);
+  // Sequence parallelism: every row of the distinct inputs (themselves without SP).
+  std::array<const T*, 3> GatherInputs(const T* xq, const T* xk, const T* xv);
+  // The FFN of block i from this rank's normed rows z to its output rows y (null: a
+  // recomputation, output discarded), with the TP reductions; and its backward (dz +=).
+  double FfnForward(int i, const T* z, T* y);
+  void FfnBackward(int i, const T* z, const T* dy, T* dz);
+  void RecomputeAttention(int i, const T* xq, const T* xk, const T* xv);
 
   bool Owned(int i) const { return shard_.OwnsLayer(config_, i); }
 
@@ -100,6 +124,15 @@ class Branches {
   std::vector<T> cos_, sin_;
   AttentionScratch<T> scratch_;
   std::vector<T> dx_, dv_raw_, dv1_;
+  bool sp_ = false;        // sequence parallelism (Sharding::sequence_parallel, tp > 1)
+  int rows_ = 0;           // token rows of the branches' inputs and outputs on this rank
+  size_t local_nc_ = 0;    // rows_ x C
+  // SP: gathered inputs, a branch's full output, dy and the inputs' gradients of every row,
+  // and one reduce-scattered slice.
+  std::vector<T> gq_, gk_, gv_, out_full_, dy_full_, dq_full_, dk_full_, dv_full_, scatter_;
+  Acts shared_;              // the one set of activations under kFull (probs under kSelective)
+  std::vector<T> v1_keep_;   // kFull: layer 0's V, read by every later layer
+  std::vector<T> y_scratch_;  // a recomputed forward's output (discarded)
   const T* v1_in_ = nullptr;  // V1 from an earlier pipeline stage
   const T* params_ = nullptr;
   T* grads_ = nullptr;

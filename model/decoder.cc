@@ -38,13 +38,21 @@ DecoderModel<T>::DecoderModel(const ModelConfig& config, const Sharding& shard,
                           r, tp, padded);
   }
   branches_->AddGlobalParams(&table_);
+  // Under sequence parallelism the topology and the final norm see this rank's token rows:
+  // their gradients are partial sums over TP.
+  const bool rows_split = shard.sequence_parallel && tp > 1;
   for (int i = shard.first_layer(c); i < shard.end_layer(c); ++i) {
     branches_->AddLayerParams(i, &table_);
+    const size_t before = table_.specs().size();
     topology_->AddLayerParams(i, &table_);
+    if (rows_split) table_.MarkTpPartial(before);
   }
   if (shard.last_stage()) {
-    table_.Add("model.norm.weight", {c.hidden_size}, ParamInit::Constant(1.0));
+    table_.Add("model.norm.weight", {c.hidden_size}, ParamInit::Constant(1.0)).tp_partial_grad =
+        rows_split;
+    const size_t before = table_.specs().size();
     topology_->AddFinalParams(&table_);
+    if (rows_split) table_.MarkTpPartial(before);
     if (!c.tie_word_embeddings) {
       table_.AddPaddedShard("lm_head.weight", {c.vocab_size, c.hidden_size}, normal, 0, r, tp,
                             padded);
@@ -65,28 +73,35 @@ void DecoderModel<T>::Resize(int b, int t) {
   b_ = b;
   t_ = t;
   const size_t n = static_cast<size_t>(b) * t, nc = n * config_.hidden_size;
+  // Under sequence parallelism the residual stream is this rank's rows (lnc of nc).
+  rows_ = shard_.StreamRows(static_cast<int>(n));
+  const size_t lnc = static_cast<size_t>(rows_) * config_.hidden_size;
+  const bool sp = rows_ != static_cast<int>(n);
   inputs_.resize(n);
   targets_.resize(n);
-  h0_.resize(nc);
-  x_final_.resize(nc);
-  dx_final_.resize(nc);
-  dh0_.resize(nc);
+  h0_.resize(lnc);
+  x_final_.resize(lnc);
+  dx_final_.resize(lnc);
+  dh0_.resize(lnc);
+  full_.resize(sp ? nc : 0);
   if (shard_.last_stage()) {
     lnf_.resize(nc);
-    lnf_rstd_.resize(n);
+    lnf_local_.resize(sp ? lnc : 0);
+    lnf_rstd_.resize(rows_);
     logits_.resize(n * vl_);
     losses_.resize(n);
     dnorm_.resize(nc);
+    dnorm_local_.resize(sp ? lnc : 0);
     row_max_.resize(n);
     row_lse_.resize(n);
   }
   branches_->Resize(b, t);
-  topology_->Resize(static_cast<int>(n));
+  topology_->Resize(rows_);
   // Boundary buffers: the topology's state tensors, then V1.
   const size_t v1 = n * shard_.TpCount(config_.num_key_value_heads) * config_.head_size();
   auto layout = [&](int after_sublayer, std::vector<std::vector<T>>* a,
                     std::vector<std::vector<T>>* g) {
-    a->assign(topology_->BoundaryTensors(after_sublayer), std::vector<T>(nc));
+    a->assign(topology_->BoundaryTensors(after_sublayer), std::vector<T>(lnc));
     if (branches_->has_value_residual()) a->emplace_back(v1);
     *g = *a;
   };
@@ -102,17 +117,24 @@ void DecoderModel<T>::EmbeddingForward(const T* table, T* h0) {
     cpu::EmbeddingForward(h0, inputs_.data(), table, n, d, pool_);
     return;
   }
-  // Rows outside this rank's vocabulary range are 0; the sum over ranks is the lookup.
+  // Rows outside this rank's vocabulary range are 0; the sum over ranks is the lookup (under
+  // sequence parallelism reduce-scattered: this rank's token rows).
+  const bool sp = rows_ != n;
+  T* all = sp ? full_.data() : h0;
   for (int r = 0; r < n; ++r) {
     const int id = inputs_[r] - v0_;
-    T* out = h0 + static_cast<size_t>(r) * d;
+    T* out = all + static_cast<size_t>(r) * d;
     if (id >= 0 && id < vl_) {
       std::copy(table + static_cast<size_t>(id) * d, table + static_cast<size_t>(id + 1) * d, out);
     } else {
       std::fill(out, out + d, T(0));
     }
   }
-  TpAllReduce(shard_, h0, static_cast<size_t>(n) * d);
+  if (sp) {
+    TpReduceScatter(shard_, all, h0, static_cast<size_t>(rows_) * d);
+  } else {
+    TpAllReduce(shard_, h0, static_cast<size_t>(n) * d);
+  }
 }
 
 template <typename T>
@@ -122,11 +144,16 @@ void DecoderModel<T>::EmbeddingBackward(T* dtable) {
     cpu::EmbeddingBackward(dtable, dh0_.data(), inputs_.data(), n, d, pool_);
     return;
   }
+  const T* dh0 = dh0_.data();
+  if (rows_ != n) {  // every token's gradient, for this rank's vocabulary rows
+    TpAllGather(shard_, dh0_.data(), full_.data(), static_cast<size_t>(rows_) * d);
+    dh0 = full_.data();
+  }
   for (int r = 0; r < n; ++r) {
     const int id = inputs_[r] - v0_;
     if (id < 0 || id >= vl_) continue;
     T* g = dtable + static_cast<size_t>(id) * d;
-    const T* src = dh0_.data() + static_cast<size_t>(r) * d;
+    const T* src = dh0 + static_cast<size_t>(r) * d;
     for (int c = 0; c < d; ++c) g[c] += src[c];
   }
 }
@@ -244,8 +271,11 @@ double DecoderModel<T>::ForwardPass(const T* params, const int32_t* tokens, int 
       return branches_->aux_loss();  // this stage's share of the auxiliary losses
     }
   }
-  cpu::RmsNormForward(lnf_.data(), lnf_rstd_.data(), x_final_.data(), params + norm_off_, n, d,
+  // The final norm on this rank's rows; under SP the head reads every row (all-gathered).
+  T* lnf = rows_ != n ? lnf_local_.data() : lnf_.data();
+  cpu::RmsNormForward(lnf, lnf_rstd_.data(), x_final_.data(), params + norm_off_, rows_, d,
                       c.rms_norm_eps, pool_);
+  if (rows_ != n) TpAllGather(shard_, lnf, lnf_.data(), static_cast<size_t>(rows_) * d);
   cpu::MatmulForward(logits_.data(), lnf_.data(), params + head_off_, n, vl_, d, pool_);
   if (vtrue_ < vl_) {
     // Padded vocabulary rows: no probability (their gradients stay 0).
@@ -270,10 +300,17 @@ void DecoderModel<T>::BackwardPass(const T* params, T* grads, double loss_scale)
     std::fill(dnorm_.begin(), dnorm_.end(), T(0));
     cpu::MatmulBackward(dnorm_.data(), grads + head_off_, logits_.data(), lnf_.data(),
                         p + head_off_, n, vl_, d, pool_);
-    TpAllReduce(shard_, dnorm_.data(), dnorm_.size());  // each rank's vocabulary slice
+    // Each rank's vocabulary slice: summed over TP (under SP into this rank's rows).
+    const T* dnorm = dnorm_.data();
+    if (rows_ != n) {
+      TpReduceScatter(shard_, dnorm_.data(), dnorm_local_.data(), dnorm_local_.size());
+      dnorm = dnorm_local_.data();
+    } else {
+      TpAllReduce(shard_, dnorm_.data(), dnorm_.size());
+    }
     std::fill(dx_final_.begin(), dx_final_.end(), T(0));
-    cpu::RmsNormBackward(dx_final_.data(), grads + norm_off_, dnorm_.data(), x_final_.data(),
-                         p + norm_off_, lnf_rstd_.data(), n, d, pool_);
+    cpu::RmsNormBackward(dx_final_.data(), grads + norm_off_, dnorm, x_final_.data(),
+                         p + norm_off_, lnf_rstd_.data(), rows_, d, pool_);
   }
   branches_->SetParams(params, grads);
   branches_->BeginBackward(loss_scale);

@@ -66,7 +66,11 @@ class DecoderModel : public Model<T> {
   double cross_entropy_ = 0;
   const T* params_ = nullptr;
   std::vector<int32_t> inputs_, targets_;  // (B*T)
+  int rows_ = 0;  // token rows of the residual stream here (B*T, or B*T/tp under SP)
   std::vector<T> h0_, x_final_, lnf_, lnf_rstd_, logits_, losses_;
+  // SP: a (B*T, C) scratch (the embedding's partial sums, dh0 gathered), this rank's normed
+  // rows and their gradient.
+  std::vector<T> full_, lnf_local_, dnorm_local_;
   std::vector<T> dnorm_, dx_final_, dh0_;
   std::vector<T> row_max_, row_lse_;  // vocabulary-parallel cross-entropy, per position
   StageBuffers<T> stage_;

@@ -1,5 +1,6 @@
 #include "model/dense_ffn.h"
 
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -13,7 +14,9 @@ template <typename T>
 class DenseFfn : public Ffn<T> {
  public:
   // Under tensor parallelism each rank holds F/tp rows of gate and up (column-parallel) and
-  // the matching columns of down (row-parallel): its output is a partial sum.
+  // the matching columns of down (row-parallel): its output is a partial sum. With
+  // Recompute::kFull one set of activations moves into the layer that runs (the branches
+  // re-run Forward right before Backward).
   DenseFfn(const ModelConfig& c, const Sharding& shard, core::ThreadPool* pool)
       : c_(c), shard_(shard), f_(shard.TpCount(c.intermediate_size)), pool_(pool),
         offsets_(c.num_hidden_layers), acts_(c.num_hidden_layers) {}
@@ -38,24 +41,36 @@ class DenseFfn : public Ffn<T> {
   }
   void Resize(int b, int t) override {
     dims_ = MlpDims{b * t, c_.hidden_size, f_};
+    const bool full = shard_.recompute == Recompute::kFull;
     for (int i = 0; i < c_.num_hidden_layers; ++i) {
-      if (shard_.OwnsLayer(c_, i)) acts_[i].Resize(dims_);
+      acts_[i] = MlpActs<T>();
+      if (shard_.OwnsLayer(c_, i) && !full) acts_[i].Resize(dims_);
     }
+    shared_ = MlpActs<T>();
+    if (full) shared_.Resize(dims_);
     scratch_.Resize(dims_);
   }
   bool tp_partial() const override { return shard_.tp_size > 1; }
   double Forward(int i, const T* params, const T* z, T* out) override {
+    Swap(i);
     MlpForward(out, &acts_[i], z, Weights(const_cast<T*>(params), i), dims_, pool_);
+    Swap(i);
     return 0.0;
   }
   void Backward(int i, const T* params, T* grads, const T* z, const T* dout, T* dz,
                 double loss_scale) override {
     (void)loss_scale;
+    Swap(i);
     MlpBackward(dz, Weights(grads, i), dout, acts_[i], z, Weights(const_cast<T*>(params), i),
                 dims_, &scratch_, pool_);
+    Swap(i);
   }
 
  private:
+  // kFull: moves the shared activations into layer i, and back (the same swap).
+  void Swap(int i) {
+    if (shard_.recompute == Recompute::kFull) std::swap(acts_[i], shared_);
+  }
   struct Offsets {
     int64_t gate, up, down;
   };
@@ -68,6 +83,7 @@ class DenseFfn : public Ffn<T> {
   core::ThreadPool* pool_;
   std::vector<Offsets> offsets_;
   std::vector<MlpActs<T>> acts_;
+  MlpActs<T> shared_;  // kFull: the one set
   MlpScratch<T> scratch_;
   MlpDims dims_;
 };

@@ -25,6 +25,8 @@ class Ffn {
   // True when each tensor-parallel rank's output is a partial sum (its slice of the
   // intermediate dimension) that the caller all-reduces, and so is its input gradient.
   virtual bool tp_partial() const { return false; }
+  // While on, Forward is a recomputation (Sharding::recompute): it adds nothing to the stats.
+  virtual void SetRecomputing(bool on) { (void)on; }
   virtual void AppendStats(nlohmann::json* stats) const { (void)stats; }
   virtual void ResetStats() {}
 };

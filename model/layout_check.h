@@ -11,6 +11,15 @@
 
 namespace satdar::model {
 
+// What a rank keeps of each layer's activations for the backward pass (--recompute):
+//   kNone:      everything (fastest);
+//   kSelective: everything but attention's (B, NH, T, T) probabilities, which one shared
+//               buffer holds and each layer's backward recomputes from its saved Q and K
+//               (Megatron-LM's selective recomputation);
+//   kFull:      only what the residual topology keeps (each branch's input); each branch
+//               re-runs its forward right before its backward, into one shared set of buffers.
+enum class Recompute { kNone, kSelective, kFull };
+
 // What the caller calls the layout's sizes in its own messages (the command line's flags, a
 // job spec's fields); the library's errors use these names and the config's field names.
 struct LayoutNames {

@@ -1,7 +1,10 @@
 // Every design split over tensor-parallel ranks (threads over the in-process communicator)
 // and pipeline stages (the boundary buffers copied from stage to stage, as the 1F1B schedule
-// sends them) gives the whole model's loss and every parameter's gradient within 1e-10 in
-// f64, on random (not initial) weights, with a vocabulary that no TP size divides. The
+// sends them), with sequence parallelism (the residual stream's rows split over the TP
+// ranks), and with activation recomputation (selective, full), gives the whole model's
+// loss and every parameter's gradient within 1e-10 in f64, on random (not initial) weights,
+// with a vocabulary that no TP size divides; recomputation also leaves the statistics as
+// they were (a recomputed forward counts nothing twice). The
 // multi-process runs over MPI and Gloo (tests/parallel_equivalence_test.sh) check whole
 // training runs of some of these pairs; this test checks every pair in seconds.
 #include <cmath>
@@ -36,6 +39,7 @@ std::string Config(const std::string& extra) {
 struct Result {
   double loss = 0;
   std::map<std::string, std::vector<double>> grads;
+  nlohmann::json stats;  // one rank, one stage: the model's statistics after the step
 };
 
 constexpr int kB = 2, kT = 5;
@@ -91,11 +95,12 @@ Result RunWhole(const ModelConfig& c) {
   r.loss = (*model)->Forward(p.data(), tokens.data(), kB, kT).value();
   EXPECT_TRUE((*model)->Backward(p.data(), g.data(), 1.0).ok());
   Gather((*model)->params(), g, 0, &r);
+  (*model)->AppendStats(&r.stats);
   return r;
 }
 
 // tp ranks as threads; each runs the pp stages in order, forward then backward.
-Result RunSplit(const ModelConfig& c, int tp, int pp) {
+Result RunSplit(const ModelConfig& c, int tp, int pp, Recompute recompute, bool sp) {
   std::vector<std::vector<std::unique_ptr<comm::Communicator>>> comms;
   for (int s = 0; s < pp; ++s) comms.push_back(comm::MakeLocalCommunicators(tp));
   std::vector<Result> results(tp);
@@ -112,6 +117,8 @@ Result RunSplit(const ModelConfig& c, int tp, int pp) {
         shard.tp_size = tp;
         shard.pp_rank = s;
         shard.pp_size = pp;
+        shard.recompute = recompute;
+        shard.sequence_parallel = sp;
         auto m = CreateModel<double>(c, shard, &pool);
         ASSERT_TRUE(m.ok()) << m.status();
         params.push_back(Params((*m)->params()));
@@ -140,6 +147,7 @@ Result RunSplit(const ModelConfig& c, int tp, int pp) {
         ASSERT_TRUE(stages[s]->Backward(params[s].data(), grads[s].data(), 1.0).ok());
       }
       for (int s = 0; s < pp; ++s) Gather(stages[s]->params(), grads[s], r, &results[r]);
+      if (tp == 1 && pp == 1) stages[0]->AppendStats(&results[r].stats);
     });
   }
   for (auto& t : threads) t.join();
@@ -156,6 +164,8 @@ Result RunSplit(const ModelConfig& c, int tp, int pp) {
 struct Case {
   Design design;
   int tp, pp;
+  Recompute recompute = Recompute::kNone;
+  bool sequence_parallel = false;
 };
 
 class LayoutSplit : public ::testing::TestWithParam<Case> {};
@@ -166,7 +176,10 @@ TEST_P(LayoutSplit, EqualsWholeModel) {
   auto config = ParseModelConfig(Config(k.design.json), k.design.name);
   ASSERT_TRUE(config.ok()) << config.status();
   const Result whole = RunWhole(*config);
-  const Result split = RunSplit(*config, k.tp, k.pp);
+  const Result split = RunSplit(*config, k.tp, k.pp, k.recompute, k.sequence_parallel);
+  if (k.tp == 1 && k.pp == 1) {
+    EXPECT_EQ(split.stats.dump(), whole.stats.dump());
+  }
   EXPECT_NEAR(split.loss, whole.loss, 1e-10 * std::abs(whole.loss));
   ASSERT_EQ(split.grads.size(), whole.grads.size());
   for (const auto& [name, g] : whole.grads) {
@@ -209,6 +222,12 @@ std::vector<Case> Cases() {
   std::vector<Case> cases;
   for (const Design& d : designs) {
     for (auto [tp, pp] : {std::pair{2, 1}, {1, 2}, {1, 4}, {2, 2}}) cases.push_back({d, tp, pp});
+    cases.push_back({d, 1, 1, Recompute::kSelective});
+    cases.push_back({d, 1, 1, Recompute::kFull});
+    cases.push_back({d, 2, 2, Recompute::kFull});
+    cases.push_back({d, 2, 1, Recompute::kNone, true});
+    cases.push_back({d, 2, 2, Recompute::kNone, true});
+    cases.push_back({d, 2, 2, Recompute::kFull, true});
   }
   return cases;
 }
@@ -216,8 +235,12 @@ std::vector<Case> Cases() {
 INSTANTIATE_TEST_SUITE_P(
     Registry, LayoutSplit, ::testing::ValuesIn(Cases()),
     [](const ::testing::TestParamInfo<Case>& info) {
+      const Recompute r = info.param.recompute;
       return info.param.design.name + "_tp" + std::to_string(info.param.tp) + "_pp" +
-             std::to_string(info.param.pp);
+             std::to_string(info.param.pp) +
+             (r == Recompute::kFull ? "_recompute_full"
+              : r == Recompute::kSelective ? "_recompute_selective" : "") +
+             (info.param.sequence_parallel ? "_sp" : "");
     });
 
 }  // namespace

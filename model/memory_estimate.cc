@@ -25,14 +25,17 @@ namespace {
 // mirrors the buffers its component sizes in Resize (attention.cc, mlp.cc, branches.cc,
 // decoder.cc, the topologies in variants/).
 double ActivationElements(const ModelConfig& c, double b, double t, int layers, bool last_stage,
-                          int tp, int vocab_multiple) {
+                          int tp, int vocab_multiple, Recompute recompute, bool sp) {
   const double n = b * t, C = c.hidden_size, hs = c.head_size();
+  // Sequence parallelism: the residual stream, its norms and the topology's state are this
+  // rank's share of the rows (ln of n).
+  const double ln = sp ? n / tp : n, lnc = ln * C;
   const double nh = c.num_attention_heads / tp, nkv = c.num_key_value_heads / tp;
   const double L = c.num_hidden_layers, nc = n * C;
   const bool vr = c.value_residual != ValueResidualKind::kNone;
   // Decoder: inputs, h0, final state and their gradients; the head's logits on the last stage.
   const double vocab = PaddedVocab(c.vocab_size, tp, vocab_multiple) / tp;
-  double e = 6 * nc + (last_stage ? 2 * nc + n * vocab + 4 * n : 0);
+  double e = 4 * lnc + 2 * nc + (last_stage ? 2 * nc + n * vocab + 4 * n : 0);
   // Per layer: the two pre-norm inputs, attention's saved tensors and (B, NH, T, T)
   // probabilities, the value mix, and the FFN.
   const double attention = n * (3 * nh * hs + 3 * nkv * hs + nh + nkv) + b * nh * t * t;
@@ -48,29 +51,40 @@ double ActivationElements(const ModelConfig& c, double b, double t, int layers, 
     ffn = 3 * n * f;
     ffn_scratch = 3 * n * f;
   }
-  e += layers * (2 * nc + 2 * n + attention + (vr ? 2 * n * nkv * hs : 0) + ffn);
+  // What each layer's branches keep (branches.cc): with full recomputation one shared set
+  // (the MoE keeps its own per layer), plus layer 1's V and a discarded output; with selective
+  // recomputation the probabilities once.
+  const double branch = 2 * lnc + 2 * ln + attention + (vr ? 2 * n * nkv * hs : 0);
+  const double probs = b * nh * t * t, moe = c.moe.has_value() ? ffn : 0;
+  if (recompute == Recompute::kFull) {
+    e += branch + (ffn - moe) + layers * moe + nc + (vr ? n * nkv * hs : 0);
+  } else if (recompute == Recompute::kSelective) {
+    e += layers * (branch - probs + ffn) + probs + nc;
+  } else {
+    e += layers * (branch + ffn);
+  }
   // Scratch shared by the layers: projections and their gradients, the FFN's.
   e += n * (nh + 2 * nkv) * hs + 3 * n * nh * hs + 4 * n * nkv * hs + nc + ffn_scratch;
-  // The residual topology's state for the sublayers this rank runs.
+  // The residual topology's state for the sublayers this rank runs (its rows under SP).
   const double steps = 2.0 * layers + 1;
   const Residual r = c.residual;
   if (r == Residual::kAttnRes || r == Residual::kDar) {
     const int block = c.block_size > 0 ? c.block_size : (r == Residual::kDar ? 2 : 1);
     const double sources = 2 * L / block + 2;
     const double streams = r == Residual::kDar ? 2 : 1;
-    e += steps * streams * (3 * nc + n * sources) + streams * sources * nc + 6 * nc;
+    e += steps * streams * (3 * lnc + ln * sources) + streams * sources * lnc + 6 * lnc;
   } else if (r == Residual::kHc || r == Residual::kMhc) {
     const double ns = c.hc_streams;
-    const double per_step = r == Residual::kHc ? ns * nc + 2 * nc + n * ns * (ns + 2)
-                                      : 2 * nc + n * (ns * ns + 4 * ns + 1 + 20 * ns * ns);
-    e += steps * ns * nc + steps * per_step + 3 * ns * nc + 2 * nc;
+    const double per_step = r == Residual::kHc ? ns * lnc + 2 * lnc + ln * ns * (ns + 2)
+                                      : 2 * lnc + ln * (ns * ns + 4 * ns + 1 + 20 * ns * ns);
+    e += steps * ns * lnc + steps * per_step + 3 * ns * lnc + 2 * lnc;
   } else if (r == Residual::kDenseFormer) {
     // Every source's gradient (up to the last stage's L + 1), this stage's sources, block
     // inputs and midpoints.
-    e += (L + 1) * nc + 3 * layers * nc + 5 * nc;
+    e += (L + 1) * lnc + 3 * layers * lnc + 5 * lnc;
   } else if (r == Residual::kMuddFormer) {
     const double k = std::ceil(4 * (L + 1) / 64.0) * 64;
-    e += 2 * (L + 1) * nc + layers * (14 * nc + n * (2 * k + 4 * (L + 1))) + 8 * nc;
+    e += 2 * (L + 1) * lnc + layers * (14 * lnc + ln * (2 * k + 4 * (L + 1))) + 8 * lnc;
   }
   return e;
 }
@@ -147,7 +161,8 @@ absl::StatusOr<MemoryEstimate> EstimateMemory(const ModelConfig& c, const Memory
       const int instances =
           s.pp > 1 ? static_cast<int>(std::min<int64_t>(s.pp - stage, s.microbatches)) : 1;
       const double elements = ActivationElements(c, b, static_cast<double>(s.seq_len), layers,
-                                                 stage == s.pp - 1, s.tp, s.vocab_multiple);
+                                                 stage == s.pp - 1, s.tp, s.vocab_multiple,
+                                                 s.recompute, s.sequence_parallel);
       e.activation_bytes = Bytes(elements * instances * s.dtype_bytes);
     }
     if (e.total() > best.total()) best = e;

@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "model/config.h"
+#include "model/layout_check.h"
 
 namespace satdar::model {
 
@@ -38,6 +39,8 @@ struct MemoryShape {
   int tp = 1, pp = 1, ep = 1, dp = 1;
   int zero_stage = 0;        // 1: the moments are sharded over the dp x ep replicas
   int vocab_multiple = 1;    // the embedding and head padded as Sharding::vocab_multiple says
+  Recompute recompute = Recompute::kNone;  // which activations are recomputed, not kept
+  bool sequence_parallel = false;  // the residual stream's state split over the tp ranks
 };
 
 // What the caller calls the batch's sizes in its messages (flags, job-spec fields).

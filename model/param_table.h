@@ -78,6 +78,11 @@ class ParamTable {
                             ParamInit init, int dim, int index, int count, int64_t padded_size);
 
   const std::vector<ParamSpec>& specs() const { return specs_; }
+  // Marks specs [first, end) tp_partial_grad (sequence parallelism: computed on this rank's
+  // token rows).
+  void MarkTpPartial(size_t first) {
+    for (size_t i = first; i < specs_.size(); ++i) specs_[i].tp_partial_grad = true;
+  }
   const ParamSpec* Find(const std::string& name) const;
   // Offset of `name`; aborts if absent (a programming error in a model).
   int64_t Offset(const std::string& name) const;

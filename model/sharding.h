@@ -14,6 +14,13 @@
 // embedding, the last the final norm and head (both, with tied embeddings). Expert
 // parallelism (ep): the routed experts of every MoE layer are split into ep contiguous
 // ranges; tokens travel to their experts and back by all-to-all.
+// Sequence parallelism (Megatron-LM's, with tp > 1): everything of width C between the blocks'
+// TP regions (the residual topology's state and retrievals, the pre-norms, the final norm) is
+// split along the B*T token rows instead of replicated: TP rank r holds rows
+// [r*B*T/tp, (r+1)*B*T/tp). Each branch all-gathers its normed input before the
+// column-parallel projections and reduce-scatters its row-parallel output (all-gather /
+// reduce-scatter instead of all-reduce); the embedding reduce-scatters, the head all-gathers.
+// The replicated parameters of those regions then get partial gradients, summed over TP.
 // Models reach the other ranks only through these communicators (comm/communicator.h).
 #ifndef SATDAR_MODEL_SHARDING_H_
 #define SATDAR_MODEL_SHARDING_H_
@@ -52,6 +59,9 @@ struct Sharding {
   // The embedding and head are padded to PaddedVocab(vocab_size, tp_size, vocab_multiple)
   // rows (layout_check.h); each TP rank holds an equal slice of the padded rows.
   int vocab_multiple = 1;
+  bool sequence_parallel = false;  // with tp_size > 1; B*T divisible by tp_size
+  // Not a piece of the model but how this rank runs it: the activations it keeps.
+  Recompute recompute = Recompute::kNone;
   CommErrors* errors = nullptr;
   // Every collective of the model (TP all-reduces, EP all-to-alls) runs with these: a peer
   // that does not answer within the run's --comm-timeout fails the step.
@@ -68,6 +78,8 @@ struct Sharding {
   // This rank's slice [first, first + count) of `total` units split tp ways.
   int TpCount(int total) const { return total / tp_size; }
   int TpFirst(int total) const { return tp_rank * (total / tp_size); }
+  // Token rows of a (B*T, C) residual-stream tensor this rank holds, of `rows`.
+  int StreamRows(int rows) const { return sequence_parallel ? rows / tp_size : rows; }
   int PaddedVocab(const ModelConfig& c) const {
     return model::PaddedVocab(c.vocab_size, tp_size, vocab_multiple);
   }
@@ -80,6 +92,12 @@ bool Collective(const Sharding& s, std::unique_ptr<comm::Work> work);
 template <typename T>
 void TpAllReduce(const Sharding& s, T* data, size_t n,
                  comm::ReduceOp op = comm::ReduceOp::kSum);
+// Sequence parallelism: full (tp x n elements, rank order) <- every rank's local (n); and
+// local (n) <- this rank's slice of the sum over TP of full (tp x n). Copies when tp_size == 1.
+template <typename T>
+void TpAllGather(const Sharding& s, const T* local, T* full, size_t n);
+template <typename T>
+void TpReduceScatter(const Sharding& s, const T* full, T* local, size_t n);
 
 
 }  // namespace satdar::model

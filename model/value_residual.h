@@ -38,6 +38,8 @@ class ValueResidual {
   // Called once per Backward, after the last layer's (layer 1's) Backward.
   virtual void FinishBackward(const T* params, T* grads) { (void)params, (void)grads; }
 
+  // While on, Forward is a recomputation (Sharding::recompute): it adds nothing to the stats.
+  virtual void SetRecomputing(bool on) { (void)on; }
   // Statistics gathered since the last ResetStats (for --log-jsonl).
   virtual void AppendStats(nlohmann::json* stats) const { (void)stats; }
   virtual void ResetStats() {}

@@ -133,8 +133,8 @@ expect_fail train_byte_vocab "byte-level text needs vocab_size >= 256" \
   "$SATDAR" train --config config.json --steps 1 --batch-size 2 --seq-len 8 --data text
 expect_fail train_cuda "--device cuda" \
   "$SATDAR" train --config config.json --steps 1 --batch-size 2 --seq-len 8 --synthetic-data --device cuda
-expect_fail train_recompute_on_cpu "flag --recompute is for --device cuda" \
-  "$SATDAR" train --config config.json --steps 1 --batch-size 2 --seq-len 8 --synthetic-data --recompute
+expect_fail train_recompute_kind "flag --recompute must be none, selective or full, got 'partial'" \
+  "$SATDAR" train --config config.json --steps 1 --batch-size 2 --seq-len 8 --synthetic-data --recompute partial
 expect_fail train_gpu_comm_on_cpu "flag --gpu-comm is for --device cuda" \
   "$SATDAR" train --config config.json --steps 1 --batch-size 2 --seq-len 8 --synthetic-data --gpu-comm host
 expect_fail train_bf16_on_cpu "flag --dtype must be f32 or f64, got 'bf16'" \

@@ -9,9 +9,12 @@
 # and a vocabulary that no TP size divides (padded inside the model). Also: a sharded
 # checkpoint resumes under another data-parallel size, the pipeline logs the bytes each
 # boundary carries, and bad layouts exit with code 2 naming the cause.
-# CI's time: the MPI run checks HC, mHC, learnable_plus and the odd vocabulary; the Gloo run
-# DenseFormer, MUDDFormer (pp, tp, tp x pp) and the odd vocabulary with --vocab-multiple.
-# Every design x tp/pp/tp x pp pair is checked in-process by //model:layout_split_test.
+# CI's time: the MPI run checks HC, mHC, learnable_plus, the odd vocabulary, full
+# recomputation and sequence parallelism for Block and Full DAR; the Gloo run DenseFormer,
+# MUDDFormer (pp, tp, tp x pp), the odd vocabulary with --vocab-multiple, selective
+# recomputation and sequence parallelism for SATFormer, DAR-MoE (with EP) and MUDDFormer.
+# Every design x tp/pp/tp x pp pair, and recomputation, is checked in-process by
+# //model:layout_split_test; here recomputation runs once per launcher under tp x pp.
 # Usage: parallel_equivalence_test.sh PATH_TO_SATDAR [mpi|gloo]
 set -u
 SATDAR=$(realpath "$1")
@@ -179,11 +182,24 @@ EXTRA=(--zero 1)
 check_layouts dar_moe "1 1 1 2" "2 1 1 2"
 EXTRA=()
 if [[ $LAUNCHER == mpi ]]; then
+  EXTRA=(--recompute full)
+  check_layouts dar "1 2 2 1"
+  EXTRA=(--sequence-parallel)  # the histories split along the tokens over the TP ranks
+  check_layouts dar "1 2 1 1" "1 2 2 1" "2 2 1 1"
+  check_layouts dar_full "1 2 2 1"
+  EXTRA=()
   check_layouts hc "1 1 2 1" "1 2 2 1"
   check_layouts mhc "1 1 2 1"
   check_layouts lplus "1 1 2 1" "2 1 2 1"
   check_layouts vocab67 "1 2 1 1" "1 2 2 1"
 else
+  EXTRA=(--recompute selective)
+  check_layouts satformer "1 2 2 1"
+  EXTRA=(--sequence-parallel)
+  check_layouts satformer "1 2 1 1" "1 2 2 1"
+  check_layouts dar_moe "1 2 1 1" "1 2 1 2"
+  check_layouts mudd "1 2 1 1"
+  EXTRA=()
   check_layouts denseformer "1 1 2 1" "1 1 4 1"
   check_layouts mudd "1 2 1 1" "1 1 2 1" "1 2 2 1"
   EXTRA=(--vocab-multiple 8)  # 67 -> 80 rows, 40 per TP rank
@@ -243,6 +259,10 @@ expect_fail layers "--pp 3 does not divide config field \"num_hidden_layers\" (2
   --batch-size 3
 expect_fail experts "--ep 3 does not divide config field \"moe.num_experts\" (4)" 3 \
   "${S[@]}" --config dar_moe.json --ep 3
+expect_fail sequence_parallel_rows "--sequence-parallel: a micro-batch's 15 tokens (--batch-size / --microbatches x --seq-len) are not divisible by --tp 2" 2 \
+  train --synthetic-data --steps 1 --seq-len 5 --batch-size 6 --microbatches 2 --config baseline.json --tp 2 --sequence-parallel
+expect_fail sequence_parallel_tp "--sequence-parallel needs --tp 2 or more" 1 \
+  "${S[@]}" --config baseline.json --sequence-parallel
 expect_fail vocab_padding "--tp 2 with --vocab-multiple 64 pads config field \"vocab_size\" (64) to 128, which leaves the last tensor-parallel rank no vocabulary row; use --vocab-multiple 32" 2 \
   "${S[@]}" --config baseline.json --tp 2 --vocab-multiple 64
 

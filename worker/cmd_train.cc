@@ -20,6 +20,7 @@
 #include "comm/nccl_communicator.h"
 #include "comm/staged_communicator.h"
 #include "worker/cli.h"
+#include "worker/cpu_engine.h"
 #include "worker/cli_util.h"
 #include "worker/commands.h"
 #include "worker/cuda_engine.h"
@@ -118,7 +119,12 @@ absl::StatusOr<TrainSummary> TrainOnGpu(const FlagSet& flags, TrainOptions o, bo
         "satdar train --device cuda: flag --dtype must be bf16 or f32, got '", dtype, "'"));
   }
   gpu.compute = dtype == "bf16" ? core::DType::kBF16 : core::DType::kF32;
-  gpu.recompute = flags.GetBool("--recompute");
+  if (o.recompute == model::Recompute::kSelective) {
+    return absl::InvalidArgumentError(
+        "satdar train --device cuda: --recompute selective is not on the GPU path yet; use "
+        "--recompute full or none");
+  }
+  gpu.recompute = o.recompute == model::Recompute::kFull;
   SATDAR_ASSIGN_OR_RETURN(core::Device device, core::ParseDevice(flags.Get("--device")));
   gpu.device = flags.Get("--device").find(':') != std::string::npos ? device.index : -1;
   SATDAR_RETURN_IF_ERROR(core::CheckDeviceAvailable(device));
@@ -252,11 +258,8 @@ absl::Status RunTrain(const std::vector<std::string>& args) {
           "satdar train: flag --dtype must be f32 or f64, got 'bf16' (bf16 is for --device cuda)");
     }
     o.f64 = flags.Get("--dtype") == "f64";
-    for (const char* f : {"--recompute", "--gpu-comm"}) {
-      if (flags.Has(f)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("satdar train: flag ", f, " is for --device cuda"));
-      }
+    if (flags.Has("--gpu-comm")) {
+      return absl::InvalidArgumentError("satdar train: flag --gpu-comm is for --device cuda");
     }
   }
   const std::string launcher = flags.Get("--launcher");
@@ -287,17 +290,7 @@ absl::Status RunTrain(const std::vector<std::string>& args) {
                                                  TrainLayoutNames(), o.vocab_multiple));
   if (!cuda) {
     // What a rank will allocate, against what this machine has (all ranks it runs).
-    model::MemoryShape shape;
-    shape.batch = o.batch_size;
-    shape.seq_len = o.seq_len;
-    shape.microbatches = o.microbatches;
-    shape.dtype_bytes = o.f64 ? 8 : 4;
-    shape.tp = o.mesh.tp;
-    shape.pp = o.mesh.pp;
-    shape.ep = o.mesh.ep;
-    shape.dp = o.mesh.dp;
-    shape.zero_stage = o.zero_stage;
-    shape.vocab_multiple = o.vocab_multiple;
+    const model::MemoryShape shape = TrainMemoryShape(o);
     const int here = launcher == "threads" ? world_size
                                            : EnvInt("OMPI_COMM_WORLD_LOCAL_SIZE", 1);
     SATDAR_RETURN_IF_ERROR(model::CheckFitsInMemory(o.config, shape, here, "satdar train", kCliBatchNames));

@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "core/ops/gemm.h"
 #include "core/thread_pool.h"
+#include "model/memory_estimate.h"
 #include "model/model.h"
 #include "parallel/pipeline.h"
 #include "worker/gradient_sync.h"
@@ -58,6 +59,14 @@ class CpuEngine : public StepEngine {
       absl::StrAppendFormat(&s, "\npipeline: %d stages of %d layers, 1F1B over %d micro-batches",
                             g_.shape.pp, o_.config.num_hidden_layers / g_.shape.pp,
                             o_.microbatches);
+    }
+    // What the activations take on the largest stage (model/memory_estimate.h).
+    absl::StatusOr<model::MemoryEstimate> e =
+        model::EstimateMemory(o_.config, TrainMemoryShape(o_));
+    if (e.ok()) {
+      const char* kinds[] = {"none", "selective", "full"};
+      absl::StrAppend(&s, "\nactivations: about ", model::FormatBytes(e->activation_bytes),
+                      " per rank (--recompute ", kinds[static_cast<int>(o_.recompute)], ")");
     }
     return s;
   }
@@ -211,7 +220,7 @@ class CpuEngine : public StepEngine {
       if (!j.is_object()) return absl::InternalError("statistics: a rank sent an unreadable object");
       pieces.push_back({j.value("tp", 0), j.value("pp", 0), j.value("ep", 0), j["stats"]});
     }
-    return MergeStats(pieces);
+    return MergeStats(pieces, o_.sequence_parallel);
   }
 
   absl::Status BuildModels() {
@@ -225,6 +234,8 @@ class CpuEngine : public StepEngine {
     shard.pp_rank = g_.coord.pp;
     shard.pp_size = g_.shape.pp;
     shard.vocab_multiple = o_.vocab_multiple;
+    shard.recompute = o_.recompute;
+    shard.sequence_parallel = o_.sequence_parallel;
     shard.errors = &comm_errors_;
     shard.collective = copts_;
     const int pp = g_.shape.pp;
@@ -288,6 +299,23 @@ absl::StatusOr<std::unique_ptr<StepEngine>> Create(const TrainOptions& o, MeshGr
 }
 
 }  // namespace
+
+model::MemoryShape TrainMemoryShape(const TrainOptions& o) {
+  model::MemoryShape shape;
+  shape.batch = o.batch_size;
+  shape.seq_len = o.seq_len;
+  shape.microbatches = o.microbatches;
+  shape.dtype_bytes = o.f64 ? 8 : 4;
+  shape.tp = o.mesh.tp;
+  shape.pp = o.mesh.pp;
+  shape.ep = o.mesh.ep;
+  shape.dp = o.mesh.dp;
+  shape.zero_stage = o.zero_stage;
+  shape.vocab_multiple = o.vocab_multiple;
+  shape.recompute = o.recompute;
+  shape.sequence_parallel = o.sequence_parallel;
+  return shape;
+}
 
 absl::StatusOr<std::unique_ptr<StepEngine>> CreateCpuEngine(const TrainOptions& options,
                                                             MeshGroups* groups) {

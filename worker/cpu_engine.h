@@ -8,11 +8,15 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "model/memory_estimate.h"
 #include "worker/mesh_groups.h"
 #include "worker/step_engine.h"
 #include "worker/train_options.h"
 
 namespace satdar::worker {
+
+// What one CPU rank of these options allocates (model/memory_estimate.h's shape).
+model::MemoryShape TrainMemoryShape(const TrainOptions& options);
 
 // `groups` outlives the engine.
 absl::StatusOr<std::unique_ptr<StepEngine>> CreateCpuEngine(const TrainOptions& options,

@@ -112,7 +112,7 @@ Json MergeInstanceStats(const std::vector<Json>& instances, const std::vector<do
   return out;
 }
 
-Json MergeStats(const std::vector<StatsPiece>& in) {
+Json MergeStats(const std::vector<StatsPiece>& in, bool rows_split) {
   if (in.empty()) return Json::object();
   std::vector<const StatsPiece*> pieces;
   for (const StatsPiece& p : in) pieces.push_back(&p);
@@ -133,10 +133,20 @@ Json MergeStats(const std::vector<StatsPiece>& in) {
   for (const std::string& key : keys) {
     if (DepthKeys().count(key)) {
       Json all = Json::array();
-      for (const StatsPiece* p : pieces) {
-        const Json v = value(p, key);
-        if (p->tp != 0 || p->ep != 0 || !v.is_array()) continue;
-        for (const Json& e : v) all.push_back(e);
+      for (int s = 0; s < stages; ++s) {
+        // Replicated over TP, or under sequence parallelism each TP rank's mean over its
+        // equal share of the tokens: the mean of the TP ranks' means.
+        std::vector<Json> held;
+        for (const StatsPiece* p : pieces) {
+          if (p->pp == s && p->ep == 0 && (rows_split || p->tp == 0)) held.push_back(value(p, key));
+        }
+        std::vector<const Json*> xs;
+        for (const Json& v : held) {
+          if (v.is_array()) xs.push_back(&v);
+        }
+        if (xs.empty()) continue;
+        const Json mean = Weighted(xs, std::vector<double>(xs.size(), 1.0), /*sum=*/false);
+        for (const Json& e : mean) all.push_back(e);
       }
       out[key] = all;
     } else if (key.rfind("satformer_gate_", 0) == 0) {

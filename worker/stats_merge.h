@@ -25,7 +25,8 @@ struct StatsPiece {
   nlohmann::json stats;  // the rank's AppendStats object
 };
 
-nlohmann::json MergeStats(const std::vector<StatsPiece>& pieces);
+// rows_split: sequence parallelism, the TP ranks' depth statistics cover their own tokens.
+nlohmann::json MergeStats(const std::vector<StatsPiece>& pieces, bool rows_split = false);
 
 // One stage's statistics from its model instances (the 1F1B schedule keeps one per micro-batch
 // in flight; instance k ran weights[k] of the micro-batches): the counts (moe_*) added, every

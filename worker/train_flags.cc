@@ -27,8 +27,11 @@ void DefineTrainFlags(FlagSet* flags) {
   flags->DefineEnum("--dtype", "f32 or f64 (cpu); bf16 or f32 compute (cuda, default bf16)",
                     {"f32", "f64", "bf16"}, "f32");
   flags->Define("--device", "cpu, cuda or cuda:N", false, "cpu");
-  flags->DefineBool("--recompute",
-                    "with --device cuda: recompute each sublayer's activations in backward");
+  flags->DefineEnum("--recompute",
+                    "activations recomputed in backward instead of kept: none, selective "
+                    "(attention's probabilities) or full (everything inside each sublayer; "
+                    "on --device cuda the only kind)",
+                    {"none", "selective", "full"}, "none");
   flags->DefineEnum("--gpu-comm",
                     "with --device cuda --dp > 1: how the GPUs exchange gradients: nccl (a GPU "
                     "per rank) or host (through host memory over Gloo; ranks may share a GPU)",
@@ -66,6 +69,9 @@ void DefineTrainFlags(FlagSet* flags) {
                 "1");
   flags->Define("--ep", "expert-parallel ranks (MoE experts split; otherwise more replicas)",
                 false, "1");
+  flags->DefineBool("--sequence-parallel",
+                    "with --tp > 1: split the norms, residual stream and depth histories along "
+                    "the tokens (Megatron-LM's sequence parallelism)");
   flags->Define("--vocab-multiple",
                 "pad the vocabulary inside the model to a multiple of --tp x N (Megatron's "
                 "make-vocab-size-divisible-by): equal TP slices whose width is a multiple of N; "
@@ -196,6 +202,25 @@ absl::Status ParseTrainOptions(const FlagSet& flags, TrainOptions* o) {
   SATDAR_ASSIGN_OR_RETURN(int64_t timeout, flags.GetInt("--comm-timeout", 1, 7 * 86400));
   o->comm_timeout_seconds = static_cast<int>(timeout);
   o->zero_stage = flags.Get("--zero") == "1" ? 1 : 0;
+  const std::string recompute = flags.Get("--recompute");
+  o->recompute = recompute == "full"        ? model::Recompute::kFull
+                 : recompute == "selective" ? model::Recompute::kSelective
+                                            : model::Recompute::kNone;
+  o->sequence_parallel = flags.GetBool("--sequence-parallel");
+  if (o->sequence_parallel) {
+    if (o->mesh.tp < 2) {
+      return absl::InvalidArgumentError(
+          "satdar train: --sequence-parallel needs --tp 2 or more (it splits the token rows "
+          "over the tensor-parallel ranks)");
+    }
+    const int64_t rows = static_cast<int64_t>(o->batch_size / o->microbatches) * o->seq_len;
+    if (rows % o->mesh.tp != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "satdar train: --sequence-parallel: a micro-batch's ", rows,
+          " tokens (--batch-size / --microbatches x --seq-len) are not divisible by --tp ",
+          o->mesh.tp));
+    }
+  }
   SATDAR_ASSIGN_OR_RETURN(int64_t multiple, flags.GetInt("--vocab-multiple", 1, 65536));
   o->vocab_multiple = static_cast<int>(multiple);
   SATDAR_ASSIGN_OR_RETURN(o->lock_wait_seconds, flags.GetInt("--lock-wait", 0, 86400));

@@ -11,6 +11,7 @@
 #include "core/dtype.h"
 #include "data/mqar.h"
 #include "model/config.h"
+#include "model/layout_check.h"
 #include "comm/communicator.h"
 #include "comm/mesh.h"
 
@@ -94,6 +95,11 @@ struct TrainOptions {
   // The embedding and head padded to a multiple of tp x vocab_multiple rows
   // (model::Sharding::vocab_multiple); changes no result, only the shapes the kernels see.
   int vocab_multiple = 1;
+  // Megatron-LM's sequence parallelism over the TP group (model::Sharding::sequence_parallel).
+  bool sequence_parallel = false;
+  // Which activations the backward pass recomputes instead of keeping (model/sharding.h); on
+  // the GPU, kFull sets gpu.recompute.
+  model::Recompute recompute = model::Recompute::kNone;
   // A peer that does not answer within this time fails the run (exit 1), never a hang.
   int comm_timeout_seconds = 300;
   GpuOptions gpu;

@@ -309,13 +309,16 @@ Fingerprint RunFingerprint(const TrainOptions& o) {
           {"--microbatches", std::to_string(o.microbatches)},
           {"--device", o.gpu.enabled ? "cuda" : "cpu"},
           {"--gpu-comm", o.gpu.enabled && o.mesh.size() > 1 ? o.gpu.world_kind : "none"},
-          {"--recompute", o.gpu.recompute ? "true" : "false"},
+          {"--recompute", o.recompute == model::Recompute::kFull        ? "full"
+                          : o.recompute == model::Recompute::kSelective ? "selective"
+                                                                        : "none"},
           {"--dtype", o.f64 ? "f64"
                       : o.gpu.enabled && o.gpu.compute == core::DType::kBF16 ? "bf16"
                                                                             : "f32"},
           {"--dp/--tp/--pp/--ep", o.mesh.ToString()},
           {"--zero", std::to_string(o.zero_stage)},
           {"--vocab-multiple", std::to_string(o.vocab_multiple)},
+          {"--sequence-parallel", o.sequence_parallel ? "true" : "false"},
           {"--lr", num(o.lr)},
           {"--min-lr-ratio", num(o.min_lr_ratio)},
           {"--warmup-steps", std::to_string(o.warmup_steps)},

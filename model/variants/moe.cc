@@ -84,7 +84,9 @@ class Moe : public Ffn<T> {
     T* p = const_cast<T*>(params);
     core::cpu::MatmulForward(L.logits.data(), z, p + L.router, n, e_, d_, pool_);
     Route(&L, n);
-    for (int e = 0; e < e_; ++e) load_[i][e] += static_cast<int64_t>(L.tokens[e].size());
+    if (!recomputing_) {  // a recomputed forward was counted already
+      for (int e = 0; e < e_; ++e) load_[i][e] += static_cast<int64_t>(L.tokens[e].size());
+    }
     // Dispatch: every routed (token, choice) slot, in (expert, token) order, to the rank that
     // holds its expert; the experts run on what arrives; the outputs come back in the same
     // order (dropless: every slot is computed).
@@ -210,6 +212,7 @@ class Moe : public Ffn<T> {
                               pool_);
   }
 
+  void SetRecomputing(bool on) override { recomputing_ = on; }
   void AppendStats(nlohmann::json* stats) const override {
     (*stats)["moe_expert_load"] = load_;  // [layer][expert]: tokens routed since the last reset
     (*stats)["moe_dropped_tokens"] = 0;   // dropless routing
@@ -365,6 +368,7 @@ class Moe : public Ffn<T> {
   std::vector<T> shared_out_, dlogits_, dweight_;
   MlpScratch<T> scratch_;
   std::vector<std::vector<int64_t>> load_;
+  bool recomputing_ = false;
 };
 
 }  // namespace

@@ -52,12 +52,15 @@ class Satformer : public ValueResidual<T> {
       for (size_t j = 0; j < n; ++j) alpha[j] = static_cast<T>(MeanGate(i, j % nkv_));
     } else {
       for (size_t j = 0; j < n; ++j) alpha[j] = alpha[j] > T(0) ? alpha[j] : T(0);
-      // Statistics of the live gates, for logging and for the mean ablation.
-      for (size_t j = 0; j < n; ++j) {
-        gate_sum_[i][j % nkv_] += alpha[j];
-        gate_zeros_[i][j % nkv_] += alpha[j] == T(0);
+      // Statistics of the live gates, for logging and for the mean ablation (a recomputed
+      // forward has been counted already).
+      if (!recomputing_) {
+        for (size_t j = 0; j < n; ++j) {
+          gate_sum_[i][j % nkv_] += alpha[j];
+          gate_zeros_[i][j % nkv_] += alpha[j] == T(0);
+        }
+        gate_count_[i] += rows_;
       }
-      gate_count_[i] += rows_;
     }
     pool_->ParallelFor(
         rows_,
@@ -101,6 +104,7 @@ class Satformer : public ValueResidual<T> {
                               nkv_, c_, pool_);
   }
 
+  void SetRecomputing(bool on) override { recomputing_ = on; }
   void AppendStats(nlohmann::json* stats) const override {
     nlohmann::json mean = nlohmann::json::array(), zeros = nlohmann::json::array();
     for (int i = 1; i < layers_; ++i) {
@@ -153,6 +157,7 @@ class Satformer : public ValueResidual<T> {
   std::vector<int64_t> offsets_;
   std::vector<std::vector<T>> alpha_;  // per layer (B*T, NKV), after ReLU
   std::vector<T> dalpha_;
+  bool recomputing_ = false;
   std::vector<std::vector<double>> gate_sum_;
   std::vector<std::vector<int64_t>> gate_zeros_;
   std::vector<int64_t> gate_count_;
