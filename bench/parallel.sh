@@ -45,11 +45,16 @@ PY
 
 # Bytes per step: 2 steps each, the second one's counts.
 echo
-printf "%-12s %-16s %10s %10s %10s %10s %22s %10s\n" design layout tp pp ep data \
-  "pp boundary fwd/bwd" "peak RSS"
-for case in "transformer 1 1 1 1" "transformer 2 1 1 1" "transformer 1 2 1 1" "transformer 1 1 2 1" \
-            "satformer 1 2 1 1" "satformer 1 1 2 1" "dar 1 2 1 1" "dar 1 1 2 1" \
-            "dar-full 1 2 1 1" "dar-full 1 1 2 1" "attnres 1 1 2 1" "hc 1 1 2 1" "mhc 1 1 2 1" \
+printf "%-12s %-30s %10s %10s %10s %10s %26s %9s %10s\n" design layout tp pp ep data \
+  "pp boundaries fwd/bwd (n)" "act.est" "peak RSS"
+SP=--sequence-parallel
+VS="--virtual-stages 3"
+for case in "transformer 1 1 1 1" "transformer 2 1 1 1" "transformer 1 2 1 1" "transformer 1 2 1 1 $SP" \
+            "transformer 1 1 2 1" "transformer 1 1 2 1 $VS" \
+            "satformer 1 2 1 1" "satformer 1 2 1 1 $SP" "satformer 1 1 2 1" "satformer 1 1 2 1 $VS" \
+            "dar 1 2 1 1" "dar 1 2 1 1 $SP" "dar 1 1 2 1" "dar 1 1 2 1 $VS" \
+            "dar-full 1 2 1 1" "dar-full 1 2 1 1 $SP" "dar-full 1 1 2 1" "dar-full 1 1 2 1 $VS" \
+            "attnres 1 1 2 1" "hc 1 1 2 1" "mhc 1 1 2 1" \
             "denseformer 1 1 2 1" "muddformer 1 2 1 1" "muddformer 1 1 2 1" \
             "dar-moe 1 1 1 2" "dar-moe 1 2 1 1" "dar-moe 2 1 1 2" "dar-moe 2 1 1 2 --zero 1"; do
   read -r design dp tp pp ep extra <<<"$case"
@@ -58,18 +63,22 @@ for case in "transformer 1 1 1 1" "transformer 2 1 1 1" "transformer 1 2 1 1" "t
   # shellcheck disable=SC2086  # extra: more flags, split on purpose
   "${MPIRUN[@]}" -np $((dp * tp * pp * ep)) "$S" train --config "configs/bench/$design.json" \
     --synthetic-data --steps 2 --seq-len 256 --batch-size $((8 / (dp * ep))) --microbatches 2 \
-    --threads 1 --quiet --stats-every 0 --dp "$dp" --tp "$tp" --pp "$pp" --ep "$ep" $extra \
-    --log-jsonl "$log" --summary-json "$OUT/summary.json"
-  /usr/bin/python3 - "$log" "$design" "($dp,$tp,$pp,$ep)${extra:+ $extra}" "$OUT/summary.json" <<'PY'
-import json, sys
+    --threads 1 --progress line --log-every 100 --stats-every 0 --dp "$dp" --tp "$tp" --pp "$pp" \
+    --ep "$ep" $extra --log-jsonl "$log" --summary-json "$OUT/summary.json" >"$OUT/out.txt"
+  /usr/bin/python3 - "$log" "$design" "($dp,$tp,$pp,$ep)${extra:+ $extra}" "$OUT/summary.json" \
+      "$OUT/out.txt" <<'PY'
+import json, re, sys
 line = [json.loads(l) for l in open(sys.argv[1])][-1]
 rss = json.load(open(sys.argv[4]))["peak_rss_bytes"] / 2**20
+est = re.search(r"activations: about ([0-9.]+ [MGT]iB)", open(sys.argv[5]).read())
+est = est.group(1).replace(" ", "") if est else "-"
 b = line.get("comm_bytes", {})
 mib = lambda k: "%.2f MiB" % (b[k] / 2**20) if k in b else "-"
 pb = line.get("pp_boundary_bytes")
-pbs = "%.2f / %.2f MiB" % (pb[0][0] / 2**20, pb[0][1] / 2**20) if pb else "-"
-print("%-12s %-16s %10s %10s %10s %10s %22s %7.0f MiB" % (sys.argv[2], sys.argv[3], mib("tp"),
-      mib("pp"), mib("ep"), mib("data"), pbs, rss))
+pbs = ("%.2f / %.2f MiB (%d)" % (sum(b[0] for b in pb) / 2**20, sum(b[1] for b in pb) / 2**20,
+                                 len(pb))) if pb else "-"
+print("%-12s %-30s %10s %10s %10s %10s %26s %9s %6.0f MiB" % (sys.argv[2], sys.argv[3], mib("tp"),
+      mib("pp"), mib("ep"), mib("data"), pbs, est, rss))
 PY
 done
 

@@ -281,6 +281,16 @@ absl::StatusOr<ValidJob> ValidateJobSpec(const satdar::v1::JobSpec& spec) {
     }
     return absl::InvalidArgumentError(absl::StrCat("job spec: ", m));
   }
+  if (o.virtual_stages > 1) {
+    absl::Status chunks = worker::ValidateVirtualStages(
+        *config, o, {"layout.tp", "layout.pp", "layout.ep", "train.vocab_multiple"});
+    if (!chunks.ok()) {
+      std::string m(chunks.message());
+      const std::string flag = "--virtual-stages";
+      if (size_t at = m.find(flag); at != std::string::npos) m.replace(at, flag.size(), "train.virtual_stages");
+      return absl::InvalidArgumentError(absl::StrCat("job spec: ", m));
+    }
+  }
   if (o.vocab_multiple > 1) {
     absl::Status padded = model::ValidateSharding(
         *config, tp, pp, ep, {"layout.tp", "layout.pp", "layout.ep", "train.vocab_multiple"},

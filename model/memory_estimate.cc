@@ -158,8 +158,15 @@ absl::StatusOr<MemoryEstimate> EstimateMemory(const ModelConfig& c, const Memory
       e.optimizer_bytes = Bytes(s.zero_stage == 1 ? 2 * p / replicas : 2 * p);
     }
     if (s.use != MemoryUse::kWeights) {
+      // Micro-batches in flight on this rank (parallel/pipeline.h): each holds every layer of
+      // the rank's chunks once (with virtual stages, V chunks of L / (pp V) layers).
+      int64_t warmup = s.pp - stage - 1;
+      if (s.virtual_stages > 1) {
+        warmup = std::min<int64_t>((s.pp - stage - 1) * 2 + (s.virtual_stages - 1) * s.pp,
+                                   s.virtual_stages * s.microbatches);
+      }
       const int instances =
-          s.pp > 1 ? static_cast<int>(std::min<int64_t>(s.pp - stage, s.microbatches)) : 1;
+          s.pp > 1 ? static_cast<int>(std::min<int64_t>(warmup + 1, s.microbatches)) : 1;
       const double elements = ActivationElements(c, b, static_cast<double>(s.seq_len), layers,
                                                  stage == s.pp - 1, s.tp, s.vocab_multiple,
                                                  s.recompute, s.sequence_parallel);

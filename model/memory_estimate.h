@@ -41,6 +41,7 @@ struct MemoryShape {
   int vocab_multiple = 1;    // the embedding and head padded as Sharding::vocab_multiple says
   Recompute recompute = Recompute::kNone;  // which activations are recomputed, not kept
   bool sequence_parallel = false;  // the residual stream's state split over the tp ranks
+  int virtual_stages = 1;          // model chunks per pipeline rank (interleaved 1F1B)
 };
 
 // What the caller calls the batch's sizes in its messages (flags, job-spec fields).

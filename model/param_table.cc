@@ -79,6 +79,17 @@ ParamSpec& ParamTable::Add(const std::string& name, core::Shape shape, ParamInit
   return specs_.back();
 }
 
+int64_t ParamTable::Append(const ParamTable& other) {
+  const int64_t base = size_;
+  for (const ParamSpec& s : other.specs()) {
+    ParamSpec& spec = Add(s.name, s.shape, s.init, s.unused);
+    const int64_t offset = spec.offset;
+    spec = s;
+    spec.offset = offset;
+  }
+  return base;
+}
+
 const ParamSpec* ParamTable::Find(const std::string& name) const {
   auto it = index_.find(name);
   return it == index_.end() ? nullptr : &specs_[it->second];

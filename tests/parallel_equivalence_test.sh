@@ -176,6 +176,27 @@ check_layouts attnres "1 1 2 1" "1 2 2 1"
 check_layouts attnres_sat "1 1 2 1" "1 2 2 1"
 check_layouts dar_full "1 1 2 1" "1 2 2 1"
 check_layouts dar4 "1 1 4 1"
+# Interleaved 1F1B: 2 ranks x 2 virtual stages of 4-layer Block DAR (entries cross 3 virtual
+# boundaries, two of them back from rank 1 to rank 0).
+EXTRA=(--virtual-stages 2)
+if [[ $LAUNCHER == mpi ]]; then
+  check_layouts dar4 "1 1 2 1" "1 2 2 1"
+  # Each virtual boundary's bytes: after layers 1, 2 and 3 of Block DAR (S=4) it carries 3, 3
+  # and 5 hidden states (h0, entries, partials) per micro-batch of 4 x 16 rows x 32 in f64.
+  launch 2 "${T[@]}" --config dar4.json --batch-size 8 --pp 2 --virtual-stages 2 \
+    --log-jsonl vbytes.jsonl >vbytes.txt 2>&1
+  if python3 - vbytes.jsonl <<'PY'
+import json, sys
+got = json.loads(open(sys.argv[1]).readline())["pp_boundary_bytes"]
+one = 2 * 4 * 16 * 32 * 8  # two micro-batches of one (B*T, C) f64 tensor
+assert got == [[3 * one] * 2, [3 * one] * 2, [5 * one] * 2], got
+PY
+  then echo "ok   interleaved boundary bytes"; passed=$((passed + 1))
+  else echo "FAIL interleaved boundary bytes"; cat vbytes.txt; failed=$((failed + 1)); fi
+else
+  check_layouts dar4 "1 1 2 1" "2 1 2 1"
+fi
+EXTRA=()
 # ZeRO-1 with expert parallelism: dense moments sharded over the dp x ep replicas, expert
 # moments over the dp replicas of each expert.
 EXTRA=(--zero 1)
@@ -263,6 +284,10 @@ expect_fail sequence_parallel_rows "--sequence-parallel: a micro-batch's 15 toke
   train --synthetic-data --steps 1 --seq-len 5 --batch-size 6 --microbatches 2 --config baseline.json --tp 2 --sequence-parallel
 expect_fail sequence_parallel_tp "--sequence-parallel needs --tp 2 or more" 1 \
   "${S[@]}" --config baseline.json --sequence-parallel
+expect_fail virtual_microbatches "--virtual-stages 2 needs --microbatches a multiple of --pp 2 (the interleaved schedule moves them in groups of --pp), got 3" 2 \
+  train --synthetic-data --steps 1 --seq-len 8 --batch-size 3 --microbatches 3 --config dar4.json --pp 2 --virtual-stages 2
+expect_fail virtual_layers "--pp 2 x --virtual-stages 2 = 4 virtual stages do not divide config field \"num_hidden_layers\" (2)" 2 \
+  "${S[@]}" --config baseline.json --pp 2 --virtual-stages 2
 expect_fail vocab_padding "--tp 2 with --vocab-multiple 64 pads config field \"vocab_size\" (64) to 128, which leaves the last tensor-parallel rank no vocabulary row; use --vocab-multiple 32" 2 \
   "${S[@]}" --config baseline.json --tp 2 --vocab-multiple 64
 

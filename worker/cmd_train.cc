@@ -288,6 +288,7 @@ absl::Status RunTrain(const std::vector<std::string>& args) {
   // Layout errors (divisibility, designs that cannot be split) before any rank starts.
   SATDAR_RETURN_IF_ERROR(model::ValidateSharding(o.config, o.mesh.tp, o.mesh.pp, o.mesh.ep,
                                                  TrainLayoutNames(), o.vocab_multiple));
+  SATDAR_RETURN_IF_ERROR(ValidateVirtualStages(o.config, o, TrainLayoutNames()));
   if (!cuda) {
     // What a rank will allocate, against what this machine has (all ranks it runs).
     const model::MemoryShape shape = TrainMemoryShape(o);

@@ -34,7 +34,7 @@ class CpuEngine : public StepEngine {
     core::cpu::InitBlas();
     pool_ = std::make_unique<core::ThreadPool>(o_.threads);
     SATDAR_RETURN_IF_ERROR(BuildModels());
-    const model::ParamTable& table = model_->params();
+    const model::ParamTable& table = params();
     // ZeRO-1: the moments sharded over the replicas of each weight (zero_partition.h).
     std::vector<ZeroPartition> parts;
     if (o_.zero_stage == 1 && g_.data_size() > 1) {
@@ -46,7 +46,10 @@ class CpuEngine : public StepEngine {
     return absl::OkStatus();
   }
 
-  const model::ParamTable& params() const override { return model_->params(); }
+  // The rank's parameters: its model's, or with virtual stages its chunks' back to back.
+  const model::ParamTable& params() const override {
+    return chunks_.size() > 1 ? combined_ : model_->params();
+  }
 
   std::string Describe() const override {
     std::string s = absl::StrFormat(
@@ -55,10 +58,16 @@ class CpuEngine : public StepEngine {
         model::Name(o_.config.residual), static_cast<long long>(params().size()),
         g_.shape.ToString(), o_.batch_size, o_.seq_len, o_.microbatches, o_.threads,
         o_.f64 ? "f64" : "f32");
-    if (g_.shape.pp > 1) {
+    if (g_.shape.pp > 1 && o_.virtual_stages == 1) {
       absl::StrAppendFormat(&s, "\npipeline: %d stages of %d layers, 1F1B over %d micro-batches",
                             g_.shape.pp, o_.config.num_hidden_layers / g_.shape.pp,
                             o_.microbatches);
+    } else if (g_.shape.pp > 1) {
+      absl::StrAppendFormat(
+          &s, "\npipeline: %d stages x %d virtual stages of %d layers, interleaved 1F1B over %d "
+              "micro-batches",
+          g_.shape.pp, o_.virtual_stages,
+          o_.config.num_hidden_layers / (g_.shape.pp * o_.virtual_stages), o_.microbatches);
     }
     // What the activations take on the largest stage (model/memory_estimate.h).
     absl::StatusOr<model::MemoryEstimate> e =
@@ -74,7 +83,7 @@ class CpuEngine : public StepEngine {
 
   absl::StatusOr<CheckpointInfo> Load(const std::string& path,
                                       const std::string& config_json) override {
-    return state_->Load(path, config_json, model_->params());
+    return state_->Load(path, config_json, params());
   }
 
   absl::StatusOr<double> ForwardBackward(std::vector<std::vector<int32_t>>* micro) override {
@@ -120,13 +129,20 @@ class CpuEngine : public StepEngine {
 
   absl::Status AddToLog(Json* line) override {
     if (pipeline_ != nullptr) {
-      // Bytes each stage boundary carried this step: [activations forward, gradients back].
-      std::vector<int64_t> mine = {pipeline_->forward_bytes(), pipeline_->backward_bytes()};
-      std::vector<int64_t> all(2 * g_.shape.pp);
-      SATDAR_RETURN_IF_ERROR(
-          g_.pp->AllGather(mine.data(), all.data(), 2, core::DType::kI64, copts_)->Wait());
+      // Bytes each (virtual) stage boundary carried this step, in stage order: [activations
+      // forward, gradients back]. Virtual stage j is chunk j / pp of rank j % pp.
+      const int v = pipeline_->chunks(), p = g_.shape.pp;
+      std::vector<int64_t> mine;
+      for (int c = 0; c < v; ++c) {
+        mine.push_back(pipeline_->forward_bytes(c));
+        mine.push_back(pipeline_->backward_bytes(c));
+      }
+      std::vector<int64_t> all(mine.size() * p);
+      SATDAR_RETURN_IF_ERROR(g_.pp->AllGather(mine.data(), all.data(), mine.size(),
+                                              core::DType::kI64, copts_)->Wait());
+      auto at = [&](int j, int which) { return all[((j % p) * v + j / p) * 2 + which]; };
       Json boundaries = Json::array();
-      for (int s = 0; s + 1 < g_.shape.pp; ++s) boundaries.push_back({all[2 * s], all[2 * s + 3]});
+      for (int j = 0; j + 1 < p * v; ++j) boundaries.push_back({at(j, 0), at(j + 1, 1)});
       (*line)["pp_boundary_bytes"] = boundaries;
     }
     if (o_.world != nullptr) {
@@ -153,19 +169,24 @@ class CpuEngine : public StepEngine {
   }
 
   absl::Status AddStats(Json* line) override {
-    Json s = Json::object();
-    if (models_.size() == 1) {
-      model_->AppendStats(&s);
-    } else {  // 1F1B: micro-batch mb ran on instance mb % instances
-      std::vector<Json> each(models_.size(), Json::object());
-      std::vector<double> weights(models_.size(), 0);
-      for (size_t k = 0; k < models_.size(); ++k) models_[k]->AppendStats(&each[k]);
-      for (int mb = 0; mb < o_.microbatches; ++mb) weights[mb % models_.size()] += 1;
-      s = MergeInstanceStats(each, weights);
+    std::vector<Json> per_chunk;
+    for (auto& models : chunks_) {
+      Json s = Json::object();
+      if (models.size() == 1) {
+        models[0]->AppendStats(&s);
+      } else {  // 1F1B: micro-batch mb ran on instance mb % instances
+        std::vector<Json> each(models.size(), Json::object());
+        std::vector<double> weights(models.size(), 0);
+        for (size_t k = 0; k < models.size(); ++k) models[k]->AppendStats(&each[k]);
+        for (int mb = 0; mb < o_.microbatches; ++mb) weights[mb % models.size()] += 1;
+        s = MergeInstanceStats(each, weights);
+      }
+      for (auto& m : models) m->ResetStats();
+      per_chunk.push_back(std::move(s));
     }
-    for (auto& m : models_) m->ResetStats();
+    Json s = per_chunk[0];
     if (g_.mp != nullptr) {  // the whole model's, from the pieces of this replica
-      SATDAR_ASSIGN_OR_RETURN(s, GatherStats(s));
+      SATDAR_ASSIGN_OR_RETURN(s, GatherStats(per_chunk));
     }
     (*line)["stats"] = s;
     return absl::OkStatus();
@@ -175,7 +196,7 @@ class CpuEngine : public StepEngine {
     SATDAR_RETURN_IF_ERROR(state_->GatherMoments(copts_));
     if (g_.coord.dp == 0) {
       // Replicas hold identical weights and moments: replica 0's pieces are the whole state.
-      const model::ParamTable& table = model_->params();
+      const model::ParamTable& table = params();
       if (g_.mp == nullptr && g_.coord.ep == 0) {
         SATDAR_RETURN_IF_ERROR(SaveCheckpoint<T>(o_.checkpoint_dir, info, table, state_->buffers()));
       } else if (g_.mp != nullptr) {
@@ -200,9 +221,14 @@ class CpuEngine : public StepEngine {
  private:
   // Every model-parallel rank's statistics (JSON text in int64 words: lengths first, then the
   // padded texts), merged into the whole model's (stats_merge.h) on every rank.
-  absl::StatusOr<Json> GatherStats(const Json& mine) {
-    const std::string text =
-        Json{{"tp", g_.coord.tp}, {"pp", g_.coord.pp}, {"ep", g_.coord.ep}, {"stats", mine}}.dump();
+  // A rank with virtual stages sends one piece per chunk (its virtual stage as "pp").
+  absl::StatusOr<Json> GatherStats(const std::vector<Json>& mine) {
+    Json list = Json::array();
+    for (size_t c = 0; c < mine.size(); ++c) {
+      const int stage = static_cast<int>(c) * g_.shape.pp + g_.coord.pp;
+      list.push_back({{"tp", g_.coord.tp}, {"pp", stage}, {"ep", g_.coord.ep}, {"stats", mine[c]}});
+    }
+    const std::string text = list.dump();
     const int n = g_.mp->size();
     std::vector<int64_t> lengths(n);
     const int64_t length = static_cast<int64_t>(text.size());
@@ -216,9 +242,12 @@ class CpuEngine : public StepEngine {
     std::vector<StatsPiece> pieces;
     for (int r = 0; r < n; ++r) {
       const char* bytes = reinterpret_cast<const char*>(all.data() + r * words);
-      const Json j = Json::parse(std::string(bytes, lengths[r]), nullptr, false);
-      if (!j.is_object()) return absl::InternalError("statistics: a rank sent an unreadable object");
-      pieces.push_back({j.value("tp", 0), j.value("pp", 0), j.value("ep", 0), j["stats"]});
+      const Json list = Json::parse(std::string(bytes, lengths[r]), nullptr, false);
+      if (!list.is_array()) return absl::InternalError("statistics: a rank sent an unreadable list");
+      for (const Json& j : list) {
+        if (!j.is_object()) return absl::InternalError("statistics: a rank sent an unreadable object");
+        pieces.push_back({j.value("tp", 0), j.value("pp", 0), j.value("ep", 0), j["stats"]});
+      }
     }
     return MergeStats(pieces, o_.sequence_parallel);
   }
@@ -231,25 +260,34 @@ class CpuEngine : public StepEngine {
     shard.ep = g_.ep.get();
     shard.ep_rank = g_.coord.ep;
     shard.ep_size = g_.shape.ep;
-    shard.pp_rank = g_.coord.pp;
-    shard.pp_size = g_.shape.pp;
     shard.vocab_multiple = o_.vocab_multiple;
     shard.recompute = o_.recompute;
     shard.sequence_parallel = o_.sequence_parallel;
     shard.errors = &comm_errors_;
     shard.collective = copts_;
-    const int pp = g_.shape.pp;
-    const int slots = pp > 1 ? std::min(pp - g_.coord.pp, o_.microbatches) : 1;
-    for (int i = 0; i < slots; ++i) {
-      SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<model::Model<T>> m,
-                              model::CreateModel<T>(o_.config, shard, pool_.get()));
-      models_.push_back(std::move(m));
+    // Chunk c of this rank is virtual stage c * pp + (its stage) of pp x virtual_stages, each
+    // with its model instances (one per micro-batch it can have in flight).
+    const int pp = g_.shape.pp, v = o_.virtual_stages;
+    const int slots =
+        pp > 1 ? parallel::PipelineSlots(pp, g_.coord.pp, v, o_.microbatches) : 1;
+    shard.pp_size = pp * v;
+    std::vector<std::vector<model::Model<T>*>> raw(v);
+    std::vector<int64_t> offsets;
+    for (int c = 0; c < v; ++c) {
+      shard.pp_rank = c * pp + g_.coord.pp;
+      chunks_.emplace_back();
+      for (int i = 0; i < slots; ++i) {
+        SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<model::Model<T>> m,
+                                model::CreateModel<T>(o_.config, shard, pool_.get()));
+        raw[c].push_back(m.get());
+        chunks_[c].push_back(std::move(m));
+      }
+      offsets.push_back(v > 1 ? combined_.Append(chunks_[c][0]->params()) : 0);
     }
-    model_ = models_[0].get();
+    model_ = chunks_[0][0].get();
     if (pp > 1) {
-      std::vector<model::Model<T>*> raw;
-      for (auto& m : models_) raw.push_back(m.get());
-      pipeline_ = std::make_unique<parallel::PipelineSchedule<T>>(g_.pp.get(), raw, copts_);
+      pipeline_ = std::make_unique<parallel::PipelineSchedule<T>>(g_.pp.get(), std::move(raw),
+                                                                  std::move(offsets), copts_);
     }
     return absl::OkStatus();
   }
@@ -283,7 +321,9 @@ class CpuEngine : public StepEngine {
   comm::CollectiveOptions copts_;
   std::unique_ptr<core::ThreadPool> pool_;
   model::CommErrors comm_errors_;
-  std::vector<std::unique_ptr<model::Model<T>>> models_;  // one per micro-batch in flight (1F1B)
+  // Per chunk (one, or --virtual-stages), one model per micro-batch in flight (1F1B).
+  std::vector<std::vector<std::unique_ptr<model::Model<T>>>> chunks_;
+  model::ParamTable combined_;  // virtual stages: the chunks' tables back to back
   model::Model<T>* model_ = nullptr;
   std::unique_ptr<parallel::PipelineSchedule<T>> pipeline_;
   std::unique_ptr<TrainState<T>> state_;
@@ -314,6 +354,7 @@ model::MemoryShape TrainMemoryShape(const TrainOptions& o) {
   shape.vocab_multiple = o.vocab_multiple;
   shape.recompute = o.recompute;
   shape.sequence_parallel = o.sequence_parallel;
+  shape.virtual_stages = o.virtual_stages;
   return shape;
 }
 

@@ -404,6 +404,10 @@ absl::Status CheckCudaEngine(const TrainOptions& o) {
     return absl::InvalidArgumentError("--device cuda: --stats-every is not on the GPU path yet");
   }
   if (o.f64) return absl::InvalidArgumentError("--device cuda: --dtype must be bf16 or f32");
+  if (o.virtual_stages > 1) {
+    return absl::InvalidArgumentError(
+        "--device cuda: --virtual-stages is not on the GPU path yet (it needs --pp)");
+  }
   if (o.sequence_parallel) {
     return absl::InvalidArgumentError(
         "--device cuda: --sequence-parallel is not on the GPU path yet (it needs --tp)");

@@ -69,6 +69,11 @@ void DefineTrainFlags(FlagSet* flags) {
                 "1");
   flags->Define("--ep", "expert-parallel ranks (MoE experts split; otherwise more replicas)",
                 false, "1");
+  flags->Define("--virtual-stages",
+                "with --pp: model chunks per pipeline rank (interleaved 1F1B: bubble (pp-1)/(V M) "
+                "instead of (pp-1)/M, at V times the stage boundaries); --microbatches a "
+                "multiple of --pp",
+                false, "1");
   flags->DefineBool("--sequence-parallel",
                     "with --tp > 1: split the norms, residual stream and depth histories along "
                     "the tokens (Megatron-LM's sequence parallelism)");
@@ -206,6 +211,21 @@ absl::Status ParseTrainOptions(const FlagSet& flags, TrainOptions* o) {
   o->recompute = recompute == "full"        ? model::Recompute::kFull
                  : recompute == "selective" ? model::Recompute::kSelective
                                             : model::Recompute::kNone;
+  SATDAR_ASSIGN_OR_RETURN(int64_t virtual_stages, flags.GetInt("--virtual-stages", 1, 64));
+  o->virtual_stages = static_cast<int>(virtual_stages);
+  if (o->virtual_stages > 1) {
+    if (o->mesh.pp < 2) {
+      return absl::InvalidArgumentError(
+          "satdar train: --virtual-stages needs --pp 2 or more (the chunks interleave over the "
+          "pipeline ranks)");
+    }
+    if (o->microbatches % o->mesh.pp != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "satdar train: --virtual-stages ", o->virtual_stages, " needs --microbatches a multiple "
+          "of --pp ", o->mesh.pp, " (the interleaved schedule moves them in groups of --pp), got ",
+          o->microbatches));
+    }
+  }
   o->sequence_parallel = flags.GetBool("--sequence-parallel");
   if (o->sequence_parallel) {
     if (o->mesh.tp < 2) {
@@ -224,6 +244,25 @@ absl::Status ParseTrainOptions(const FlagSet& flags, TrainOptions* o) {
   SATDAR_ASSIGN_OR_RETURN(int64_t multiple, flags.GetInt("--vocab-multiple", 1, 65536));
   o->vocab_multiple = static_cast<int>(multiple);
   SATDAR_ASSIGN_OR_RETURN(o->lock_wait_seconds, flags.GetInt("--lock-wait", 0, 86400));
+  return absl::OkStatus();
+}
+
+absl::Status ValidateVirtualStages(const model::ModelConfig& c, const TrainOptions& o,
+                                   const model::LayoutNames& names) {
+  if (o.virtual_stages == 1) return absl::OkStatus();
+  const int stages = o.mesh.pp * o.virtual_stages;
+  if (c.num_hidden_layers % stages != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        names.pp, " ", o.mesh.pp, " x --virtual-stages ", o.virtual_stages, " = ", stages,
+        " virtual stages do not divide config field \"num_hidden_layers\" (",
+        c.num_hidden_layers, ")"));
+  }
+  if (c.value_residual == model::ValueResidualKind::kResFormer &&
+      c.resformer_mode == model::ResformerMode::kLearnablePlus) {
+    return absl::InvalidArgumentError(
+        "config field \"resformer_mode\" \"learnable_plus\" shares its lambdas across every "
+        "stage, which a rank's several chunks cannot hold yet; use --virtual-stages 1");
+  }
   return absl::OkStatus();
 }
 

@@ -18,6 +18,11 @@ void DefineTrainFlags(FlagSet* flags);
 absl::Status ParseTrainOptions(const FlagSet& flags, TrainOptions* o);
 
 // The layout sizes as `satdar train` (and a job spec's "train" flags) call them.
+// --virtual-stages against the config: pp x V dividing the layers, and a design whose
+// parameters are not shared across stages (ResFormer learnable_plus's are).
+absl::Status ValidateVirtualStages(const model::ModelConfig& config, const TrainOptions& o,
+                                   const model::LayoutNames& names);
+
 inline model::LayoutNames TrainLayoutNames() {
   return {"--tp", "--pp", "--ep", "--vocab-multiple"};
 }

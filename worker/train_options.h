@@ -95,6 +95,8 @@ struct TrainOptions {
   // The embedding and head padded to a multiple of tp x vocab_multiple rows
   // (model::Sharding::vocab_multiple); changes no result, only the shapes the kernels see.
   int vocab_multiple = 1;
+  // Model chunks per pipeline rank (the interleaved 1F1B schedule, parallel/pipeline.h).
+  int virtual_stages = 1;
   // Megatron-LM's sequence parallelism over the TP group (model::Sharding::sequence_parallel).
   bool sequence_parallel = false;
   // Which activations the backward pass recomputes instead of keeping (model/sharding.h); on

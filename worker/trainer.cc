@@ -319,6 +319,7 @@ Fingerprint RunFingerprint(const TrainOptions& o) {
           {"--zero", std::to_string(o.zero_stage)},
           {"--vocab-multiple", std::to_string(o.vocab_multiple)},
           {"--sequence-parallel", o.sequence_parallel ? "true" : "false"},
+          {"--virtual-stages", std::to_string(o.virtual_stages)},
           {"--lr", num(o.lr)},
           {"--min-lr-ratio", num(o.min_lr_ratio)},
           {"--warmup-steps", std::to_string(o.warmup_steps)},
