@@ -119,11 +119,8 @@ absl::StatusOr<TrainSummary> TrainOnGpu(const FlagSet& flags, TrainOptions o, bo
         "satdar train --device cuda: flag --dtype must be bf16 or f32, got '", dtype, "'"));
   }
   gpu.compute = dtype == "bf16" ? core::DType::kBF16 : core::DType::kF32;
-  if (o.recompute == model::Recompute::kSelective) {
-    return absl::InvalidArgumentError(
-        "satdar train --device cuda: --recompute selective is not on the GPU path yet; use "
-        "--recompute full or none");
-  }
+  // The GPU's attention never stores the probabilities (core/ops/attention_cuda.h: its
+  // backward recomputes them from the saved log-sum-exp), so selective is what it always does.
   gpu.recompute = o.recompute == model::Recompute::kFull;
   SATDAR_ASSIGN_OR_RETURN(core::Device device, core::ParseDevice(flags.Get("--device")));
   gpu.device = flags.Get("--device").find(':') != std::string::npos ? device.index : -1;

@@ -216,6 +216,11 @@ class CpuEngine : public StepEngine {
     const comm::MeshShape& mesh = g_.shape;
     (*j)["threads"] = o_.threads;
     (*j)["mesh"] = {{"dp", mesh.dp}, {"tp", mesh.tp}, {"pp", mesh.pp}, {"ep", mesh.ep}};
+    // The activations of the largest stage's rank, as estimated (model/memory_estimate.h);
+    // peak_rss_bytes beside it is measured.
+    absl::StatusOr<model::MemoryEstimate> e =
+        model::EstimateMemory(o_.config, TrainMemoryShape(o_));
+    if (e.ok()) (*j)["activation_bytes_estimate"] = e->activation_bytes;
   }
 
  private:
