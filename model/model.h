@@ -86,6 +86,9 @@ absl::StatusOr<std::unique_ptr<Model<T>>> CreateModel(const ModelConfig& config,
 // What the built topology of `config` says of itself (Topology::SupportsStages); the layout
 // check reads the design table instead (layout_check.h), which a test holds to this.
 bool TopologySupportsStages(const ModelConfig& config);
+// How many (B*T, C) tensors the topology's state after sublayer l is (Topology::
+// BoundaryTensors): what a pipeline boundary there carries besides V1.
+int TopologyBoundaryTensors(const ModelConfig& config, int after_sublayer);
 
 }  // namespace satdar::model
 

@@ -76,6 +76,14 @@ bool TopologySupportsStages(const ModelConfig& config) {
   return (*topology)(config, Sharding{}, &pool)->SupportsStages();
 }
 
+int TopologyBoundaryTensors(const ModelConfig& config, int after_sublayer) {
+  Registry<float> r;
+  const auto* topology = Find(r.topologies, Name(config.residual));
+  SATDAR_CHECK(topology != nullptr) << Name(config.residual);
+  core::ThreadPool pool(1);
+  return (*topology)(config, Sharding{}, &pool)->BoundaryTensors(after_sublayer);
+}
+
 template <typename T>
 absl::StatusOr<std::unique_ptr<Model<T>>> CreateModel(const ModelConfig& config,
                                                       core::ThreadPool* pool) {

@@ -31,6 +31,7 @@ void PrintUsage() {
                "  eval    loss of given weights; SATFormer gate ablation (--gate-ablation)\n"
                "  export  a checkpoint of any parallel layout -> one weights file\n"
                "  info    parameter count (and list) of a config\n"
+               "  plan    bytes per group and boundary, and memory, of a step on a layout\n"
                "control plane:\n"
                "  coordinator  serve the job API (gRPC) with its state in a folder\n"
                "  worker       register rank slots with a coordinator and run what it assigns\n"
@@ -83,6 +84,8 @@ int Main(int argc, char** argv) {
     status = RunExport(args);
   } else if (command == "info") {
     status = RunInfo(args);
+  } else if (command == "plan") {
+    status = RunPlan(args);
   } else if (command == "prep") {
     status = ExecPrep(argv);
   } else if (command == "coordinator") {
