@@ -15,7 +15,9 @@ PACKAGES=(bazel-bootstrap g++ libopenblas-dev libabsl-dev libgtest-dev libgmock-
           # observability: prometheus-cpp (metrics and its civetweb Exposer), civetweb for the
           # coordinator's HTTP pages; the Prometheus server and promtool and headless Chromium
           # for the tests
-          prometheus-cpp-dev libcivetweb-dev prometheus chromium)
+          prometheus-cpp-dev libcivetweb-dev prometheus chromium
+          # deploy/: the Kubernetes manifests' offline check reads YAML
+          python3-yaml)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
