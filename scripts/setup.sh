@@ -16,8 +16,9 @@ PACKAGES=(bazel-bootstrap g++ libopenblas-dev libabsl-dev libgtest-dev libgmock-
           # coordinator's HTTP pages; the Prometheus server and promtool and headless Chromium
           # for the tests
           prometheus-cpp-dev libcivetweb-dev prometheus chromium
-          # deploy/: the Kubernetes manifests' offline check reads YAML
-          python3-yaml)
+          # deploy/: the Kubernetes manifests' offline check reads YAML; a real one-node Slurm
+          # (slurmctld, slurmd, munge) for the Slurm test
+          python3-yaml slurm-wlm munge)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

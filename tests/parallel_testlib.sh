@@ -20,3 +20,14 @@ json.dump(dict(base, residual="dar", block_size=4, moe={"num_experts": 4, "top_k
           "expert_intermediate_size": 16}), open("dar_moe.json", "w"))
 PY
 }
+
+# enter_workdir NAME: a fresh $WORK under the test's temporary folder, made the current folder,
+# Bazel's premature-exit and XML files unset for the processes the test starts, and the
+# pass/fail counters at zero.
+enter_workdir() {
+  WORK="${TEST_TMPDIR:-/tmp/satdar-test-$$}/$1"
+  rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
+  unset TEST_PREMATURE_EXIT_FILE XML_OUTPUT_FILE
+  passed=0
+  failed=0
+}

@@ -10,13 +10,8 @@
 set -u
 SATDAR=$(realpath "$1")
 HERE=$(dirname "$(realpath "$0")")
-WORK="${TEST_TMPDIR:-/tmp/satdar-test-$$}/plan"
-rm -rf "$WORK" && mkdir -p "$WORK"
-cd "$WORK"
-unset TEST_PREMATURE_EXIT_FILE XML_OUTPUT_FILE
 source "$HERE/parallel_testlib.sh"
-passed=0
-failed=0
+enter_workdir plan
 
 write_small_configs
 python3 - <<'PY'

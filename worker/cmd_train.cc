@@ -54,6 +54,30 @@ int EnvInt(const char* name, int fallback) {
   return v != nullptr && absl::SimpleAtoi(v, &out) ? out : fallback;
 }
 
+// --launcher slurm: the task's rank and the step's world size from srun's environment, and a
+// rendezvous folder of its own under --rendezvous for this job, step and restart (a requeued
+// job's new run never meets the ranks of the old one).
+absl::Status ApplySlurm(const FlagSet& flags, comm::GlooOptions* g) {
+  const int rank = EnvInt("SLURM_PROCID", -1), tasks = EnvInt("SLURM_NTASKS", -1);
+  if (rank < 0 || tasks < 1) {
+    return absl::InvalidArgumentError(
+        "satdar train: --launcher slurm needs SLURM_PROCID and SLURM_NTASKS: run it under srun");
+  }
+  g->rank = rank;
+  g->world_size = tasks;
+  if (flags.Has("--coordinator")) return absl::OkStatus();
+  if (!flags.Has("--rendezvous")) {
+    return absl::InvalidArgumentError(
+        "satdar train: --launcher slurm needs --rendezvous DIR (a folder every node reaches) or "
+        "--coordinator");
+  }
+  const char* job = std::getenv("SLURM_JOB_ID");
+  const char* step = std::getenv("SLURM_STEP_ID");
+  g->store_dir = absl::StrCat(flags.Get("--rendezvous"), "/slurm-", job ? job : "job", ".",
+                              step ? step : "0", "-restart", EnvInt("SLURM_RESTART_COUNT", 0));
+  return absl::OkStatus();
+}
+
 // The rendezvous of a launch with one process per rank: this rank, the world size and the store
 // the ranks meet in (the coordinator's for a job run by workers, else a shared folder's).
 // mpirun's environment gives the rank when `mpi_env` (GPU ranks under mpirun meet over Gloo
@@ -68,6 +92,7 @@ absl::StatusOr<comm::GlooOptions> Rendezvous(const FlagSet& flags, const TrainOp
     g.world_size = EnvInt("OMPI_COMM_WORLD_SIZE", g.world_size);
   }
   SATDAR_RETURN_IF_ERROR(ApplyRankFlags(flags, &g));
+  if (flags.Get("--launcher") == "slurm") SATDAR_RETURN_IF_ERROR(ApplySlurm(flags, &g));
   if (flags.Has("--gloo-iface")) g.interface = flags.Get("--gloo-iface");
   if (flags.Has("--coordinator")) {
     // Meet through the coordinator's store of this job's attempt (a job run by workers).
@@ -124,6 +149,8 @@ absl::StatusOr<TrainSummary> TrainOnGpu(const FlagSet& flags, TrainOptions o, bo
   gpu.recompute = o.recompute == model::Recompute::kFull;
   SATDAR_ASSIGN_OR_RETURN(core::Device device, core::ParseDevice(flags.Get("--device")));
   gpu.device = flags.Get("--device").find(':') != std::string::npos ? device.index : -1;
+  // Under srun each task takes the GPU of its local rank on the node.
+  if (gpu.device < 0 && flags.Get("--launcher") == "slurm") gpu.device = EnvInt("SLURM_LOCALID", -1);
   SATDAR_RETURN_IF_ERROR(core::CheckDeviceAvailable(device));
   if (!flags.Has("--stats-every")) o.stats_every = 0;
   // What the GPU engine cannot run is refused before any rank connects.
@@ -231,6 +258,7 @@ absl::StatusOr<TrainSummary> TrainMpiRank(TrainOptions o) {
 // The global rank this process will have, when the launcher tells (-1: unknown yet).
 int ExpectedRank(const FlagSet& flags, const std::string& launcher, int world_size) {
   if (launcher == "threads" || world_size == 1) return 0;
+  if (launcher == "slurm") return EnvInt("SLURM_PROCID", -1);
   if (std::getenv("OMPI_COMM_WORLD_RANK") != nullptr) return EnvInt("OMPI_COMM_WORLD_RANK", -1);
   comm::GlooOptions g;
   if (auto env = comm::GlooOptionsFromEnv(); env.ok()) g = *env;
@@ -297,7 +325,7 @@ absl::Status RunTrain(const std::vector<std::string>& args) {
   bool print_done = true;
   if (cuda) {
     summary = TrainOnGpu(flags, o, &print_done);
-  } else if (launcher == "gloo") {
+  } else if (launcher == "gloo" || launcher == "slurm") {
     summary = TrainGlooRank(flags, o);
     print_done = summary.ok() && ExpectedRank(flags, launcher, world_size) == 0;
   } else if (launcher == "threads" && world_size > 1) {

@@ -88,9 +88,11 @@ void DefineTrainFlags(FlagSet* flags) {
                     {"0", "1"}, "0");
   flags->DefineEnum("--launcher",
                     "how the dp x tp x pp x ep ranks run: mpi (one process each, under mpirun), "
-                    "gloo (one process each, started any way, meeting in --rendezvous) or "
-                    "threads (one process)",
-                    {"mpi", "gloo", "threads"}, "mpi");
+                    "gloo (one process each, started any way, meeting in --rendezvous), slurm "
+                    "(one process per task under srun: rank, world size and local GPU from "
+                    "SLURM_PROCID, SLURM_NTASKS and SLURM_LOCALID, meeting in a folder of "
+                    "--rendezvous per job step) or threads (one process)",
+                    {"mpi", "gloo", "slurm", "threads"}, "mpi");
   flags->Define("--rank",
                 "with --launcher gloo or --device cuda: this process's rank (or $SATDAR_RANK)");
   flags->Define("--world-size",
