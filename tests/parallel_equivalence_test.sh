@@ -213,6 +213,27 @@ if [[ $LAUNCHER == mpi ]]; then
   check_layouts mhc "1 1 2 1"
   check_layouts lplus "1 1 2 1" "2 1 2 1"
   check_layouts vocab67 "1 2 1 1" "1 2 2 1"
+  # One rank padded to 128 rows: its single-file checkpoint holds the true [67, 32] and resumes
+  # with the losses of the unpadded run.
+  V=(train --config vocab67.json --synthetic-data --steps 4 --seq-len 16 --batch-size 4 --dtype f64
+     --threads 1 --quiet --checkpoint-every 2)
+  "$SATDAR" "${V[@]}" --checkpoint-dir vp0 --log-jsonl vp0.jsonl >vp.txt 2>&1
+  "$SATDAR" "${V[@]}" --checkpoint-dir vp1 --vocab-multiple 64 --log-jsonl vp1.jsonl >>vp.txt 2>&1
+  rm -f vp1/ckpt_00000004.safetensors
+  "$SATDAR" "${V[@]}" --checkpoint-dir vp1 --vocab-multiple 64 --resume --log-jsonl vp1r.jsonl >>vp.txt 2>&1
+  if python3 - <<'PY'
+import json, struct
+full = [json.loads(l)["loss"] for l in open("vp0.jsonl")]
+padded = [json.loads(l)["loss"] for l in open("vp1.jsonl")]
+resumed = [json.loads(l)["loss"] for l in open("vp1r.jsonl")]
+assert all(abs(a - b) <= 1e-9 * abs(a) for a, b in zip(full, padded)) and len(padded) == 4, padded
+assert all(abs(a - b) <= 1e-9 * abs(a) for a, b in zip(full[2:], resumed)) and len(resumed) == 2, resumed
+f = open("vp1/ckpt_00000002.safetensors", "rb")
+header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+assert header["model.embed_tokens.weight"]["shape"] == [67, 32], header["model.embed_tokens.weight"]
+PY
+  then echo "ok   padded vocabulary: true-shape checkpoint, same losses, resume"; passed=$((passed + 1))
+  else echo "FAIL padded vocabulary checkpoint"; cat vp.txt; failed=$((failed + 1)); fi
 else
   EXTRA=(--recompute selective)
   check_layouts satformer "1 2 2 1"

@@ -93,7 +93,8 @@ struct TrainOptions {
   // parameters are all-gathered. Checkpoints still hold the full state (gathered on write).
   int zero_stage = 0;
   // The embedding and head padded to a multiple of tp x vocab_multiple rows
-  // (model::Sharding::vocab_multiple); changes no result, only the shapes the kernels see.
+  // (model::Sharding::vocab_multiple): the same model (padded rows get no probability), up to
+  // the last bits the wider GEMMs sum in another order (2e-13 relative after 4 f64 steps).
   int vocab_multiple = 1;
   // Model chunks per pipeline rank (the interleaved 1F1B schedule, parallel/pipeline.h).
   int virtual_stages = 1;
