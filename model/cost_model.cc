@@ -34,7 +34,7 @@ Roles RolesOf(const ParamTable& table, bool tied, bool pipeline) {
 // Elements one micro-batch of chunk [first_layer, end_layer) hands to the TP group, rank 0
 // (branches.cc, decoder.cc): all-reduces count their n elements, all-gathers their own share,
 // reduce-scatters their whole input.
-int64_t TpElements(const ModelConfig& c, const StepLayout& l, int first_layer, int end_layer,
+int64_t TpElements(const ModelConfig& c, const MemoryShape& l, int first_layer, int end_layer,
                    bool embedding, bool head, int64_t n, int64_t lnc, int64_t nc) {
   const bool sp = l.sequence_parallel;
   const bool full = l.recompute == Recompute::kFull;
@@ -62,7 +62,7 @@ int64_t TpElements(const ModelConfig& c, const StepLayout& l, int first_layer, i
 // Expected elements a micro-batch's MoE layers hand to the EP group, rank 0, when the router
 // spreads the n x top_k slots evenly over the experts (variants/moe.cc: the per-expert counts,
 // then the rows out and back, forward and backward, once more for a recomputed forward).
-int64_t EpElements(const ModelConfig& c, const StepLayout& l, int layers, int64_t n,
+int64_t EpElements(const ModelConfig& c, const MemoryShape& l, int layers, int64_t n,
                    int64_t* count_bytes) {
   if (!c.moe.has_value() || l.ep == 1) return 0;
   const MoeConfig& m = *c.moe;
@@ -74,7 +74,7 @@ int64_t EpElements(const ModelConfig& c, const StepLayout& l, int layers, int64_
   return static_cast<int64_t>(layers) * (passes * 2 + 2) * away * c.hidden_size;
 }
 
-absl::Status Check(const ModelConfig& c, const StepLayout& l) {
+absl::Status Check(const ModelConfig& c, const MemoryShape& l) {
   auto bad = [](const std::string& m) { return absl::InvalidArgumentError(m); };
   if (l.dp < 1 || l.tp < 1 || l.pp < 1 || l.ep < 1 || l.virtual_stages < 1) {
     return bad("every layout size must be at least 1");
@@ -98,7 +98,7 @@ absl::Status Check(const ModelConfig& c, const StepLayout& l) {
 
 }  // namespace
 
-absl::StatusOr<StepCost> PredictStep(const ModelConfig& c, const StepLayout& l) {
+absl::StatusOr<StepCost> PredictStep(const ModelConfig& c, const MemoryShape& l) {
   SATDAR_RETURN_IF_ERROR(Check(c, l));
   const int stages = l.pp * l.virtual_stages, per_stage = c.num_hidden_layers / stages;
   const int64_t b = l.batch / l.microbatches, n = b * l.seq_len, nc = n * c.hidden_size;
@@ -173,21 +173,7 @@ absl::StatusOr<StepCost> PredictStep(const ModelConfig& c, const StepLayout& l) 
   if (l.tp * l.pp * l.ep > 1) cost.comm_bytes["mp"] = mp;
   cost.ep_exact = !(c.moe.has_value() && l.ep > 1);
 
-  MemoryShape shape;
-  shape.batch = l.batch;
-  shape.seq_len = l.seq_len;
-  shape.microbatches = l.microbatches;
-  shape.dtype_bytes = d;
-  shape.tp = l.tp;
-  shape.pp = l.pp;
-  shape.ep = l.ep;
-  shape.dp = l.dp;
-  shape.zero_stage = l.zero_stage;
-  shape.vocab_multiple = l.vocab_multiple;
-  shape.recompute = l.recompute;
-  shape.sequence_parallel = l.sequence_parallel;
-  shape.virtual_stages = l.virtual_stages;
-  SATDAR_ASSIGN_OR_RETURN(cost.memory, EstimateMemory(c, shape));
+  SATDAR_ASSIGN_OR_RETURN(cost.memory, EstimateMemory(c, l));
   return cost;
 }
 

@@ -4,7 +4,7 @@
 // exactly the form and units `satdar train --log-jsonl` logs them (comm_bytes,
 // pp_boundary_bytes), and the memory a rank needs by kind. `satdar plan` prints it.
 //
-//   StepLayout l;  l.tp = 2;  l.pp = 2;  l.batch = 8;  l.seq_len = 256;  l.microbatches = 4;
+//   MemoryShape l;  l.tp = 2;  l.pp = 2;  l.batch = 8;  l.seq_len = 256;  l.microbatches = 4;
 //   SATDAR_ASSIGN_OR_RETURN(StepCost cost, PredictStep(config, l));
 //
 // The bytes follow every collective the CPU trainer issues in a step without statistics or
@@ -32,19 +32,6 @@
 
 namespace satdar::model {
 
-struct StepLayout {
-  int dp = 1, tp = 1, pp = 1, ep = 1;
-  int virtual_stages = 1;
-  int64_t batch = 1;         // sequences per optimizer step per data-parallel replica
-  int64_t seq_len = 1;
-  int64_t microbatches = 1;
-  int dtype_bytes = 4;       // 4 (f32) or 8 (f64): what the CPU trainer computes in
-  bool sequence_parallel = false;
-  Recompute recompute = Recompute::kNone;
-  int zero_stage = 0;
-  int vocab_multiple = 1;
-};
-
 struct StepCost {
   // Group name ("tp", "pp", "ep", "data", "mp"; only the groups of more than one rank) ->
   // bytes rank 0 hands to it in one step.
@@ -55,8 +42,10 @@ struct StepCost {
   MemoryEstimate memory;  // the largest stage's rank (model/memory_estimate.h)
 };
 
-// InvalidArgument (naming the field) for a layout the trainer would refuse.
-absl::StatusOr<StepCost> PredictStep(const ModelConfig& config, const StepLayout& layout);
+// The layout is a training step's MemoryShape (memory_estimate.h: sizes, batch, dtype,
+// ZeRO, padding, recomputation, SP, virtual stages). InvalidArgument (naming the field) for
+// a layout the trainer would refuse.
+absl::StatusOr<StepCost> PredictStep(const ModelConfig& config, const MemoryShape& layout);
 
 }  // namespace satdar::model
 

@@ -63,6 +63,25 @@ Capabilities CapabilitiesOf(const ModelConfig& c) {
   return out;
 }
 
+const char* Name(Recompute r) {
+  switch (r) {
+    case Recompute::kSelective:
+      return "selective";
+    case Recompute::kFull:
+      return "full";
+    case Recompute::kNone:
+      break;
+  }
+  return "none";
+}
+
+Recompute RecomputeNamed(const std::string& name) {
+  for (Recompute r : {Recompute::kSelective, Recompute::kFull}) {
+    if (name == Name(r)) return r;
+  }
+  return Recompute::kNone;
+}
+
 int PaddedVocab(int vocab_size, int tp, int vocab_multiple) {
   const int64_t unit = static_cast<int64_t>(tp) * vocab_multiple;
   return static_cast<int>((vocab_size + unit - 1) / unit * unit);

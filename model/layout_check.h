@@ -19,6 +19,10 @@ namespace satdar::model {
 //   kFull:      only what the residual topology keeps (each branch's input); each branch
 //               re-runs its forward right before its backward, into one shared set of buffers.
 enum class Recompute { kNone, kSelective, kFull };
+// "none", "selective", "full" (the --recompute values); RecomputeNamed is its inverse, kNone
+// for any other name (the flag parser has checked it).
+const char* Name(Recompute r);
+Recompute RecomputeNamed(const std::string& name);
 
 // What the caller calls the layout's sizes in its own messages (the command line's flags, a
 // job spec's fields); the library's errors use these names and the config's field names.

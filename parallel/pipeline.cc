@@ -55,6 +55,16 @@ absl::Status PipelineSchedule<T>::WaitSends(int chunk, int slot) {
 }
 
 template <typename T>
+absl::Status PipelineSchedule<T>::WaitAllSends() {
+  for (int c = 0; c < chunks(); ++c) {
+    for (int slot = 0; slot < static_cast<int>(chunks_[c].size()); ++slot) {
+      SATDAR_RETURN_IF_ERROR(WaitSends(c, slot));
+    }
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
 absl::Status PipelineSchedule<T>::Forward(int chunk, int mb, const T* params,
                                           const int32_t* tokens, int b, int t, double* value) {
   const auto& slots = chunks_[chunk];
@@ -155,11 +165,7 @@ absl::StatusOr<double> PipelineSchedule<T>::Step(
   for (int i = std::max(0, total - warmup); i < total; ++i) {  // drain
     SATDAR_RETURN_IF_ERROR(backward(i));
   }
-  for (int c = 0; c < v; ++c) {
-    for (int slot = 0; slot < static_cast<int>(chunks_[c].size()); ++slot) {
-      SATDAR_RETURN_IF_ERROR(WaitSends(c, slot));
-    }
-  }
+  SATDAR_RETURN_IF_ERROR(WaitAllSends());
   return sum;
 }
 
@@ -181,11 +187,7 @@ absl::StatusOr<double> PipelineSchedule<T>::ForwardOnly(
       }
     }
   }
-  for (int c = 0; c < chunks(); ++c) {
-    for (int slot = 0; slot < static_cast<int>(chunks_[c].size()); ++slot) {
-      SATDAR_RETURN_IF_ERROR(WaitSends(c, slot));
-    }
-  }
+  SATDAR_RETURN_IF_ERROR(WaitAllSends());
   return sum;
 }
 

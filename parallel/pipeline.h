@@ -70,6 +70,7 @@ class PipelineSchedule {
                        double* value);
   absl::Status Backward(int chunk, int mb, const T* params, T* grads, double loss_scale);
   absl::Status WaitSends(int chunk, int slot);
+  absl::Status WaitAllSends();
 
   comm::Communicator* pp_;
   std::vector<std::vector<model::Model<T>*>> chunks_;

@@ -23,7 +23,7 @@ namespace {
 using Json = nlohmann::json;
 
 // "DP,TP,PP,EP" -> the four sizes.
-absl::Status ParseLayout(const std::string& text, model::StepLayout* l) {
+absl::Status ParseLayout(const std::string& text, model::MemoryShape* l) {
   const std::vector<std::string> parts = absl::StrSplit(text, ',');
   int v[4];
   bool ok = parts.size() == 4;
@@ -40,7 +40,7 @@ absl::Status ParseLayout(const std::string& text, model::StepLayout* l) {
   return absl::OkStatus();
 }
 
-Json ToJson(const model::StepCost& cost, const model::StepLayout& l) {
+Json ToJson(const model::StepCost& cost, const model::MemoryShape& l) {
   Json boundaries = Json::array();
   for (const auto& [fwd, bwd] : cost.pp_boundary_bytes) boundaries.push_back({fwd, bwd});
   const model::MemoryEstimate& m = cost.memory;
@@ -79,7 +79,7 @@ absl::Status RunPlan(const std::vector<std::string>& args) {
   SATDAR_RETURN_IF_ERROR(flags.Parse(args));
   SATDAR_RETURN_IF_ERROR(CheckInputs({{"--config", flags.Get("--config")}}));
   SATDAR_ASSIGN_OR_RETURN(model::ModelConfig config, model::LoadModelConfig(flags.Get("--config")));
-  model::StepLayout l;
+  model::MemoryShape l;
   SATDAR_RETURN_IF_ERROR(ParseLayout(flags.Get("--layout"), &l));
   SATDAR_ASSIGN_OR_RETURN(l.batch, flags.GetInt("--batch-size", 1, kMaxBatch));
   SATDAR_ASSIGN_OR_RETURN(l.seq_len, flags.GetInt("--seq-len", 1, kMaxSeqLen));
@@ -89,10 +89,7 @@ absl::Status RunPlan(const std::vector<std::string>& args) {
   l.virtual_stages = static_cast<int>(chunks);
   l.vocab_multiple = static_cast<int>(multiple);
   l.sequence_parallel = flags.GetBool("--sequence-parallel");
-  const std::string r = flags.Get("--recompute");
-  l.recompute = r == "full"        ? model::Recompute::kFull
-                : r == "selective" ? model::Recompute::kSelective
-                                   : model::Recompute::kNone;
+  l.recompute = model::RecomputeNamed(flags.Get("--recompute"));
   l.zero_stage = flags.Get("--zero") == "1" ? 1 : 0;
   l.dtype_bytes = flags.Get("--dtype") == "f64" ? 8 : 4;
   if (l.batch % l.microbatches != 0) {

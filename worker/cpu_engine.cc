@@ -34,6 +34,10 @@ class CpuEngine : public StepEngine {
     core::cpu::InitBlas();
     pool_ = std::make_unique<core::ThreadPool>(o_.threads);
     SATDAR_RETURN_IF_ERROR(BuildModels());
+    // The activations of the largest stage's rank, estimated once (model/memory_estimate.h).
+    if (auto e = model::EstimateMemory(o_.config, TrainMemoryShape(o_)); e.ok()) {
+      activation_estimate_ = e->activation_bytes;
+    }
     const model::ParamTable& table = params();
     // ZeRO-1: the moments sharded over the replicas of each weight (zero_partition.h).
     std::vector<ZeroPartition> parts;
@@ -69,13 +73,9 @@ class CpuEngine : public StepEngine {
           g_.shape.pp, o_.virtual_stages,
           o_.config.num_hidden_layers / (g_.shape.pp * o_.virtual_stages), o_.microbatches);
     }
-    // What the activations take on the largest stage (model/memory_estimate.h).
-    absl::StatusOr<model::MemoryEstimate> e =
-        model::EstimateMemory(o_.config, TrainMemoryShape(o_));
-    if (e.ok()) {
-      const char* kinds[] = {"none", "selective", "full"};
-      absl::StrAppend(&s, "\nactivations: about ", model::FormatBytes(e->activation_bytes),
-                      " per rank (--recompute ", kinds[static_cast<int>(o_.recompute)], ")");
+    if (activation_estimate_ >= 0) {
+      absl::StrAppend(&s, "\nactivations: about ", model::FormatBytes(activation_estimate_),
+                      " per rank (--recompute ", model::Name(o_.recompute), ")");
     }
     return s;
   }
@@ -216,11 +216,8 @@ class CpuEngine : public StepEngine {
     const comm::MeshShape& mesh = g_.shape;
     (*j)["threads"] = o_.threads;
     (*j)["mesh"] = {{"dp", mesh.dp}, {"tp", mesh.tp}, {"pp", mesh.pp}, {"ep", mesh.ep}};
-    // The activations of the largest stage's rank, as estimated (model/memory_estimate.h);
     // peak_rss_bytes beside it is measured.
-    absl::StatusOr<model::MemoryEstimate> e =
-        model::EstimateMemory(o_.config, TrainMemoryShape(o_));
-    if (e.ok()) (*j)["activation_bytes_estimate"] = e->activation_bytes;
+    if (activation_estimate_ >= 0) (*j)["activation_bytes_estimate"] = activation_estimate_;
   }
 
  private:
@@ -329,6 +326,7 @@ class CpuEngine : public StepEngine {
   // Per chunk (one, or --virtual-stages), one model per micro-batch in flight (1F1B).
   std::vector<std::vector<std::unique_ptr<model::Model<T>>>> chunks_;
   model::ParamTable combined_;  // virtual stages: the chunks' tables back to back
+  int64_t activation_estimate_ = -1;  // bytes; -1 when it could not be estimated
   model::Model<T>* model_ = nullptr;
   std::unique_ptr<parallel::PipelineSchedule<T>> pipeline_;
   std::unique_ptr<TrainState<T>> state_;

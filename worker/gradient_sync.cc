@@ -31,13 +31,11 @@ ParamRoles RolesOf(const model::ParamTable& table, const MeshGroups& g, bool tie
     if (embedding && tied && pipeline) r.tied_embedding = {spec.offset, spec.numel};
     // Replicated copies count once: on TP rank 0 (unless sharded), EP rank 0 (unless an
     // expert), and the first pipeline stage for a tied embedding and the stages' shared ones.
-    bool counted = (spec.sharded() || g.coord.tp == 0) && (spec.expert || g.coord.ep == 0);
-    if (embedding && tied && pipeline && g.coord.pp != 0) counted = false;
-    if (spec.pp_partial_grad && pipeline && g.coord.pp != 0) counted = false;
+    const bool later_stage_copy =
+        pipeline && g.coord.pp != 0 && ((embedding && tied) || spec.pp_partial_grad);
+    const bool counted_zero = (spec.sharded() || g.coord.tp == 0) && !later_stage_copy;
+    const bool counted = counted_zero && (spec.expert || g.coord.ep == 0);
     if (counted) AddRun(&r.in_norm, spec.offset, spec.numel);
-    bool counted_zero = spec.sharded() || g.coord.tp == 0;
-    if (embedding && tied && pipeline && g.coord.pp != 0) counted_zero = false;
-    if (spec.pp_partial_grad && pipeline && g.coord.pp != 0) counted_zero = false;
     if (counted_zero) AddRun(&r.in_norm_zero, spec.offset, spec.numel);
   }
   return r;

@@ -209,10 +209,7 @@ absl::Status ParseTrainOptions(const FlagSet& flags, TrainOptions* o) {
   SATDAR_ASSIGN_OR_RETURN(int64_t timeout, flags.GetInt("--comm-timeout", 1, 7 * 86400));
   o->comm_timeout_seconds = static_cast<int>(timeout);
   o->zero_stage = flags.Get("--zero") == "1" ? 1 : 0;
-  const std::string recompute = flags.Get("--recompute");
-  o->recompute = recompute == "full"        ? model::Recompute::kFull
-                 : recompute == "selective" ? model::Recompute::kSelective
-                                            : model::Recompute::kNone;
+  o->recompute = model::RecomputeNamed(flags.Get("--recompute"));
   SATDAR_ASSIGN_OR_RETURN(int64_t virtual_stages, flags.GetInt("--virtual-stages", 1, 64));
   o->virtual_stages = static_cast<int>(virtual_stages);
   if (o->virtual_stages > 1) {

@@ -309,9 +309,7 @@ Fingerprint RunFingerprint(const TrainOptions& o) {
           {"--microbatches", std::to_string(o.microbatches)},
           {"--device", o.gpu.enabled ? "cuda" : "cpu"},
           {"--gpu-comm", o.gpu.enabled && o.mesh.size() > 1 ? o.gpu.world_kind : "none"},
-          {"--recompute", o.recompute == model::Recompute::kFull        ? "full"
-                          : o.recompute == model::Recompute::kSelective ? "selective"
-                                                                        : "none"},
+          {"--recompute", model::Name(o.recompute)},
           {"--dtype", o.f64 ? "f64"
                       : o.gpu.enabled && o.gpu.compute == core::DType::kBF16 ? "bf16"
                                                                             : "f32"},

@@ -21,19 +21,13 @@ std::vector<ZeroPartition> ZeroPartitions(const Runs& dense, const Runs& experts
                                           const MeshGroups& g) {
   std::vector<ZeroPartition> parts;
   if (g.shape.ep == 1 || experts.empty()) {
-    // Every element is replicated over the data group: one partition, the whole buffer in order.
-    Runs all;
-    for (const Runs* r : {&dense, &experts}) all.insert(all.end(), r->begin(), r->end());
-    std::sort(all.begin(), all.end());
-    Runs merged;
-    for (const auto& [off, len] : all) {
-      if (!merged.empty() && merged.back().first + merged.back().second == off) {
-        merged.back().second += len;
-      } else {
-        merged.emplace_back(off, len);
-      }
+    // Every element is replicated over the data group: one partition, the whole buffer (the
+    // dense and expert runs tile it) in order.
+    int64_t total = 0;
+    for (const Runs* r : {&dense, &experts}) {
+      for (const auto& run : *r) total += run.second;
     }
-    parts.push_back(Make(std::move(merged), g.data.get(), g.data_size(), g.data_rank()));
+    parts.push_back(Make({{0, total}}, g.data.get(), g.data_size(), g.data_rank()));
     return parts;
   }
   parts.push_back(Make(dense, g.data.get(), g.data_size(), g.data_rank()));
