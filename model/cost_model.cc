@@ -15,12 +15,8 @@ namespace {
 constexpr int64_t kScalar = 8;  // a loss, a norm: one f64
 
 // What rank 0's parameter table says for the reductions (worker/gradient_sync.cc's roles).
-struct Roles {
-  int64_t total = 0, tp_partial = 0, pp_partial = 0, experts = 0, embedding = 0;
-};
-
-Roles RolesOf(const ParamTable& table, bool tied, bool pipeline) {
-  Roles r;
+RankParameters RolesOf(const ParamTable& table, bool tied, bool pipeline) {
+  RankParameters r;
   r.total = table.size();
   for (const ParamSpec& s : table.specs()) {
     if (s.tp_partial_grad) r.tp_partial += s.numel;
@@ -83,7 +79,9 @@ absl::Status Check(const ModelConfig& c, const MemoryShape& l) {
     return bad(absl::StrCat("batch size ", l.batch, " is not divisible by ", l.microbatches,
                             " micro-batches"));
   }
-  if (l.dtype_bytes != 4 && l.dtype_bytes != 8) return bad("dtype bytes must be 4 or 8");
+  if (l.mixed_precision ? l.dtype_bytes != 2 : l.dtype_bytes != 4 && l.dtype_bytes != 8) {
+    return bad("dtype bytes must be 4 or 8 (2 with mixed precision)");
+  }
   SATDAR_RETURN_IF_ERROR(ValidateSharding(c, l.tp, l.pp * l.virtual_stages, l.ep, LayoutNames(),
                                           l.vocab_multiple));
   if (l.sequence_parallel &&
@@ -107,6 +105,7 @@ absl::StatusOr<StepCost> PredictStep(const ModelConfig& c, const MemoryShape& l)
                          ? n * (c.num_key_value_heads / l.tp) * c.head_size()
                          : 0;
   const int64_t d = l.dtype_bytes, m = l.microbatches;
+  const int64_t g = l.mixed_precision ? 4 : d;  // a gradient element
 
   // Rank 0's chunks: virtual stages 0, pp, 2 pp, ...; their tables back to back.
   ParamTable table;
@@ -122,9 +121,9 @@ absl::StatusOr<StepCost> PredictStep(const ModelConfig& c, const MemoryShape& l)
     SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<Model<float>> chunk, CreateModel<float>(c, shard, &pool));
     table.Append(chunk->params());
   }
-  const Roles roles = RolesOf(table, c.tie_word_embeddings, l.pp > 1);
-
   StepCost cost;
+  const RankParameters roles = RolesOf(table, c.tie_word_embeddings, l.pp > 1);
+  cost.parameters = roles;
   // The pipeline: what every virtual boundary carries (the topology's state, V1).
   auto boundary = [&](int j) {  // after virtual stage j
     const int after = 2 * (j + 1) * per_stage;
@@ -143,11 +142,11 @@ absl::StatusOr<StepCost> PredictStep(const ModelConfig& c, const MemoryShape& l)
     }
   }
   ep += m * ep_counts;
-  if (l.tp > 1 && roles.tp_partial > 0) tp += roles.tp_partial * d;  // one packed all-reduce
+  if (l.tp > 1 && roles.tp_partial > 0) tp += roles.tp_partial * g;  // one packed all-reduce
   if (l.pp > 1) {
     pp += kScalar;                                   // the loss over the stages
-    pp += roles.pp_partial * d;                      // learnable_plus's lambdas
-    pp += roles.embedding * d;                       // the tied embedding's gradient
+    pp += roles.pp_partial * g;                      // learnable_plus's lambdas
+    pp += roles.embedding * g;                       // the tied embedding's gradient
     pp += 2 * l.virtual_stages * kScalar;            // the boundary byte counts for the log
   }
   const int replicas = l.dp * l.ep;
@@ -159,9 +158,10 @@ absl::StatusOr<StepCost> PredictStep(const ModelConfig& c, const MemoryShape& l)
       // worker/zero_partition.h: the dense partition over the data group (reduce-scatter
       // counted whole, padded; the updated shard all-gathered; its norm part summed).
       const int64_t shard = (dense + replicas - 1) / replicas;
-      data += shard * replicas * d + shard * d + kScalar;
+      // Mixed precision gathers the updated bf16 compute copy.
+      data += shard * replicas * g + shard * d + kScalar;
     } else {
-      data += dense * d;  // the average (experts go over the dp group, not logged)
+      data += dense * g;  // the average (experts go over the dp group, not logged)
     }
   }
   if (l.tp * l.pp * l.ep > 1) mp += kScalar;  // the gradient norm over the model's pieces

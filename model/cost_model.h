@@ -32,6 +32,15 @@
 
 namespace satdar::model {
 
+// Rank 0's parameter elements by the role its reductions give them (worker/gradient_sync.h).
+struct RankParameters {
+  int64_t total = 0;       // the rank's table (all its chunks)
+  int64_t tp_partial = 0;  // gradients summed over the TP group
+  int64_t pp_partial = 0;  // gradients summed over the stages (learnable_plus's lambdas)
+  int64_t experts = 0;     // expert weights (reduced over dp only when ep > 1)
+  int64_t embedding = 0;   // the tied embedding exchanged between the first and last stage
+};
+
 struct StepCost {
   // Group name ("tp", "pp", "ep", "data", "mp"; only the groups of more than one rank) ->
   // bytes rank 0 hands to it in one step.
@@ -40,10 +49,12 @@ struct StepCost {
   // Per (virtual) stage boundary in stage order: [activations forward, gradients backward].
   std::vector<std::pair<int64_t, int64_t>> pp_boundary_bytes;
   MemoryEstimate memory;  // the largest stage's rank (model/memory_estimate.h)
+  RankParameters parameters;
 };
 
 // The layout is a training step's MemoryShape (memory_estimate.h: sizes, batch, dtype,
-// ZeRO, padding, recomputation, SP, virtual stages). InvalidArgument (naming the field) for
+// ZeRO, padding, recomputation, SP, virtual stages). With mixed_precision (the GPU trainer)
+// activations move in dtype_bytes and gradients in fp32. InvalidArgument (naming the field) for
 // a layout the trainer would refuse.
 absl::StatusOr<StepCost> PredictStep(const ModelConfig& config, const MemoryShape& layout);
 

@@ -25,7 +25,7 @@ namespace {
 // mirrors the buffers its component sizes in Resize (attention.cc, mlp.cc, branches.cc,
 // decoder.cc, the topologies in variants/).
 double ActivationElements(const ModelConfig& c, double b, double t, int layers, bool last_stage,
-                          int tp, int vocab_multiple, Recompute recompute, bool sp) {
+                          int tp, int vocab_multiple, Recompute recompute, bool sp, bool flash) {
   const double n = b * t, C = c.hidden_size, hs = c.head_size();
   // Sequence parallelism: the residual stream, its norms and the topology's state are this
   // rank's share of the rows (ln of n).
@@ -38,7 +38,9 @@ double ActivationElements(const ModelConfig& c, double b, double t, int layers, 
   double e = 4 * lnc + 2 * nc + (last_stage ? 2 * nc + n * vocab + 4 * n : 0);
   // Per layer: the two pre-norm inputs, attention's saved tensors and (B, NH, T, T)
   // probabilities, the value mix, and the FFN.
-  const double attention = n * (3 * nh * hs + 3 * nkv * hs + nh + nkv) + b * nh * t * t;
+  // Flash-style attention keeps its (B, NH, T) log-sum-exp instead of the probabilities.
+  const double probs = flash ? n * nh : b * nh * t * t;
+  const double attention = n * (3 * nh * hs + 3 * nkv * hs + nh + nkv) + probs;
   double ffn = 0, ffn_scratch = 0;
   if (c.moe.has_value()) {
     const MoeConfig& m = *c.moe;
@@ -55,7 +57,7 @@ double ActivationElements(const ModelConfig& c, double b, double t, int layers, 
   // (the MoE keeps its own per layer), plus layer 1's V and a discarded output; with selective
   // recomputation the probabilities once.
   const double branch = 2 * lnc + 2 * ln + attention + (vr ? 2 * n * nkv * hs : 0);
-  const double probs = b * nh * t * t, moe = c.moe.has_value() ? ffn : 0;
+  const double moe = c.moe.has_value() ? ffn : 0;
   if (recompute == Recompute::kFull) {
     e += branch + (ffn - moe) + layers * moe + nc + (vr ? n * nkv * hs : 0);
   } else if (recompute == Recompute::kSelective) {
@@ -127,7 +129,11 @@ std::string FormatBytes(int64_t bytes) {
 std::string MemoryEstimate::Breakdown() const {
   std::string out = absl::StrCat("parameters ", FormatBytes(parameter_bytes));
   if (gradient_bytes > 0) absl::StrAppend(&out, ", gradients ", FormatBytes(gradient_bytes));
-  if (optimizer_bytes > 0) absl::StrAppend(&out, ", AdamW moments ", FormatBytes(optimizer_bytes));
+  if (optimizer_bytes > 0) {
+    absl::StrAppend(&out, mixed_precision ? ", fp32 master weights and AdamW moments "
+                                          : ", AdamW moments ",
+                    FormatBytes(optimizer_bytes));
+  }
   if (activation_bytes > 0) absl::StrAppend(&out, ", activations ", FormatBytes(activation_bytes));
   return out;
 }
@@ -150,12 +156,19 @@ absl::StatusOr<MemoryEstimate> EstimateMemory(const ModelConfig& c, const Memory
   // The first stage keeps the most micro-batches in flight, the last holds the head: check both.
   for (int stage : {0, s.pp - 1}) {
     MemoryEstimate e;
+    e.mixed_precision = s.mixed_precision;
     SATDAR_RETURN_IF_ERROR(CountParameters(c, s, stage, &e.parameters, &e.embedding_parameters));
-    const double p = static_cast<double>(e.parameters) * s.dtype_bytes;
-    e.parameter_bytes = Bytes(p);
-    if (s.use == MemoryUse::kGradient || s.use == MemoryUse::kTraining) e.gradient_bytes = e.parameter_bytes;
+    const double params = static_cast<double>(e.parameters);
+    // Mixed precision: a bf16 compute copy, fp32 gradients, fp32 master weights and moments
+    // (ZeRO-1 shards the master weights with the moments, as Megatron's distributed optimizer).
+    const double state = s.mixed_precision ? 4 : s.dtype_bytes;
+    e.parameter_bytes = Bytes(params * s.dtype_bytes);
+    if (s.use == MemoryUse::kGradient || s.use == MemoryUse::kTraining) {
+      e.gradient_bytes = Bytes(params * state);
+    }
     if (s.use == MemoryUse::kTraining) {
-      e.optimizer_bytes = Bytes(s.zero_stage == 1 ? 2 * p / replicas : 2 * p);
+      const double optimizer = params * state * (s.mixed_precision ? 3 : 2);
+      e.optimizer_bytes = Bytes(s.zero_stage == 1 ? optimizer / replicas : optimizer);
     }
     if (s.use != MemoryUse::kWeights) {
       // Micro-batches in flight on this rank (parallel/pipeline.h): each holds every layer of
@@ -169,7 +182,8 @@ absl::StatusOr<MemoryEstimate> EstimateMemory(const ModelConfig& c, const Memory
           s.pp > 1 ? static_cast<int>(std::min<int64_t>(warmup + 1, s.microbatches)) : 1;
       const double elements = ActivationElements(c, b, static_cast<double>(s.seq_len), layers,
                                                  stage == s.pp - 1, s.tp, s.vocab_multiple,
-                                                 s.recompute, s.sequence_parallel);
+                                                 s.recompute, s.sequence_parallel,
+                                                 s.flash_attention);
       e.activation_bytes = Bytes(elements * instances * s.dtype_bytes);
     }
     if (e.total() > best.total()) best = e;

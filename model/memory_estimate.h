@@ -35,7 +35,13 @@ struct MemoryShape {
   int64_t batch = 1;         // sequences per optimizer step per data-parallel replica
   int64_t seq_len = 1;
   int64_t microbatches = 1;
-  int64_t dtype_bytes = 4;   // 4 (f32) or 8 (f64)
+  int64_t dtype_bytes = 4;   // 4 (f32) or 8 (f64); 2 (bf16) with mixed_precision
+  // The GPU trainer's precision (docs/GPU.md): activations and a compute copy of the weights
+  // in dtype_bytes (bf16), fp32 master weights, gradients and AdamW moments.
+  bool mixed_precision = false;
+  // Attention keeps only its log-sum-exp for backward (the GPU's flash-style kernel), never
+  // the (B, NH, T, T) probabilities.
+  bool flash_attention = false;
   int tp = 1, pp = 1, ep = 1, dp = 1;
   int zero_stage = 0;        // 1: the moments are sharded over the dp x ep replicas
   int vocab_multiple = 1;    // the embedding and head padded as Sharding::vocab_multiple says
@@ -53,9 +59,11 @@ struct BatchNames {
 
 struct MemoryEstimate {
   int64_t parameters = 0;     // elements on this rank
-  int64_t parameter_bytes = 0, gradient_bytes = 0, optimizer_bytes = 0;
+  int64_t parameter_bytes = 0, gradient_bytes = 0, optimizer_bytes = 0;  // optimizer: moments
+                                                    // (and fp32 master weights when mixed)
   int64_t activation_bytes = 0;  // all model instances of the rank
   int64_t embedding_parameters = 0;  // of `parameters`: embedding and head rows
+  bool mixed_precision = false;      // optimizer_bytes include the fp32 master weights
   int64_t total() const {
     return parameter_bytes + gradient_bytes + optimizer_bytes + activation_bytes;
   }

@@ -245,7 +245,7 @@ kill -STOP "$COORD"  # the workers can no longer reach it
 for _ in $(seq 1 600); do [[ $(pgrep -fc "job-id $JP") -eq 0 ]] && break; sleep 0.1; done  # 60 s: a loaded CI machine
 [[ $(pgrep -fc "job-id $JP") -eq 0 ]] && grep -q "longer than the lease: killing every rank" worker-*.log &&
   ok "cut off from the coordinator past the lease, the workers killed their ranks" ||
-  fail "ranks survived the partition"
+  fail "ranks survived the partition: $(pgrep -fa "job-id $JP" | cut -c1-160; tail -n 5 worker-*.log)"
 kill -CONT "$COORD"
 for _ in $(seq 1 150); do [[ $(field "$JP" attempts 2>/dev/null) -ge 2 ]] && break; sleep 0.1; done
 [[ $(field "$JP" attempts) -ge 2 ]] && ok "after the partition the job restarts (attempt $(field "$JP" attempts))" ||

@@ -4,8 +4,9 @@
 # compared with the second step of real runs under mpirun for many designs and layouts (TP,
 # PP, DP, sequence parallelism, interleaving, recomputation, ZeRO-1, an odd vocabulary). EP's
 # all-to-alls depend on the routing: there the prediction is an expectation and only the other
-# groups must match. Also: the memory it reports is the train command's estimate, and bad
-# input exits 2 naming the flag.
+# groups must match. Also: the memory it reports is the train command's estimate; with --gpu
+# the step time's parts add up and the memory is mixed precision's; a search (--nodes) lists
+# fitting layouts of the cluster fastest first; and bad input exits 2 naming the flag.
 # Usage: plan_test.sh PATH_TO_SATDAR
 set -u
 SATDAR=$(realpath "$1")
@@ -109,6 +110,73 @@ expect_fail microbatches "--batch-size 8 is not divisible by --microbatches 3" "
 expect_fail seq_len "--seq-len 600 exceeds max_position_embeddings 512" \
   --config baseline.json --batch-size 8 --seq-len 600 --layout 1,1,1,1
 expect_fail no_config "--config" --batch-size 8 --seq-len 16 --layout 1,1,1,1
+
+# The step time, search and hardware (model/step_time.h, layout_search.h, hardware.h).
+"$SATDAR" plan --config dar.json --layout 2,1,1,1 --batch-size 8 --seq-len 16 --gpu h200 \
+  --json >gpu.json
+"$SATDAR" plan --config dar.json --layout 2,1,1,1 --batch-size 8 --seq-len 16 --json >cpu.json
+"$SATDAR" plan --config dar_moe.json --nodes 1 --gpus-per-node 4 --gpu a100 \
+  --global-batch-size 16 --seq-len 32 --top 5 --json >search.json
+"$SATDAR" plan --config dar_moe.json --nodes 1 --gpus-per-node 4 --gpu a100 \
+  --global-batch-size 16 --seq-len 32 >search.txt
+if python3 - <<'PY'
+import json
+gpu, cpu = json.load(open("gpu.json")), json.load(open("cpu.json"))
+# bf16 mixed precision: fp32 gradients reduced (the f32 CPU step's data bytes), bf16 weights,
+# fp32 master weights and both moments.
+assert gpu["comm_bytes"]["data"] == cpu["comm_bytes"]["data"], (gpu, cpu)
+m, c = gpu["memory_bytes"], cpu["memory_bytes"]
+assert m["weights"] * 2 == c["weights"] and m["gradients"] == c["gradients"], (m, c)
+assert m["optimizer"] == 3 * m["gradients"], m
+assert c["optimizer"] == 2 * c["gradients"], c
+assert gpu["hardware"] == "h200" and gpu["fits"] is True
+t = gpu["step_time"]
+parts = t["compute"] + t["bubble"] + t["pp"] + t["data"] + t["optimizer"]
+assert abs(parts - gpu["step_seconds"]) < 1e-12 * parts, (parts, gpu["step_seconds"])
+assert abs(gpu["tokens_per_second"] * gpu["step_seconds"] - 2 * 8 * 16) < 1e-6
+assert 0 < gpu["mfu"] < 1 and gpu["ops"] and {"name", "flops", "bytes", "seconds"} <= set(gpu["ops"][0])
+assert "step_seconds" not in cpu
+s = json.load(open("search.json"))
+assert s["cluster"] == {"nodes": 1, "gpus_per_node": 4, "hardware": "a100"}, s["cluster"]
+assert 0 < len(s["layouts"]) <= 5 and s["fitting"] >= len(s["layouts"]) and s["tried"] >= s["fitting"]
+speeds = [l["tokens_per_second"] for l in s["layouts"]]
+assert speeds == sorted(speeds, reverse=True), speeds
+for l in s["layouts"]:
+    L = l["layout"]
+    assert L["dp"] * L["tp"] * L["pp"] * L["ep"] == 4 and L["batch_size"] * L["dp"] * L["ep"] == 16, L
+    assert l["fits"] and l["comm_bytes"] and "memory_bytes" in l
+text = open("search.txt").read()
+assert "layouts tried" in text and "tokens/s" in text and "MFU" in text, text
+PY
+then echo "ok   step time, search and mixed-precision memory"; passed=$((passed + 1))
+else echo "FAIL step time or search"; failed=$((failed + 1)); fi
+
+echo '{"name": "x", "description": "x"}' >bad_hw.json
+S=(--config dar_moe.json --seq-len 32)
+expect_fail layout_and_nodes "give --layout DP,TP,PP,EP (one layout) or --nodes N (a search)" \
+  "${S[@]}" --batch-size 8 --layout 1,1,1,1 --nodes 1
+expect_fail neither "give --layout DP,TP,PP,EP (one layout) or --nodes N (a search)" "${S[@]}" \
+  --batch-size 8
+expect_fail search_batch "a search needs --global-batch-size" "${S[@]}" --nodes 1
+expect_fail search_two_batches "a search needs --global-batch-size" "${S[@]}" --nodes 1 \
+  --batch-size 8 --global-batch-size 16
+expect_fail search_fixed "--microbatches is chosen by the search" "${S[@]}" --nodes 1 \
+  --global-batch-size 16 --microbatches 2
+expect_fail search_nodes "flag --nodes must be" "${S[@]}" --nodes 0 --global-batch-size 16
+expect_fail gpu_name "--gpu" "${S[@]}" --nodes 1 --global-batch-size 16 --gpu b200
+expect_fail gpu_and_file "give --gpu or --hardware, not both" "${S[@]}" --nodes 1 \
+  --global-batch-size 16 --gpu h100 --hardware bad_hw.json
+expect_fail hw_missing "--hardware" "${S[@]}" --nodes 1 --global-batch-size 16 --hardware nope.json
+expect_fail hw_field "bad_hw.json: field \"peak_flops\" is missing" "${S[@]}" --nodes 1 \
+  --global-batch-size 16 --hardware bad_hw.json
+expect_fail bf16_cpu "--dtype bf16 needs --gpu" "${S[@]}" --layout 1,1,1,1 --batch-size 8 \
+  --dtype bf16
+expect_fail top_layout "--global-batch-size and --top are for a search" "${S[@]}" \
+  --layout 1,1,1,1 --batch-size 8 --top 3
+expect_fail nothing_fits "layouts fits in" --config dar_moe.json --seq-len 512 --nodes 1 \
+  --gpus-per-node 1 --global-batch-size 16777216 --gpu a100
+expect_fail tp_across "tp 2 spans more than the 1 ranks of a node" "${S[@]}" --layout 1,2,1,1 \
+  --batch-size 8 --gpu h100 --gpus-per-node 1
 
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -280,7 +280,7 @@ absl::Status CudaEngine::Init() {
   for (auto& e : ready_) {
     SATDAR_ASSIGN_OR_RETURN(e, kc::Event::Create());
   }
-  flops_per_token_ = FlopsPerToken(table.size(), o_.config, o_.seq_len);
+  flops_per_token_ = model::FlopsPerToken(table.size(), o_.config, o_.seq_len);
   // --peak-tflops 0: the GPU's own peak from the table, H100/H200's when it is not listed.
   const double listed = GpuPeakFlops(kc::DeviceName(device_));
   peak_flops_ = o_.peak_tflops > 0 ? o_.peak_tflops * 1e12 : listed > 0 ? listed : 989e12;

@@ -16,20 +16,20 @@ TEST(Mfu, FlopsPerTokenCountsMatmulsAndAttention) {
   model::ModelConfig c;
   c.num_hidden_layers = 2;
   c.hidden_size = 8;
-  EXPECT_DOUBLE_EQ(FlopsPerToken(1000, c, 16), 6.0 * 1000 + 6.0 * 2 * 16 * 8);
+  EXPECT_DOUBLE_EQ(model::FlopsPerToken(1000, c, 16), 6.0 * 1000 + 6.0 * 2 * 16 * 8);
   // MoE: only top_k of the routed experts run per token (2 layers x 6 idle experts x 3 x 4 x 8).
   model::MoeConfig m;
   m.num_experts = 8;
   m.top_k = 2;
   m.expert_intermediate_size = 4;
   c.moe = m;
-  EXPECT_DOUBLE_EQ(FlopsPerToken(10000, c, 16), 6.0 * (10000 - 2 * 6 * 3 * 4 * 8) + 6.0 * 2 * 16 * 8);
+  EXPECT_DOUBLE_EQ(model::FlopsPerToken(10000, c, 16), 6.0 * (10000 - 2 * 6 * 3 * 4 * 8) + 6.0 * 2 * 16 * 8);
   // DAR reads history entries: 12 FLOPs per entry and channel on top.
   c.moe.reset();
   c.residual = model::Residual::kDar;
-  EXPECT_DOUBLE_EQ(FlopsPerToken(1000, c, 16),
-                   6.0 * 1000 + 6.0 * 2 * 16 * 8 + 12.0 * DepthRetrievalReads(c) * 8);
-  EXPECT_GT(DepthRetrievalReads(c), 0);
+  EXPECT_DOUBLE_EQ(model::FlopsPerToken(1000, c, 16),
+                   6.0 * 1000 + 6.0 * 2 * 16 * 8 + 12.0 * model::DepthRetrievalReads(c) * 8);
+  EXPECT_GT(model::DepthRetrievalReads(c), 0);
 }
 
 // What the models themselves report: one depth-weight vector per retrieval (and stream), each
@@ -66,11 +66,11 @@ TEST(Mfu, DepthRetrievalReadsMatchWhatTheModelsRetrieve) {
                            "configs/cpu/dar-full.json", "configs/cpu/dar-moe.json"}) {
     auto config = model::LoadModelConfig(path);
     ASSERT_TRUE(config.ok()) << config.status();
-    EXPECT_EQ(DepthRetrievalReads(*config), ReadsFromStats(path)) << path;
+    EXPECT_EQ(model::DepthRetrievalReads(*config), ReadsFromStats(path)) << path;
   }
   auto plain = model::LoadModelConfig("configs/cpu/transformer.json");
   ASSERT_TRUE(plain.ok());
-  EXPECT_EQ(DepthRetrievalReads(*plain), 0);
+  EXPECT_EQ(model::DepthRetrievalReads(*plain), 0);
 }
 
 TEST(Mfu, GpuPeaksByName) {

@@ -54,7 +54,7 @@ absl::Status TrainObserver::Start() {
 void TrainObserver::SetModel(int64_t full_parameters, int world_size, const std::string& design,
                              const std::string& layout, double engine_peak_flops) {
   world_size_ = std::max(1, world_size);
-  flops_per_token_ = FlopsPerToken(full_parameters, o_.config, o_.seq_len);
+  flops_per_token_ = model::FlopsPerToken(full_parameters, o_.config, o_.seq_len);
   if (o_.peak_tflops > 0) {
     peak_flops_ = o_.peak_tflops * 1e12;
   } else if (engine_peak_flops > 0) {
