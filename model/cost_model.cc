@@ -23,6 +23,7 @@ RankParameters RolesOf(const ParamTable& table, bool tied, bool pipeline) {
     if (s.pp_partial_grad && pipeline) r.pp_partial += s.numel;
     if (s.expert) r.experts += s.numel;
     if (s.name == "model.embed_tokens.weight" && tied && pipeline) r.embedding = s.numel;
+    if (s.name == "model.embed_tokens.weight" || s.name == "lm_head.weight") r.vocabulary += s.numel;
   }
   return r;
 }
@@ -158,8 +159,8 @@ absl::StatusOr<StepCost> PredictStep(const ModelConfig& c, const MemoryShape& l)
       // worker/zero_partition.h: the dense partition over the data group (reduce-scatter
       // counted whole, padded; the updated shard all-gathered; its norm part summed).
       const int64_t shard = (dense + replicas - 1) / replicas;
-      // Mixed precision gathers the updated bf16 compute copy.
-      data += shard * replicas * g + shard * d + kScalar;
+      // Mixed precision gathers the updated fp32 master slices (worker/cuda_engine.cc).
+      data += shard * replicas * g + shard * g + kScalar;
     } else {
       data += dense * g;  // the average (experts go over the dp group, not logged)
     }

@@ -39,6 +39,7 @@ struct RankParameters {
   int64_t pp_partial = 0;  // gradients summed over the stages (learnable_plus's lambdas)
   int64_t experts = 0;     // expert weights (reduced over dp only when ep > 1)
   int64_t embedding = 0;   // the tied embedding exchanged between the first and last stage
+  int64_t vocabulary = 0;  // the embedding's and head's rows the rank holds
 };
 
 struct StepCost {

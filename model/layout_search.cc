@@ -136,11 +136,15 @@ absl::StatusOr<SearchResult> SearchLayouts(const ModelConfig& c, const Cluster& 
             l.microbatches = m;
             l.virtual_stages = v;
             l.vocab_multiple = request.vocab_multiple;
-            l.sequence_parallel = tp > 1 && (batch / m) * request.seq_len % tp == 0;
             l.mixed_precision = hw.gpu;
             l.flash_attention = hw.gpu;
             l.dtype_bytes = hw.gpu ? 2 : cluster.dtype_bytes;
+            l.sequence_parallel = false;
             try_modes(l, replicas);
+            if (tp > 1 && (batch / m) * request.seq_len % tp == 0) {
+              l.sequence_parallel = true;
+              try_modes(l, replicas);
+            }
           }
         }
       }
@@ -153,10 +157,14 @@ absl::StatusOr<SearchResult> SearchLayouts(const ModelConfig& c, const Cluster& 
   result.fitting = static_cast<int64_t>(fitting.size());
   if (fitting.empty()) {
     const MemoryShape& s = smallest.layout;
+    // A CPU's ranks share the machine's memory.
+    const double per_rank = kUsableMemory * hw.memory_bytes /
+                            (hw.cores > 0 ? std::min<int64_t>(world, cluster.ranks_per_node) : 1);
     return absl::InvalidArgumentError(absl::StrCat(
         "none of the ", result.tried, " layouts fits in ", FormatBytes(static_cast<int64_t>(
-            kUsableMemory * hw.memory_bytes)), " per ", hw.gpu ? "GPU" : "rank", " (",
-        kUsableMemory * 100, "% of ", hw.description, "); the smallest, dp=", s.dp, " tp=", s.tp,
+            per_rank)), " per ", hw.gpu ? "GPU" : "rank", " (",
+        kUsableMemory * 100, "% of ", hw.description, hw.gpu ? "" : " shared by its ranks",
+        "); the smallest, dp=", s.dp, " tp=", s.tp,
         " pp=", s.pp, " ep=", s.ep, " with ", s.microbatches, " micro-batches and recompute ",
         Name(s.recompute), ", needs ", FormatBytes(smallest.cost.memory.total()), " (",
         smallest.cost.memory.Breakdown(), "); use more nodes or a smaller batch or sequence"));

@@ -10,9 +10,9 @@
 // each, the micro-batch counts dividing the replica's batch, the virtual stages that split
 // the layers evenly, plain data parallelism and ZeRO-1 (which saves memory but, on satdar's
 // GPU path, does not overlap the backward), and the recomputation modes (none, then selective
-// on a CPU, then full: each only when the previous does not fit). Sequence parallelism is on
-// whenever tp > 1: in this model it costs no time (its collectives move what the all-reduces
-// they replace move) and saves memory. A layout fits when its largest rank's memory (model/memory_estimate.h;
+// on a CPU, then full: each only when the previous does not fit), with and without sequence
+// parallelism when tp > 1 (it saves memory; its backward gathers the branch inputs again).
+// Micro-batch counts go up to 256 and virtual stages up to 8. A layout fits when its largest rank's memory (model/memory_estimate.h;
 // on a GPU bf16 mixed precision with flash attention) is at most kUsableMemory of the
 // device's; the ones that fit are ranked by predicted tokens per second (model/step_time.h).
 #ifndef SATDAR_MODEL_LAYOUT_SEARCH_H_
@@ -72,9 +72,9 @@ struct SearchResult {
   int64_t fitting = 0;          // of them, those that fit in memory
 };
 
-// InvalidArgument when the request is malformed or no layout of the cluster can run the
-// config (naming the sizes that cannot divide), ResourceExhausted when none fits in memory
-// (naming the smallest one's memory by kind).
+// InvalidArgument when the request is malformed, when no layout of the cluster can run the
+// config (naming the last reason, e.g. a size that cannot divide), and when none fits in
+// memory (naming the smallest one's memory by kind), as CheckFitsInMemory does.
 absl::StatusOr<SearchResult> SearchLayouts(const ModelConfig& config, const Cluster& cluster,
                                            const SearchRequest& request);
 

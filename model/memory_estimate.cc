@@ -94,7 +94,7 @@ double ActivationElements(const ModelConfig& c, double b, double t, int layers, 
 // Parameter elements of the rank at pipeline stage `stage` (TP and EP rank 0), and how many
 // of them are embedding or head rows.
 absl::Status CountParameters(const ModelConfig& c, const MemoryShape& s, int stage,
-                             int64_t* params, int64_t* embedding) {
+                             int64_t* params, int64_t* embedding, int64_t* experts) {
   core::ThreadPool pool(1);
   Sharding shard;
   shard.tp_size = s.tp;
@@ -109,6 +109,10 @@ absl::Status CountParameters(const ModelConfig& c, const MemoryShape& s, int sta
   *embedding = 0;
   for (const char* name : {"model.embed_tokens.weight", "lm_head.weight"}) {
     if (const ParamSpec* spec = table.Find(name)) *embedding += spec->numel;
+  }
+  *experts = 0;
+  for (const ParamSpec& spec : table.specs()) {
+    if (spec.expert) *experts += spec.numel;
   }
   return absl::OkStatus();
 }
@@ -157,18 +161,30 @@ absl::StatusOr<MemoryEstimate> EstimateMemory(const ModelConfig& c, const Memory
   for (int stage : {0, s.pp - 1}) {
     MemoryEstimate e;
     e.mixed_precision = s.mixed_precision;
-    SATDAR_RETURN_IF_ERROR(CountParameters(c, s, stage, &e.parameters, &e.embedding_parameters));
+    int64_t experts = 0;
+    SATDAR_RETURN_IF_ERROR(
+        CountParameters(c, s, stage, &e.parameters, &e.embedding_parameters, &experts));
     const double params = static_cast<double>(e.parameters);
-    // Mixed precision: a bf16 compute copy, fp32 gradients, fp32 master weights and moments
-    // (ZeRO-1 shards the master weights with the moments, as Megatron's distributed optimizer).
-    const double state = s.mixed_precision ? 4 : s.dtype_bytes;
+    // ZeRO-1 shards the AdamW moments (worker/zero_partition.h): the dense ones over the
+    // dp x ep replicas, the experts' over dp (the ranks holding the same experts).
+    const double expert_share = s.ep > 1 ? static_cast<double>(experts) : 0;
+    const double sharded = s.zero_stage == 1 ? (params - expert_share) / replicas +
+                                                    expert_share / s.dp
+                                             : params;
     e.parameter_bytes = Bytes(params * s.dtype_bytes);
-    if (s.use == MemoryUse::kGradient || s.use == MemoryUse::kTraining) {
-      e.gradient_bytes = Bytes(params * state);
-    }
-    if (s.use == MemoryUse::kTraining) {
-      const double optimizer = params * state * (s.mixed_precision ? 3 : 2);
-      e.optimizer_bytes = Bytes(s.zero_stage == 1 ? optimizer / replicas : optimizer);
+    if (s.mixed_precision) {
+      // The GPU trainer (worker/cuda_engine.cc): a bf16 compute copy, fp32 gradients (and
+      // under ZeRO-1 the replica's reduce-scattered slice), fp32 master weights in full and the
+      // fp32 moments.
+      if (s.use == MemoryUse::kGradient || s.use == MemoryUse::kTraining) {
+        e.gradient_bytes = Bytes(params * 4 + (s.zero_stage == 1 ? sharded * 4 : 0));
+      }
+      if (s.use == MemoryUse::kTraining) e.optimizer_bytes = Bytes(params * 4 + sharded * 8);
+    } else {
+      if (s.use == MemoryUse::kGradient || s.use == MemoryUse::kTraining) {
+        e.gradient_bytes = e.parameter_bytes;
+      }
+      if (s.use == MemoryUse::kTraining) e.optimizer_bytes = Bytes(sharded * 2 * s.dtype_bytes);
     }
     if (s.use != MemoryUse::kWeights) {
       // Micro-batches in flight on this rank (parallel/pipeline.h): each holds every layer of

@@ -238,7 +238,7 @@ void LayerOps(const ModelConfig& c, const MemoryShape& l, const Hardware& hw, co
   bwd->Stream("moe.permute", 2 * n * k * C + 3 * n * k * C);
   const double away = n * k * (l.ep - 1) / l.ep * C * e;
   fwd->AllToAll("ep", away, l.ep, ep_link, 2);
-  bwd->AllToAll("ep", away, l.ep, ep_link, 2);
+  bwd->AllToAll("ep", away, l.ep, ep_link, full ? 4 : 2);  // a recomputed forward's too
   fwd->Linear(bwd, "moe.experts", rows, 2 * fe, C, local);
   fwd->Stream("moe.swiglu", 3 * n * k * fe);
   bwd->Stream("moe.swiglu", 5 * n * k * fe);
@@ -252,10 +252,13 @@ void LayerOps(const ModelConfig& c, const MemoryShape& l, const Hardware& hw, co
   }
 }
 
-// Which link a group spans: a group whose ranks lie `extent` consecutive ranks apart at most
-// stays inside a node when the node holds that many.
+// Which link a group spans: a group whose ranks lie within `extent` consecutive ranks stays
+// inside a node when such blocks tile the node (extent divides it); otherwise some group
+// straddles two nodes, and the slowest group sets the pace.
 Link LinkFor(const Hardware& hw, int extent, int ranks_per_node) {
-  if (extent <= ranks_per_node) return {hw.intra_node_bandwidth, hw.intra_node_latency};
+  if (extent <= ranks_per_node && ranks_per_node % extent == 0) {
+    return {hw.intra_node_bandwidth, hw.intra_node_latency};
+  }
   return {hw.inter_node_bandwidth, hw.inter_node_latency};
 }
 
@@ -267,10 +270,16 @@ absl::StatusOr<StepTime> PredictStepTime(const ModelConfig& c, const MemoryShape
   if (p.ranks_per_node < 1 || p.threads < 1) {
     return absl::InvalidArgumentError("ranks per node and threads must be at least 1");
   }
-  const int world = l.dp * l.tp * l.pp * l.ep;
+  const int64_t world = static_cast<int64_t>(l.dp) * l.tp * l.pp * l.ep;
   if (l.tp > p.ranks_per_node) {
     return absl::InvalidArgumentError(absl::StrCat("tp ", l.tp, " spans more than the ",
                                                    p.ranks_per_node, " ranks of a node"));
+  }
+  if (p.ranks_per_node % l.tp != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("tp ", l.tp, " does not divide the ",
+                                                   p.ranks_per_node,
+                                                   " ranks of a node (a TP group would "
+                                                   "straddle two nodes)"));
   }
   if (world > p.ranks_per_node && world % p.ranks_per_node != 0) {
     return absl::InvalidArgumentError(absl::StrCat(world, " ranks do not fill nodes of ",
@@ -278,7 +287,9 @@ absl::StatusOr<StepTime> PredictStepTime(const ModelConfig& c, const MemoryShape
   }
   // A CPU rank gets its threads' cores, or its share of the node's cores when they are fewer.
   const double share =
-      hw.cores > 0 ? std::min<double>(p.threads, static_cast<double>(hw.cores) / std::min(world, p.ranks_per_node)) : 1.0;
+      hw.cores > 0 ? std::min<double>(p.threads, static_cast<double>(hw.cores) /
+                                                      std::min<int64_t>(world, p.ranks_per_node))
+                   : 1.0;
   const double e = static_cast<double>(l.dtype_bytes), g = l.mixed_precision ? 4 : e;
   const int stages = l.pp * l.virtual_stages, per_stage = c.num_hidden_layers / stages;
   Dims d;
@@ -296,8 +307,9 @@ absl::StatusOr<StepTime> PredictStepTime(const ModelConfig& c, const MemoryShape
   const Link tp_link = LinkFor(hw, l.tp, p.ranks_per_node);
   const Link ep_link = LinkFor(hw, l.tp * l.ep, p.ranks_per_node);
   const Link pp_link = LinkFor(hw, l.tp * l.ep * l.pp, p.ranks_per_node);
-  const Link dp_link = LinkFor(hw, world, p.ranks_per_node);
-  const Link data_link = LinkFor(hw, l.dp > 1 ? world : l.tp * l.ep, p.ranks_per_node);
+  const int span = static_cast<int>(std::min<int64_t>(world, 1 << 30));
+  const Link dp_link = LinkFor(hw, span, p.ranks_per_node);
+  const Link data_link = LinkFor(hw, l.dp > 1 ? span : l.tp * l.ep, p.ranks_per_node);
   const double vocab = static_cast<double>(PaddedVocab(c.vocab_size, l.tp, l.vocab_multiple)) / l.tp;
 
   // Each pipeline rank's micro-batch: its chunks' forward and backward.
@@ -380,33 +392,40 @@ absl::StatusOr<StepTime> PredictStepTime(const ModelConfig& c, const MemoryShape
   const int replicas = l.dp * l.ep;
   const bool split = l.ep > 1 && r.experts > 0;
   const double dense = static_cast<double>(r.total - (split ? r.experts : 0));
-  Tally reduce(hw, share, e), gather(hw, share, e), exchange(hw, share, e);
-  exchange.AllReduce("tp", r.tp_partial * g, l.tp, tp_link);
-  exchange.AllReduce("pp", (r.pp_partial + r.embedding) * g, l.pp > 1 ? 2 : 1, pp_link);
-  if (l.zero_stage == 1 && replicas > 1) {
-    reduce.Gather("data", dense * g, replicas, data_link);
-    gather.Gather("data", dense * e, replicas, data_link);
-  } else {
-    reduce.AllReduce("data", dense * g, replicas, data_link);
-  }
-  if (split) reduce.AllReduce("data", r.experts * g, l.dp, dp_link);
   // As satdar's GPU trainer runs it (worker/cuda_engine.cc): the all-reduce of each layer's
   // gradients starts as the last micro-batch's backward finishes that layer, so the backward
-  // hides it; ZeRO-1's reduce-scatter and gather run after the backward and the update.
-  double hidden_reduce = 0;
-  if (hw.gpu && l.zero_stage == 0) hidden_reduce = std::min(reduce.seconds(), slowest_bwd);
-  const double hidden_gather = 0;
-  out.data_seconds = reduce.seconds() - hidden_reduce + gather.seconds() - hidden_gather +
+  // hides it, but for the embedding with the first layer and the final norm with the head,
+  // reduced after the backward; ZeRO-1's reduce-scatter and gather run after the backward and
+  // the update.
+  Tally reduce(hw, share, e), tail(hw, share, e), gather(hw, share, e), exchange(hw, share, e);
+  exchange.AllReduce("tp", r.tp_partial * g, l.tp, tp_link);
+  exchange.AllReduce("pp", (r.pp_partial + r.embedding) * g, l.pp > 1 ? 2 : 1, pp_link);
+  const bool overlap = hw.gpu && l.zero_stage == 0;
+  if (l.zero_stage == 1 && replicas > 1) {
+    reduce.Gather("data", dense * g, replicas, data_link);
+    gather.Gather("data", dense * g, replicas, data_link);  // the updated master slices
+  } else {
+    const double layers_here = static_cast<double>(per_stage) * l.virtual_stages;
+    const double last = overlap ? r.vocabulary + (dense - r.vocabulary) / layers_here : 0;
+    reduce.AllReduce("data", (dense - last) * g, replicas, data_link);
+    tail.AllReduce("data", last * g, replicas, data_link);
+  }
+  if (split) reduce.AllReduce("data", r.experts * g, l.dp, dp_link);
+  const double hidden_reduce = overlap ? std::min(reduce.seconds(), slowest_bwd) : 0;
+  out.data_seconds = reduce.seconds() - hidden_reduce + tail.seconds() + gather.seconds() +
                      exchange.seconds();
-  if (reduce.seconds() + gather.seconds() + exchange.seconds() > 0) {
+  if (reduce.seconds() + tail.seconds() + gather.seconds() + exchange.seconds() > 0) {
     OpTime& op = slowest_ops["data.collectives"];
     op.name = "data.collectives";
-    op.bytes = dense * g + (l.zero_stage == 1 ? dense * e : 0) + (split ? r.experts * g : 0);
+    op.bytes = dense * g + (l.zero_stage == 1 ? dense * g : 0) + (split ? r.experts * g : 0);
     op.seconds = out.data_seconds;
   }
   // AdamW over the rank's state and the gradient norm (mixed precision: fp32 master weights,
   // moments and gradients read, written back, the bf16 copy refreshed).
-  const double updated = l.zero_stage == 1 ? dense / replicas + (split ? r.experts : 0) : r.total;
+  // ZeRO-1 updates the replica's slice: dense state over dp x ep, experts' over dp.
+  const double updated =
+      l.zero_stage == 1 ? dense / replicas + (split ? static_cast<double>(r.experts) / l.dp : 0)
+                        : r.total;
   const double state_bytes = l.mixed_precision ? 28 : 7 * e;
   Tally optimizer(hw, share, 1);
   optimizer.Stream("optimizer", updated * state_bytes + r.total * (g + (l.mixed_precision ? 2 : 0)),

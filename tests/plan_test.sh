@@ -175,6 +175,10 @@ expect_fail top_layout "--global-batch-size and --top are for a search" "${S[@]}
   --layout 1,1,1,1 --batch-size 8 --top 3
 expect_fail nothing_fits "layouts fits in" --config dar_moe.json --seq-len 512 --nodes 1 \
   --gpus-per-node 1 --global-batch-size 16777216 --gpu a100
+expect_fail gpu_f32 "on a GPU the planner models bf16 mixed precision" "${S[@]}" \
+  --layout 1,1,1,1 --batch-size 8 --gpu h100 --dtype f32
+expect_fail huge_layout "flag --layout 65536,65536,1,1 is 4294967296 ranks, more than 65536" \
+  "${S[@]}" --layout 65536,65536,1,1 --batch-size 8
 expect_fail tp_across "tp 2 spans more than the 1 ranks of a node" "${S[@]}" --layout 1,2,1,1 \
   --batch-size 8 --gpu h100 --gpus-per-node 1
 

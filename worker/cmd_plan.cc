@@ -45,6 +45,11 @@ absl::Status ParseLayout(const std::string& text, model::MemoryShape* l) {
         "satdar plan: flag --layout must be DP,TP,PP,EP (four sizes from 1 to ", kMaxRanks,
         "), got '", text, "'"));
   }
+  const int64_t world = int64_t{v[0]} * v[1] * v[2] * v[3];
+  if (world > kMaxRanks) {
+    return absl::InvalidArgumentError(absl::StrCat("satdar plan: flag --layout ", text, " is ",
+                                                   world, " ranks, more than ", kMaxRanks));
+  }
   l->dp = v[0];
   l->tp = v[1];
   l->pp = v[2];
@@ -220,6 +225,11 @@ absl::Status RunPlan(const std::vector<std::string>& args) {
         "satdar plan: --dtype bf16 needs --gpu (the CPU trainer computes in f32 or f64)");
   }
   const bool mixed = dtype == "bf16" || (dtype == "auto" && timed && hw.gpu);
+  if (timed && hw.gpu && (dtype == "f32" || dtype == "f64")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "satdar plan: on a GPU the planner models bf16 mixed precision (the default); --dtype ",
+        dtype, " is for CPU hardware (--hardware)"));
+  }
 
   if (search) {
     for (const char* f : {"--layout", "--microbatches", "--virtual-stages", "--sequence-parallel",
@@ -229,10 +239,6 @@ absl::Status RunPlan(const std::vector<std::string>& args) {
             "satdar plan: ", f, " is chosen by the search; drop it or give --layout instead of "
             "--nodes"));
       }
-    }
-    if (hw.gpu && (dtype == "f32" || dtype == "f64")) {
-      return absl::InvalidArgumentError("satdar plan: a GPU search plans bf16 mixed precision; "
-                                        "--dtype f32/f64 applies to --hardware CPUs");
     }
     model::Cluster cluster;
     SATDAR_ASSIGN_OR_RETURN(int64_t nodes, flags.GetInt("--nodes", 1, kMaxRanks));
