@@ -79,8 +79,10 @@ absl::StatusOr<SearchResult> SearchLayouts(const ModelConfig& c, const Cluster& 
   // attention never keeps them), full.
   std::vector<Recompute> modes = {Recompute::kNone, Recompute::kFull};
   if (!hw.gpu) modes.insert(modes.begin() + 1, Recompute::kSelective);
+  if (request.recompute_fixed) modes = {request.recompute};
   auto try_modes = [&](MemoryShape l, int64_t replicas) {
     for (int zero = 0; zero <= (replicas > 1 ? 1 : 0); ++zero) {
+      if (request.zero_stage >= 0 && zero != request.zero_stage) continue;
       l.zero_stage = zero;
       for (Recompute mode : modes) {
         l.recompute = mode;
@@ -122,9 +124,17 @@ absl::StatusOr<SearchResult> SearchLayouts(const ModelConfig& c, const Cluster& 
           why_none = std::string(shardable.message());
           continue;
         }
-        for (int v : Divisors(layers / pp, 8)) {
+        if (request.microbatches > 0 && batch % request.microbatches != 0) {
+          why_none = absl::StrCat("the replica's batch of ", batch, " (dp=", dp, " ep=", ep,
+                                  ") is not divisible by ", request.microbatches,
+                                  " micro-batches");
+          continue;
+        }
+        for (int v : Divisors(layers / pp, 64)) {
+          if (request.virtual_stages > 0 ? v != request.virtual_stages : v > 8) continue;
           if (v > 1 && pp < 2) break;
-          for (int m : Divisors(batch, 256)) {
+          for (int m : Divisors(batch, std::max<int64_t>(256, request.microbatches))) {
+            if (request.microbatches > 0 && m != request.microbatches) continue;
             if (v > 1 && m % pp != 0) continue;
             MemoryShape l;
             l.dp = dp;
@@ -140,8 +150,9 @@ absl::StatusOr<SearchResult> SearchLayouts(const ModelConfig& c, const Cluster& 
             l.flash_attention = hw.gpu;
             l.dtype_bytes = hw.gpu ? 2 : cluster.dtype_bytes;
             l.sequence_parallel = false;
-            try_modes(l, replicas);
-            if (tp > 1 && (batch / m) * request.seq_len % tp == 0) {
+            if (request.sequence_parallel != 1) try_modes(l, replicas);
+            if (request.sequence_parallel != 0 && tp > 1 &&
+                (batch / m) * request.seq_len % tp == 0) {
               l.sequence_parallel = true;
               try_modes(l, replicas);
             }

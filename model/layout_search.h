@@ -12,7 +12,9 @@
 // GPU path, does not overlap the backward), and the recomputation modes (none, then selective
 // on a CPU, then full: each only when the previous does not fit), with and without sequence
 // parallelism when tp > 1 (it saves memory; its backward gathers the branch inputs again).
-// Micro-batch counts go up to 256 and virtual stages up to 8. A layout fits when its largest rank's memory (model/memory_estimate.h;
+// Micro-batch counts go up to 256 and virtual stages up to 8. What the request fixes (the
+// micro-batches, virtual stages, ZeRO stage, sequence parallelism, recomputation) is kept for
+// every layout instead of searched. A layout fits when its largest rank's memory (model/memory_estimate.h;
 // on a GPU bf16 mixed precision with flash attention) is at most kUsableMemory of the
 // device's; the ones that fit are ranked by predicted tokens per second (model/step_time.h).
 #ifndef SATDAR_MODEL_LAYOUT_SEARCH_H_
@@ -50,6 +52,13 @@ struct SearchRequest {
   int64_t seq_len = 0;
   int vocab_multiple = 1;
   int top = 10;  // how many layouts to keep
+  // Choices the caller fixes instead of searching (0 or -1: search them).
+  int64_t microbatches = 0;
+  int virtual_stages = 0;
+  int zero_stage = -1;         // 0 or 1
+  int sequence_parallel = -1;  // 0 or 1 (1 only where tp > 1 divides a micro-batch's tokens)
+  bool recompute_fixed = false;
+  Recompute recompute = Recompute::kNone;
 };
 
 // One predicted layout.

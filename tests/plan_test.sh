@@ -119,6 +119,9 @@ expect_fail no_config "--config" --batch-size 8 --seq-len 16 --layout 1,1,1,1
   --global-batch-size 16 --seq-len 32 --top 5 --json >search.json
 "$SATDAR" plan --config dar_moe.json --nodes 1 --gpus-per-node 4 --gpu a100 \
   --global-batch-size 16 --seq-len 32 >search.txt
+"$SATDAR" plan --config dar_moe.json --nodes 1 --gpus-per-node 4 --gpu a100 \
+  --global-batch-size 16 --seq-len 32 --microbatches 2 --zero 1 --recompute full --json \
+  >fixed.json
 if python3 - <<'PY'
 import json
 gpu, cpu = json.load(open("gpu.json")), json.load(open("cpu.json"))
@@ -145,6 +148,9 @@ for l in s["layouts"]:
     L = l["layout"]
     assert L["dp"] * L["tp"] * L["pp"] * L["ep"] == 4 and L["batch_size"] * L["dp"] * L["ep"] == 16, L
     assert l["fits"] and l["comm_bytes"] and "memory_bytes" in l
+fixed = json.load(open("fixed.json"))["layouts"]
+assert fixed and all(l["layout"]["microbatches"] == 2 and l["layout"]["zero"] == 1 and
+                     l["layout"]["recompute"] == "full" for l in fixed), fixed
 text = open("search.txt").read()
 assert "layouts tried" in text and "tokens/s" in text and "MFU" in text, text
 PY
@@ -160,8 +166,8 @@ expect_fail neither "give --layout DP,TP,PP,EP (one layout) or --nodes N (a sear
 expect_fail search_batch "a search needs --global-batch-size" "${S[@]}" --nodes 1
 expect_fail search_two_batches "a search needs --global-batch-size" "${S[@]}" --nodes 1 \
   --batch-size 8 --global-batch-size 16
-expect_fail search_fixed "--microbatches is chosen by the search" "${S[@]}" --nodes 1 \
-  --global-batch-size 16 --microbatches 2
+expect_fail search_fixed "is not divisible by 3 micro-batches" "${S[@]}" --nodes 1 \
+  --gpus-per-node 2 --global-batch-size 16 --microbatches 3
 expect_fail search_nodes "flag --nodes must be" "${S[@]}" --nodes 0 --global-batch-size 16
 expect_fail gpu_name "--gpu" "${S[@]}" --nodes 1 --global-batch-size 16 --gpu b200
 expect_fail gpu_and_file "give --gpu or --hardware, not both" "${S[@]}" --nodes 1 \

@@ -19,6 +19,15 @@ namespace {
 
 constexpr char kVersion[] = "satdar 0.1.0";
 
+// "satdar <command>: error: <message>", once: library messages that already begin with
+// "satdar <command>: " (the flag parser's, the commands' own) are not prefixed twice.
+void PrintError(const std::string& command, const absl::Status& status) {
+  std::string message(status.message());
+  const std::string own = "satdar " + command + ": ";
+  if (message.rfind(own, 0) == 0) message.erase(0, own.size());
+  std::fprintf(stderr, "satdar %s: error: %s\n", command.c_str(), message.c_str());
+}
+
 void PrintUsage() {
   std::fprintf(stderr,
                "%s: distributed training for SATFormer, DAR and their baselines\n"
@@ -101,7 +110,7 @@ int Main(int argc, char** argv) {
                            : command == "logs"   ? RunLogs(args)
                                                  : RunWorkers(args);
     if (s.ok()) return 0;
-    std::fprintf(stderr, "satdar %s: error: %s\n", command.c_str(), std::string(s.message()).c_str());
+    PrintError(command, s);
     return ClientExitCodeFor(s);
   } else if (command == "version" || command == "--version") {
     std::printf("%s (%s)\n", kVersion, core::BuiltWithCuda() ? "CUDA build" : "CPU-only build");
@@ -112,8 +121,7 @@ int Main(int argc, char** argv) {
     return 2;
   }
   if (!status.ok()) {
-    std::fprintf(stderr, "satdar %s: error: %s\n", command.c_str(),
-                 std::string(status.message()).c_str());
+    PrintError(command, status);
     return ExitCodeFor(status);
   }
   return 0;

@@ -177,12 +177,12 @@ absl::Status RunPlan(const std::vector<std::string>& args) {
   flags.Define("--batch-size", "sequences per optimizer step per data-parallel replica");
   flags.Define("--global-batch-size", "search: sequences per optimizer step over all replicas");
   flags.Define("--seq-len", "tokens per sequence", true);
-  flags.Define("--microbatches", "micro-batches per step (the pipeline's M)", false, "1");
-  flags.Define("--virtual-stages", "model chunks per pipeline rank (interleaved 1F1B)", false, "1");
-  flags.DefineBool("--sequence-parallel", "sequence parallelism over the TP group");
-  flags.DefineEnum("--recompute", "activations recomputed in backward",
+  flags.Define("--microbatches", "micro-batches per step (the pipeline's M; a search keeps it when given)", false, "1");
+  flags.Define("--virtual-stages", "model chunks per pipeline rank (interleaved 1F1B; kept by a search)", false, "1");
+  flags.DefineBool("--sequence-parallel", "sequence parallelism over the TP group (a search: only with it)");
+  flags.DefineEnum("--recompute", "activations recomputed in backward (kept by a search)",
                    {"none", "selective", "full"}, "none");
-  flags.DefineEnum("--zero", "ZeRO stage: 0 or 1", {"0", "1"}, "0");
+  flags.DefineEnum("--zero", "ZeRO stage: 0 or 1 (kept by a search)", {"0", "1"}, "0");
   flags.Define("--vocab-multiple", "the vocabulary padded to a multiple of TP x N", false, "1");
   flags.DefineEnum("--dtype",
                    "what the step computes in: f32/f64 as the CPU trainer, bf16 as the GPU's "
@@ -232,14 +232,6 @@ absl::Status RunPlan(const std::vector<std::string>& args) {
   }
 
   if (search) {
-    for (const char* f : {"--layout", "--microbatches", "--virtual-stages", "--sequence-parallel",
-                          "--recompute", "--zero"}) {
-      if (flags.Has(f)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "satdar plan: ", f, " is chosen by the search; drop it or give --layout instead of "
-            "--nodes"));
-      }
-    }
     model::Cluster cluster;
     SATDAR_ASSIGN_OR_RETURN(int64_t nodes, flags.GetInt("--nodes", 1, kMaxRanks));
     cluster.nodes = static_cast<int>(nodes);
@@ -257,6 +249,20 @@ absl::Status RunPlan(const std::vector<std::string>& args) {
     request.vocab_multiple = static_cast<int>(multiple);
     SATDAR_ASSIGN_OR_RETURN(int64_t top, flags.GetInt("--top", 1, 1000));
     request.top = static_cast<int>(top);
+    // What the user fixes, the search keeps; the rest it chooses.
+    if (flags.Has("--microbatches")) {
+      SATDAR_ASSIGN_OR_RETURN(request.microbatches, flags.GetInt("--microbatches", 1, kMaxBatch));
+    }
+    if (flags.Has("--virtual-stages")) {
+      SATDAR_ASSIGN_OR_RETURN(int64_t v, flags.GetInt("--virtual-stages", 1, 64));
+      request.virtual_stages = static_cast<int>(v);
+    }
+    if (flags.Has("--zero")) request.zero_stage = flags.Get("--zero") == "1" ? 1 : 0;
+    if (flags.Has("--sequence-parallel")) request.sequence_parallel = 1;
+    if (flags.Has("--recompute")) {
+      request.recompute_fixed = true;
+      request.recompute = model::RecomputeNamed(flags.Get("--recompute"));
+    }
     if (flags.Has("--batch-size") == flags.Has("--global-batch-size")) {
       return absl::InvalidArgumentError("satdar plan: a search needs --global-batch-size "
                                         "(the same run for every layout) or --batch-size (per "
