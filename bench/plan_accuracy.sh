@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # How well `satdar plan`'s step-time model predicts real runs: ten CPU layouts trained under
 # mpirun (f32, global batch 8 x 256, configs/bench/: d=384, L=6), twice each, the layouts taken
-# in turn. Right before each run bench/cpu_hardware measures this machine (one core's GEMM
-# rate and the fraction the model's GEMM forms reach, the copy bandwidth; the MPI link's
-# latency and bandwidth once at the start): nothing is fitted to the runs, and a VM whose speed
-# drifts from minute to minute is measured at the minute of the run. Each run's step time (the
-# median of steps 3..STEPS) against `satdar plan --layout ... --hardware` with that run's
-# measurement; a layout's error is the median of its two runs'.
+# in turn. Right before and right after each run bench/cpu_hardware measures this machine (one
+# core's GEMM rate and the fraction the model's GEMM forms reach, the copy bandwidth; the MPI
+# link's latency and bandwidth once at the start), and the run is predicted from the mean of
+# the two: nothing is fitted to the runs, and a VM whose speed drifts from minute to minute is
+# measured around the minute of the run. Each run's step time (the median of steps 3..STEPS)
+# against `satdar plan --layout ... --hardware` with that measurement; a layout's error is the
+# median of its two runs'.
 # Usage: bench/plan_accuracy.sh [STEPS]   (prints a table and the mean absolute error)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -35,6 +36,15 @@ for round in 1 2; do
       --synthetic-data --steps "$STEPS" --seq-len 256 --batch-size $((8 / (dp * ep))) \
       --threads "$threads" --quiet --stats-every 0 --dp "$dp" --tp "$tp" --pp "$pp" --ep "$ep" \
       $extra --log-jsonl "$OUT/$n.$round.jsonl" >/dev/null
+    bazel-bin/bench/cpu_hardware --dtype f32 --link "$OUT/link.json" --out "$OUT/$n.$round.after.json" \
+      >/dev/null
+    /usr/bin/python3 - "$OUT/$n.$round.cpu.json" "$OUT/$n.$round.after.json" <<'PY'
+import json, sys
+before, after = (json.load(open(p)) for p in sys.argv[1:3])
+for k in ("peak_flops", "gemm_efficiency", "memory_bandwidth", "op_overhead"):
+    before[k] = (before[k] + after[k]) / 2
+json.dump(before, open(sys.argv[1], "w"), indent=2)
+PY
   done
 done
 printf "\n%-12s %-36s %8s %18s %18s %8s\n" design "layout (dp,tp,pp,ep) flags" "GFLOP/s" \
