@@ -20,12 +20,14 @@ struct Link {
 // The ops of one phase (a micro-batch's forward or backward on one rank), by name.
 class Tally {
  public:
-  Tally(const Hardware& hw, double share, double element) : hw_(hw), e_(element) {
+  Tally(const Hardware& hw, double share, double element) : hw_(hw), share_(share), e_(element) {
     flops_ = hw.peak_flops * share;
     bandwidth_ = hw.memory_bandwidth * hw.memory_efficiency * share;
   }
 
   double element() const { return e_; }
+  // A tally of the same device and share, with no ops yet.
+  Tally Empty() const { return Tally(hw_, share_, e_); }
   double seconds() const { return seconds_; }
   double comm_seconds(const std::string& group) const {
     auto it = ops_.find(group + ".collectives");
@@ -122,7 +124,7 @@ class Tally {
   }
 
   const Hardware& hw_;
-  double e_, flops_, bandwidth_;
+  double share_, e_, flops_, bandwidth_;
   double seconds_ = 0;
   std::map<std::string, OpTime> ops_;
 };
@@ -252,6 +254,41 @@ void LayerOps(const ModelConfig& c, const MemoryShape& l, const Hardware& hw, co
   }
 }
 
+// One micro-batch of pipeline rank s: its chunks' (virtual stages s, s + pp, ...) layers,
+// residual topology, embedding and head, forward into `fwd` and backward into `bwd`.
+void StageOps(const ModelConfig& c, const MemoryShape& l, const Hardware& hw, const Dims& d,
+              const Link& tp_link, const Link& ep_link, int s, Tally* fwd, Tally* bwd) {
+  const int stages = l.pp * l.virtual_stages, per_stage = c.num_hidden_layers / stages;
+  const double e = fwd->element(), g = l.mixed_precision ? 4 : e;
+  const double vocab = static_cast<double>(PaddedVocab(c.vocab_size, l.tp, l.vocab_multiple)) / l.tp;
+  for (int v = 0; v < l.virtual_stages; ++v) {
+    const int j = v * l.pp + s, first = j * per_stage;
+    Tally layers_fwd = fwd->Empty(), layers_bwd = fwd->Empty();
+    for (int layer = first; layer < first + per_stage; ++layer) {
+      LayerOps(c, l, hw, d, tp_link, ep_link, layer == 0, &layers_fwd, &layers_bwd);
+    }
+    TopologyOps(c, d, 2 * first, 2 * (first + per_stage), j == stages - 1, &layers_fwd,
+                &layers_bwd);
+    if (l.recompute == Recompute::kFull) layers_bwd.Merge(layers_fwd, /*compute_only=*/true);
+    fwd->Merge(layers_fwd, false);
+    bwd->Merge(layers_bwd, false);
+    if (j == 0) {  // the embedding's lookup and its gradient's scatter
+      fwd->Stream("embedding", 2 * d.n * d.C);
+      bwd->Stream("embedding", 2 * d.n * d.C * g / e);
+      fwd->AllReduce("tp", d.n * d.C * e, l.tp, tp_link);
+    }
+    if (j == stages - 1) {  // final norm, logits, cross-entropy
+      fwd->Stream("head", 2 * d.ln * d.C);
+      bwd->Stream("head", 3 * d.ln * d.C);
+      fwd->Linear(bwd, "head", d.n, vocab, d.C);
+      fwd->Stream("head.cross_entropy", 3 * d.n * vocab);
+      bwd->Stream("head.cross_entropy", 2 * d.n * vocab);
+      fwd->AllReduce("tp", 3 * d.n * 8, l.tp, tp_link);
+      bwd->AllReduce("tp", d.n * d.C * e, l.tp, tp_link);
+    }
+  }
+}
+
 // Which link a group spans: a group whose ranks lie within `extent` consecutive ranks stays
 // inside a node when such blocks tile the node (extent divides it); otherwise some group
 // straddles two nodes, and the slowest group sets the pace.
@@ -310,7 +347,6 @@ absl::StatusOr<StepTime> PredictStepTime(const ModelConfig& c, const MemoryShape
   const int span = static_cast<int>(std::min<int64_t>(world, 1 << 30));
   const Link dp_link = LinkFor(hw, span, p.ranks_per_node);
   const Link data_link = LinkFor(hw, l.dp > 1 ? span : l.tp * l.ep, p.ranks_per_node);
-  const double vocab = static_cast<double>(PaddedVocab(c.vocab_size, l.tp, l.vocab_multiple)) / l.tp;
 
   // Each pipeline rank's micro-batch: its chunks' forward and backward.
   StepTime out;
@@ -318,32 +354,7 @@ absl::StatusOr<StepTime> PredictStepTime(const ModelConfig& c, const MemoryShape
   std::map<std::string, OpTime> slowest_ops;
   for (int s = 0; s < l.pp; ++s) {
     Tally fwd(hw, share, e), bwd(hw, share, e);
-    for (int v = 0; v < l.virtual_stages; ++v) {
-      const int j = v * l.pp + s, first = j * per_stage;
-      Tally layers_fwd(hw, share, e), layers_bwd(hw, share, e);
-      for (int layer = first; layer < first + per_stage; ++layer) {
-        LayerOps(c, l, hw, d, tp_link, ep_link, layer == 0, &layers_fwd, &layers_bwd);
-      }
-      TopologyOps(c, d, 2 * first, 2 * (first + per_stage), j == stages - 1, &layers_fwd,
-                  &layers_bwd);
-      if (l.recompute == Recompute::kFull) layers_bwd.Merge(layers_fwd, /*compute_only=*/true);
-      fwd.Merge(layers_fwd, false);
-      bwd.Merge(layers_bwd, false);
-      if (j == 0) {  // the embedding's lookup and its gradient's scatter
-        fwd.Stream("embedding", 2 * d.n * d.C);
-        bwd.Stream("embedding", 2 * d.n * d.C * g / e);
-        fwd.AllReduce("tp", d.n * d.C * e, l.tp, tp_link);
-      }
-      if (j == stages - 1) {  // final norm, logits, cross-entropy
-        fwd.Stream("head", 2 * d.ln * d.C);
-        bwd.Stream("head", 3 * d.ln * d.C);
-        fwd.Linear(&bwd, "head", d.n, vocab, d.C);
-        fwd.Stream("head.cross_entropy", 3 * d.n * vocab);
-        bwd.Stream("head.cross_entropy", 2 * d.n * vocab);
-        fwd.AllReduce("tp", 3 * d.n * 8, l.tp, tp_link);
-        bwd.AllReduce("tp", d.n * d.C * e, l.tp, tp_link);
-      }
-    }
+    StageOps(c, l, hw, d, tp_link, ep_link, s, &fwd, &bwd);
     const double total = fwd.seconds() + bwd.seconds();
     if (total > slowest) {
       slowest = total;
@@ -372,7 +383,6 @@ absl::StatusOr<StepTime> PredictStepTime(const ModelConfig& c, const MemoryShape
   for (const auto& [name, op] : slowest_ops) out.executed_flops += op.flops;
 
   // The pipeline's sends: a micro-batch's share of each boundary's bytes.
-  Tally step(hw, share, e);
   if (l.pp > 1) {
     double largest = 0;
     for (const auto& [fwd_bytes, bwd_bytes] : cost.pp_boundary_bytes) {

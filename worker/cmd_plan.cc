@@ -164,6 +164,75 @@ absl::StatusOr<model::Hardware> HardwareFrom(const FlagSet& flags) {
   return model::FindHardware(flags.Get("--gpu"));
 }
 
+// --nodes: the fastest layouts of the cluster (model/layout_search.h), as a table or JSON.
+absl::Status RunSearch(const FlagSet& flags, const model::ModelConfig& config,
+                       const model::Hardware& hw, const std::string& dtype, int64_t seq_len,
+                       int64_t multiple, int64_t per_node, int64_t threads) {
+  model::Cluster cluster;
+  SATDAR_ASSIGN_OR_RETURN(int64_t nodes, flags.GetInt("--nodes", 1, kMaxRanks));
+  cluster.nodes = static_cast<int>(nodes);
+  cluster.ranks_per_node = static_cast<int>(per_node);
+  cluster.hardware = hw;
+  cluster.threads = static_cast<int>(threads);
+  cluster.dtype_bytes = dtype == "f64" ? 8 : 4;
+  if (nodes * per_node > kMaxRanks) {
+    return absl::InvalidArgumentError(absl::StrCat("satdar plan: --nodes x --gpus-per-node = ",
+                                                   nodes * per_node, " ranks, more than ",
+                                                   kMaxRanks));
+  }
+  model::SearchRequest request;
+  request.seq_len = seq_len;
+  request.vocab_multiple = static_cast<int>(multiple);
+  SATDAR_ASSIGN_OR_RETURN(int64_t top, flags.GetInt("--top", 1, 1000));
+  request.top = static_cast<int>(top);
+  // What the user fixes, the search keeps; the rest it chooses.
+  if (flags.Has("--microbatches")) {
+    SATDAR_ASSIGN_OR_RETURN(request.microbatches, flags.GetInt("--microbatches", 1, kMaxBatch));
+  }
+  if (flags.Has("--virtual-stages")) {
+    SATDAR_ASSIGN_OR_RETURN(int64_t v, flags.GetInt("--virtual-stages", 1, 64));
+    request.virtual_stages = static_cast<int>(v);
+  }
+  if (flags.Has("--zero")) request.zero_stage = flags.Get("--zero") == "1" ? 1 : 0;
+  if (flags.Has("--sequence-parallel")) request.sequence_parallel = 1;
+  if (flags.Has("--recompute")) {
+    request.recompute_fixed = true;
+    request.recompute = model::RecomputeNamed(flags.Get("--recompute"));
+  }
+  if (flags.Has("--batch-size") == flags.Has("--global-batch-size")) {
+    return absl::InvalidArgumentError("satdar plan: a search needs --global-batch-size "
+                                      "(the same run for every layout) or --batch-size (per "
+                                      "data-parallel replica), one of them");
+  }
+  if (flags.Has("--batch-size")) {
+    SATDAR_ASSIGN_OR_RETURN(request.batch_per_replica, flags.GetInt("--batch-size", 1, kMaxBatch));
+  } else {
+    SATDAR_ASSIGN_OR_RETURN(request.global_batch, flags.GetInt("--global-batch-size", 1, kMaxBatch));
+  }
+  absl::StatusOr<model::SearchResult> result = model::SearchLayouts(config, cluster, request);
+  if (!result.ok()) return PlanError(result.status());
+  if (flags.GetBool("--json")) {
+    Json layouts = Json::array();
+    for (const model::Candidate& c : result->best) layouts.push_back(TimeJson(c, hw, 12));
+    Json out = {{"cluster", {{"nodes", cluster.nodes}, {"gpus_per_node", cluster.ranks_per_node},
+                             {"hardware", hw.name}}},
+                {"tried", result->tried},
+                {"fitting", result->fitting},
+                {"layouts", layouts}};
+    std::printf("%s\n", out.dump().c_str());
+    return absl::OkStatus();
+  }
+  std::printf("%s on %lld x %lld %s: %lld layouts tried, %lld fit in %s each; the fastest:\n",
+              flags.Get("--config").c_str(), static_cast<long long>(nodes),
+              static_cast<long long>(per_node), hw.description.c_str(),
+              static_cast<long long>(result->tried), static_cast<long long>(result->fitting),
+              model::FormatBytes(static_cast<int64_t>(model::kUsableMemory * hw.memory_bytes)).c_str());
+  std::printf("  dp  tp  pp  ep    M  V recompute  sp zero        step     tokens/s     MFU  memory/%s\n",
+              hw.gpu ? "GPU" : "rank");
+  for (const model::Candidate& c : result->best) std::printf("%s\n", LayoutLine(c).c_str());
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status RunPlan(const std::vector<std::string>& args) {
@@ -232,69 +301,7 @@ absl::Status RunPlan(const std::vector<std::string>& args) {
   }
 
   if (search) {
-    model::Cluster cluster;
-    SATDAR_ASSIGN_OR_RETURN(int64_t nodes, flags.GetInt("--nodes", 1, kMaxRanks));
-    cluster.nodes = static_cast<int>(nodes);
-    cluster.ranks_per_node = static_cast<int>(per_node);
-    cluster.hardware = hw;
-    cluster.threads = static_cast<int>(threads);
-    cluster.dtype_bytes = dtype == "f64" ? 8 : 4;
-    if (nodes * per_node > kMaxRanks) {
-      return absl::InvalidArgumentError(absl::StrCat("satdar plan: --nodes x --gpus-per-node = ",
-                                                     nodes * per_node, " ranks, more than ",
-                                                     kMaxRanks));
-    }
-    model::SearchRequest request;
-    request.seq_len = seq_len;
-    request.vocab_multiple = static_cast<int>(multiple);
-    SATDAR_ASSIGN_OR_RETURN(int64_t top, flags.GetInt("--top", 1, 1000));
-    request.top = static_cast<int>(top);
-    // What the user fixes, the search keeps; the rest it chooses.
-    if (flags.Has("--microbatches")) {
-      SATDAR_ASSIGN_OR_RETURN(request.microbatches, flags.GetInt("--microbatches", 1, kMaxBatch));
-    }
-    if (flags.Has("--virtual-stages")) {
-      SATDAR_ASSIGN_OR_RETURN(int64_t v, flags.GetInt("--virtual-stages", 1, 64));
-      request.virtual_stages = static_cast<int>(v);
-    }
-    if (flags.Has("--zero")) request.zero_stage = flags.Get("--zero") == "1" ? 1 : 0;
-    if (flags.Has("--sequence-parallel")) request.sequence_parallel = 1;
-    if (flags.Has("--recompute")) {
-      request.recompute_fixed = true;
-      request.recompute = model::RecomputeNamed(flags.Get("--recompute"));
-    }
-    if (flags.Has("--batch-size") == flags.Has("--global-batch-size")) {
-      return absl::InvalidArgumentError("satdar plan: a search needs --global-batch-size "
-                                        "(the same run for every layout) or --batch-size (per "
-                                        "data-parallel replica), one of them");
-    }
-    if (flags.Has("--batch-size")) {
-      SATDAR_ASSIGN_OR_RETURN(request.batch_per_replica, flags.GetInt("--batch-size", 1, kMaxBatch));
-    } else {
-      SATDAR_ASSIGN_OR_RETURN(request.global_batch, flags.GetInt("--global-batch-size", 1, kMaxBatch));
-    }
-    absl::StatusOr<model::SearchResult> result = model::SearchLayouts(config, cluster, request);
-    if (!result.ok()) return PlanError(result.status());
-    if (flags.GetBool("--json")) {
-      Json layouts = Json::array();
-      for (const model::Candidate& c : result->best) layouts.push_back(TimeJson(c, hw, 12));
-      Json out = {{"cluster", {{"nodes", cluster.nodes}, {"gpus_per_node", cluster.ranks_per_node},
-                               {"hardware", hw.name}}},
-                  {"tried", result->tried},
-                  {"fitting", result->fitting},
-                  {"layouts", layouts}};
-      std::printf("%s\n", out.dump().c_str());
-      return absl::OkStatus();
-    }
-    std::printf("%s on %lld x %lld %s: %lld layouts tried, %lld fit in %s each; the fastest:\n",
-                flags.Get("--config").c_str(), static_cast<long long>(nodes),
-                static_cast<long long>(per_node), hw.description.c_str(),
-                static_cast<long long>(result->tried), static_cast<long long>(result->fitting),
-                model::FormatBytes(static_cast<int64_t>(model::kUsableMemory * hw.memory_bytes)).c_str());
-    std::printf("  dp  tp  pp  ep    M  V recompute  sp zero        step     tokens/s     MFU  memory/%s\n",
-                hw.gpu ? "GPU" : "rank");
-    for (const model::Candidate& c : result->best) std::printf("%s\n", LayoutLine(c).c_str());
-    return absl::OkStatus();
+    return RunSearch(flags, config, hw, dtype, seq_len, multiple, per_node, threads);
   }
 
   model::MemoryShape l;
