@@ -266,6 +266,29 @@ absl::Status CheckOutputFolder(const std::string& path) {
   return absl::OkStatus();
 }
 
+absl::Status CheckCreatableFolder(const std::string& path) {
+  if (path.empty()) return absl::InvalidArgumentError("the output folder is empty");
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0) return CheckOutputFolder(path);
+  std::string at = path;
+  while (true) {
+    while (at.size() > 1 && at.back() == '/') at.pop_back();
+    at = DirName(at);
+    if (::stat(at.c_str(), &st) == 0) break;
+    if (at == "." || at == "/") break;
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot create folder ", path, ": ", at,
+                                                   " is ", KindOf(st.st_mode), ", not a folder"));
+  }
+  if (::access(at.c_str(), W_OK | X_OK) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot create folder ", path, ": ", at,
+                                                   " is not writable (", std::strerror(errno),
+                                                   ")"));
+  }
+  return absl::OkStatus();
+}
+
 bool SameFile(const std::string& a, const std::string& b) {
   struct stat sa, sb;
   return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev &&

@@ -80,6 +80,9 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path, size_t max
 absl::Status CheckOutputFile(const std::string& path);
 // A folder that exists and can be written, or that can be created in a writable parent.
 absl::Status CheckOutputFolder(const std::string& path);
+// A folder that exists and can be written, or that mkdir -p can create: its nearest existing
+// ancestor is a writable folder (what `satdar prep --out out/ds` needs on a fresh clone).
+absl::Status CheckCreatableFolder(const std::string& path);
 // True when both paths exist and are the same file (device and inode; links included).
 bool SameFile(const std::string& a, const std::string& b);
 

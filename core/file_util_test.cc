@@ -73,9 +73,14 @@ TEST(FileUtil, OutputChecks) {
   EXPECT_TRUE(CheckOutputFolder(dir_path + "/new").ok());
   EXPECT_TRUE(CheckOutputFolder(dir_path).ok());
   EXPECT_TRUE(Contains(CheckOutputFolder(dir_path + "/a/b"), "does not exist"));
+  // mkdir -p: missing parents are fine when the nearest existing one is a writable folder.
+  EXPECT_TRUE(CheckCreatableFolder(dir_path + "/a/b/c").ok());
+  EXPECT_TRUE(CheckCreatableFolder(dir_path).ok());
   const std::string file = dir_path + "/f";
   ASSERT_TRUE(WriteFileAtomically(file, "x").ok());
   EXPECT_TRUE(Contains(CheckOutputFolder(file), "is a regular file, not a folder"));
+  EXPECT_TRUE(Contains(CheckCreatableFolder(file + "/x/y"),
+                       file + " is a regular file, not a folder"));
   // Hard links and the same path are the same file.
   ASSERT_EQ(::link(file.c_str(), (dir_path + "/g").c_str()), 0);
   EXPECT_TRUE(SameFile(file, dir_path + "/g"));

@@ -87,6 +87,100 @@ absl::Status CheckIsText(const std::string& bytes, const std::string& path,
   return absl::OkStatus();
 }
 
+namespace {
+
+// The length of the well-formed UTF-8 sequence at p[0..n), or, when it is ill-formed, minus
+// the length of its maximal subpart (at least 1): the bytes one U+FFFD replaces.
+int Utf8Sequence(const unsigned char* p, size_t n) {
+  const unsigned char c = p[0];
+  if (c < 0x80) return 1;
+  int len;
+  unsigned char lo = 0x80, hi = 0xbf;  // the second byte's range
+  if (c >= 0xc2 && c <= 0xdf) {
+    len = 2;
+  } else if (c >= 0xe0 && c <= 0xef) {
+    len = 3;
+    if (c == 0xe0) lo = 0xa0;
+    if (c == 0xed) hi = 0x9f;  // no UTF-16 surrogates
+  } else if (c >= 0xf0 && c <= 0xf4) {
+    len = 4;
+    if (c == 0xf0) lo = 0x90;
+    if (c == 0xf4) hi = 0x8f;  // nothing above U+10FFFF
+  } else {
+    return -1;  // a continuation byte, an overlong lead (C0, C1) or F5..FF
+  }
+  for (int k = 1; k < len; ++k) {
+    if (static_cast<size_t>(k) >= n) return -k;
+    const unsigned char b = p[k];
+    if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xbf)) return -k;
+  }
+  return len;
+}
+
+}  // namespace
+
+std::string DecodeText(absl::string_view bytes, DecodeStats* stats) {
+  *stats = DecodeStats();
+  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
+  size_t n = bytes.size(), i = 0;
+  if (n >= 3 && p[0] == 0xef && p[1] == 0xbb && p[2] == 0xbf) {
+    stats->bom = true;
+    i = 3;
+  }
+  std::string out;
+  out.reserve(n);
+  while (i < n) {
+    const unsigned char c = p[i];
+    if (c == '\r' && i + 1 < n && p[i + 1] == '\n') {
+      stats->crlf = true;
+      ++i;
+      continue;
+    }
+    if (c == 0 && stats->first_nul < 0) stats->first_nul = static_cast<int64_t>(i);
+    if (c < 0x20 && c != '\t' && c != '\n' && c != '\r' && c != '\f') ++stats->controls;
+    const int len = Utf8Sequence(p + i, n - i);
+    if (len > 0) {
+      out.append(bytes.data() + i, static_cast<size_t>(len));
+      i += static_cast<size_t>(len);
+    } else {
+      out += "\xef\xbf\xbd";  // U+FFFD
+      ++stats->replaced;
+      stats->invalid_bytes += -len;
+      i += static_cast<size_t>(-len);
+    }
+  }
+  return out;
+}
+
+std::string BinaryReason(const DecodeStats& stats, size_t size) {
+  if (stats.first_nul >= 0) return absl::StrCat("a NUL byte at offset ", stats.first_nul);
+  const int64_t bad = stats.invalid_bytes + stats.controls;
+  if (size > 0 && bad * 4 > static_cast<int64_t>(size)) {
+    return absl::StrCat(bad * 100 / static_cast<int64_t>(size),
+                        "% of its bytes are not UTF-8 text");
+  }
+  return "";
+}
+
+absl::Status CheckNotPreparedDataset(const std::string& dir, const std::vector<std::string>& names,
+                                     const std::string& flag) {
+  const bool manifest = std::count(names.begin(), names.end(), "manifest.json") > 0;
+  for (const std::string& name : names) {
+    const bool shard = (name.rfind("train_", 0) == 0 || name.rfind("val_", 0) == 0) &&
+                       name.size() > 4 && name.compare(name.size() - 4, 4, ".bin") == 0;
+    if (name != "tokenizer.model" && !shard) continue;
+    if (manifest) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          flag, ": ", dir, " is a dataset written by satdar prep (it holds manifest.json and ",
+          name, "), not text"));
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, ": ", dir, " holds ", name, " like a dataset written by satdar prep, but its "
+        "manifest.json is missing (it is written last: was prep interrupted?)"));
+  }
+  return absl::OkStatus();
+}
+
 bool IsBrownFile(const std::string& name) {
   return name.size() == 4 && name[0] == 'c' && name[1] >= 'a' && name[1] <= 'r' &&
          std::isdigit(static_cast<unsigned char>(name[2])) &&
@@ -97,15 +191,7 @@ absl::StatusOr<Corpus> LoadCorpus(const std::string& dir, CorpusFormat format) {
   auto listed = ListFiles(dir, "--data");
   if (!listed.ok()) return listed.status();
   const std::vector<std::string>& names = *listed;
-  for (const std::string& name : names) {
-    const bool shard = (name.rfind("train_", 0) == 0 || name.rfind("val_", 0) == 0) &&
-                       name.size() > 4 && name.compare(name.size() - 4, 4, ".bin") == 0;
-    if (name == "tokenizer.model" || shard) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--data: ", dir, " holds ", name, " like a dataset written by satdar prep, but its "
-          "manifest.json is missing (it is written last: was prep interrupted?)"));
-    }
-  }
+  SATDAR_RETURN_IF_ERROR(CheckNotPreparedDataset(dir, names, "--data"));
   if (format == CorpusFormat::kAuto) {
     bool brown = std::find(names.begin(), names.end(), "cats.txt") != names.end();
     format = brown ? CorpusFormat::kBrown : CorpusFormat::kText;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace satdar::data {
 
@@ -33,6 +34,30 @@ absl::StatusOr<std::vector<std::string>> ListFiles(const std::string& dir, const
 // offset of the first byte that is not text, so binary files are never trained on as text.
 absl::Status CheckIsText(const std::string& bytes, const std::string& path,
                          const std::string& flag, bool utf8);
+
+// Real corpora are messy: Latin-1 bytes, a byte-order mark, CRLF line ends, empty files.
+// DecodeText turns bytes into clean UTF-8: a leading BOM is dropped, CRLF becomes LF, and each
+// maximal invalid UTF-8 subpart (as Unicode 15 section 3.9 and Python's errors="replace"
+// define it) becomes U+FFFD. `stats` counts what was changed and what is not text.
+struct DecodeStats {
+  int64_t replaced = 0;         // invalid sequences replaced by U+FFFD
+  int64_t invalid_bytes = 0;    // bytes in those sequences
+  int64_t controls = 0;         // control characters other than tab, LF, CR, FF
+  int64_t first_nul = -1;       // offset of the first NUL byte, -1 when there is none
+  bool bom = false, crlf = false;
+};
+std::string DecodeText(absl::string_view bytes, DecodeStats* stats);
+
+// Whether decoded bytes were binary rather than text: a NUL byte, or more than a quarter of
+// the bytes invalid UTF-8 or control characters. Empty when text; otherwise why ("a NUL byte
+// at offset 12", "74% of its bytes are not UTF-8 text").
+std::string BinaryReason(const DecodeStats& stats, size_t size);
+
+// InvalidArgument naming `flag` and `dir` when the folder holds a dataset written by satdar
+// prep (tokenizer.model, train_*.bin/val_*.bin shards): with its manifest.json it is a
+// dataset, not text; without, an interrupted prep. Such files are never read as text.
+absl::Status CheckNotPreparedDataset(const std::string& dir, const std::vector<std::string>& names,
+                                     const std::string& flag);
 
 // Brown corpus text files are named c<genre letter a-r><two digits> (ca01 ... cr09).
 bool IsBrownFile(const std::string& name);

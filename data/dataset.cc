@@ -76,7 +76,7 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::Open(const std::string& 
   SATDAR_RETURN_IF_ERROR(OnlyKnownKeys(
       dir, m, "", {"version", "tokenizer", "vocab_size", "token_bytes", "eos_id", "pos_groups",
                    "documents", "val_documents", "train_tokens", "val_tokens", "source_bytes",
-                   "inputs", "shards"}));
+                   "inputs", "decoding", "shards"}));
   if (!m.contains("version") || !m["version"].is_number_integer() ||
       m["version"].get<int64_t>() != kManifestVersion) {
     return Bad(dir, absl::StrCat("manifest.json: version must be ", kManifestVersion));
@@ -104,6 +104,9 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::Open(const std::string& 
   }
   if (m.contains("pos_groups") && !m["pos_groups"].is_null() && !m["pos_groups"].is_array()) {
     return Bad(dir, "manifest.json: pos_groups must be null or a list");
+  }
+  if (m.contains("decoding") && !m["decoding"].is_object()) {
+    return Bad(dir, "manifest.json: decoding must be an object");
   }
   if (m.contains("inputs") && !m["inputs"].is_array()) {
     return Bad(dir, "manifest.json: inputs must be a list");

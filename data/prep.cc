@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
 #include "core/file_util.h"
+#include "core/json.h"
 #include "core/random.h"
 #include "core/thread_pool.h"
 #include "data/corpus.h"
@@ -65,14 +66,91 @@ Document BrownDocument(const std::string& name, const std::string& tagged) {
   return doc;
 }
 
+bool IsJsonlName(const std::string& name) {
+  return name.size() > 6 && name.compare(name.size() - 6, 6, ".jsonl") == 0;
+}
+
+// One document per non-blank line: the string under o.jsonl_key of the object on it.
+absl::Status ReadJsonl(const PrepOptions& o, const std::string& name, const std::string& text,
+                       std::vector<Document>* docs) {
+  int64_t line_no = 0;
+  for (size_t pos = 0; pos < text.size();) {
+    size_t eol = text.find('\n', pos);
+    if (eol == std::string::npos) eol = text.size();
+    const absl::string_view line = absl::string_view(text).substr(pos, eol - pos);
+    pos = eol + 1;
+    ++line_no;
+    if (line.find_first_not_of(" \t\r\f") == absl::string_view::npos) continue;
+    const std::string where = absl::StrCat("--input: ", name, " line ", line_no);
+    SATDAR_ASSIGN_OR_RETURN(nlohmann::json j, core::ParseJson(line, where));
+    if (!j.is_object()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": expected a JSON object (one document per line)"));
+    }
+    const auto it = j.find(o.jsonl_key);
+    if (it == j.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": the object has no \"", o.jsonl_key, "\" field (the text's key: --jsonl-key)"));
+    }
+    if (!it->is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": field \"", o.jsonl_key, "\" is not a string"));
+    }
+    std::string doc = it->get<std::string>();
+    if (doc.find('\0') != std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": field \"", o.jsonl_key, "\" holds a NUL character"));
+    }
+    if (doc.empty()) continue;
+    Document d;
+    d.name = absl::StrCat(name, ":", line_no);
+    d.text = std::move(doc);
+    docs->push_back(std::move(d));
+  }
+  return absl::OkStatus();
+}
+
+// A file's text, decoded leniently (or strictly with --strict-utf8); false when the file is
+// skipped (binary or empty), recorded in the summary either way.
+absl::StatusOr<bool> DecodeFile(const PrepOptions& o, const std::string& name,
+                                const std::string& path, std::string* text, PrepSummary* summary) {
+  auto bytes = core::ReadFileToString(path, core::kNoSizeLimit);
+  if (!bytes.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--input: ", bytes.status().message()));
+  }
+  summary->bytes += static_cast<int64_t>(bytes->size());
+  auto skip = [&](std::string why) {
+    std::fprintf(stderr, "prep: warning: skipping %s: %s\n", name.c_str(), why.c_str());
+    summary->decoded.push_back({name, 0, std::move(why)});
+    return false;
+  };
+  if (bytes->empty()) return skip("empty");
+  if (o.strict_utf8) {
+    SATDAR_RETURN_IF_ERROR(CheckIsText(*bytes, path, "--input", /*utf8=*/true));
+  }
+  DecodeStats stats;
+  *text = DecodeText(*bytes, &stats);
+  const std::string binary = BinaryReason(stats, bytes->size());
+  if (!binary.empty()) return skip(absl::StrCat("binary (", binary, ")"));
+  ++summary->files;
+  summary->bom_files += stats.bom;
+  summary->crlf_files += stats.crlf;
+  if (stats.replaced > 0) {
+    summary->replaced += stats.replaced;
+    summary->decoded.push_back({name, stats.replaced, ""});
+  }
+  return true;
+}
+
 absl::Status ReadInputs(const PrepOptions& o, std::vector<Document>* docs, bool* brown,
-                        int64_t* bytes) {
+                        PrepSummary* summary) {
   *brown = false;
   for (const std::string& input : o.inputs) {
     std::vector<std::pair<std::string, std::string>> files;  // (display name, path)
     bool is_brown = o.format == "brown";
     if (IsDir(input)) {
       SATDAR_ASSIGN_OR_RETURN(std::vector<std::string> names, ListFiles(input, "--input"));
+      SATDAR_RETURN_IF_ERROR(CheckNotPreparedDataset(input, names, "--input"));
       if (o.format == "auto") is_brown = std::count(names.begin(), names.end(), "cats.txt") > 0;
       for (const std::string& n : names) {
         if (is_brown && !IsBrownFile(n)) continue;
@@ -82,20 +160,20 @@ absl::Status ReadInputs(const PrepOptions& o, std::vector<Document>* docs, bool*
       files.emplace_back(input, input);
     }
     for (const auto& [name, path] : files) {
-      auto text = core::ReadFileToString(path, core::kNoSizeLimit);
-      if (!text.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat("--input: ", text.status().message()));
+      std::string text;
+      SATDAR_ASSIGN_OR_RETURN(const bool read, DecodeFile(o, name, path, &text, summary));
+      if (!read) continue;
+      if (o.format == "jsonl" || (o.format == "auto" && !is_brown && IsJsonlName(name))) {
+        SATDAR_RETURN_IF_ERROR(ReadJsonl(o, name, text, docs));
+        continue;
       }
-      // SentencePiece reads UTF-8.
-      SATDAR_RETURN_IF_ERROR(CheckIsText(*text, path, "--input", /*utf8=*/true));
-      *bytes += static_cast<int64_t>(text->size());
       Document doc;
       if (is_brown) {
-        doc = BrownDocument(name, *text);
+        doc = BrownDocument(name, text);
         *brown = true;
       } else {
         doc.name = name;
-        doc.text = std::move(*text);
+        doc.text = std::move(text);
       }
       if (!doc.text.empty()) docs->push_back(std::move(doc));
     }
@@ -112,6 +190,19 @@ absl::Status ReadInputs(const PrepOptions& o, std::vector<Document>* docs, bool*
     }
   }
   return absl::OkStatus();
+}
+
+// The group of the word holding a piece's first byte that is not whitespace: "▁the" starts on
+// the space before "the" and belongs to "the". Pieces of whitespace only, or of bytes between
+// words, are "none". *w is the first word that may still hold a later piece (pieces come in
+// text order).
+PosGroup PieceGroup(const Document& d, int begin, int end, size_t* w) {
+  int at = begin;
+  while (at < end && (d.text[at] == ' ' || d.text[at] == '\n' || d.text[at] == '\t')) ++at;
+  if (at >= end) return kPosNone;
+  while (*w < d.words.size() && d.words[*w].end <= at) ++*w;
+  const bool inside = *w < d.words.size() && d.words[*w].begin <= at;
+  return inside ? d.words[*w].group : kPosNone;
 }
 
 class Progress {
@@ -161,11 +252,29 @@ class TmpDir {
   bool committed_ = false;
 };
 
+// What decoding changed and skipped, for the manifest: a dataset says what its text was.
+nlohmann::json DecodingJson(const PrepSummary& s) {
+  nlohmann::json replaced = nlohmann::json::object(), skipped = nlohmann::json::object();
+  for (const DecodedFile& f : s.decoded) {
+    if (f.skipped.empty()) {
+      replaced[f.name] = f.replaced;
+    } else {
+      skipped[f.name] = f.skipped;
+    }
+  }
+  return {{"files", s.files},
+          {"replaced_sequences", s.replaced},
+          {"replaced_by_file", replaced},
+          {"skipped_files", skipped},
+          {"bom_files", s.bom_files},
+          {"crlf_files", s.crlf_files}};
+}
+
 absl::StatusOr<PrepSummary> PrepInto(const PrepOptions& o, const std::string& tmp) {
   PrepSummary summary;
   std::vector<Document> docs;
   bool brown = false;
-  SATDAR_RETURN_IF_ERROR(ReadInputs(o, &docs, &brown, &summary.bytes));
+  SATDAR_RETURN_IF_ERROR(ReadInputs(o, &docs, &brown, &summary));
   int64_t text_bytes = 0;
   for (const Document& d : docs) text_bytes += static_cast<int64_t>(d.text.size());
   Progress progress(o.progress, text_bytes);
@@ -263,12 +372,12 @@ absl::StatusOr<PrepSummary> PrepInto(const PrepOptions& o, const std::string& tm
       if (d.val == val_split) split_docs.push_back(&d);
     }
     constexpr size_t kChunk = 64;
-    std::vector<std::vector<int>> ids(kChunk), begins(kChunk);
+    std::vector<std::vector<int>> ids(kChunk), begins(kChunk), ends(kChunk);
     for (size_t c0 = 0; c0 < split_docs.size(); c0 += kChunk) {
       const size_t c1 = std::min(split_docs.size(), c0 + kChunk);
       pool.ParallelFor(static_cast<int64_t>(c1 - c0), [&](int64_t k0, int64_t k1) {
         for (int64_t k = k0; k < k1; ++k) {
-          tokenizer->Encode(split_docs[c0 + k]->text, &ids[k], &begins[k]);
+          tokenizer->Encode(split_docs[c0 + k]->text, &ids[k], &begins[k], &ends[k]);
         }
       });
       for (size_t k = 0; k < c1 - c0; ++k) {
@@ -277,12 +386,7 @@ absl::StatusOr<PrepSummary> PrepInto(const PrepOptions& o, const std::string& tm
         size_t w = 0;
         for (size_t i = 0; i < ids[k].size(); ++i) {
           tokens.push_back(static_cast<uint32_t>(ids[k][i]));
-          if (brown) {
-            // The group of the word containing the piece's first byte (none for whitespace).
-            while (w < d.words.size() && d.words[w].end <= begins[k][i]) ++w;
-            const bool inside = w < d.words.size() && d.words[w].begin <= begins[k][i];
-            groups.push_back(inside ? d.words[w].group : kPosNone);
-          }
+          if (brown) groups.push_back(PieceGroup(d, begins[k][i], ends[k][i], &w));
         }
         tokens.push_back(static_cast<uint32_t>(eos));  // end of document
         if (brown) groups.push_back(kPosNone);
@@ -308,6 +412,7 @@ absl::StatusOr<PrepSummary> PrepInto(const PrepOptions& o, const std::string& tm
       {"val_tokens", summary.val_tokens},
       {"source_bytes", summary.bytes},
       {"inputs", o.inputs},
+      {"decoding", DecodingJson(summary)},
       {"shards", shards}};
   SATDAR_RETURN_IF_ERROR(
       core::WriteFileAtomically(tmp + "/" + kManifestName, manifest.dump(2) + "\n"));
@@ -327,14 +432,23 @@ absl::StatusOr<PrepSummary> Prep(const PrepOptions& o) {
   if (!(o.val_fraction >= 0 && o.val_fraction < 1)) {
     return absl::InvalidArgumentError("satdar prep: --val-fraction must be in [0, 1)");
   }
-  if (o.format != "auto" && o.format != "text" && o.format != "brown") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("satdar prep: --format must be auto, text or brown, got '", o.format, "'"));
+  if (o.format != "auto" && o.format != "text" && o.format != "brown" && o.format != "jsonl") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "satdar prep: --format must be auto, text, brown or jsonl, got '", o.format, "'"));
   }
+  if (o.jsonl_key.empty()) return absl::InvalidArgumentError("satdar prep: --jsonl-key is empty");
   struct stat st;
   if (::stat(o.out.c_str(), &st) == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--out: ", o.out, " already exists; choose a new folder (prep never overwrites)"));
+  }
+  // Missing parent folders are created, as mkdir -p does (out/ on a fresh clone).
+  std::string parent = o.out;
+  while (parent.size() > 1 && parent.back() == '/') parent.pop_back();
+  const size_t slash = parent.rfind('/');
+  parent = slash == std::string::npos ? "." : slash == 0 ? "/" : parent.substr(0, slash);
+  if (absl::Status made = core::MakeDirs(parent); !made.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--out: ", made.message()));
   }
   TmpDir tmp(absl::StrCat(o.out, ".tmp.", ::getpid()));
   if (::mkdir(tmp.path().c_str(), 0755) != 0) {

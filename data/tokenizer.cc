@@ -42,16 +42,20 @@ int Tokenizer::vocab_size() const { return sp_->GetPieceSize(); }
 
 int Tokenizer::eos_id() const { return sp_->eos_id(); }
 
-void Tokenizer::Encode(const std::string& text, std::vector<int>* ids,
-                       std::vector<int>* begins) const {
+void Tokenizer::Encode(const std::string& text, std::vector<int>* ids, std::vector<int>* begins,
+                       std::vector<int>* ends) const {
   const auto spt = sp_->EncodeAsImmutableProto(text);
   ids->clear();
   begins->clear();
+  ends->clear();
   for (const auto& piece : spt.pieces()) {
     ids->push_back(static_cast<int>(piece.id()));
     begins->push_back(static_cast<int>(piece.begin()));
+    ends->push_back(static_cast<int>(piece.end()));
   }
 }
+
+std::string Tokenizer::Piece(int id) const { return sp_->IdToPiece(id); }
 
 std::string Tokenizer::Decode(const std::vector<int>& ids) const {
   std::string text;

@@ -32,9 +32,13 @@ class Tokenizer {
 
   int vocab_size() const;
   int eos_id() const;
-  // ids of text; begins[i] = byte offset in text where piece i's surface starts.
-  void Encode(const std::string& text, std::vector<int>* ids, std::vector<int>* begins) const;
+  // ids of text; piece i's surface is text[begins[i], ends[i]) (a word-initial piece such as
+  // "▁the" starts on the space before its word).
+  void Encode(const std::string& text, std::vector<int>* ids, std::vector<int>* begins,
+              std::vector<int>* ends) const;
   std::string Decode(const std::vector<int>& ids) const;
+  // The piece of an id as the model stores it ("▁the", "<0x0A>").
+  std::string Piece(int id) const;
 
  private:
   Tokenizer();

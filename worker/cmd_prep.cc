@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
+#include "core/file_util.h"
 #include "data/prep.h"
 #include "worker/cli_util.h"
 #include "worker/commands.h"
@@ -19,7 +20,15 @@ absl::Status RunPrep(const std::vector<std::string>& args) {
   flags.Define("--vocab-size", "train a SentencePiece BPE tokenizer of this size");
   flags.Define("--tokenizer", "use this SentencePiece .model instead of training one");
   flags.Define("--val-fraction", "documents held out for validation", false, "0.01");
-  flags.DefineEnum("--format", "how to read the inputs", {"auto", "text", "brown"}, "auto");
+  flags.DefineEnum("--format",
+                   "how to read the inputs: auto (the Brown corpus folder by its cats.txt, "
+                   "*.jsonl files as JSONL, the rest as text), text, brown or jsonl (one JSON "
+                   "object per line, the document under --jsonl-key)",
+                   {"auto", "text", "brown", "jsonl"}, "auto");
+  flags.Define("--jsonl-key", "the field of a JSONL line that holds its document", false, "text");
+  flags.DefineBool("--strict-utf8",
+                   "refuse a file with invalid UTF-8 (by default each invalid sequence becomes "
+                   "U+FFFD and is counted, and binary files are skipped with a warning)");
   flags.Define("--shard-tokens", "tokens per shard", false, "16777216");
   flags.Define("--threads", "threads for tokenizer training and encoding", false, "1");
   flags.Define("--seed", "which documents are held out", false, "0");
@@ -36,6 +45,8 @@ absl::Status RunPrep(const std::vector<std::string>& args) {
   o.tokenizer = flags.Get("--tokenizer");
   SATDAR_ASSIGN_OR_RETURN(o.val_fraction, flags.GetDouble("--val-fraction", 0.0, true, 1.0));
   o.format = flags.Get("--format");
+  o.jsonl_key = flags.Get("--jsonl-key");
+  o.strict_utf8 = flags.GetBool("--strict-utf8");
   SATDAR_ASSIGN_OR_RETURN(o.shard_tokens, flags.GetInt("--shard-tokens", 1, kMaxCount));
   SATDAR_ASSIGN_OR_RETURN(int64_t threads, flags.GetInt("--threads", 1, kMaxThreads));
   SATDAR_ASSIGN_OR_RETURN(int64_t seed, flags.GetInt("--seed", 0, kMaxSeed));
@@ -47,14 +58,39 @@ absl::Status RunPrep(const std::vector<std::string>& args) {
     inputs.push_back({"--input", in, InputPath::kFileOrFolder});
   }
   SATDAR_RETURN_IF_ERROR(CheckInputs(inputs));
-  SATDAR_RETURN_IF_ERROR(CheckOutput("--out", o.out, true, inputs));
+  // Like mkdir -p, prep creates missing parent folders of --out.
+  if (core::PathKind(o.out) != "missing") {
+    SATDAR_RETURN_IF_ERROR(CheckOutput("--out", o.out, true, inputs));
+  } else if (absl::Status s = core::CheckCreatableFolder(o.out); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--out: ", s.message()));
+  }
   SATDAR_ASSIGN_OR_RETURN(data::PrepSummary s, data::Prep(o));
-  std::printf("prep: %lld documents (%lld held out), %.1f MB of text -> %lld training and %lld "
-              "validation tokens in %d shard(s), vocabulary %d, %.1f s (%.2f MB/s)\n",
+  std::printf("prep: %lld documents (%lld held out) from %lld file(s), %.1f MB of text -> %lld "
+              "training and %lld validation tokens in %d shard(s), vocabulary %d, %.1f s "
+              "(%.2f MB/s)\n",
               static_cast<long long>(s.documents), static_cast<long long>(s.val_documents),
-              s.bytes / 1e6, static_cast<long long>(s.train_tokens),
-              static_cast<long long>(s.val_tokens), s.shards, s.vocab_size, s.seconds,
-              s.seconds > 0 ? s.bytes / 1e6 / s.seconds : 0.0);
+              static_cast<long long>(s.files), s.bytes / 1e6,
+              static_cast<long long>(s.train_tokens), static_cast<long long>(s.val_tokens),
+              s.shards, s.vocab_size, s.seconds, s.seconds > 0 ? s.bytes / 1e6 / s.seconds : 0.0);
+  int64_t replaced_files = 0, skipped = 0;
+  for (const data::DecodedFile& f : s.decoded) (f.skipped.empty() ? replaced_files : skipped)++;
+  if (s.replaced > 0 || skipped > 0 || s.bom_files > 0 || s.crlf_files > 0) {
+    std::printf("prep: decoding: %lld invalid UTF-8 sequence(s) replaced by U+FFFD in %lld "
+                "file(s), %lld file(s) skipped (binary or empty), %lld with a byte-order mark, "
+                "%lld with CRLF line ends (per file: manifest.json \"decoding\")\n",
+                static_cast<long long>(s.replaced), static_cast<long long>(replaced_files),
+                static_cast<long long>(skipped), static_cast<long long>(s.bom_files),
+                static_cast<long long>(s.crlf_files));
+    int listed = 0;
+    for (const data::DecodedFile& f : s.decoded) {
+      if (!f.skipped.empty()) continue;
+      if (++listed > 10) {
+        std::printf("  ... and %lld more file(s)\n", static_cast<long long>(replaced_files - 10));
+        break;
+      }
+      std::printf("  %s: %lld replaced\n", f.name.c_str(), static_cast<long long>(f.replaced));
+    }
+  }
   return absl::OkStatus();
 }
 
