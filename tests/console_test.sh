@@ -32,7 +32,7 @@ PY
 then ok "--progress bar redraws one line per step and ends it"; else fail "--progress bar"; cat -A bar.txt | head; fi
 
 "$SATDAR" "${T[@]}" >plain.txt 2>&1
-if ! grep -q $'\r' plain.txt && [[ $(grep -c '^step ' plain.txt) == 4 ]]; then
+if ! grep -q $'\r' plain.txt && [[ $(grep -cE '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z step ' plain.txt) == 4 ]]; then
   ok "into a file: plain lines at steps 1, 5, 10 and 12"
 else
   fail "plain output"; cat -A plain.txt

@@ -305,7 +305,12 @@ expect 2 manifest_missing 'like a dataset written by satdar prep, but its manife
 mkdir -p binary && head -c 5000 /dev/urandom >binary/blob.dat
 expect 2 binary_as_text 'blob.dat is not text' \
   "$SATDAR" train --config ds_config.json --steps 1 --batch-size 2 --seq-len 8 --data binary
-expect 2 binary_prep_input 'blob.dat is not text' "$SATDAR" prep --input binary --out ds_bin --vocab-size 300
+# prep skips a binary file with a warning naming it (here the only one: an empty corpus), or
+# with --strict-utf8 refuses it.
+expect 2 binary_prep_input 'warning: skipping binary/blob.dat: binary (' \
+  "$SATDAR" prep --input binary --out ds_bin --vocab-size 300
+expect 2 binary_prep_strict 'blob.dat is not text' \
+  "$SATDAR" prep --input binary --out ds_bin --vocab-size 300 --strict-utf8
 
 echo "== 7. parallel runs that disagree"
 for r in 0 1; do

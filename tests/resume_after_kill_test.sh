@@ -32,8 +32,11 @@ wait $pid 2>/dev/null
 last=$(ls ckpt/ckpt_*.safetensors | sort | tail -1)
 echo "killed; newest checkpoint: $last"
 
-"$SATDAR" "${ARGS[@]}" --log-jsonl resumed.jsonl --checkpoint-dir ckpt --checkpoint-every 2 --resume \
+# The resumed run appends to the killed run's log: steps the killed run logged past its newest
+# checkpoint are dropped, so the log holds each step once.
+"$SATDAR" "${ARGS[@]}" --log-jsonl part.jsonl --checkpoint-dir ckpt --checkpoint-every 2 --resume \
   || { echo "FAIL: resumed run"; exit 1; }
+cp part.jsonl resumed.jsonl
 python3 - "$STEPS" <<'PY'
 import json, sys
 steps = int(sys.argv[1])
@@ -43,6 +46,7 @@ assert resumed, "resumed run logged nothing"
 bad = [r["step"] for r in resumed if r["loss"] != full[r["step"]]["loss"]
        or r["grad_norm"] != full[r["step"]]["grad_norm"]]
 assert resumed[-1]["step"] == steps, resumed[-1]
+assert [r["step"] for r in resumed] == list(range(1, steps + 1)), "a step logged twice or lost"
 if bad:
     print("FAIL: losses differ at steps", bad); sys.exit(1)
 print("resumed steps %d..%d match the uninterrupted run exactly" % (resumed[0]["step"], steps))

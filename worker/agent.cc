@@ -21,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "core/check.h"
 #include "core/file_util.h"
+#include "core/timestamp.h"
 #include "proto/satdar/v1/control.grpc.pb.h"
 #include "worker/jsonl_tail.h"
 #include "worker/rank_process.h"
@@ -93,7 +94,8 @@ class Agent {
   void KillOrphans();
   void Say(const std::string& text) {
     if (!o_.quiet) {
-      std::printf("worker %s: %s\n", o_.name.c_str(), text.c_str());
+      std::printf("%s worker %s: %s\n", core::UtcTimestamp().c_str(), o_.name.c_str(),
+                  text.c_str());
       std::fflush(stdout);
     }
   }

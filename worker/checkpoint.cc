@@ -489,12 +489,72 @@ absl::StatusOr<CheckpointInfo> LoadCheckpoint(const std::string& path,
   return info;
 }
 
-absl::Status CheckSameRun(const CheckpointInfo& info, const std::string& path,
-                          const std::string& trainer_json, uint64_t seed) {
-  if (info.trainer_json == trainer_json && info.seed == seed) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "--resume: checkpoint ", path, " was written with different training flags or --seed (",
-      info.trainer_json, ", seed ", info.seed, "); resume with the same flags"));
+absl::StatusOr<ResumePlan> CheckResume(const CheckpointInfo& info, const std::string& path,
+                                       const std::string& trainer_json, uint64_t seed,
+                                       bool warmup_given) {
+  const std::string where = absl::StrCat("--resume: checkpoint ", path);
+  if (info.seed != seed) {
+    return absl::InvalidArgumentError(absl::StrCat(where, " was written with --seed ", info.seed,
+                                                   ", this run has ", seed,
+                                                   "; resume with the same value"));
+  }
+  const nlohmann::json stored = nlohmann::json::parse(info.trainer_json, nullptr, false);
+  const nlohmann::json mine = nlohmann::json::parse(trainer_json, nullptr, false);
+  if (!stored.is_object() || !mine.is_object() || !stored.contains("steps") ||
+      !stored.contains("warmup_steps")) {
+    return absl::InvalidArgumentError(absl::StrCat(where, " holds unreadable training flags (",
+                                                   info.trainer_json, ")"));
+  }
+  // Each stored field and the flag that sets it.
+  static const std::pair<const char*, const char*> kFlags[] = {
+      {"steps", "--steps"},
+      {"global_batch_size", "--batch-size (the global batch: --batch-size x --dp x --ep)"},
+      {"seq_len", "--seq-len"},
+      {"lr", "--lr"},
+      {"min_lr_ratio", "--min-lr-ratio"},
+      {"warmup_steps", "--warmup-steps"},
+      {"weight_decay", "--weight-decay"},
+      {"beta1", "--beta1"},
+      {"beta2", "--beta2"},
+      {"eps", "--eps"},
+      {"grad_clip", "--grad-clip"},
+      {"synthetic_data", "--synthetic-data"},
+      {"data_dir", "--data"},
+      {"task", "--task"}};
+  ResumePlan plan;
+  plan.warmup_steps = stored["warmup_steps"].is_number_integer()
+                          ? stored["warmup_steps"].get<int64_t>()
+                          : mine["warmup_steps"].get<int64_t>();
+  const int64_t steps = mine["steps"].get<int64_t>();
+  const bool new_total = stored["steps"] != mine["steps"];
+  for (const auto& [key, flag] : kFlags) {
+    const auto a = stored.find(key), b = mine.find(key);
+    const bool same = (a == stored.end()) == (b == mine.end()) && (a == stored.end() || *a == *b);
+    if (same) continue;
+    if (std::string(key) == "steps") {
+      if (steps < info.step) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, " is at step ", info.step, ", beyond --steps ", steps,
+            "; give --steps ", info.step, " or more to continue it"));
+      }
+      continue;
+    }
+    // The default warmup (steps/10) would follow --steps; a resume keeps the one that ran.
+    if (std::string(key) == "warmup_steps" && !warmup_given) continue;
+    auto show = [](const nlohmann::json& j, const nlohmann::json::const_iterator& it) {
+      return it == j.end() ? std::string("nothing") : it->dump();
+    };
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, " was written with ", flag, " ", show(stored, a), ", this run has ", show(mine, b),
+        "; resume with the same value (or start a new run from its weights with --init-from)"));
+  }
+  if (warmup_given) plan.warmup_steps = mine["warmup_steps"].get<int64_t>();
+  if (new_total) {
+    plan.note = absl::StrCat("the run's total changes from ", stored["steps"].dump(), " to ",
+                             steps, " steps: the learning-rate schedule is recomputed for ",
+                             steps, " steps (warmup ", plan.warmup_steps, ")");
+  }
+  return plan;
 }
 
 absl::Status PruneCheckpoints(const std::string& dir, int keep) {

@@ -87,10 +87,20 @@ absl::StatusOr<CheckpointInfo> LoadCheckpoint(const std::string& path,
                                               const model::ParamTable& table,
                                               const OptimizerBuffers<T>& buffers);
 
-// OK when checkpoint `path` (its loaded info) was written by a run with these training flags
-// (TrainerJson) and seed; otherwise InvalidArgument saying to resume with the same flags.
-absl::Status CheckSameRun(const CheckpointInfo& info, const std::string& path,
-                          const std::string& trainer_json, uint64_t seed);
+// How a resumed run continues a checkpoint.
+struct ResumePlan {
+  int64_t warmup_steps = 0;  // the schedule's warmup (the stored one unless given again)
+  std::string note;          // what changed, for the console ("" when nothing did)
+};
+
+// OK when checkpoint `path` (its loaded info) continues the run of these training flags
+// (TrainerJson) and seed: every flag the same, except that "steps" may be any total not below
+// the checkpoint's step (the run is extended, or cut short, as Megatron-LM does: the schedule
+// is recomputed for the new total, keeping the stored warmup unless `warmup_given`).
+// Otherwise InvalidArgument naming the first flag that differs and both values.
+absl::StatusOr<ResumePlan> CheckResume(const CheckpointInfo& info, const std::string& path,
+                                       const std::string& trainer_json, uint64_t seed,
+                                       bool warmup_given);
 
 // Removes all but the newest `keep` checkpoints in dir.
 absl::Status PruneCheckpoints(const std::string& dir, int keep);

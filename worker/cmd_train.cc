@@ -293,7 +293,8 @@ absl::Status RunTrain(const std::vector<std::string>& args) {
   // rank 0 writes the log and summary: a single process checks them here, a rank 0 among
   // other processes in Train, which ends every rank with its error.
   const std::vector<InputPath> inputs = {{"--config", flags.Get("--config")},
-                                         {"--data", o.data_dir, InputPath::kFolder}};
+                                         {"--data", o.data_dir, InputPath::kFolder},
+                                         {"--init-from", o.init_from, InputPath::kFileOrFolder}};
   SATDAR_RETURN_IF_ERROR(CheckInputs(inputs));
   if (world_size == 1 || launcher == "threads") {
     SATDAR_RETURN_IF_ERROR(CheckOutput("--log-jsonl", o.log_jsonl, false, inputs));

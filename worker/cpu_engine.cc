@@ -81,9 +81,9 @@ class CpuEngine : public StepEngine {
   }
   std::string Where() const override { return g_.shape.ToString(); }
 
-  absl::StatusOr<CheckpointInfo> Load(const std::string& path,
-                                      const std::string& config_json) override {
-    return state_->Load(path, config_json, params());
+  absl::StatusOr<CheckpointInfo> Load(const std::string& path, const std::string& config_json,
+                                      LoadWhat what) override {
+    return state_->Load(path, config_json, what == LoadWhat::kWeightsOnly, params());
   }
 
   absl::StatusOr<double> ForwardBackward(std::vector<std::vector<int32_t>>* micro) override {

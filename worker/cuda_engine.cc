@@ -81,10 +81,12 @@ class CudaEngine : public StepEngine {
   std::string Describe() const override;
   std::string Where() const override { return absl::StrCat("cuda:", device_); }
 
-  absl::StatusOr<CheckpointInfo> Load(const std::string& path,
-                                      const std::string& config_json) override {
+  absl::StatusOr<CheckpointInfo> Load(const std::string& path, const std::string& config_json,
+                                      LoadWhat what) override {
+    OptimizerBuffers<float> buffers = host_buffers();
+    if (what == LoadWhat::kWeightsOnly) buffers.exp_avg = buffers.exp_avg_sq = nullptr;
     SATDAR_ASSIGN_OR_RETURN(CheckpointInfo info,
-                            LoadCheckpoint<float>(path, config_json, params(), host_buffers()));
+                            LoadCheckpoint<float>(path, config_json, params(), buffers));
     SATDAR_RETURN_IF_ERROR(UploadState());
     return info;
   }

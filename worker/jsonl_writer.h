@@ -10,10 +10,16 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 
 namespace satdar::worker {
+
+// Drops the records of `path` whose "step" is past `step` (and a last line cut short by a
+// kill), replacing the file atomically when anything is dropped; returns how many were. A
+// missing file is OK (0).
+absl::StatusOr<int64_t> DropJsonlStepsAfter(const std::string& path, int64_t step);
 
 class JsonlWriter {
  public:

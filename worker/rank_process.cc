@@ -25,8 +25,13 @@ constexpr size_t kMaxPending = 20000;  // lines not yet uploaded; older ones are
 }  // namespace
 
 bool ParseProgressLine(const std::string& line, RankProgress* out) {
-  // step    10/200 | loss 7.5137 | lr 1.00e-03 | grad norm 1.127 | 1202 tok/s
+  // [2026-12-02T10:41:07.123Z ]step    10/200 | loss 7.5137 | lr 1.00e-03 | grad norm 1.127 |
+  // 1202 tok/s
   absl::string_view v(line);
+  if (v.size() > 21 && v[4] == '-' && v[10] == 'T') {  // the line's timestamp
+    const size_t space = v.find(' ');
+    if (space != absl::string_view::npos && v[space - 1] == 'Z') v.remove_prefix(space + 1);
+  }
   if (absl::ConsumePrefix(&v, "metrics: serving on http://")) {
     if (!absl::ConsumeSuffix(&v, "/metrics") || v.empty()) return false;
     out->metrics_address = std::string(v);

@@ -26,6 +26,8 @@
 
 namespace satdar::worker {
 
+enum class LoadWhat { kFullState, kWeightsOnly };
+
 class StepEngine {
  public:
   virtual ~StepEngine() = default;
@@ -37,9 +39,10 @@ class StepEngine {
   virtual std::string Describe() const = 0;
   virtual std::string Where() const = 0;
 
-  // Replaces the initial state (seeded weights, zero moments) by a checkpoint's.
+  // Replaces the initial state (seeded weights, zero moments) by a checkpoint's: all of it
+  // (a resume), or its weights only, the moments staying zero (--init-from, fine-tuning).
   virtual absl::StatusOr<CheckpointInfo> Load(const std::string& path,
-                                              const std::string& config_json) = 0;
+                                              const std::string& config_json, LoadWhat what) = 0;
   // One step's forward and backward passes over its micro-batches (tokens (B, T+1) each, B =
   // batch_size / microbatches), then every reduction of the gradients. Returns the step's
   // loss: the mean over micro-batches, averaged over the replicas.

@@ -61,7 +61,12 @@ void DefineTrainFlags(FlagSet* flags) {
   flags->Define("--checkpoint-dir", "folder for checkpoints (locked by the run)");
   flags->Define("--checkpoint-every", "checkpoint every N steps (and at the end)", false, "0");
   flags->Define("--keep-checkpoints", "newest checkpoints kept", false, "3");
-  flags->DefineBool("--resume", "continue from the newest checkpoint in --checkpoint-dir");
+  flags->DefineBool("--resume",
+                    "continue from the newest checkpoint in --checkpoint-dir (a larger --steps "
+                    "extends the run: the schedule is recomputed for the new total)");
+  flags->Define("--init-from",
+                "start from this checkpoint's weights (a file, a ckpt_<step>/ folder or a "
+                "checkpoint folder's newest; any layout) with a fresh optimizer at step 0");
   flags->Define("--dp", "data-parallel replicas", false, "1");
   flags->Define("--tp", "tensor-parallel ranks per model (heads, KV groups, MLP, vocabulary)",
                 false, "1");
@@ -155,6 +160,7 @@ absl::Status ParseTrainOptions(const FlagSet& flags, TrainOptions* o) {
   o->keep_checkpoints = static_cast<int>(keep);
   if (flags.Has("--warmup-steps")) {
     SATDAR_ASSIGN_OR_RETURN(o->warmup_steps, flags.GetInt("--warmup-steps", 0, kMaxSteps));
+    o->warmup_given = true;
   } else {
     o->warmup_steps = o->steps / 10;
   }
@@ -174,6 +180,7 @@ absl::Status ParseTrainOptions(const FlagSet& flags, TrainOptions* o) {
   o->summary_json = flags.Get("--summary-json");
   o->checkpoint_dir = flags.Get("--checkpoint-dir");
   o->resume = flags.GetBool("--resume");
+  o->init_from = flags.Get("--init-from");
   o->quiet = flags.GetBool("--quiet");
   o->progress = flags.Get("--progress");
   o->metrics_listen = flags.Get("--metrics-listen");

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/thread_pool.h"
+#include "core/timestamp.h"
 #include "worker/mfu.h"
 
 namespace satdar::worker {
@@ -59,7 +60,7 @@ void TrainObserver::SetModel(int64_t full_parameters, int world_size, const std:
     peak_flops_ = o_.peak_tflops * 1e12;
   } else if (engine_peak_flops > 0) {
     peak_flops_ = engine_peak_flops;
-  } else if (metrics_ != nullptr && !o_.gpu.enabled) {
+  } else if ((metrics_ != nullptr || (rank_ == 0 && !o_.log_jsonl.empty())) && !o_.gpu.enabled) {
     core::ThreadPool pool(o_.threads);
     peak_flops_ = MeasureCpuPeakFlops(&pool);
   }
@@ -74,14 +75,13 @@ void TrainObserver::OnStep(int64_t step, Json* line, int64_t tokens, const StepT
     ++steps_seen_;
     seconds_seen_ += seconds;
   }
-  if (metrics_ != nullptr) {
-    (*line)["phase_seconds"] = PhaseSeconds(times);
-    if (!line->contains("mfu") && peak_flops_ > 0) {
-      (*line)["mfu"] =
-          Mfu((*line)["tokens_per_second"].get<double>(), world_size_, flops_per_token_, peak_flops_);
-    }
-    metrics_->ObserveStep(*line, tokens);
+  // The step's phases and MFU go into the record whether or not metrics are served.
+  (*line)["phase_seconds"] = PhaseSeconds(times);
+  if (!line->contains("mfu") && peak_flops_ > 0) {
+    (*line)["mfu"] =
+        Mfu((*line)["tokens_per_second"].get<double>(), world_size_, flops_per_token_, peak_flops_);
   }
+  if (metrics_ != nullptr) metrics_->ObserveStep(*line, tokens);
   if (rank_ == 0 && !o_.quiet) PrintProgress(step, *line);
 }
 
@@ -93,7 +93,8 @@ void TrainObserver::Print(const std::string& text) {
   if (rank_ != 0 || o_.quiet) return;
   if (bar_drawn_) std::printf("\r\033[K");
   bar_drawn_ = false;
-  std::printf("%s\n", text.c_str());
+  // Lines for a log carry the time; a terminal's bar shows the ETA instead.
+  std::printf("%s%s\n", bar_ ? "" : (core::UtcTimestamp() + " ").c_str(), text.c_str());
   std::fflush(stdout);
 }
 
@@ -127,8 +128,8 @@ void TrainObserver::PrintProgress(int64_t step, const Json& line) {
     device = absl::StrFormat(" | MFU %.1f%% | peak %.2f GiB", 100 * line["mfu"].get<double>(),
                              line["peak_device_bytes"].get<int64_t>() / 1073741824.0);
   }
-  std::printf("step %5lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s%s\n",
-              static_cast<long long>(step), static_cast<long long>(o_.steps), loss,
+  std::printf("%s step %5lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s%s\n",
+              core::UtcTimestamp().c_str(), static_cast<long long>(step), static_cast<long long>(o_.steps), loss,
               line["lr"].get<double>(), line["grad_norm"].get<double>(), tps, device.c_str());
   std::fflush(stdout);
 }

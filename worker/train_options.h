@@ -52,6 +52,7 @@ struct TrainOptions {
   double lr = 1e-3;
   double min_lr_ratio = 0.1;
   int64_t warmup_steps = 0;
+  bool warmup_given = false;  // --warmup-steps given (not steps/10): kept over a resume
   double weight_decay = 0.1;
   double beta1 = 0.9;
   double beta2 = 0.95;
@@ -71,6 +72,10 @@ struct TrainOptions {
   // attempt that is being stopped may still hold it).
   int64_t lock_wait_seconds = 0;
   bool resume = false;
+  // A checkpoint (file, ckpt_<step>/ folder, or a checkpoint folder: its newest) whose weights
+  // start this run, with fresh optimizer moments at step 0 (fine-tuning). With --resume, a
+  // checkpoint of this run's own --checkpoint-dir wins.
+  std::string init_from;
   bool quiet = false;
   // Observability (metrics/train_metrics.h): with metrics_listen (HOST:PORT, port 0: a free
   // one) every rank serves Prometheus /metrics, labelled job_id and rank. MFU divides by

@@ -27,12 +27,15 @@ TrainState<T>::TrainState(const model::ParamTable& table, std::vector<ZeroPartit
 template <typename T>
 absl::StatusOr<CheckpointInfo> TrainState<T>::Load(const std::string& path,
                                                    const std::string& config_json,
+                                                   bool weights_only,
                                                    const model::ParamTable& table) {
   if (zero()) {
     exp_avg_.assign(n_, T(0));
     exp_avg_sq_.assign(n_, T(0));
   }
-  SATDAR_ASSIGN_OR_RETURN(CheckpointInfo info, LoadCheckpoint<T>(path, config_json, table, buffers()));
+  OptimizerBuffers<T> into = buffers();
+  if (weights_only) into.exp_avg = into.exp_avg_sq = nullptr;
+  SATDAR_ASSIGN_OR_RETURN(CheckpointInfo info, LoadCheckpoint<T>(path, config_json, table, into));
   for (size_t q = 0; q < parts_.size(); ++q) {  // keep this rank's shards of the moments
     parts_[q].ForOwned([&](int64_t k, int64_t flat) {
       m_shard_[q][k] = exp_avg_[flat];

@@ -40,7 +40,9 @@ class TrainState {
   const std::vector<ZeroPartition>& parts() const { return parts_; }
 
   // Loads a checkpoint into the parameters and (this rank's shards of) the moments.
+  // weights_only: the moments stay zero (fine-tuning from another run's weights).
   absl::StatusOr<CheckpointInfo> Load(const std::string& path, const std::string& config_json,
+                                      bool weights_only,
                                       const model::ParamTable& table);
   // The buffers a checkpoint writes; under ZeRO-1 first GatherMoments (every replica takes
   // part), and ReleaseMoments after writing.

@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "core/check.h"
 #include "core/file_util.h"
+#include "core/timestamp.h"
 #include "core/ops/adamw.h"
 #include "data/batches.h"
 #include "data/dataset.h"
@@ -78,6 +79,8 @@ class TrainRun {
   absl::Status Setup();
   absl::Status HoldOutputs();
   absl::Status Resume();
+  absl::Status InitFrom();
+  absl::Status DropLoggedStepsAfterResume();
   absl::Status Step(int64_t step);
   absl::Status Log(int64_t step, double loss, const core::AdamWParams& hp, double grad_norm,
                    double seconds, const StepTimes& times);
@@ -133,7 +136,10 @@ absl::Status TrainRun::Setup() {
   trainer_json_ = TrainerJson(o_);
   SATDAR_RETURN_IF_ERROR(HoldOutputs());
   SATDAR_RETURN_IF_ERROR(Resume());
-  if (!o_.log_jsonl.empty()) SATDAR_RETURN_IF_ERROR(log_.Open(o_.log_jsonl));
+  if (!o_.log_jsonl.empty()) {
+    if (o_.resume) SATDAR_RETURN_IF_ERROR(DropLoggedStepsAfterResume());
+    SATDAR_RETURN_IF_ERROR(log_.Open(o_.log_jsonl));
+  }
   if (!o_.quiet) {
     std::printf("%s\n", engine_->Describe().c_str());
     std::fflush(stdout);
@@ -175,22 +181,73 @@ absl::Status TrainRun::HoldOutputs() {
 }
 
 absl::Status TrainRun::Resume() {
-  if (!o_.resume) return absl::OkStatus();
-  SATDAR_ASSIGN_OR_RETURN(std::string latest, FindLatestCheckpoint(o_.checkpoint_dir));
-  if (latest.empty()) {
-    if (!o_.quiet) {
+  std::string latest;
+  if (o_.resume) {
+    SATDAR_ASSIGN_OR_RETURN(latest, FindLatestCheckpoint(o_.checkpoint_dir));
+    if (latest.empty() && !o_.quiet && o_.init_from.empty()) {
       std::printf("resume: no checkpoint in %s, starting at step 0\n", o_.checkpoint_dir.c_str());
     }
-    return absl::OkStatus();
   }
-  SATDAR_ASSIGN_OR_RETURN(CheckpointInfo info, engine_->Load(latest, config_json_));
-  SATDAR_RETURN_IF_ERROR(CheckSameRun(info, latest, trainer_json_, o_.seed));
+  if (latest.empty()) return InitFrom();
+  SATDAR_ASSIGN_OR_RETURN(CheckpointInfo info,
+                          engine_->Load(latest, config_json_, LoadWhat::kFullState));
+  SATDAR_ASSIGN_OR_RETURN(const ResumePlan plan, CheckResume(info, latest, trainer_json_, o_.seed,
+                                                             o_.warmup_given));
+  o_.warmup_steps = plan.warmup_steps;
+  trainer_json_ = TrainerJson(o_);  // what this run's checkpoints record
   start_step_ = info.step;
   resumed_loss_ = info.loss;
   first_sample_ = info.data_position;
   if (!o_.quiet) {
     std::printf("resume: %s (step %lld, %lld samples consumed)\n", latest.c_str(),
                 static_cast<long long>(start_step_), static_cast<long long>(first_sample_));
+    if (!plan.note.empty()) std::printf("resume: %s\n", plan.note.c_str());
+    if (!o_.init_from.empty()) {
+      std::printf("resume: --init-from %s is not used: the run continues its own checkpoint\n",
+                  o_.init_from.c_str());
+    }
+  }
+  return absl::OkStatus();
+}
+
+// --init-from: another run's weights (any layout), fresh moments, step 0, the data from the
+// start.
+absl::Status TrainRun::InitFrom() {
+  if (o_.init_from.empty()) return absl::OkStatus();
+  std::string path = o_.init_from;
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  const std::string base = path.substr(path.rfind('/') + 1);  // npos + 1 = 0
+  if (core::PathKind(path) == "a folder" && base.rfind("ckpt_", 0) != 0) {
+    SATDAR_ASSIGN_OR_RETURN(path, FindLatestCheckpoint(o_.init_from));
+    if (path.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--init-from: ", o_.init_from, " holds no checkpoint (ckpt_<step>.safetensors or "
+          "ckpt_<step>/)"));
+    }
+  }
+  auto info = engine_->Load(path, config_json_, LoadWhat::kWeightsOnly);
+  if (!info.ok()) {
+    const std::string message(info.status().message());
+    return absl::Status(info.status().code(),
+                        message.rfind("--init-from", 0) == 0 ? message
+                                                             : absl::StrCat("--init-from: ", message));
+  }
+  if (!o_.quiet) {
+    std::printf("init: weights from %s (step %lld of its run); optimizer moments fresh, starting "
+                "at step 0\n",
+                path.c_str(), static_cast<long long>(info->step));
+  }
+  return absl::OkStatus();
+}
+
+// A resumed run logs each step once: entries past the resumed step (logged by the attempt
+// that died after its last checkpoint) are dropped, the file replaced atomically.
+absl::Status TrainRun::DropLoggedStepsAfterResume() {
+  SATDAR_ASSIGN_OR_RETURN(const int64_t dropped, DropJsonlStepsAfter(o_.log_jsonl, start_step_));
+  if (dropped > 0 && !o_.quiet) {
+    std::printf("resume: dropped %lld entries past step %lld from %s\n",
+                static_cast<long long>(dropped), static_cast<long long>(start_step_),
+                o_.log_jsonl.c_str());
   }
   return absl::OkStatus();
 }
@@ -235,6 +292,7 @@ absl::Status TrainRun::Log(int64_t step, double loss, const core::AdamWParams& h
                            double grad_norm, double seconds, const StepTimes& times) {
   const double tps = tokens_per_step_ / seconds;
   Json line = {{"step", step},
+               {"time", core::UtcTimestamp()},
                {"loss", loss},
                {"lr", hp.lr},
                {"grad_norm", grad_norm},
@@ -283,6 +341,7 @@ absl::StatusOr<TrainSummary> TrainRun::Finish() {
   summary_.tokens_per_second = timed_seconds_ > 0 ? timed_tokens_ / timed_seconds_ : 0;
   summary_.peak_rss_bytes = PeakRssBytes();
   Json j = {{"steps", summary_.steps},
+            {"time", core::UtcTimestamp()},
             {"final_loss", summary_.final_loss},
             {"tokens_per_second", summary_.tokens_per_second},
             {"peak_rss_bytes", summary_.peak_rss_bytes},
@@ -335,6 +394,7 @@ Fingerprint RunFingerprint(const TrainOptions& o) {
           {"--checkpoint-dir", o.checkpoint_dir.empty() ? "none" : "a folder"},
           {"--checkpoint-every", absl::StrCat(o.checkpoint_every, "/", o.keep_checkpoints)},
           {"--resume", o.resume ? "true" : "false"},
+          {"--init-from", o.init_from.empty() ? "none" : "a checkpoint"},
           {"--comm-timeout", std::to_string(o.comm_timeout_seconds)}};
 }
 
