@@ -37,6 +37,23 @@ v1::Job Brief(const v1::Job& job) {
   return b;
 }
 
+// Records written before "failed (retried)" existed left "retrying" on attempts that were
+// retried, or whose job ended before its retry started.
+void NormalizeOutcomes(v1::Job* job) {
+  const bool final =
+      job->state() == v1::SUCCEEDED || job->state() == v1::FAILED || job->state() == v1::CANCELLED;
+  for (int i = 0; i < job->history_size(); ++i) {
+    v1::Attempt* a = job->mutable_history(i);
+    if (a->outcome() != "retrying") continue;
+    if (i + 1 < job->history_size()) {
+      a->set_outcome("failed (retried)");
+    } else if (final) {
+      a->set_outcome("failed");
+    }
+  }
+  if (final) job->clear_pending_reason();
+}
+
 }  // namespace
 
 ControlState::ControlState(std::unique_ptr<Store> store, ControlOptions options)
@@ -51,6 +68,7 @@ absl::StatusOr<std::unique_ptr<ControlState>> ControlState::Create(std::unique_p
   SATDAR_RETURN_IF_ERROR(s->store_->LoadJobs(&jobs));
   for (JobRecord& j : jobs) {
     const std::string id = j.job().job_id();
+    NormalizeOutcomes(j.mutable_job());
     if (!j.request_id().empty()) s->request_ids_[j.request_id()] = id;
     s->next_submit_order_ = std::max(s->next_submit_order_, j.submit_order() + 1);
     SATDAR_ASSIGN_OR_RETURN(s->log_sequence_[id], s->store_->LastLogSequence(id));
@@ -135,11 +153,14 @@ void ControlState::FinishJob(JobRecord* job, v1::JobState state, int exit_code,
   j->set_exit_code(exit_code);
   j->set_reason(reason);
   j->set_end_time_ms(Now());
+  j->clear_pending_reason();
   if (v1::Attempt* a = CurrentAttempt(job); a != nullptr && a->end_time_ms() == 0) {
     a->set_end_time_ms(Now());
     a->set_outcome(state == v1::SUCCEEDED ? "succeeded"
                    : state == v1::CANCELLED ? "cancelled"
                                             : "failed");
+  } else if (a != nullptr && a->outcome() == "retrying") {
+    a->set_outcome("failed");  // the job ended before its retry started
   }
   job->set_stopping(false);
   StopRanks(job);
@@ -183,6 +204,31 @@ void ControlState::FailAttempt(JobRecord* job, int rank, const std::string& reas
         absl::StrCat(reason, "; restarting from the newest checkpoint (attempt ", j->attempts() + 1,
                      " of at most ", j->max_restarts() + 1, ")"));
   MaybeReleaseStoppedGang(job);
+  SetPendingReason(job, RetryWait(*job), false);
+}
+
+std::string ControlState::RetryWait(const JobRecord& job) const {
+  const int attempts = job.job().attempts();
+  if (job.stopping()) {
+    return absl::StrCat("waiting for the ranks of attempt ", attempts, " to stop");
+  }
+  const int64_t left_ms = job.not_before_ms() - Now();
+  if (left_ms > 0) {
+    return absl::StrCat("waiting to retry (backoff): attempt ", attempts + 1, " in ",
+                        (left_ms + 999) / 1000, " s");
+  }
+  return "";
+}
+
+void ControlState::SetPendingReason(JobRecord* job, const std::string& reason, bool never_fits) {
+  v1::Job* j = job->mutable_job();
+  if (j->pending_reason() == reason) return;
+  j->set_pending_reason(reason);
+  progress_dirty_[j->job_id()] = true;  // written with the next flush, or the next Save
+  if (never_fits) {
+    Event(job, "waiting", reason);  // `submit --follow` says it, once per change
+    (void)Save(job);
+  }
 }
 
 // A retrying job waits until every rank of the failed attempt has ended (or its worker was
@@ -417,6 +463,7 @@ void ControlState::Schedule() {
     index[id] = static_cast<int>(free.size());
     free.push_back({id, w.worker().device(), w.worker().slots()});
   }
+  const std::vector<FreeSlots> capacity = free;  // every live worker, all its slots free
   std::vector<JobRecord*> pending;
   for (auto& [id, j] : jobs_) {
     for (const RankRecord& r : j.ranks()) {
@@ -425,20 +472,31 @@ void ControlState::Schedule() {
       auto it = index.find(r.worker_id());
       if (it != index.end()) --free[it->second].free;
     }
-    if (j.job().state() == v1::PENDING && !j.stopping()) pending.push_back(&j);
+    if (j.job().state() == v1::PENDING) pending.push_back(&j);
   }
   std::sort(pending.begin(), pending.end(), [](const JobRecord* a, const JobRecord* b) {
     return a->submit_order() < b->submit_order();
   });
   const int64_t now = Now();
   for (JobRecord* job : pending) {
-    if (job->not_before_ms() > now) continue;
+    if (const std::string wait = RetryWait(*job); !wait.empty()) {
+      SetPendingReason(job, wait, false);
+      continue;
+    }
     const v1::Job& j = job->job();
     const int tp = std::max(1, j.spec().layout().tp());
     const std::string device = j.spec().resources().device().empty() ? "cpu" : j.spec().resources().device();
     auto placement = PlaceGang(j.world_size(), tp, device, &free);
-    if (!placement.has_value()) continue;
+    if (!placement.has_value()) {
+      const GangWait why = WhyNotPlaced(j.world_size(), tp, device, free, capacity);
+      SetPendingReason(job, why.reason, why.never_fits);
+      continue;
+    }
     v1::Job* mj = job->mutable_job();
+    mj->clear_pending_reason();
+    if (mj->history_size() > 0 && mj->history(mj->history_size() - 1).outcome() == "retrying") {
+      mj->mutable_history(mj->history_size() - 1)->set_outcome("failed (retried)");
+    }
     if (options_.on_placed) {  // waited since submit, or since a retry's backoff ended
       options_.on_placed(static_cast<double>(now - std::max(j.submit_time_ms(), job->not_before_ms())) / 1000.0);
     }

@@ -113,7 +113,13 @@ class ControlState {
                  const std::string& reason);
   void MaybeReleaseStoppedGang(JobRecord* job);
   void LoseWorker(WorkerRecord* worker, const std::string& why);
+  // Places what fits, and sets every PENDING job's pending_reason.
   void Schedule();
+  // Why a PENDING job may not be placed yet whatever the slots: its failed attempt's ranks
+  // still stop, or its retry's backoff has not ended; "" when neither.
+  std::string RetryWait(const JobRecord& job) const;
+  // Sets Job.pending_reason; a reason that says the job can never fit is also an event.
+  void SetPendingReason(JobRecord* job, const std::string& reason, bool never_fits);
   void FlushProgress();
   // Global rank 0's step records (JSON text) into the job's dashboard series.
   static constexpr size_t kMaxRecordBytes = 1 << 20;

@@ -46,7 +46,8 @@ class ControlStateTest : public testing::Test {
     EXPECT_TRUE(resp.ok()) << resp.status();
     return resp.ok() ? resp->worker_id() : "";
   }
-  absl::StatusOr<std::string> Submit(int dp, int max_restarts, const std::string& request = "") {
+  absl::StatusOr<std::string> Submit(int dp, int max_restarts, const std::string& request = "",
+                                     int tp = 1) {
     v1::SubmitJobRequest req;
     req.set_request_id(request);
     v1::JobSpec* s = req.mutable_spec();
@@ -58,6 +59,7 @@ class ControlStateTest : public testing::Test {
       f->set_value(v);
     }
     s->mutable_layout()->set_dp(dp);
+    s->mutable_layout()->set_tp(tp);
     s->set_max_restarts(max_restarts);
     auto resp = state_->Submit(req);
     if (!resp.ok()) return resp.status();
@@ -187,6 +189,7 @@ TEST_F(ControlStateTest, ExitCodeTwoFailsAtOnceOtherFailuresRetryWithBackoff) {
   state_->Tick();
   EXPECT_EQ(Job(*flaky).attempts(), 2);
   EXPECT_EQ(Job(*flaky).state(), v1::RUNNING);
+  EXPECT_EQ(Job(*flaky).history(0).outcome(), "failed (retried)");  // no longer "retrying"
   // A report of the old attempt changes nothing (fencing).
   ASSERT_TRUE(Exit(w, *flaky, 1, 0, 1).ok());
   EXPECT_EQ(Job(*flaky).state(), v1::RUNNING);
@@ -195,6 +198,93 @@ TEST_F(ControlStateTest, ExitCodeTwoFailsAtOnceOtherFailuresRetryWithBackoff) {
   EXPECT_NE(Job(*flaky).reason().find("gave up after 2 attempt(s) (max_restarts 1)"),
             std::string::npos)
       << Job(*flaky).reason();
+  EXPECT_EQ(Job(*flaky).history(0).outcome(), "failed (retried)");
+  EXPECT_EQ(Job(*flaky).history(1).outcome(), "failed");
+}
+
+TEST_F(ControlStateTest, AJobCancelledBeforeItsRetryStartedReadsFailed) {
+  const std::string w = Worker("a", 1);
+  auto id = Submit(1, 3);
+  ASSERT_TRUE(id.ok());
+  Beat(w, {});
+  ASSERT_TRUE(Exit(w, *id, 1, 0, 1).ok());
+  EXPECT_EQ(Job(*id).history(0).outcome(), "retrying");
+  ASSERT_TRUE(state_->Cancel(*id).ok());  // during the backoff
+  const v1::Job j = Job(*id);
+  EXPECT_EQ(j.state(), v1::CANCELLED);
+  ASSERT_EQ(j.history_size(), 1);
+  EXPECT_EQ(j.history(0).outcome(), "failed");  // it was never retried
+  EXPECT_EQ(j.pending_reason(), "");
+}
+
+TEST_F(ControlStateTest, PendingJobsSayWhyTheyWait) {
+  auto early = Submit(1, 0);
+  ASSERT_TRUE(early.ok());
+  EXPECT_EQ(Job(*early).pending_reason(),
+            "waiting: needs 1 slot, no worker is registered; it starts once enough workers "
+            "register");
+  const std::string a = Worker("a", 1), b = Worker("b", 1);
+  EXPECT_EQ(Job(*early).state(), v1::RUNNING);  // placed when a worker registered
+  EXPECT_EQ(Job(*early).pending_reason(), "");
+  // 8 ranks on 2 slots in all: it can never start, and says so (also in lists and events).
+  auto huge = Submit(8, 0);
+  ASSERT_TRUE(huge.ok());
+  const std::string never =
+      "waiting: needs 8 slots, the 2 registered workers have 2; it starts once enough workers "
+      "register";
+  EXPECT_EQ(Job(*huge).state(), v1::PENDING);
+  EXPECT_EQ(Job(*huge).pending_reason(), never);
+  bool listed = false;
+  for (const v1::Job& j : state_->ListJobs({})) {
+    if (j.job_id() == *huge) listed = j.pending_reason() == never;
+  }
+  EXPECT_TRUE(listed);
+  std::vector<v1::JobEvent> events;
+  bool final;
+  ASSERT_TRUE(state_->Events(*huge, 0, 0, &events, &final).ok());
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[1].kind(), "waiting");
+  EXPECT_EQ(events[1].message(), never);
+  state_->Tick();
+  state_->Tick();
+  events.clear();
+  ASSERT_TRUE(state_->Events(*huge, 0, 0, &events, &final).ok());
+  EXPECT_EQ(events.size(), 2u);  // said once, not at every tick
+  // A job that fits but not now: how many slots it waits for.
+  auto next = Submit(2, 0);
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(Job(*next).pending_reason(), "waiting for 2 free slots (1 free)");
+  // TP groups must each fit on one worker: 4 slots in all, but room for one group of 2 only.
+  const std::string c = Worker("c", 3);
+  auto grouped = Submit(4, 0, "", 2);  // dp 4 x tp 2: 8 ranks
+  ASSERT_TRUE(grouped.ok());
+  EXPECT_EQ(Job(*grouped).pending_reason(),
+            "waiting: needs 8 slots in groups of 2 on one worker (TP 2), the 3 registered workers "
+            "have room for 2 (5 slots); it starts once enough workers register");
+  EXPECT_EQ(Job(*next).state(), v1::RUNNING);  // c's slots
+  auto tp_wait = Submit(1, 0, "", 2);
+  ASSERT_TRUE(tp_wait.ok());
+  EXPECT_EQ(Job(*tp_wait).pending_reason(),
+            "waiting for 2 free slots in groups of 2 on one worker (TP 2; 2 free, room for 0)");
+}
+
+TEST_F(ControlStateTest, ARetryingJobSaysWhatItWaitsFor) {
+  const std::string a = Worker("a", 1), b = Worker("b", 1);
+  auto id = Submit(2, 1);
+  ASSERT_TRUE(id.ok());
+  auto ra = Beat(a, {}), rb = Beat(b, {});
+  ASSERT_EQ(ra.start_size(), 1);
+  ASSERT_EQ(rb.start_size(), 1);
+  ASSERT_TRUE(Exit(a, *id, 1, ra.start(0).rank(), 1).ok());
+  EXPECT_EQ(Job(*id).state(), v1::PENDING);
+  EXPECT_EQ(Job(*id).pending_reason(), "waiting for the ranks of attempt 1 to stop");
+  ASSERT_TRUE(Exit(b, *id, 1, rb.start(0).rank(), -1, 15).ok());
+  state_->Tick();
+  EXPECT_EQ(Job(*id).pending_reason(), "waiting to retry (backoff): attempt 2 in 1 s");
+  now_ += 1500;
+  state_->Tick();
+  EXPECT_EQ(Job(*id).state(), v1::RUNNING);
+  EXPECT_EQ(Job(*id).pending_reason(), "");
 }
 
 TEST_F(ControlStateTest, LostWorkerRestartsTheGangElsewhere) {

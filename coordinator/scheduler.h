@@ -22,6 +22,18 @@ struct FreeSlots {
 std::optional<std::vector<std::string>> PlaceGang(int world, int group, const std::string& device,
                                                   std::vector<FreeSlots>* workers);
 
+// Why PlaceGang found no place for a gang of `world` ranks in groups of `group`: `free` as
+// PlaceGang saw it, `capacity` every live worker with all its slots free. never_fits: the
+// registered workers could not hold it even if idle ("waiting: needs 8 slots, the 2
+// registered workers have 2; ..."); otherwise it waits for slots to free up ("waiting for 2
+// free slots (1 free)").
+struct GangWait {
+  bool never_fits = false;
+  std::string reason;
+};
+GangWait WhyNotPlaced(int world, int group, const std::string& device,
+                      const std::vector<FreeSlots>& free, const std::vector<FreeSlots>& capacity);
+
 }  // namespace satdar::coordinator
 
 #endif  // SATDAR_COORDINATOR_SCHEDULER_H_

@@ -32,5 +32,27 @@ TEST(PlaceGang, ReplicasSpanWorkersAndDevicesMustMatch) {
   EXPECT_EQ(w[2].free, 0);
 }
 
+TEST(WhyNotPlaced, SaysWhetherTheWorkersCouldEverHoldTheGang) {
+  const std::vector<FreeSlots> capacity = {{"a", "cpu", 1}, {"g", "cuda", 4}};
+  const std::vector<FreeSlots> free = {{"a", "cpu", 0}, {"g", "cuda", 3}};
+  GangWait w = WhyNotPlaced(1, 1, "cpu", free, capacity);
+  EXPECT_FALSE(w.never_fits);
+  EXPECT_EQ(w.reason, "waiting for 1 free slot (0 free)");
+  w = WhyNotPlaced(2, 1, "cpu", free, capacity);  // cuda slots do not count
+  EXPECT_TRUE(w.never_fits);
+  EXPECT_EQ(w.reason, "waiting: needs 2 slots, the 1 registered worker has 1; it starts once "
+                      "enough workers register");
+  w = WhyNotPlaced(4, 2, "cuda", free, capacity);
+  EXPECT_FALSE(w.never_fits);
+  EXPECT_EQ(w.reason, "waiting for 4 free cuda slots in groups of 2 on one worker (TP 2; 3 free, "
+                      "room for 2)");
+  w = WhyNotPlaced(8, 1, "cuda", free, capacity);
+  EXPECT_EQ(w.reason, "waiting: needs 8 cuda slots, the 1 registered cuda worker has 4; it starts "
+                      "once enough workers register");
+  w = WhyNotPlaced(1, 1, "cuda", {}, {});
+  EXPECT_EQ(w.reason, "waiting: needs 1 cuda slot, no cuda worker is registered; it starts once "
+                      "enough workers register");
+}
+
 }  // namespace
 }  // namespace satdar::coordinator

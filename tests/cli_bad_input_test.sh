@@ -184,6 +184,20 @@ expect_fail eval_weights_of_other_model \
   "$SATDAR" eval --config config.json --weights dar_weights.safetensors \
   --synthetic-data --seq-len 8
 
+# The client commands name their positional argument, when it is missing and in --help.
+expect_fail status_no_job "give the job id (usage: satdar status JOB [flags])" "$SATDAR" status --json
+expect_fail cancel_no_job "give the job id (usage: satdar cancel JOB [flags])" "$SATDAR" cancel
+expect_fail logs_no_job "give the job id (usage: satdar logs JOB [flags])" "$SATDAR" logs --rank 0
+expect_fail submit_no_spec "give the job spec file (JOB.json) (usage: satdar submit JOB.json [flags])" \
+  "$SATDAR" submit --follow
+for c in "status JOB" "cancel JOB" "logs JOB" "submit JOB.json" "jobs" "workers"; do
+  if [[ $("$SATDAR" ${c%% *} --help | head -1) == "usage: satdar $c [flags]" ]]; then
+    echo "ok   help_${c%% *}"; passed=$((passed + 1))
+  else
+    echo "FAIL help_${c%% *}: $("$SATDAR" ${c%% *} --help | head -1)"; failed=$((failed + 1))
+  fi
+done
+
 # And the good path works: grad writes every gradient.
 "$SATDAR" grad --config config.json "${G[@]}" || { echo "FAIL good grad"; failed=$((failed + 1)); }
 [[ -s out.safetensors ]] && passed=$((passed + 1)) || { echo "FAIL no grad output"; failed=$((failed + 1)); }

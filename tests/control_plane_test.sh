@@ -164,6 +164,11 @@ wait_state "$J3" FAILED 60 && [[ $(field "$J3" attempts) == 2 ]] &&
   field "$J3" reason | grep -q "gave up after 2 attempt(s) (max_restarts 1)" &&
   ok "crashing job: FAILED after 2 attempts with the reason" ||
   fail "crashing job: $(field "$J3" state) $(field "$J3" attempts) $(field "$J3" reason)"
+# Once the job is done, its first attempt reads as what happened to it: it failed and was retried.
+"$SATDAR" status "$J3" --coordinator "$ADDR" >status.txt
+grep -q "^  attempt 1: failed (retried) - " status.txt && grep -q "^  attempt 2: failed - " status.txt &&
+  [[ $(field "$J3" history | /usr/bin/python3 -c "import json,sys; print([a['outcome'] for a in json.load(sys.stdin)])") == "['failed (retried)', 'failed']" ]] &&
+  ok "the retried attempt reads 'failed (retried)', not 'retrying'" || fail "attempt outcomes: $(cat status.txt)"
 
 echo "== cancel: every rank is gone within 10 s"
 job_spec long.json 100000
@@ -185,6 +190,47 @@ sleep 1
 [[ $(field "$JB" state) == PENDING ]] && ok "the second job waits (PENDING)" || fail "second: $(field "$JB" state)"
 wait_state "$JB" SUCCEEDED 120 && [[ $(field "$JA" state) == SUCCEEDED ]] && ok "then both SUCCEEDED" ||
   fail "queue: $(field "$JA" state) $(field "$JB" state)"
+
+echo "== a job the workers can never hold says so; pending jobs show no loss; the table is aligned"
+job_spec huge.json 8 "" '{"dp": 8}'
+LONG=a-rather-long-job-name-for-the-jobs-table-0123456789
+sed -i "s/\"name\": \"t\"/\"name\": \"$LONG\"/" huge.json
+timeout 3 "$SATDAR" submit huge.json --coordinator "$ADDR" --follow >huge.txt 2>&1
+JH=$(head -1 huge.txt)
+NEVER="waiting: needs 8 slots, the 2 registered workers have 2"
+grep -qF "$JH: $NEVER" huge.txt && ok "submit --follow says why the job cannot start" ||
+  fail "follow of a job that never fits: $(cat huge.txt)"
+[[ $(field "$JH" state) == PENDING && $(field "$JH" pending_reason) == "$NEVER"* ]] &&
+  ok "status --json: pending_reason" || fail "pending_reason: $(field "$JH" pending_reason)"
+"$SATDAR" status "$JH" --coordinator "$ADDR" >status.txt
+grep -qF "  $NEVER" status.txt && ! grep -q "loss" status.txt && ok "status says why, and no loss" ||
+  fail "status of a pending job: $(cat status.txt)"
+"$SATDAR" jobs --coordinator "$ADDR" --json | /usr/bin/python3 -c "
+import json, sys
+j = [j for j in json.load(sys.stdin) if j['job_id'] == '$JH'][0]
+assert j['pending_reason'].startswith('$NEVER') and j['loss'] is None and j['tokens_per_second'] is None, j" &&
+  ok "jobs --json: the reason, and no loss for a pending job" || fail "jobs --json of a pending job"
+"$SATDAR" jobs --coordinator "$ADDR" >jobs.txt
+if /usr/bin/python3 - jobs.txt "$JH" "$LONG" "$NEVER" <<'PY'
+import re, sys
+lines = open(sys.argv[1]).read().splitlines()
+job, name, never = sys.argv[2:5]
+cells = lambda line: [m.span() for m in re.finditer(r"\S+", line)][:8]
+head = cells(lines[0])
+assert [lines[0][a:b] for a, b in head] == ["JOB", "NAME", "STATE", "STEP", "LOSS", "TOK/S", "AGE", "ATTEMPTS"], lines[0]
+assert len(lines) >= 7, lines
+for line in lines[1:]:
+    row = cells(line)
+    # JOB, NAME and STATE start where their header starts; the numbers end where theirs ends.
+    assert [s for s, _ in row[:3]] == [s for s, _ in head[:3]], (lines[0], line)
+    assert [e for _, e in row[3:]] == [e for _, e in head[3:]], (lines[0], line)
+row = [l for l in lines if l.startswith(job)][0]
+assert f" {name} " in row and " PENDING " in row and row.endswith(never + "; it starts once enough workers register"), row
+assert [row[a:b] for a, b in cells(row)][4:6] == ["-", "-"], row  # no loss, no tokens/s
+PY
+then ok "jobs: every column aligned, the long name whole, the pending row without loss"
+else fail "jobs table: $(cat jobs.txt)"; fi
+"$SATDAR" cancel "$JH" --coordinator "$ADDR" >/dev/null
 
 echo "== kill -9 a worker mid-run: the job restarts from its checkpoint, same final weights"
 # 160 steps: enough left after checkpoint 8 that the job is still running when its worker

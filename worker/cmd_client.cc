@@ -3,6 +3,7 @@
 // permission denied; 4 no such job; 1 anything else.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -63,7 +64,8 @@ absl::StatusOr<Client> Connect(const FlagSet& flags) {
   return c;
 }
 
-// One flag-less argument (the job spec file, the job id) taken out of args.
+// One flag-less argument (the job spec file, the job id) taken out of args; missing, an
+// error naming it with the command's usage line.
 absl::StatusOr<std::string> Positional(std::vector<std::string>* args, const std::string& what,
                                        const FlagSet& flags) {
   for (size_t i = 0; i < args->size(); ++i) {
@@ -77,7 +79,7 @@ absl::StatusOr<std::string> Positional(std::vector<std::string>* args, const std
     args->erase(args->begin() + static_cast<std::ptrdiff_t>(i));
     return v;
   }
-  return absl::InvalidArgumentError(absl::StrCat("give the ", what));
+  return absl::InvalidArgumentError(absl::StrCat("give the ", what, " (", flags.UsageLine(), ")"));
 }
 
 std::string StateName(int s) { return v1::JobState_Name(static_cast<v1::JobState>(s)); }
@@ -97,6 +99,10 @@ absl::Status Unary(const Client& c, const Req& req, Resp* resp, Call call) {
                                              last.message()));
 }
 
+// A job has a loss and a throughput to show once rank 0 reported a step, and only while it is
+// not waiting (a PENDING job's numbers would be 0 or its failed attempt's).
+bool HasProgress(const v1::Job& j) { return j.step() > 0 && j.state() != v1::PENDING; }
+
 Json JobJson(const v1::Job& j) {
   Json summary = nullptr;
   if (!j.summary_json().empty()) {
@@ -111,8 +117,9 @@ Json JobJson(const v1::Job& j) {
               {"reason", j.reason()},
               {"step", j.step()},
               {"steps", j.steps()},
-              {"loss", j.loss()},
-              {"tokens_per_second", j.tokens_per_second()},
+              {"loss", HasProgress(j) ? Json(j.loss()) : Json(nullptr)},
+              {"tokens_per_second", HasProgress(j) ? Json(j.tokens_per_second()) : Json(nullptr)},
+              {"pending_reason", j.pending_reason()},
               {"world_size", j.world_size()},
               {"max_restarts", j.max_restarts()},
               {"submit_time_ms", j.submit_time_ms()},
@@ -155,11 +162,40 @@ std::string ProgressLine(const v1::Job& j) {
   std::string line = absl::StrFormat("%s %-9s step %lld/%lld", j.job_id(), StateName(j.state()),
                                      static_cast<long long>(j.step()),
                                      static_cast<long long>(j.steps()));
-  if (j.step() > 0) {
+  if (HasProgress(j)) {
     absl::StrAppendFormat(&line, " | loss %.4f | %.0f tok/s", j.loss(), j.tokens_per_second());
   }
   if (j.attempts() > 1) absl::StrAppend(&line, " | attempt ", j.attempts());
   return line;
+}
+
+// Columns as wide as their widest cell (header included), in code points: names with wide or
+// control characters may still misalign (`--json` is for programs). The last column is not
+// padded; `right` marks the right-aligned (numeric) columns.
+void PrintTable(const std::vector<std::vector<std::string>>& rows, const std::vector<bool>& right) {
+  auto width = [](const std::string& s) {
+    size_t n = 0;
+    for (unsigned char c : s) n += (c & 0xC0) != 0x80;  // not a UTF-8 continuation byte
+    return n;
+  };
+  std::vector<size_t> widths(right.size(), 0);
+  for (const auto& row : rows) {
+    for (size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], width(row[c]));
+  }
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t c = 0; c < row.size(); ++c) {
+      const std::string pad(widths[c] - width(row[c]), ' ');
+      if (c > 0) line += "  ";
+      if (c + 1 == row.size() && !right[c]) {
+        line += row[c];
+      } else {
+        line += right[c] ? pad + row[c] : row[c] + pad;
+      }
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    std::printf("%s\n", line.c_str());
+  }
 }
 
 // Streams the job's events until it is final (reconnecting if the coordinator restarts);
@@ -211,7 +247,7 @@ absl::StatusOr<std::string> RequestId() {
 }  // namespace
 
 absl::Status RunSubmit(const std::vector<std::string>& in) {
-  FlagSet flags("submit");
+  FlagSet flags("submit", "JOB.json");
   DefineClientFlags(&flags);
   flags.DefineBool("--follow", "stream the job's progress; exit 0 only if it SUCCEEDED");
   flags.DefineBool("--json", "print {\"job_id\": ...}");
@@ -244,7 +280,7 @@ absl::Status RunSubmit(const std::vector<std::string>& in) {
 }
 
 absl::Status RunStatus(const std::vector<std::string>& in) {
-  FlagSet flags("status");
+  FlagSet flags("status", "JOB");
   DefineClientFlags(&flags);
   flags.DefineBool("--json", "one JSON object");
   if (WantsHelp(in)) return PrintHelp(flags);
@@ -265,6 +301,7 @@ absl::Status RunStatus(const std::vector<std::string>& in) {
   std::printf("%s%s\n", ProgressLine(j).c_str(), j.name().empty() ? "" : absl::StrCat(" (", j.name(), ")").c_str());
   std::printf("  %d rank(s), %d attempt(s) of at most %d, submitted %s ago\n", j.world_size(),
               j.attempts(), j.max_restarts() + 1, Age(j.submit_time_ms()).c_str());
+  if (!j.pending_reason().empty()) std::printf("  %s\n", j.pending_reason().c_str());
   if (!j.reason().empty()) std::printf("  reason: %s\n", j.reason().c_str());
   for (const v1::Attempt& a : j.history()) {
     std::printf("  attempt %d: %s%s\n", a.number(), a.outcome().empty() ? "running" : a.outcome().c_str(),
@@ -292,19 +329,24 @@ absl::Status RunJobs(const std::vector<std::string>& args) {
     std::printf("%s\n", all.dump().c_str());
     return absl::OkStatus();
   }
-  std::printf("%-11s %-16s %-9s %13s %8s %9s %6s %8s\n", "JOB", "NAME", "STATE", "STEP", "LOSS",
-              "TOK/S", "AGE", "ATTEMPTS");
+  // REASON: why a PENDING job waits, why a job failed or was cancelled.
+  std::vector<std::vector<std::string>> rows = {
+      {"JOB", "NAME", "STATE", "STEP", "LOSS", "TOK/S", "AGE", "ATTEMPTS", "REASON"}};
   for (const v1::Job& j : resp.jobs()) {
-    std::printf("%-11s %-16s %-9s %6lld/%-6lld %8.4f %9.0f %6s %8d\n", j.job_id().c_str(),
-                j.name().substr(0, 16).c_str(), StateName(j.state()).c_str(),
-                static_cast<long long>(j.step()), static_cast<long long>(j.steps()), j.loss(),
-                j.tokens_per_second(), Age(j.submit_time_ms()).c_str(), j.attempts());
+    const bool progress = HasProgress(j);
+    rows.push_back({j.job_id(), j.name().empty() ? "-" : j.name(), StateName(j.state()),
+                    absl::StrCat(j.step(), "/", j.steps()),
+                    progress ? absl::StrFormat("%.4f", j.loss()) : "-",
+                    progress ? absl::StrFormat("%.0f", j.tokens_per_second()) : "-",
+                    Age(j.submit_time_ms()), absl::StrCat(j.attempts()),
+                    j.state() == v1::PENDING ? j.pending_reason() : j.reason()});
   }
+  PrintTable(rows, {false, false, false, true, true, true, true, true, false});
   return absl::OkStatus();
 }
 
 absl::Status RunCancel(const std::vector<std::string>& in) {
-  FlagSet flags("cancel");
+  FlagSet flags("cancel", "JOB");
   DefineClientFlags(&flags);
   if (WantsHelp(in)) return PrintHelp(flags);
   std::vector<std::string> args = in;
@@ -322,7 +364,7 @@ absl::Status RunCancel(const std::vector<std::string>& in) {
 }
 
 absl::Status RunLogs(const std::vector<std::string>& in) {
-  FlagSet flags("logs");
+  FlagSet flags("logs", "JOB");
   DefineClientFlags(&flags);
   flags.Define("--rank", "only this rank's lines (default: every rank, each line marked)");
   flags.Define("--tail", "only the last N lines", false, "0");
@@ -381,13 +423,14 @@ absl::Status RunWorkers(const std::vector<std::string>& args) {
     std::printf("%s\n", all.dump().c_str());
     return absl::OkStatus();
   }
-  std::printf("%-12s %-24s %-6s %-7s %-6s %s\n", "WORKER", "NAME", "STATE", "DEVICE", "SLOTS",
-              "HEARTBEAT");
+  std::vector<std::vector<std::string>> rows = {
+      {"WORKER", "NAME", "STATE", "DEVICE", "SLOTS", "HEARTBEAT"}};
   for (const v1::Worker& w : resp.workers()) {
-    std::printf("%-12s %-24s %-6s %-7s %2d/%-3d %s ago\n", w.worker_id().c_str(),
-                w.name().substr(0, 24).c_str(), w.state().c_str(), w.device().c_str(),
-                w.busy_slots(), w.slots(), Age(w.last_heartbeat_ms()).c_str());
+    rows.push_back({w.worker_id(), w.name(), w.state(), w.device(),
+                    absl::StrCat(w.busy_slots(), "/", w.slots()),
+                    absl::StrCat(Age(w.last_heartbeat_ms()), " ago")});
   }
+  PrintTable(rows, {false, false, false, false, true, false});
   return absl::OkStatus();
 }
 

@@ -17,8 +17,28 @@ namespace satdar::worker {
 namespace {
 
 void PrintResult(const nlohmann::json& result, const EvalOptions& o) {
-  std::printf("loss %.6f over %lld tokens\n", result["loss"].get<double>(),
-              static_cast<long long>(result["tokens"].get<int64_t>()));
+  const int64_t sequences = result["sequences"].get<int64_t>();
+  std::printf("loss %.6f over %lld tokens (%lld sequences of %d)\n", result["loss"].get<double>(),
+              static_cast<long long>(result["tokens"].get<int64_t>()),
+              static_cast<long long>(sequences), o.seq_len);
+  if (result.contains("split_tokens")) {
+    // How much of the validation split that is, and whether --batches was capped.
+    const long long split_tokens = result["split_tokens"].get<int64_t>();
+    const int64_t split = result["split_sequences"].get<int64_t>();
+    const int64_t asked = static_cast<int64_t>(o.batches) * o.batch_size;
+    if (sequences < asked) {
+      std::printf("  all %lld sequences of the validation split (%lld tokens), each once: "
+                  "--batches %d would read it %.2f times (add --repeat for that)\n",
+                  static_cast<long long>(split), split_tokens, o.batches,
+                  static_cast<double>(asked) / split);
+    } else if (sequences > split) {
+      std::printf("  the validation split (%lld tokens) read %.2f times (--repeat)\n",
+                  split_tokens, static_cast<double>(sequences) / split);
+    } else {
+      std::printf("  %lld of the validation split's %lld sequences (%lld tokens)\n",
+                  static_cast<long long>(sequences), static_cast<long long>(split), split_tokens);
+    }
+  }
   if (result.contains("mqar_accuracy")) {
     std::printf("MQAR recall accuracy %.4f over %lld queries\n",
                 result["mqar_accuracy"].get<double>(),
@@ -60,7 +80,12 @@ absl::Status RunEval(const std::vector<std::string>& args) {
   flags.DefineBool("--synthetic-data", "evaluate on uniformly random tokens");
   flags.Define("--batch-size", "sequences per batch", false, "8");
   flags.Define("--seq-len", "tokens per sequence", true);
-  flags.Define("--batches", "batches to average over", false, "8");
+  flags.Define("--batches",
+               "batches to average over, at most: a dataset's validation split is scored once "
+               "(fewer batches when it is shorter)",
+               false, "8");
+  flags.DefineBool("--repeat", "with --data DATASET: read the validation split again until "
+                   "--batches are done");
   flags.Define("--seed", "data seed", false, "0");
   flags.Define("--threads", "CPU threads", false, "1");
   flags.DefineEnum("--dtype", "precision", {"f32", "f64"}, "f32");
@@ -81,6 +106,7 @@ absl::Status RunEval(const std::vector<std::string>& args) {
   o.batch_size = static_cast<int>(batch);
   o.seq_len = static_cast<int>(seq);
   o.batches = static_cast<int>(batches);
+  o.repeat = flags.GetBool("--repeat");
   o.seed = static_cast<uint64_t>(seed);
   o.threads = static_cast<int>(threads);
   o.weights = flags.Get("--weights");

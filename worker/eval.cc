@@ -1,5 +1,6 @@
 #include "worker/eval.h"
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -70,6 +71,12 @@ absl::StatusOr<nlohmann::json> EvaluateTyped(const EvalOptions& o) {
           "part-of-speech sidecars)");
     }
   }
+  // How many sequences to score: a validation split's windows at most once unless repeated.
+  int64_t sequences = static_cast<int64_t>(o.batches) * o.batch_size;
+  if (val != nullptr && !o.repeat) {
+    sequences = std::min<int64_t>(sequences, static_cast<int64_t>(val->samples_per_epoch()));
+  }
+  const int batches = static_cast<int>((sequences + o.batch_size - 1) / o.batch_size);
   const int layers = o.config.num_hidden_layers, heads = o.config.num_key_value_heads;
   std::vector<double> gate_sum(static_cast<size_t>(data::kNumPosGroups) * layers * heads, 0.0);
   std::vector<int64_t> group_tokens(data::kNumPosGroups, 0);
@@ -78,17 +85,18 @@ absl::StatusOr<nlohmann::json> EvaluateTyped(const EvalOptions& o) {
   std::vector<double> gates;
   // One pass: the mean loss, and (first pass only) the MQAR and category statistics.
   auto mean_loss = [&](bool analyse) -> absl::StatusOr<double> {
-    double sum = 0;
-    for (int i = 0; i < o.batches; ++i) {
+    double sum = 0;  // cross-entropy x sequences
+    for (int i = 0; i < batches; ++i) {
       const int64_t first = static_cast<int64_t>(i) * o.batch_size;
-      source->Batch(kEvalFirstStep + i, 0, first, o.batch_size, o.seq_len, tokens.data());
+      const int count = static_cast<int>(std::min<int64_t>(o.batch_size, sequences - first));
+      source->Batch(kEvalFirstStep + i, 0, first, count, o.seq_len, tokens.data());
       SATDAR_RETURN_IF_ERROR(
-          model->Forward(params.data(), tokens.data(), o.batch_size, o.seq_len).status());
-      sum += model->last_cross_entropy();
+          model->Forward(params.data(), tokens.data(), count, o.seq_len).status());
+      sum += model->last_cross_entropy() * count;
       if (!analyse) continue;
       if (mqar != nullptr) {
         model->Predictions(&pred);
-        for (int b = 0; b < o.batch_size; ++b) {
+        for (int b = 0; b < count; ++b) {
           for (int t : mqar->QueryPositions(o.seq_len)) {
             ++queries;
             recalled += pred[b * o.seq_len + t] == tokens[b * (o.seq_len + 1) + t + 1];
@@ -96,7 +104,7 @@ absl::StatusOr<nlohmann::json> EvaluateTyped(const EvalOptions& o) {
         }
       }
       if (o.gate_by_category) {
-        for (int b = 0; b < o.batch_size; ++b) {
+        for (int b = 0; b < count; ++b) {
           const uint64_t start = val->WindowStart(first + b);
           for (int t = 0; t < o.seq_len; ++t) {
             ++group_tokens[dataset->pos(data::Split::kVal, start + t)];
@@ -104,7 +112,7 @@ absl::StatusOr<nlohmann::json> EvaluateTyped(const EvalOptions& o) {
         }
         for (int layer = 1; layer < layers; ++layer) {
           if (!model->GateValues(layer, &gates)) continue;
-          for (int b = 0; b < o.batch_size; ++b) {
+          for (int b = 0; b < count; ++b) {
             const uint64_t start = val->WindowStart(first + b);
             for (int t = 0; t < o.seq_len; ++t) {
               const int g = dataset->pos(data::Split::kVal, start + t);
@@ -117,13 +125,19 @@ absl::StatusOr<nlohmann::json> EvaluateTyped(const EvalOptions& o) {
         }
       }
     }
-    return sum / o.batches;
+    return sum / static_cast<double>(sequences);
   };
   model->ResetStats();
   nlohmann::json result;
   SATDAR_ASSIGN_OR_RETURN(const double loss, mean_loss(true));
   result["loss"] = loss;
-  result["tokens"] = static_cast<int64_t>(o.batches) * o.batch_size * o.seq_len;
+  result["tokens"] = sequences * o.seq_len;
+  result["sequences"] = sequences;
+  result["batches"] = batches;
+  if (val != nullptr) {
+    result["split_tokens"] = dataset->tokens(data::Split::kVal);
+    result["split_sequences"] = val->samples_per_epoch();
+  }
   nlohmann::json stats = nlohmann::json::object();
   model->AppendStats(&stats);
   result["stats"] = stats;

@@ -3,11 +3,14 @@
 
 #include <cmath>
 #include <fstream>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "core/file_util.h"
 #include "core/safetensors.h"
 #include "core/testing/tmp_dir.h"
+#include "data/shard.h"
 #include "gtest/gtest.h"
 #include "model/model.h"
 #include "worker/trainer.h"
@@ -58,6 +61,69 @@ EvalOptions Options(const std::string& weights) {
   o.threads = 2;
   o.f64 = true;
   return o;
+}
+
+// A prepared dataset (data/dataset.h) of random ids in [1, 64) with `val_tokens` validation
+// tokens, one document per split (ending with the EOS id 0).
+std::string WriteDataset(const std::string& name, int val_tokens) {
+  const std::string dir = TestTmpDir(name);
+  std::mt19937 gen(3);
+  auto ids = [&](int n) {
+    std::vector<uint32_t> t(n);
+    for (uint32_t& x : t) x = 1 + gen() % 63;
+    t.back() = 0;
+    return t;
+  };
+  SATDAR_CHECK(data::WriteShard(dir + "/train_00000.bin", ids(500), {0}, 2, 64).ok());
+  SATDAR_CHECK(data::WriteShard(dir + "/val_00000.bin", ids(val_tokens), {0}, 2, 64).ok());
+  SATDAR_CHECK(core::WriteFileAtomically(dir + "/tokenizer.model", "not read by eval").ok());
+  const nlohmann::json manifest = {
+      {"version", 1}, {"tokenizer", "tokenizer.model"}, {"vocab_size", 64}, {"token_bytes", 2},
+      {"eos_id", 0},
+      {"shards",
+       {{{"file", "train_00000.bin"}, {"split", "train"}, {"tokens", 500}, {"documents", 1}},
+        {{"file", "val_00000.bin"}, {"split", "val"}, {"tokens", val_tokens}, {"documents", 1}}}}};
+  SATDAR_CHECK(core::WriteFileAtomically(dir + "/manifest.json", manifest.dump()).ok());
+  return dir;
+}
+
+// `satdar eval --data DATASET` scores each sequence of the validation split at most once:
+// --batches beyond the split is capped (and says how much it scored) unless repeat is asked.
+TEST(Eval, AValidationSplitIsScoredAtMostOnceUnlessRepeated) {
+  EvalOptions o = Options(WriteWeights(SatConfig(), 1.0, "split.safetensors"));
+  o.synthetic_data = false;
+  o.data_dir = WriteDataset("eval_split", 107);  // (107 - 1) / 16 = 6 windows of 16 + 1 tokens
+  o.batch_size = 4;
+  o.batches = 8;  // asks for 32 sequences
+  auto r = Evaluate(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ((*r)["sequences"], 6);
+  EXPECT_EQ((*r)["batches"], 2);  // 4 + a last batch of 2
+  EXPECT_EQ((*r)["tokens"], 6 * 16);
+  EXPECT_EQ((*r)["split_tokens"], 107);
+  EXPECT_EQ((*r)["split_sequences"], 6);
+  // The short last batch weighs what it holds: the loss of one sequence at a time.
+  EvalOptions single = o;
+  single.batch_size = 1;
+  single.batches = 1000;
+  auto one = Evaluate(single);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ((*one)["sequences"], 6);
+  EXPECT_NEAR((*one)["loss"].get<double>(), (*r)["loss"].get<double>(), 1e-12);
+  // Fewer batches than the split holds: exactly those.
+  o.batches = 1;
+  auto part = Evaluate(o);
+  ASSERT_TRUE(part.ok()) << part.status();
+  EXPECT_EQ((*part)["sequences"], 4);
+  EXPECT_EQ((*part)["tokens"], 4 * 16);
+  // Asked to repeat: 12 sequences are the split twice, so the same mean.
+  o.batches = 3;
+  o.repeat = true;
+  auto twice = Evaluate(o);
+  ASSERT_TRUE(twice.ok()) << twice.status();
+  EXPECT_EQ((*twice)["sequences"], 12);
+  EXPECT_EQ((*twice)["tokens"], 12 * 16);
+  EXPECT_NEAR((*twice)["loss"].get<double>(), (*r)["loss"].get<double>(), 1e-12);
 }
 
 TEST(Eval, ZeroAblationEqualsClosedGates) {

@@ -162,8 +162,13 @@ absl::StatusOr<double> FlagSet::GetDouble(const std::string& name, double min_va
   return v;
 }
 
+std::string FlagSet::UsageLine() const {
+  return absl::StrCat("usage: satdar ", command_, arguments_.empty() ? "" : " ", arguments_,
+                      " [flags]");
+}
+
 std::string FlagSet::Usage() const {
-  std::string out = absl::StrCat("usage: satdar ", command_, " [flags]\n");
+  std::string out = UsageLine() + "\n";
   for (const std::string& name : order_) {
     const Flag& f = flags_.at(name);
     const std::string value =

@@ -27,7 +27,10 @@ namespace satdar::worker {
 
 class FlagSet {
  public:
-  explicit FlagSet(std::string command) : command_(std::move(command)) {}
+  // `arguments`: what the command takes besides flags, for its usage line ("JOB" gives
+  // "usage: satdar status JOB [flags]").
+  explicit FlagSet(std::string command, std::string arguments = "")
+      : command_(std::move(command)), arguments_(std::move(arguments)) {}
 
   void Define(const std::string& name, const std::string& help, bool required = false,
               const std::string& default_value = "");
@@ -55,7 +58,8 @@ class FlagSet {
                                    bool min_inclusive = true,
                                    double max_value = 1e300) const;
 
-  std::string Usage() const;
+  std::string UsageLine() const;  // "usage: satdar CMD [ARGS] [flags]"
+  std::string Usage() const;      // the usage line, then every flag
 
  private:
   struct Flag {
@@ -67,6 +71,7 @@ class FlagSet {
     std::vector<std::string> choices;  // enum flags
   };
   std::string command_;
+  std::string arguments_;
   std::vector<std::string> order_;
   std::map<std::string, Flag> flags_;
   std::map<std::string, std::vector<std::string>> values_;

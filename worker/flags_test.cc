@@ -103,5 +103,13 @@ TEST(Flags, EnumsAreCheckedAtParse) {
   EXPECT_NE(g.Usage().find("--data-format auto|text|brown"), std::string::npos) << g.Usage();
 }
 
+TEST(Flags, UsageNamesTheArguments) {
+  FlagSet f("status", "JOB");
+  f.DefineBool("--json", "one JSON object");
+  EXPECT_EQ(f.UsageLine(), "usage: satdar status JOB [flags]");
+  EXPECT_EQ(f.Usage().rfind("usage: satdar status JOB [flags]\n", 0), 0u) << f.Usage();
+  EXPECT_EQ(FlagSet("jobs").UsageLine(), "usage: satdar jobs [flags]");
+}
+
 }  // namespace
 }  // namespace satdar::worker

@@ -155,13 +155,16 @@ function renderJobs(jobs) {
     link.href = "#job=" + encodeURIComponent(j.job_id);
     const id = el("td"); id.appendChild(link); tr.appendChild(id);
     tr.appendChild(el("td", j.name));
-    tr.appendChild(el("td", j.state, "state-" + j.state));
+    const state = el("td", j.state, "state-" + j.state);
+    if (j.pending_reason) state.title = j.pending_reason;  // why it waits
+    tr.appendChild(state);
     tr.appendChild(el("td", j.design || ""));
     const l = j.layout || {};
     tr.appendChild(el("td", `dp${l.dp} tp${l.tp} pp${l.pp} ep${l.ep} ${j.device || ""}`));
     tr.appendChild(el("td", `${j.step}/${j.steps}`));
-    tr.appendChild(el("td", fmt(j.loss, 4)));
-    tr.appendChild(el("td", fmt(j.tokens_per_second, 0)));
+    const running = j.state !== "PENDING" && j.step > 0;  // a waiting job has no loss
+    tr.appendChild(el("td", fmt(running ? j.loss : null, 4)));
+    tr.appendChild(el("td", fmt(running ? j.tokens_per_second : null, 0)));
     tr.appendChild(el("td", j.attempts));
     tr.appendChild(el("td", ago(j.submit_time_ms)));
     tbody.appendChild(tr);
@@ -189,7 +192,9 @@ function column(series, name) {
 
 function renderJob(data) {
   const job = data.job, s = data.series;
-  document.getElementById("job-title").textContent = `${job.job_id} ${job.name ? "· " + job.name : ""} · ${job.state}`;
+  document.getElementById("job-title").textContent =
+    `${job.job_id} ${job.name ? "· " + job.name : ""} · ${job.state}` +
+    (job.pending_reason ? ` · ${job.pending_reason}` : "");  // why it waits
   const l = job.layout || {};
   document.getElementById("job-facts").textContent =
     `${job.design || ""} · dp${l.dp} tp${l.tp} pp${l.pp} ep${l.ep} on ${job.device || "cpu"} · step ${job.step}/${job.steps}` +
