@@ -11,6 +11,7 @@
 #include "coordinator/job_spec.h"
 #include "coordinator/scheduler.h"
 #include "core/check.h"
+#include "core/timestamp.h"
 
 namespace satdar::coordinator {
 
@@ -117,7 +118,10 @@ void ControlState::Event(JobRecord* job, const std::string& kind, const std::str
   *e.mutable_job() = Brief(job->job());
   job->set_event_sequence(e.sequence());
   absl::Status s = store_->AddEvent(job->job().job_id(), e);
-  if (!s.ok()) std::fprintf(stderr, "coordinator: %s\n", std::string(s.message()).c_str());
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s coordinator: %s\n", core::UtcTimestamp().c_str(),
+                 std::string(s.message()).c_str());
+  }
   changed_.notify_all();
 }
 

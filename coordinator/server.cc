@@ -15,6 +15,7 @@
 #include "metrics/http_server.h"
 #include "coordinator/store.h"
 #include "core/check.h"
+#include "core/timestamp.h"
 #include "core/file_util.h"
 #include "nlohmann/json.hpp"
 #include "proto/rpc.h"
@@ -264,9 +265,11 @@ absl::Status RunCoordinator(const ServerOptions& o, const std::atomic<bool>* sto
                          {"http", o.http.empty() ? nlohmann::json(nullptr) : nlohmann::json(http.address())}};
   SATDAR_RETURN_IF_ERROR(core::WriteFileAtomically(o.state_dir + "/coordinator.json", info.dump() + "\n"));
   if (!o.quiet) {
-    std::printf("coordinator: serving on %s (state in %s)\n", bound.c_str(), o.state_dir.c_str());
+    std::printf("%s coordinator: serving on %s (state in %s)\n", core::UtcTimestamp().c_str(),
+                bound.c_str(), o.state_dir.c_str());
     if (!o.http.empty()) {
-      std::printf("coordinator: dashboard on http://%s/ (metrics /metrics, targets /prometheus/targets)\n",
+      std::printf("%s coordinator: dashboard on http://%s/ (metrics /metrics, targets /prometheus/targets)\n",
+                  core::UtcTimestamp().c_str(),
                   http.address().c_str());
     }
     std::fflush(stdout);

@@ -66,6 +66,28 @@ assert len(g['content']) == 2 and len(g['content'][0]) == 2
 assert r['category_tokens']['content'] > 0 and r['category_tokens']['punctuation'] > 0
 " && ok gate_by_category || { fail gate_by_category; cat cat.txt; }
 
+# A group without tokens has no mean: "n/a" in the table, null in the JSON, never 0.0000.
+mkdir -p nopunct && cp brown/cats.txt nopunct/
+for f in brown/c[a-r][0-9][0-9]; do
+  python3 -c "
+import re, sys
+for line in open(sys.argv[1]):
+    print(' '.join(t for t in line.split() if re.search('[a-z]', t.rsplit('/', 1)[-1])))
+" "$f" >"nopunct/$(basename "$f")"
+done
+"$SATDAR" prep --input nopunct --out ds_np --tokenizer ds/tokenizer.model --val-fraction 0.2 \
+  --quiet >/dev/null 2>&1 && "$SATDAR" eval --config sat.json --weights ck/ckpt_00000006.safetensors \
+  --data ds_np --seq-len 16 --batch-size 2 --batches 2 --gate-by-category --json np.json >np.txt \
+  && python3 -c "
+import json
+r = json.load(open('np.json'))
+assert r['category_tokens']['punctuation'] == 0, r['category_tokens']
+assert all(v is None for row in r['gate_by_category']['punctuation'] for v in row), r
+assert all(v is not None for row in r['gate_by_category']['content'] for v in row), r
+rows = [l.split() for l in open('np.txt') if len(l.split()) == 5 and l.split()[1].isdigit()]
+assert rows and all(row[-1] == 'n/a' and row[2] != 'n/a' for row in rows), rows
+" && ok gate_by_category_empty_group_is_na || { fail gate_by_category_empty_group_is_na; cat np.txt; }
+
 "$SATDAR" eval --config sat.json --weights ck/ckpt_00000006.safetensors --task mqar \
   --mqar-keys 20 --mqar-values 20 --mqar-pairs 4 --mqar-queries 4 --seq-len 16 --batches 2 \
   --json mqar.json >/dev/null && python3 -c "

@@ -55,7 +55,11 @@ void PrintResult(const nlohmann::json& result, const EvalOptions& o) {
       for (size_t h = 0; h < (*by.begin())[l].size(); ++h) {
         std::printf("%5zu %4zu", l + 2, h);
         for (const auto& [group, values] : by.items()) {
-          std::printf(" %12.4f", values[l][h].get<double>());
+          if (values[l][h].is_null()) {
+            std::printf(" %12s", "n/a");  // no token of this group
+          } else {
+            std::printf(" %12.4f", values[l][h].get<double>());
+          }
         }
         std::printf("\n");
       }

@@ -153,7 +153,9 @@ absl::StatusOr<nlohmann::json> EvaluateTyped(const EvalOptions& o) {
         nlohmann::json per_head = nlohmann::json::array();
         for (int h = 0; h < heads; ++h) {
           const double sum = gate_sum[(static_cast<size_t>(g) * layers + layer) * heads + h];
-          per_head.push_back(group_tokens[g] > 0 ? sum / group_tokens[g] : 0.0);
+          // A group with no token has no mean (null), never a gate of 0.
+          per_head.push_back(group_tokens[g] > 0 ? nlohmann::json(sum / group_tokens[g])
+                                                 : nlohmann::json(nullptr));
         }
         per_layer.push_back(per_head);
       }
