@@ -119,11 +119,11 @@ int Utf8Sequence(const unsigned char* p, size_t n) {
 
 }  // namespace
 
-std::string DecodeText(absl::string_view bytes, DecodeStats* stats) {
+std::string DecodeText(absl::string_view bytes, DecodeStats* stats, bool at_start) {
   *stats = DecodeStats();
   const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
   size_t n = bytes.size(), i = 0;
-  if (n >= 3 && p[0] == 0xef && p[1] == 0xbb && p[2] == 0xbf) {
+  if (at_start && n >= 3 && p[0] == 0xef && p[1] == 0xbb && p[2] == 0xbf) {
     stats->bom = true;
     i = 3;
   }
@@ -144,6 +144,7 @@ std::string DecodeText(absl::string_view bytes, DecodeStats* stats) {
       i += static_cast<size_t>(len);
     } else {
       out += "\xef\xbf\xbd";  // U+FFFD
+      if (stats->first_invalid < 0) stats->first_invalid = static_cast<int64_t>(i);
       ++stats->replaced;
       stats->invalid_bytes += -len;
       i += static_cast<size_t>(-len);

@@ -44,9 +44,11 @@ struct DecodeStats {
   int64_t invalid_bytes = 0;    // bytes in those sequences
   int64_t controls = 0;         // control characters other than tab, LF, CR, FF
   int64_t first_nul = -1;       // offset of the first NUL byte, -1 when there is none
+  int64_t first_invalid = -1;   // offset of the first invalid sequence, -1 when there is none
   bool bom = false, crlf = false;
 };
-std::string DecodeText(absl::string_view bytes, DecodeStats* stats);
+// at_start: bytes begin the file (only there is a BOM dropped).
+std::string DecodeText(absl::string_view bytes, DecodeStats* stats, bool at_start = true);
 
 // Whether decoded bytes were binary rather than text: a NUL byte, or more than a quarter of
 // the bytes invalid UTF-8 or control characters. Empty when text; otherwise why ("a NUL byte

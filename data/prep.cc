@@ -6,7 +6,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
@@ -17,6 +20,7 @@
 #include "data/corpus.h"
 #include "data/dataset.h"
 #include "data/pos.h"
+#include "data/prep_input.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
 #include "nlohmann/json.hpp"
@@ -28,181 +32,64 @@ namespace {
 // SentencePiece models are a few MB even for 256k pieces.
 constexpr size_t kMaxTokenizerBytes = size_t{1} << 30;
 
-struct Word {
-  int begin, end;  // byte range in the document text
-  PosGroup group;
-};
-
-struct Document {
-  std::string name;
-  std::string text;
-  std::vector<Word> words;  // Brown only
-  bool val = false;
-};
-
-bool IsDir(const std::string& p) {
-  struct stat st;
-  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-// Brown text: one sentence per line, words joined by spaces, each word's group recorded.
-Document BrownDocument(const std::string& name, const std::string& tagged) {
-  Document doc;
-  doc.name = name;
-  size_t pos = 0;
-  while (pos < tagged.size()) {
-    size_t eol = tagged.find('\n', pos);
-    if (eol == std::string::npos) eol = tagged.size();
-    std::vector<TaggedWord> words = ParseBrownLine(absl::string_view(tagged).substr(pos, eol - pos));
-    for (size_t i = 0; i < words.size(); ++i) {
-      if (i > 0) doc.text.push_back(' ');
-      const int begin = static_cast<int>(doc.text.size());
-      doc.text += words[i].word;
-      doc.words.push_back({begin, static_cast<int>(doc.text.size()), words[i].group});
-    }
-    if (!words.empty()) doc.text.push_back('\n');
-    pos = eol + 1;
-  }
-  return doc;
-}
-
-bool IsJsonlName(const std::string& name) {
-  return name.size() > 6 && name.compare(name.size() - 6, 6, ".jsonl") == 0;
-}
-
-// One document per non-blank line: the string under o.jsonl_key of the object on it.
-absl::Status ReadJsonl(const PrepOptions& o, const std::string& name, const std::string& text,
-                       std::vector<Document>* docs) {
-  int64_t line_no = 0;
-  for (size_t pos = 0; pos < text.size();) {
-    size_t eol = text.find('\n', pos);
-    if (eol == std::string::npos) eol = text.size();
-    const absl::string_view line = absl::string_view(text).substr(pos, eol - pos);
-    pos = eol + 1;
-    ++line_no;
-    if (line.find_first_not_of(" \t\r\f") == absl::string_view::npos) continue;
-    const std::string where = absl::StrCat("--input: ", name, " line ", line_no);
-    SATDAR_ASSIGN_OR_RETURN(nlohmann::json j, core::ParseJson(line, where));
-    if (!j.is_object()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": expected a JSON object (one document per line)"));
-    }
-    const auto it = j.find(o.jsonl_key);
-    if (it == j.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": the object has no \"", o.jsonl_key, "\" field (the text's key: --jsonl-key)"));
-    }
-    if (!it->is_string()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": field \"", o.jsonl_key, "\" is not a string"));
-    }
-    std::string doc = it->get<std::string>();
-    if (doc.find('\0') != std::string::npos) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": field \"", o.jsonl_key, "\" holds a NUL character"));
-    }
-    if (doc.empty()) continue;
-    Document d;
-    d.name = absl::StrCat(name, ":", line_no);
-    d.text = std::move(doc);
-    docs->push_back(std::move(d));
-  }
-  return absl::OkStatus();
-}
-
-// A file's text, decoded leniently (or strictly with --strict-utf8); false when the file is
-// skipped (binary or empty), recorded in the summary either way.
-absl::StatusOr<bool> DecodeFile(const PrepOptions& o, const std::string& name,
-                                const std::string& path, std::string* text, PrepSummary* summary) {
-  auto bytes = core::ReadFileToString(path, core::kNoSizeLimit);
-  if (!bytes.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--input: ", bytes.status().message()));
-  }
-  summary->bytes += static_cast<int64_t>(bytes->size());
-  auto skip = [&](std::string why) {
-    std::fprintf(stderr, "prep: warning: skipping %s: %s\n", name.c_str(), why.c_str());
-    summary->decoded.push_back({name, 0, std::move(why)});
-    return false;
-  };
-  if (bytes->empty()) return skip("empty");
-  if (o.strict_utf8) {
-    SATDAR_RETURN_IF_ERROR(CheckIsText(*bytes, path, "--input", /*utf8=*/true));
-  }
-  DecodeStats stats;
-  *text = DecodeText(*bytes, &stats);
-  const std::string binary = BinaryReason(stats, bytes->size());
-  if (!binary.empty()) return skip(absl::StrCat("binary (", binary, ")"));
-  ++summary->files;
-  summary->bom_files += stats.bom;
-  summary->crlf_files += stats.crlf;
-  if (stats.replaced > 0) {
-    summary->replaced += stats.replaced;
-    summary->decoded.push_back({name, stats.replaced, ""});
-  }
-  return true;
-}
-
-absl::Status ReadInputs(const PrepOptions& o, std::vector<Document>* docs, bool* brown,
-                        PrepSummary* summary) {
-  *brown = false;
-  for (const std::string& input : o.inputs) {
-    std::vector<std::pair<std::string, std::string>> files;  // (display name, path)
-    bool is_brown = o.format == "brown";
-    if (IsDir(input)) {
-      SATDAR_ASSIGN_OR_RETURN(std::vector<std::string> names, ListFiles(input, "--input"));
-      SATDAR_RETURN_IF_ERROR(CheckNotPreparedDataset(input, names, "--input"));
-      if (o.format == "auto") is_brown = std::count(names.begin(), names.end(), "cats.txt") > 0;
-      for (const std::string& n : names) {
-        if (is_brown && !IsBrownFile(n)) continue;
-        files.emplace_back(input + "/" + n, input + "/" + n);
-      }
-    } else {
-      files.emplace_back(input, input);
-    }
-    for (const auto& [name, path] : files) {
-      std::string text;
-      SATDAR_ASSIGN_OR_RETURN(const bool read, DecodeFile(o, name, path, &text, summary));
-      if (!read) continue;
-      if (o.format == "jsonl" || (o.format == "auto" && !is_brown && IsJsonlName(name))) {
-        SATDAR_RETURN_IF_ERROR(ReadJsonl(o, name, text, docs));
-        continue;
-      }
-      Document doc;
-      if (is_brown) {
-        doc = BrownDocument(name, text);
-        *brown = true;
-      } else {
-        doc.name = name;
-        doc.text = std::move(text);
-      }
-      if (!doc.text.empty()) docs->push_back(std::move(doc));
-    }
-  }
-  if (docs->empty()) {
-    return absl::InvalidArgumentError("--input: the inputs hold no text (empty corpus)");
-  }
-  if (*brown) {
-    for (const Document& d : *docs) {
-      if (d.words.empty() && !d.text.empty()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--input: ", d.name, " mixes plain text with the Brown corpus; prepare them apart"));
-      }
-    }
-  }
-  return absl::OkStatus();
-}
+// Tokenizer training reads at most this much text, sampled evenly (a keyed hash per line)
+// from the training documents: SentencePiece's BPE trainer takes about 85 bytes of memory per
+// byte of text (4.7 GB for 55 MB), and a few tens of MB of text are as good a sample of a
+// corpus's pieces as all of it.
+constexpr int64_t kTokenizerSampleBytes = int64_t{16} << 20;
+// SentencePiece skips sentences over 16384 bytes; longer lines are cut at spaces.
+constexpr size_t kMaxSampleLine = 8192;
 
 // The group of the word holding a piece's first byte that is not whitespace: "▁the" starts on
 // the space before "the" and belongs to "the". Pieces of whitespace only, or of bytes between
 // words, are "none". *w is the first word that may still hold a later piece (pieces come in
 // text order).
-PosGroup PieceGroup(const Document& d, int begin, int end, size_t* w) {
+PosGroup PieceGroup(const TextPiece& d, int begin, int end, size_t* w) {
   int at = begin;
   while (at < end && (d.text[at] == ' ' || d.text[at] == '\n' || d.text[at] == '\t')) ++at;
   if (at >= end) return kPosNone;
   while (*w < d.words.size() && d.words[*w].end <= at) ++*w;
   const bool inside = *w < d.words.size() && d.words[*w].begin <= at;
   return inside ? d.words[*w].group : kPosNone;
+}
+
+// Which documents are held out: a keyed hash of the name below --val-fraction, and when that
+// picks none (and there are two or more), the document of the smallest hash.
+class Holdout {
+ public:
+  explicit Holdout(const PrepOptions& o) : o_(o) {}
+  void See(const std::string& name) {
+    const double u = U(name);
+    val_ += u < o_.val_fraction;
+    if (u < min_u_) {
+      min_u_ = u;
+      min_name_ = name;
+    }
+  }
+  void Finish(int64_t documents) {
+    if (o_.val_fraction > 0 && val_ == 0 && documents > 1) {
+      fallback_ = min_name_;
+      val_ = 1;
+    }
+  }
+  bool Val(const std::string& name) const {
+    return U(name) < o_.val_fraction || (!fallback_.empty() && name == fallback_);
+  }
+  int64_t val() const { return val_; }
+
+ private:
+  double U(const std::string& name) const {
+    return core::RandomUniform(o_.seed, core::HashString(name), 0);
+  }
+  const PrepOptions& o_;
+  int64_t val_ = 0;
+  double min_u_ = 2;
+  std::string min_name_, fallback_;
+};
+
+absl::Status WriteError(const std::string& path) {
+  // ENOSPC and EIO as what they are, naming the file.
+  return absl::InternalError(absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));
 }
 
 class Progress {
@@ -270,32 +157,56 @@ nlohmann::json DecodingJson(const PrepSummary& s) {
           {"crlf_files", s.crlf_files}};
 }
 
-absl::StatusOr<PrepSummary> PrepInto(const PrepOptions& o, const std::string& tmp) {
-  PrepSummary summary;
-  std::vector<Document> docs;
-  bool brown = false;
-  SATDAR_RETURN_IF_ERROR(ReadInputs(o, &docs, &brown, &summary));
-  int64_t text_bytes = 0;
-  for (const Document& d : docs) text_bytes += static_cast<int64_t>(d.text.size());
-  Progress progress(o.progress, text_bytes);
-  // Held-out documents: a keyed hash of the name, at least one when asked for.
-  int val = 0;
-  for (Document& d : docs) {
-    d.val = core::RandomUniform(o.seed, core::HashString(d.name), 0) < o.val_fraction;
-    val += d.val;
-  }
-  if (o.val_fraction > 0 && val == 0 && docs.size() > 1) {
-    docs.back().val = true;
-    val = 1;
-  }
-  if (val == static_cast<int>(docs.size())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--val-fraction ", o.val_fraction, " leaves no training document among ", docs.size()));
-  }
-  summary.documents = static_cast<int64_t>(docs.size());
-  summary.val_documents = val;
+// A bounded sample of the training documents' lines, for tokenizer training.
+absl::Status WriteTokenizerSample(const PrepOptions& o, const std::vector<Source>& sources,
+                                  const Holdout& holdout, int64_t text_bytes,
+                                  const std::string& path, int64_t* sampled) {
+  const double p = std::min(1.0, static_cast<double>(kTokenizerSampleBytes) /
+                                     static_cast<double>(std::max<int64_t>(1, text_bytes)));
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) return WriteError(path);
+  bool failed = false;
+  auto put = [&](absl::string_view line) {
+    failed |= std::fwrite(line.data(), 1, line.size(), f) != line.size() ||
+              std::fputc('\n', f) == EOF;
+    *sampled += static_cast<int64_t>(line.size()) + 1;
+  };
+  int64_t doc = -1, line_index = 0;
+  uint64_t key = 0;
+  absl::Status s = ForEachPiece(o, sources, [&](TextPiece& piece) -> absl::Status {
+    if (piece.doc != doc) {
+      doc = piece.doc;
+      line_index = 0;
+      const std::string name = DocumentName(piece);
+      key = holdout.Val(name) ? 0 : core::HashString(name) | 1;  // 0: a held-out document
+    }
+    if (key == 0) return absl::OkStatus();
+    absl::string_view text(piece.text);
+    for (size_t pos = 0; pos < text.size() && !failed;) {
+      size_t eol = text.find('\n', pos);
+      if (eol == absl::string_view::npos) eol = text.size();
+      absl::string_view line = text.substr(pos, eol - pos);
+      pos = eol + 1;
+      if (line.empty() || core::RandomUniform(o.seed + 1, key, line_index++) >= p) continue;
+      while (line.size() > kMaxSampleLine) {
+        size_t cut = line.rfind(' ', kMaxSampleLine);
+        if (cut == absl::string_view::npos || cut == 0) cut = kMaxSampleLine;
+        while (cut > 1 && (static_cast<unsigned char>(line[cut]) & 0xc0) == 0x80) --cut;
+        put(line.substr(0, cut));
+        line.remove_prefix(cut);
+      }
+      put(line);
+    }
+    return failed ? WriteError(path) : absl::OkStatus();
+  });
+  failed |= std::fclose(f) != 0;
+  SATDAR_RETURN_IF_ERROR(s);
+  return failed ? WriteError(path) : absl::OkStatus();
+}
 
-  // Tokenizer: train on the training split, or take the given model.
+absl::StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(
+    const PrepOptions& o, const std::vector<Source>& sources, const Holdout& holdout,
+    int64_t text_bytes, const std::string& tmp, PrepSummary* summary) {
   const std::string model_path = tmp + "/tokenizer.model";
   if (!o.tokenizer.empty()) {
     auto bytes = core::ReadFileToString(o.tokenizer, kMaxTokenizerBytes);
@@ -305,12 +216,12 @@ absl::StatusOr<PrepSummary> PrepInto(const PrepOptions& o, const std::string& tm
     SATDAR_RETURN_IF_ERROR(core::WriteFileAtomically(model_path, *bytes));
   } else {
     const std::string text_path = tmp + "/train_text.txt";
-    std::string all;
-    for (const Document& d : docs) {
-      if (!d.val) all += d.text + "\n";
+    SATDAR_RETURN_IF_ERROR(WriteTokenizerSample(o, sources, holdout, text_bytes, text_path,
+                                                &summary->tokenizer_sample_bytes));
+    if (o.progress) {
+      std::fprintf(stderr, "prep: training a %d-piece BPE tokenizer on %.1f MB of sampled text\n",
+                   o.vocab_size, summary->tokenizer_sample_bytes / 1e6);
     }
-    SATDAR_RETURN_IF_ERROR(core::WriteFileAtomically(text_path, all));
-    if (o.progress) std::fprintf(stderr, "prep: training a %d-piece BPE tokenizer\n", o.vocab_size);
     std::string error;
     if (!Tokenizer::Train(text_path, tmp + "/tokenizer", o.vocab_size, o.threads, &error)) {
       return absl::InvalidArgumentError(absl::StrCat("--vocab-size ", o.vocab_size, ": ", error));
@@ -325,85 +236,182 @@ absl::StatusOr<PrepSummary> PrepInto(const PrepOptions& o, const std::string& tm
         o.tokenizer.empty() ? "tokenizer training: " : "--tokenizer: ", o.tokenizer, ": ",
         load_error));
   }
-  summary.vocab_size = tokenizer->vocab_size();
-  if (o.vocab_size > 0 && o.vocab_size != summary.vocab_size) {
+  summary->vocab_size = tokenizer->vocab_size();
+  if (o.vocab_size > 0 && o.vocab_size != summary->vocab_size) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--tokenizer: ", o.tokenizer, " has ", summary.vocab_size, " pieces but --vocab-size is ",
+        "--tokenizer: ", o.tokenizer, " has ", summary->vocab_size, " pieces but --vocab-size is ",
         o.vocab_size));
   }
-  const int width = summary.vocab_size <= 65536 ? 2 : 4;
-  core::ThreadPool pool(o.threads);
-  const int eos = tokenizer->eos_id();
+  return tokenizer;
+}
 
-  // Encode and shard each split.
-  nlohmann::json shards = nlohmann::json::array();
-  int64_t done = 0;
-  for (const bool val_split : {false, true}) {
-    const char* split = val_split ? "val" : "train";
-    std::vector<uint32_t> tokens;
-    std::vector<uint32_t> groups;
-    std::vector<uint64_t> starts;
-    int index = 0;
-    auto flush = [&]() -> absl::Status {
-      if (tokens.empty()) return absl::OkStatus();
-      char name[64];
-      std::snprintf(name, sizeof(name), "%s_%05d.bin", split, index);
-      SATDAR_RETURN_IF_ERROR(WriteShard(tmp + "/" + name, tokens, starts, width, summary.vocab_size));
-      nlohmann::json entry = {{"file", name}, {"split", split}, {"tokens", tokens.size()},
-                              {"documents", starts.size()}};
-      if (brown) {
-        char pos_name[64];
-        std::snprintf(pos_name, sizeof(pos_name), "%s_%05d.pos", split, index);
-        SATDAR_RETURN_IF_ERROR(WriteShard(tmp + "/" + pos_name, groups, starts, 1, 0));
-        entry["pos"] = pos_name;
-      }
-      shards.push_back(entry);
-      (val_split ? summary.val_tokens : summary.train_tokens) += static_cast<int64_t>(tokens.size());
-      ++summary.shards;
-      ++index;
-      tokens.clear();
-      groups.clear();
-      starts.clear();
-      return absl::OkStatus();
-    };
-    // Documents are encoded in parallel, a chunk at a time, and appended in order.
-    std::vector<const Document*> split_docs;
-    for (const Document& d : docs) {
-      if (d.val == val_split) split_docs.push_back(&d);
+// One split's shards being written: documents never span shards; a document longer than a
+// shard is cut there (it continues as the next document).
+class ShardSplit {
+ public:
+  ShardSplit(const PrepOptions& o, const std::string& tmp, const char* split, bool pos,
+             int width, int vocab, int eos, nlohmann::json* shards, PrepSummary* summary)
+      : o_(o), tmp_(tmp), split_(split), pos_(pos), width_(width), vocab_(vocab), eos_(eos),
+        shards_(shards), summary_(summary) {}
+
+  void Append(int id, PosGroup group) {
+    if (!open_) {
+      starts_.push_back(tokens_.size());
+      open_ = true;
     }
-    constexpr size_t kChunk = 64;
-    std::vector<std::vector<int>> ids(kChunk), begins(kChunk), ends(kChunk);
-    for (size_t c0 = 0; c0 < split_docs.size(); c0 += kChunk) {
-      const size_t c1 = std::min(split_docs.size(), c0 + kChunk);
-      pool.ParallelFor(static_cast<int64_t>(c1 - c0), [&](int64_t k0, int64_t k1) {
-        for (int64_t k = k0; k < k1; ++k) {
-          tokenizer->Encode(split_docs[c0 + k]->text, &ids[k], &begins[k], &ends[k]);
-        }
-      });
-      for (size_t k = 0; k < c1 - c0; ++k) {
-        const Document& d = *split_docs[c0 + k];
-        starts.push_back(tokens.size());
-        size_t w = 0;
-        for (size_t i = 0; i < ids[k].size(); ++i) {
-          tokens.push_back(static_cast<uint32_t>(ids[k][i]));
-          if (brown) groups.push_back(PieceGroup(d, begins[k][i], ends[k][i], &w));
-        }
-        tokens.push_back(static_cast<uint32_t>(eos));  // end of document
-        if (brown) groups.push_back(kPosNone);
-        done += static_cast<int64_t>(d.text.size());
-        if (static_cast<int64_t>(tokens.size()) >= o.shard_tokens) SATDAR_RETURN_IF_ERROR(flush());
-      }
-      progress.Update("tokenize", std::min(done, text_bytes));
-    }
-    SATDAR_RETURN_IF_ERROR(flush());
+    tokens_.push_back(static_cast<uint32_t>(id));
+    if (pos_) groups_.push_back(group);
   }
+  // The end of a piece: of its document (last), or a cut when the shard is full.
+  absl::Status EndPiece(bool last) {
+    if (!open_) return absl::OkStatus();
+    const bool full = static_cast<int64_t>(tokens_.size()) >= o_.shard_tokens;
+    if (!last && !full) return absl::OkStatus();
+    if (!last) ++summary_->cut_documents;
+    Append(eos_, kPosNone);
+    open_ = false;
+    return full ? Flush() : absl::OkStatus();
+  }
+  absl::Status Flush() {
+    if (tokens_.empty()) return absl::OkStatus();
+    char name[64];
+    std::snprintf(name, sizeof(name), "%s_%05d.bin", split_, index_);
+    SATDAR_RETURN_IF_ERROR(WriteShard(tmp_ + "/" + name, tokens_, starts_, width_, vocab_));
+    nlohmann::json entry = {{"file", name}, {"split", split_}, {"tokens", tokens_.size()},
+                            {"documents", starts_.size()}};
+    if (pos_) {
+      char pos_name[64];
+      std::snprintf(pos_name, sizeof(pos_name), "%s_%05d.pos", split_, index_);
+      SATDAR_RETURN_IF_ERROR(WriteShard(tmp_ + "/" + pos_name, groups_, starts_, 1, 0));
+      entry["pos"] = pos_name;
+    }
+    shards_->push_back(entry);
+    const bool val = std::string(split_) == "val";
+    (val ? summary_->val_tokens : summary_->train_tokens) += static_cast<int64_t>(tokens_.size());
+    (val ? summary_->val_documents : summary_->documents) += static_cast<int64_t>(starts_.size());
+    ++summary_->shards;
+    ++index_;
+    tokens_.clear();
+    groups_.clear();
+    starts_.clear();
+    return absl::OkStatus();
+  }
+
+ private:
+  const PrepOptions& o_;
+  std::string tmp_;
+  const char* split_;
+  bool pos_;
+  int width_, vocab_, eos_;
+  nlohmann::json* shards_;
+  PrepSummary* summary_;
+  std::vector<uint32_t> tokens_, groups_;
+  std::vector<uint64_t> starts_;
+  int index_ = 0;
+  bool open_ = false;
+};
+
+// Encodes every document into its split's shards: pieces in batches, each batch's pieces in
+// parallel, appended in order.
+absl::Status EncodeAll(const PrepOptions& o, const std::vector<Source>& sources,
+                       const Holdout& holdout, const Tokenizer& tokenizer, bool brown,
+                       const std::string& tmp, int64_t text_bytes, nlohmann::json* shards,
+                       PrepSummary* summary) {
+  const int width = summary->vocab_size <= 65536 ? 2 : 4;
+  const int eos = tokenizer.eos_id();
+  // Shard entries list train shards first: each split's entries are kept apart.
+  nlohmann::json train_shards = nlohmann::json::array(), val_shards = nlohmann::json::array();
+  ShardSplit train(o, tmp, "train", brown, width, summary->vocab_size, eos, &train_shards, summary);
+  ShardSplit val(o, tmp, "val", brown, width, summary->vocab_size, eos, &val_shards, summary);
+  core::ThreadPool pool(o.threads);
+  Progress progress(o.progress, text_bytes);
+  const size_t batch_size = static_cast<size_t>(4 * o.threads);
+  std::vector<TextPiece> batch;
+  std::vector<bool> held_out;
+  std::vector<std::vector<int>> ids(batch_size), begins(batch_size), ends(batch_size);
+  int64_t done = 0, doc = -1;
+  bool doc_val = false;
+  auto run = [&]() -> absl::Status {
+    pool.ParallelFor(static_cast<int64_t>(batch.size()), [&](int64_t k0, int64_t k1) {
+      for (int64_t k = k0; k < k1; ++k) tokenizer.Encode(batch[k].text, &ids[k], &begins[k], &ends[k]);
+    });
+    for (size_t k = 0; k < batch.size(); ++k) {
+      ShardSplit& split = held_out[k] ? val : train;
+      size_t w = 0;
+      for (size_t i = 0; i < ids[k].size(); ++i) {
+        split.Append(ids[k][i], brown ? PieceGroup(batch[k], begins[k][i], ends[k][i], &w) : kPosNone);
+      }
+      SATDAR_RETURN_IF_ERROR(split.EndPiece(batch[k].last));
+      done += static_cast<int64_t>(batch[k].text.size());
+    }
+    progress.Update("tokenize", std::min(done, text_bytes));
+    batch.clear();
+    held_out.clear();
+    return absl::OkStatus();
+  };
+  SATDAR_RETURN_IF_ERROR(ForEachPiece(o, sources, [&](TextPiece& piece) -> absl::Status {
+    if (piece.doc != doc) {
+      doc = piece.doc;
+      doc_val = holdout.Val(DocumentName(piece));
+    }
+    held_out.push_back(doc_val);
+    batch.push_back(std::move(piece));
+    return batch.size() == batch_size ? run() : absl::OkStatus();
+  }));
+  SATDAR_RETURN_IF_ERROR(run());
+  SATDAR_RETURN_IF_ERROR(train.Flush());
+  SATDAR_RETURN_IF_ERROR(val.Flush());
   progress.Update("tokenize", text_bytes);
+  for (auto* list : {&train_shards, &val_shards}) {
+    for (auto& entry : *list) shards->push_back(std::move(entry));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PrepSummary> PrepInto(const PrepOptions& o, const std::string& tmp) {
+  PrepSummary summary;
+  SATDAR_ASSIGN_OR_RETURN(std::vector<Source> sources, ListSources(o));
+  Holdout holdout(o);
+  SATDAR_RETURN_IF_ERROR(ScanSources(o, &sources, &summary,
+                                     [&](const std::string& name) { holdout.See(name); }));
+  const int64_t documents = summary.documents;
+  if (documents == 0) {
+    return absl::InvalidArgumentError("--input: the inputs hold no text (empty corpus)");
+  }
+  holdout.Finish(documents);
+  if (holdout.val() == documents) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--val-fraction ", o.val_fraction, " leaves no training document among ", documents));
+  }
+  bool brown = false;
+  int64_t text_bytes = 0;
+  for (const Source& s : sources) {
+    if (s.skipped) continue;
+    text_bytes += s.bytes;
+    brown |= s.kind == SourceKind::kBrown;
+  }
+  if (brown) {
+    for (const Source& s : sources) {
+      if (!s.skipped && s.kind != SourceKind::kBrown) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--input: ", s.name, " mixes plain text with the Brown corpus; prepare them apart"));
+      }
+    }
+  }
+  SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
+                          MakeTokenizer(o, sources, holdout, text_bytes, tmp, &summary));
+  // The counts are what the shards hold (a cut document counts as the documents it became).
+  summary.documents = summary.val_documents = 0;
+  nlohmann::json shards = nlohmann::json::array();
+  SATDAR_RETURN_IF_ERROR(
+      EncodeAll(o, sources, holdout, *tokenizer, brown, tmp, text_bytes, &shards, &summary));
+  summary.documents += summary.val_documents;
   nlohmann::json manifest = {
       {"version", kManifestVersion},
       {"tokenizer", "tokenizer.model"},
       {"vocab_size", summary.vocab_size},
-      {"token_bytes", width},
-      {"eos_id", eos},
+      {"token_bytes", summary.vocab_size <= 65536 ? 2 : 4},
+      {"eos_id", tokenizer->eos_id()},
       {"pos_groups", brown ? nlohmann::json{"none", "content", "function", "punctuation"}
                            : nlohmann::json(nullptr)},
       {"documents", summary.documents},
@@ -416,11 +424,12 @@ absl::StatusOr<PrepSummary> PrepInto(const PrepOptions& o, const std::string& tm
       {"shards", shards}};
   SATDAR_RETURN_IF_ERROR(
       core::WriteFileAtomically(tmp + "/" + kManifestName, manifest.dump(2) + "\n"));
-  summary.seconds = progress.Seconds();
   return summary;
 }
 
 }  // namespace
+
+std::string PrepTmpPath(const std::string& out) { return absl::StrCat(out, ".tmp.", ::getpid()); }
 
 absl::StatusOr<PrepSummary> Prep(const PrepOptions& o) {
   if (o.inputs.empty()) return absl::InvalidArgumentError("satdar prep: give at least one --input");
@@ -450,11 +459,15 @@ absl::StatusOr<PrepSummary> Prep(const PrepOptions& o) {
   if (absl::Status made = core::MakeDirs(parent); !made.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--out: ", made.message()));
   }
-  TmpDir tmp(absl::StrCat(o.out, ".tmp.", ::getpid()));
+  TmpDir tmp(PrepTmpPath(o.out));
   if (::mkdir(tmp.path().c_str(), 0755) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--out: cannot create ", tmp.path()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--out: cannot create ", tmp.path(), ": ", std::strerror(errno)));
   }
+  const auto start = std::chrono::steady_clock::now();
   SATDAR_ASSIGN_OR_RETURN(PrepSummary summary, PrepInto(o, tmp.path()));
+  summary.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (::rename(tmp.path().c_str(), o.out.c_str()) != 0) {
     return absl::InternalError(absl::StrCat("--out: cannot rename ", tmp.path(), " to ", o.out));
   }

@@ -51,6 +51,8 @@ struct PrepSummary {
   int64_t files = 0;          // input files read
   int64_t replaced = 0;       // invalid UTF-8 sequences replaced, over every file
   int64_t bom_files = 0, crlf_files = 0;
+  int64_t tokenizer_sample_bytes = 0;  // text the tokenizer was trained on
+  int64_t cut_documents = 0;  // documents longer than a shard, cut where the shard ended
   std::vector<DecodedFile> decoded;  // files with replacements, and skipped files
   int64_t bytes = 0;
   int64_t train_tokens = 0, val_tokens = 0;
@@ -60,6 +62,10 @@ struct PrepSummary {
 };
 
 absl::StatusOr<PrepSummary> Prep(const PrepOptions& options);
+
+// The folder Prep writes into before renaming it to `out` ("OUT.tmp.<pid>"): whoever ends the
+// process early (a signal, an allocation that fails) removes it.
+std::string PrepTmpPath(const std::string& out);
 
 }  // namespace satdar::data
 

@@ -1,5 +1,10 @@
 // satdar prep: text -> tokenizer, token shards, a validation split and a manifest.
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
 #include <cstdint>
+#include <thread>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -10,8 +15,48 @@
 #include "data/prep.h"
 #include "worker/cli_util.h"
 #include "worker/commands.h"
+#include "worker/terminate_handler.h"
 
 namespace satdar::worker {
+
+namespace {
+
+std::string* g_tmp = nullptr;  // the unfinished output folder
+
+void RemoveUnfinishedOutput() {
+  if (g_tmp != nullptr) (void)core::RemoveTree(*g_tmp);
+}
+
+int g_signal_pipe[2] = {-1, -1};
+
+void OnSignal(int sig) {
+  const unsigned char b = static_cast<unsigned char>(sig);
+  (void)!::write(g_signal_pipe[1], &b, 1);  // async-signal-safe; the watcher does the rest
+}
+
+// Ctrl-C, kill and a hang-up remove the unfinished output, then end the process (128 + the
+// signal, as a shell reports it); so does an allocation that fails (the terminate handler).
+// A handler rather than sigwait: libraries (OpenBLAS) start threads before main that do not
+// block signals, and a process-directed signal may go to any of them.
+void RemoveOutputOnSignals(const std::string& out) {
+  g_tmp = new std::string(data::PrepTmpPath(out));
+  SetTerminateCleanup(RemoveUnfinishedOutput);
+  if (::pipe2(g_signal_pipe, O_CLOEXEC) != 0) return;
+  std::thread([] {
+    unsigned char sig = 0;
+    while (::read(g_signal_pipe[0], &sig, 1) != 1) {
+    }
+    RemoveUnfinishedOutput();
+    std::fprintf(stderr, "satdar prep: stopped by signal %d; removed %s\n", sig, g_tmp->c_str());
+    ::_exit(128 + sig);
+  }).detach();
+  struct sigaction sa = {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &sa, nullptr);
+}
+
+}  // namespace
 
 absl::Status RunPrep(const std::vector<std::string>& args) {
   FlagSet flags("prep");
@@ -64,6 +109,7 @@ absl::Status RunPrep(const std::vector<std::string>& args) {
   } else if (absl::Status s = core::CheckCreatableFolder(o.out); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--out: ", s.message()));
   }
+  RemoveOutputOnSignals(o.out);
   SATDAR_ASSIGN_OR_RETURN(data::PrepSummary s, data::Prep(o));
   std::printf("prep: %lld documents (%lld held out) from %lld file(s), %.1f MB of text -> %lld "
               "training and %lld validation tokens in %d shard(s), vocabulary %d, %.1f s "
@@ -72,6 +118,15 @@ absl::Status RunPrep(const std::vector<std::string>& args) {
               static_cast<long long>(s.files), s.bytes / 1e6,
               static_cast<long long>(s.train_tokens), static_cast<long long>(s.val_tokens),
               s.shards, s.vocab_size, s.seconds, s.seconds > 0 ? s.bytes / 1e6 / s.seconds : 0.0);
+  if (s.tokenizer_sample_bytes > 0) {
+    std::printf("prep: the tokenizer was trained on %.1f MB of text sampled from the training "
+                "documents\n", s.tokenizer_sample_bytes / 1e6);
+  }
+  if (s.cut_documents > 0) {
+    std::printf("prep: %lld document(s) longer than a shard (--shard-tokens) were cut where "
+                "their shard ended, each part a document of its own\n",
+                static_cast<long long>(s.cut_documents));
+  }
   int64_t replaced_files = 0, skipped = 0;
   for (const data::DecodedFile& f : s.decoded) (f.skipped.empty() ? replaced_files : skipped)++;
   if (s.replaced > 0 || skipped > 0 || s.bom_files > 0 || s.crlf_files > 0) {

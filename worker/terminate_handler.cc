@@ -13,6 +13,8 @@ namespace satdar::worker {
 
 namespace {
 
+void (*g_cleanup)() = nullptr;
+
 [[noreturn]] void OnTerminate() {
   std::exception_ptr error = std::current_exception();
   if (error == nullptr) std::abort();  // not an exception: a programmer error
@@ -29,6 +31,7 @@ namespace {
   } catch (...) {
   }
   std::fflush(stdout);
+  if (g_cleanup != nullptr) g_cleanup();
   std::fprintf(stderr, "satdar: error: %s\n", what.c_str());
   std::fflush(stderr);
   ::_exit(1);
@@ -37,5 +40,7 @@ namespace {
 }  // namespace
 
 void InstallTerminateHandler() { std::set_terminate(OnTerminate); }
+
+void SetTerminateCleanup(void (*cleanup)()) { g_cleanup = cleanup; }
 
 }  // namespace satdar::worker

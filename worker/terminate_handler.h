@@ -11,6 +11,8 @@ namespace satdar::worker {
 
 // std::set_terminate with the handler; call first thing in main.
 void InstallTerminateHandler();
+// A function the handler calls before the process ends (e.g. removing an unfinished output).
+void SetTerminateCleanup(void (*cleanup)());
 
 }  // namespace satdar::worker
 
