@@ -255,6 +255,18 @@ absl::StatusOr<v1::SubmitJobResponse> ControlState::Submit(const v1::SubmitJobRe
   if (!req.request_id().empty()) {
     auto it = request_ids_.find(req.request_id());
     if (it != request_ids_.end()) {
+      // A retry of the same submission is answered with its job; another spec under the same
+      // request id is a client's mistake, never silently read as that job.
+      auto job = jobs_.find(it->second);
+      if (job != jobs_.end()) {
+        v1::JobSpec asked = req.spec();
+        asked.set_config_json(valid.config_json);  // stored in canonical form
+        if (asked.SerializeAsString() != job->second.job().spec().SerializeAsString()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "request_id: already used by ", it->second,
+              " with a different job spec; a new job needs a new request_id"));
+        }
+      }
       resp.set_job_id(it->second);
       resp.set_created(false);
       return resp;

@@ -23,6 +23,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -83,6 +84,9 @@ class ControlState {
   absl::Status UploadLogs(const satdar::v1::LogUpload& upload);
   absl::Status KvSet(const satdar::v1::KvSetRequest& req);
   absl::StatusOr<satdar::v1::KvGetResponse> KvGet(const satdar::v1::KvGetRequest& req);
+  // A rank's own lease (lease_ms long): FailedPrecondition once its attempt is fenced.
+  absl::StatusOr<satdar::v1::RankLeaseResponse> RenewRankLease(
+      const satdar::v1::RankLeaseRequest& req);
 
   // ---- observability ----
   StateCounts Counts();
@@ -112,6 +116,8 @@ class ControlState {
   void FinishJob(JobRecord* job, satdar::v1::JobState state, int exit_code,
                  const std::string& reason);
   void MaybeReleaseStoppedGang(JobRecord* job);
+  void ReleaseUnreportedStops(const std::string& worker_id,
+                              const std::set<std::tuple<std::string, int, int>>& reported);
   void LoseWorker(WorkerRecord* worker, const std::string& why);
   // Places what fits, and sets every PENDING job's pending_reason.
   void Schedule();

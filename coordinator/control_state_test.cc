@@ -105,6 +105,24 @@ class ControlStateTest : public testing::Test {
   std::unique_ptr<ControlState> state_;
 };
 
+// A request id names one submission: the same spec again is that job, another spec under it is
+// refused (also after a restart of the coordinator), and nothing new is stored.
+TEST_F(ControlStateTest, ARequestIdWithAnotherSpecIsRefused) {
+  auto id = Submit(2, 0, "req-x");
+  ASSERT_TRUE(id.ok()) << id.status();
+  for (int round = 0; round < 2; ++round) {
+    EXPECT_EQ(*Submit(2, 0, "req-x"), *id);
+    auto other = Submit(1, 0, "req-x");
+    EXPECT_EQ(other.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(other.status().message(),
+              "request_id: already used by " + *id +
+                  " with a different job spec; a new job needs a new request_id");
+    EXPECT_EQ(Submit(2, 1, "req-x").status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(state_->ListJobs(v1::ListJobsRequest()).size(), 1u);
+    Open();  // the request ids survive a restart with their specs
+  }
+}
+
 TEST_F(ControlStateTest, GangRunsToSuccessAndSubmitIsIdempotent) {
   const std::string a = Worker("a", 1), b = Worker("b", 1);
   auto id = Submit(2, 0, "req-1");
@@ -308,7 +326,12 @@ TEST_F(ControlStateTest, LostWorkerRestartsTheGangElsewhere) {
   EXPECT_EQ(state_->Heartbeat(hb).status().code(), absl::StatusCode::kFailedPrecondition);
   ASSERT_TRUE(Exit(a, *id, 1, ra.start(0).rank(), -1, 15).ok());
   const std::string c = Worker("c", 1);
-  now_ += 1500;  // the retry's backoff
+  now_ += 1500;  // the retry's backoff has ended, but a lost rank's own lease has not
+  Beat(a, {});
+  Beat(c, {});
+  state_->Tick();
+  EXPECT_EQ(Job(*id).attempts(), 1) << "a newer attempt before the lost rank's lease ran out";
+  now_ += 1600;  // one lease (3 s) after the loss: the rank on b has stopped by now
   Beat(a, {});
   Beat(c, {});
   state_->Tick();

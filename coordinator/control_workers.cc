@@ -2,6 +2,8 @@
 // logs, the rendezvous store) and lost workers.
 #include <algorithm>
 #include <chrono>
+#include <set>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -21,7 +23,12 @@ constexpr int kMaxLinesPerUpload = 1000;
 constexpr size_t kMaxKvBytes = 1 << 20;
 
 // The last non-empty line, for a one-line reason.
-std::string LastLine(const google::protobuf::RepeatedPtrField<std::string>& lines) {
+// The line that says why a rank failed: its last "...error: ..." line ("satdar train: error:
+// ...", "satdar: error: out of memory"), else its last line.
+std::string ErrorLine(const google::protobuf::RepeatedPtrField<std::string>& lines) {
+  for (int i = lines.size() - 1; i >= 0; --i) {
+    if (lines[i].find("error: ") != std::string::npos) return lines[i];
+  }
   for (int i = lines.size() - 1; i >= 0; --i) {
     if (!lines[i].empty()) return lines[i];
   }
@@ -94,7 +101,9 @@ absl::StatusOr<v1::HeartbeatResponse> ControlState::Heartbeat(const v1::Heartbea
   wit->second.mutable_worker()->set_last_heartbeat_ms(Now());
   v1::HeartbeatResponse resp;
   std::map<std::pair<std::string, int>, std::vector<int>> running;  // (job, attempt) -> ranks
+  std::set<std::tuple<std::string, int, int>> reported;              // (job, attempt, rank)
   for (const v1::RankStatus& st : req.ranks()) {
+    reported.insert({st.job_id(), st.attempt(), st.rank()});
     JobRecord* job = FindJob(st.job_id());
     RankRecord* rank = nullptr;
     const bool current = job != nullptr && st.attempt() == job->job().attempts() && st.rank() >= 0 &&
@@ -131,6 +140,7 @@ absl::StatusOr<v1::HeartbeatResponse> ControlState::Heartbeat(const v1::Heartbea
                                              j->steps(), st.loss(), st.tokens_per_second()));
     }
   }
+  ReleaseUnreportedStops(wid, reported);
   // What this worker should run and is not running yet (sent until it reports them).
   for (auto& [id, job] : jobs_) {
     if (Final(job)) continue;
@@ -152,6 +162,29 @@ absl::StatusOr<v1::HeartbeatResponse> ControlState::Heartbeat(const v1::Heartbea
     }
   }
   return resp;
+}
+
+// A rank told to stop that its worker no longer reports runs nowhere: it was stopped before it
+// started (a cancel or a failed attempt right after placement, whose start the worker never
+// got or never acted on: the worker lists every rank it runs, and starts ranks only from a
+// heartbeat's answer, before its next heartbeat), or it ended and its exit report is on the
+// way. Its slot is free now: waiting for a report that may never come would keep it busy, and
+// every later job pending, forever.
+void ControlState::ReleaseUnreportedStops(
+    const std::string& wid, const std::set<std::tuple<std::string, int, int>>& reported) {
+  bool freed = false;
+  for (auto& [id, job] : jobs_) {
+    for (RankRecord& r : *job.mutable_ranks()) {
+      if (r.worker_id() != wid || r.state() != "STOPPING") continue;
+      if (reported.count({id, job.job().attempts(), r.rank()})) continue;
+      r.set_state("EXITED");
+      RecordRankOutcome(&job, r);
+      MaybeReleaseStoppedGang(&job);
+      (void)Save(&job);
+      freed = true;
+    }
+  }
+  if (freed) Schedule();
 }
 
 absl::Status ControlState::ReportExit(const v1::RankExit& exit) {
@@ -200,7 +233,7 @@ absl::Status ControlState::ReportExit(const v1::RankExit& exit) {
       for (const RankRecord& r : job->ranks()) all &= r.state() == "EXITED" && r.exit_code() == 0;
       if (all) FinishJob(job, v1::SUCCEEDED, 0, "");
     } else {
-      const std::string line = LastLine(exit.last_lines());
+      const std::string line = ErrorLine(exit.last_lines());
       FailAttempt(job, exit.rank(), absl::StrCat(who, " ", how, line.empty() ? "" : ": ", line), last,
                   exit.signal() != 0 ? -1 : exit.exit_code());
     }
@@ -249,6 +282,32 @@ absl::Status ControlState::KvSet(const v1::KvSetRequest& req) {
   SATDAR_RETURN_IF_ERROR(store_->KvSet(req.job_id(), req.attempt(), req.key(), req.value()));
   changed_.notify_all();
   return absl::OkStatus();
+}
+
+absl::StatusOr<v1::RankLeaseResponse> ControlState::RenewRankLease(
+    const v1::RankLeaseRequest& req) {
+  std::lock_guard<std::mutex> lock(mu_);
+  JobRecord* job = FindJob(req.job_id());
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job \"", req.job_id(), "\""));
+  const int current = job->job().attempts();
+  if (req.attempt() != current) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "attempt ", req.attempt(), " of ", req.job_id(), " is over (the job is at attempt ",
+        current, ")"));
+  }
+  if (req.rank() < 0 || req.rank() >= job->ranks_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", req.rank(), " of ", req.job_id(),
+                                                   " does not exist"));
+  }
+  const RankRecord& r = job->ranks(req.rank());
+  if (r.state() != "ASSIGNED" && r.state() != "RUNNING") {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", req.rank(), " of attempt ", current, " of ", req.job_id(), " is ", r.state(),
+        Final(*job) ? " (the job is over)" : ""));
+  }
+  v1::RankLeaseResponse resp;
+  resp.set_lease_ms(options_.lease_ms);
+  return resp;
 }
 
 absl::StatusOr<v1::KvGetResponse> ControlState::KvGet(const v1::KvGetRequest& req) {
@@ -309,12 +368,16 @@ void ControlState::LoseWorker(WorkerRecord* worker, const std::string& why) {
       changed = true;
     }
     if (!changed) continue;
+    // A lost rank may still run (a stopped or cut-off worker) until its own lease runs out
+    // (rank_lease.h): no newer attempt starts before then, so two never write at once.
+    const int64_t leases_end = Now() + options_.lease_ms;
     if (job.job().state() == v1::RUNNING && !job.stopping() && first >= 0) {
       FailAttempt(&job, first,
                   absl::StrCat("worker ", worker->worker().name(), " was lost with rank ", first,
                                " (", why, ")"),
                   {}, -1);
     }
+    if (!Final(job)) job.set_not_before_ms(std::max(job.not_before_ms(), leases_end));
     MaybeReleaseStoppedGang(&job);
     (void)Save(&job);
   }

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/check.h"
 #include "core/file_util.h"
@@ -46,26 +47,26 @@ absl::StatusOr<int> PositiveInt(const Json& object, const char* key, const std::
   return static_cast<int>(it->get<int64_t>());
 }
 
-// The flags the control plane sets itself, and where the spec says what they would say.
-const std::map<std::string, std::string>& ReservedFlags() {
+// The `satdar train` flags a job may set: what the model learns and how (optimizer, schedule,
+// data, evaluation, statistics, checkpoint cadence, layout-related options). An allow-list:
+// every other flag (paths, addresses, credentials, how ranks meet) belongs to the worker, and
+// a flag added to `satdar train` later is refused here until someone decides it is a job's.
+// --init-from is not here: its path would not be confined to the worker's --data-root the
+// way "data" is.
+const std::set<std::string>& JobTrainFlags() {
+  static const auto* s = new std::set<std::string>{
+      "steps", "batch_size", "seq_len", "data", "data_format", "synthetic_data", "seed", "dtype",
+      "recompute", "gpu_comm", "peak_tflops", "lr", "min_lr_ratio", "warmup_steps",
+      "weight_decay", "beta1", "beta2", "eps", "grad_clip", "log_every", "eval_every",
+      "eval_batches", "task", "mqar_keys", "mqar_values", "mqar_pairs", "mqar_queries",
+      "stats_every", "checkpoint_every", "keep_checkpoints", "virtual_stages",
+      "sequence_parallel", "vocab_multiple", "comm_timeout", "zero"};
+  return *s;
+}
+
+// Where a spec says what some refused flags would say.
+const std::map<std::string, std::string>& SetElsewhere() {
   static const auto* m = new std::map<std::string, std::string>{
-      {"rank", "the control plane assigns ranks"},
-      {"world_size", "the layout gives the world size"},
-      {"rendezvous", "ranks meet through the coordinator"},
-      {"launcher", "the worker launches the ranks"},
-      {"gloo_iface", "the worker chooses the interface"},
-      {"coordinator", "set by the worker"},
-      {"job_id", "set by the worker"},
-      {"attempt", "set by the worker"},
-      {"token_file", "set by the worker"},
-      {"lock_wait", "set by the worker"},
-      {"checkpoint_dir", "checkpoints live in <shared-dir>/jobs/<job_id>/"},
-      {"log_jsonl", "the log lives in <shared-dir>/jobs/<job_id>/"},
-      {"summary_json", "the summary lives in <shared-dir>/jobs/<job_id>/"},
-      {"resume", "every attempt resumes from the newest checkpoint"},
-      {"quiet", "the worker reads the ranks' progress lines"},
-      {"metrics_listen", "the worker assigns each rank's metrics address"},
-      {"progress", "the worker reads the ranks' progress lines"},
       {"dp", "set it in \"layout\""},
       {"tp", "set it in \"layout\""},
       {"pp", "set it in \"layout\""},
@@ -73,8 +74,62 @@ const std::map<std::string, std::string>& ReservedFlags() {
       {"microbatches", "set it in \"layout\""},
       {"threads", "set it in \"resources\" as threads_per_rank"},
       {"device", "set it in \"resources\""},
+      {"config", "it is the spec's \"config\""},
+      {"checkpoint_dir", "checkpoints live in <shared-dir>/jobs/<job_id>/"},
+      {"log_jsonl", "the log lives in <shared-dir>/jobs/<job_id>/"},
+      {"summary_json", "the summary lives in <shared-dir>/jobs/<job_id>/"},
+      {"resume", "every attempt resumes from the newest checkpoint"},
+      {"init_from", "its path would not be confined to the worker's --data-root"},
   };
   return *m;
+}
+
+// A string of a spec is printable text: no NUL (a C string would end there, so "..\0" would
+// pass the data-root check as ".."), no other C0 or C1 control character, no DEL.
+absl::Status CheckText(const std::string& field, const std::string& value) {
+  for (size_t i = 0; i < value.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(value[i]);
+    const bool c1 = c == 0xC2 && i + 1 < value.size() &&
+                    static_cast<unsigned char>(value[i + 1]) >= 0x80 &&
+                    static_cast<unsigned char>(value[i + 1]) <= 0x9F;
+    if (c < 0x20 || c == 0x7F || c1) {
+      return Bad(field, absl::StrFormat("holds the control character %s at byte %d; a job "
+                                        "spec's strings are printable text",
+                                        c1 ? absl::StrFormat("U+%04X", value[i + 1] & 0xFF)
+                                           : absl::StrFormat("0x%02X", c),
+                                        i));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// An error of `satdar train`'s flag checks in the spec's words: "satdar train: flag
+// --batch-size must be ..." -> "job spec: train.batch_size must be ...".
+absl::Status AsSpecError(const absl::Status& error) {
+  std::string m(error.message());
+  const std::string prefix = "satdar train: ";
+  if (m.rfind(prefix, 0) == 0) m = m.substr(prefix.size());
+  // "flag --batch-size must be ..." -> "train.batch_size must be ..."
+  for (size_t at = m.find("--"); at != std::string::npos; at = m.find("--", at)) {
+    size_t end = at + 2;
+    while (end < m.size() && (std::isalnum(static_cast<unsigned char>(m[end])) || m[end] == '-')) {
+      ++end;
+    }
+    std::string name = m.substr(at + 2, end - at - 2);
+    for (char& c : name) c = c == '-' ? '_' : c;
+    const bool layout = name == "dp" || name == "tp" || name == "pp" || name == "ep" ||
+                        name == "microbatches";
+    const std::string field = name == "device"    ? "resources.device"
+                              : name == "threads" ? "resources.threads_per_rank"
+                                                  : (layout ? "layout." : "train.") + name;
+    m.replace(at, end - at, field);
+    at += field.size();
+  }
+  const std::string flag_word = "flag ";
+  for (size_t at = m.find(flag_word); at != std::string::npos; at = m.find(flag_word, at)) {
+    m.erase(at, flag_word.size());
+  }
+  return absl::InvalidArgumentError(absl::StrCat("job spec: ", m));
 }
 
 }  // namespace
@@ -174,6 +229,12 @@ absl::StatusOr<ValidJob> ValidateJobSpec(const satdar::v1::JobSpec& spec) {
   if (spec.name().size() > kMaxNameBytes) {
     return Bad("name", absl::StrCat("at most ", kMaxNameBytes, " bytes"));
   }
+  SATDAR_RETURN_IF_ERROR(CheckText("name", spec.name()));
+  SATDAR_RETURN_IF_ERROR(CheckText("resources.device", spec.resources().device()));
+  for (const satdar::v1::TrainFlag& f : spec.train()) {
+    SATDAR_RETURN_IF_ERROR(CheckText("train", f.name()));
+    SATDAR_RETURN_IF_ERROR(CheckText("train." + f.name(), f.value()));
+  }
   auto config = model::ParseModelConfig(spec.config_json(), "job spec: config");
   if (!config.ok()) return config.status();
   job.config_json = model::ModelConfigToJson(*config);
@@ -211,14 +272,19 @@ absl::StatusOr<ValidJob> ValidateJobSpec(const satdar::v1::JobSpec& spec) {
   std::set<std::string> seen;
   for (const satdar::v1::TrainFlag& f : spec.train()) {
     const std::string& name = f.name();
-    auto reserved = ReservedFlags().find(name);
-    if (reserved != ReservedFlags().end()) {
-      return Bad("train." + name, absl::StrCat("is set by the control plane (", reserved->second, ")"));
-    }
     std::string flag = "--" + name;
     for (char& c : flag) c = c == '_' ? '-' : c;
     if (name.empty() || name.find('-') != std::string::npos || !flags.Knows(flag)) {
       return Bad("train." + name, "is not a satdar train flag (names use '_' for '-')");
+    }
+    if (!JobTrainFlags().count(name)) {
+      auto elsewhere = SetElsewhere().find(name);
+      return Bad("train." + name,
+                 absl::StrCat("is not allowed in a job spec (",
+                              elsewhere != SetElsewhere().end()
+                                  ? elsewhere->second
+                                  : "the worker sets it, or it is not a job's to set",
+                              "; a job may set ", absl::StrJoin(JobTrainFlags(), ", "), ")"));
     }
     if (!seen.insert(name).second) return Bad("train." + name, "is given twice");
     if (f.value().size() > 4096) return Bad("train." + name, "value longer than 4096 bytes");
@@ -250,37 +316,16 @@ absl::StatusOr<ValidJob> ValidateJobSpec(const satdar::v1::JobSpec& spec) {
     job.train_args.push_back(absl::StrCat(flag, "=", v));
     args.push_back(absl::StrCat(flag, "=", v));
   }
-  // What the worker adds: the config (checked above) and the job's checkpoint folder.
+  // What the worker adds: the config (checked above), the job's checkpoint folder, and the
+  // resources, so that the rules between flags (--dtype bf16 only on cuda, ...) hold here too.
   args.push_back("--config=job.json");
   args.push_back("--checkpoint-dir=checkpoints");
+  args.push_back("--device=" + job.device);
+  args.push_back(absl::StrCat("--threads=", job.threads));
   absl::Status parsed = flags.Parse(args);
   worker::TrainOptions o;
   if (parsed.ok()) parsed = worker::ParseTrainOptions(flags, &o);
-  if (!parsed.ok()) {
-    // "satdar train: flag --batch-size must be ..." -> name the spec's field.
-    std::string m(parsed.message());
-    const std::string prefix = "satdar train: ";
-    if (m.rfind(prefix, 0) == 0) m = m.substr(prefix.size());
-    // "flag --batch-size must be ..." -> "train.batch_size must be ..."
-    for (size_t at = m.find("--"); at != std::string::npos; at = m.find("--", at)) {
-      size_t end = at + 2;
-      while (end < m.size() && (std::isalnum(static_cast<unsigned char>(m[end])) || m[end] == '-')) {
-        ++end;
-      }
-      std::string name = m.substr(at + 2, end - at - 2);
-      for (char& c : name) c = c == '-' ? '_' : c;
-      const bool layout = name == "dp" || name == "tp" || name == "pp" || name == "ep" ||
-                          name == "microbatches";
-      const std::string field = (layout ? "layout." : "train.") + name;
-      m.replace(at, end - at, field);
-      at += field.size();
-    }
-    const std::string flag_word = "flag ";
-    for (size_t at = m.find(flag_word); at != std::string::npos; at = m.find(flag_word, at)) {
-      m.erase(at, flag_word.size());
-    }
-    return absl::InvalidArgumentError(absl::StrCat("job spec: ", m));
-  }
+  if (!parsed.ok()) return AsSpecError(parsed);
   if (o.virtual_stages > 1) {
     absl::Status chunks = worker::ValidateVirtualStages(
         *config, o, {"layout.tp", "layout.pp", "layout.ep", "train.vocab_multiple"});
@@ -296,6 +341,18 @@ absl::StatusOr<ValidJob> ValidateJobSpec(const satdar::v1::JobSpec& spec) {
         *config, tp, pp, ep, {"layout.tp", "layout.pp", "layout.ep", "train.vocab_multiple"},
         o.vocab_multiple);
     if (!padded.ok()) return absl::InvalidArgumentError(absl::StrCat("job spec: ", padded.message()));
+  }
+  if (job.device == "cuda") {
+    // What the GPU path cannot run yet (the design itself is checked by the rank: it needs the
+    // GPU build). As `satdar train --device cuda`, statistics are off unless asked for.
+    if (!flags.Has("--stats-every")) o.stats_every = 0;
+    absl::Status gpu = worker::CheckGpuPathOptions(o);
+    if (!gpu.ok()) return AsSpecError(gpu);
+  }
+  if (o.mqar.has_value()) {
+    // What `satdar train` checks against the config before its first batch.
+    absl::Status task = o.mqar->Validate(config->vocab_size, o.seq_len);
+    if (!task.ok()) return AsSpecError(task);
   }
   if (o.seq_len > config->max_position_embeddings) {
     return Bad("train.seq_len", absl::StrCat(o.seq_len, " exceeds the config's max_position_embeddings ",

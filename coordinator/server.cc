@@ -4,7 +4,14 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <memory>
 #include <thread>
 
@@ -14,6 +21,7 @@
 #include "coordinator/http_api.h"
 #include "metrics/http_server.h"
 #include "coordinator/store.h"
+#include "core/address.h"
 #include "core/check.h"
 #include "core/timestamp.h"
 #include "core/file_util.h"
@@ -205,12 +213,86 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
     if (auto a = auth_->Check(*ctx, Role::kWorker); !a.ok()) return a;
     return Reply(state_->KvGet(*req), resp);
   }
+  grpc::Status RenewRankLease(grpc::ServerContext* ctx, const v1::RankLeaseRequest* req,
+                              v1::RankLeaseResponse* resp) override {
+    RpcTimer timer(metrics_, __func__);
+    if (auto a = auth_->Check(*ctx, Role::kWorker); !a.ok()) return a;
+    return Reply(state_->RenewRankLease(*req), resp);
+  }
 
  private:
   ControlState* state_;
   const Auth* auth_;
   CoordinatorMetrics* metrics_;
 };
+
+// The errno of binding `listen` here (0: it can be bound), as gRPC binds it (SO_REUSEADDR,
+// no SO_REUSEPORT); InvalidArgument when its host does not resolve.
+absl::StatusOr<int> BindError(const std::string& listen) {
+  std::string host;
+  int port = 0;
+  SATDAR_RETURN_IF_ERROR(core::SplitHostPort(listen, "--listen", &host, &port));
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  addrinfo hints = {};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  if (const int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found); rc != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--listen: cannot serve on ", listen, ": ", ::gai_strerror(rc)));
+  }
+  int error = 0;
+  for (addrinfo* a = found; a != nullptr && error == 0; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0) error = errno;
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  return error;
+}
+
+absl::Status InUse(const std::string& listen) {
+  return absl::AlreadyExistsError(absl::StrCat(
+      "--listen: ", listen, " is already in use (another coordinator, or another program, "
+      "serves it); give another port, or 0 for a free one"));
+}
+
+// Why gRPC could not bind `listen`: AlreadyExists for a port something else serves (exit code
+// 2), Unavailable with the system's reason otherwise.
+absl::Status WhyNotBound(const std::string& listen) {
+  SATDAR_ASSIGN_OR_RETURN(const int error, BindError(listen));
+  if (error == EADDRINUSE) return InUse(listen);
+  return absl::UnavailableError(absl::StrCat("--listen: cannot serve on ", listen,
+                                             error != 0 ? absl::StrCat(": ", std::strerror(error)) : ""));
+}
+
+bool IsLoopback(const std::string& listen) {
+  std::string host;
+  if (!core::SplitHostPort(listen, "--listen", &host, nullptr).ok()) return false;
+  return host == "localhost" || host == "[::1]" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+// Tokens are optional for a local, single-user setup; anywhere else they keep strangers from
+// submitting jobs (which run on the workers) and from registering workers.
+void WarnWithoutTokens(const ServerOptions& o) {
+  if (IsLoopback(o.listen)) return;
+  if (o.client_token.empty()) {
+    std::fprintf(stderr,
+                 "%s coordinator: warning: %s is not a loopback address and there is no "
+                 "--token-file: anyone who reaches it can submit and cancel jobs\n",
+                 core::UtcTimestamp().c_str(), o.listen.c_str());
+  }
+  if (o.worker_token.empty()) {
+    std::fprintf(stderr,
+                 "%s coordinator: warning: %s is not a loopback address and there is no "
+                 "--worker-token-file: anyone who reaches it can register a worker and take "
+                 "jobs' ranks\n",
+                 core::UtcTimestamp().c_str(), o.listen.c_str());
+  }
+}
 
 }  // namespace
 
@@ -221,15 +303,17 @@ absl::Status RunCoordinator(const ServerOptions& o, const std::atomic<bool>* sto
   }
   std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
   if (!o.tls_cert.empty()) {
-    auto cert = core::ReadFileToString(o.tls_cert, 1 << 20);
-    auto key = core::ReadFileToString(o.tls_key, 1 << 20);
-    if (!cert.ok()) return absl::InvalidArgumentError(absl::StrCat("--tls-cert: ", cert.status().message()));
-    if (!key.ok()) return absl::InvalidArgumentError(absl::StrCat("--tls-key: ", key.status().message()));
+    SATDAR_ASSIGN_OR_RETURN(rpc::TlsKeyPair pair, rpc::LoadTlsKeyPair(o.tls_cert, o.tls_key));
     grpc::SslServerCredentialsOptions ssl;
-    ssl.pem_key_cert_pairs.push_back({*key, *cert});
+    ssl.pem_key_cert_pairs.push_back({pair.key_pem, pair.cert_pem});
     creds = grpc::SslServerCredentials(ssl);
   }
   if (!o.http.empty()) SATDAR_RETURN_IF_ERROR(rpc::CheckAddress(o.http, "--http"));
+  // A served port is refused before the state folder is touched (and without gRPC's own log
+  // of the failed bind); gRPC's bind below, without SO_REUSEPORT, stays the final word.
+  SATDAR_ASSIGN_OR_RETURN(const int bind_error, BindError(o.listen));
+  if (bind_error == EADDRINUSE) return InUse(o.listen);
+  WarnWithoutTokens(o);
   SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(o.state_dir));
   CoordinatorMetrics metrics;
   ControlOptions co;
@@ -250,15 +334,16 @@ absl::Status RunCoordinator(const ServerOptions& o, const std::atomic<bool>* sto
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  // gRPC binds with SO_REUSEPORT by default: a second coordinator on a served port would
+  // start, and the kernel would split the clients between the two.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   int port = 0;
   builder.AddListeningPort(o.listen, creds, &port);
   builder.RegisterService(&jobs);
   builder.RegisterService(&workers);
   builder.SetMaxReceiveMessageSize(8 << 20);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0) {
-    return absl::UnavailableError(absl::StrCat("--listen: cannot serve on ", o.listen));
-  }
+  if (server == nullptr || port == 0) return WhyNotBound(o.listen);
   const std::string host = o.listen.substr(0, o.listen.rfind(':'));
   const std::string bound = absl::StrCat(host, ":", port);
   nlohmann::json info = {{"grpc", bound},

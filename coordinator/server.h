@@ -25,9 +25,12 @@ struct ServerOptions {
   bool quiet = false;
 };
 
-// Serves until *stop becomes true (a signal handler sets it). Errors: bad flags or files
-// (InvalidArgument), a state folder another coordinator holds (AlreadyExists), a port that
-// cannot be bound (Unavailable).
+// Serves until *stop becomes true (a signal handler sets it). Errors: bad flags or files,
+// bad TLS files (rpc::LoadTlsKeyPair), a lost or foreign state.db (Store::Open: all
+// InvalidArgument); a state folder another coordinator holds or a port another process serves
+// (AlreadyExists: gRPC binds without SO_REUSEPORT, so two coordinators never share a port);
+// a port that cannot be bound for another reason (Unavailable). Without tokens on an address
+// that is not loopback it warns on stderr.
 absl::Status RunCoordinator(const ServerOptions& options, const std::atomic<bool>* stop);
 
 }  // namespace satdar::coordinator

@@ -1,8 +1,15 @@
 #include "coordinator/store.h"
 
 #include <sqlite3.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <map>
+#include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/check.h"
 #include "core/file_util.h"
 
@@ -54,11 +61,102 @@ absl::Status Done(Statement& s, const char* what) {
   return s.Step() == SQLITE_DONE ? absl::OkStatus() : s.error(what);
 }
 
+// satdar's tables and their columns, as the CREATE statements below make them.
+const std::map<std::string, std::set<std::string>>& SatdarTables() {
+  static const auto* tables = new std::map<std::string, std::set<std::string>>{
+      {"jobs", {"job_id", "record"}},
+      {"workers", {"worker_id", "record"}},
+      {"events", {"job_id", "seq", "event"}},
+      {"logs", {"job_id", "seq", "attempt", "rank", "line"}},
+      {"kv", {"job_id", "attempt", "key", "value"}},
+      {"series", {"job_id", "data"}}};
+  return *tables;
+}
+
+// PRAGMA application_id of a satdar state database ("SATD").
+constexpr int64_t kApplicationId = 0x53415444;
+
 }  // namespace
 
+absl::Status Store::CheckSchema(const std::string& path, bool* empty) {
+  const auto not_ours = [&](const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--state-dir: ", path, " is not a satdar coordinator's state (", why,
+        "); give a folder of its own to --state-dir"));
+  };
+  // A failed read: not SQLite at all, held by another program, or a real error.
+  const auto failed = [&](const Statement& s) {
+    const int code = sqlite3_errcode(db_) & 0xff;
+    if (code == SQLITE_NOTADB) return not_ours("not a SQLite database");
+    if (code == SQLITE_BUSY || code == SQLITE_LOCKED) {
+      return absl::AlreadyExistsError(absl::StrCat("--state-dir: ", path,
+                                                   " is in use by another program (",
+                                                   sqlite3_errmsg(db_), ")"));
+    }
+    return s.error("schema");
+  };
+  {
+    Statement s(db_, "PRAGMA application_id");
+    if (!s.ok() || s.Step() != SQLITE_ROW) return failed(s);
+    const int64_t id = s.ColumnInt(0);
+    if (id != 0 && id != kApplicationId) {
+      return not_ours(absl::StrCat("its SQLite application id is ", id));
+    }
+  }
+  std::vector<std::string> tables;
+  {
+    Statement s(db_, "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
+                     "ORDER BY name");
+    if (!s.ok()) return failed(s);
+    int rc;
+    while ((rc = s.Step()) == SQLITE_ROW) tables.push_back(s.ColumnText(0));
+    if (rc != SQLITE_DONE) return failed(s);
+  }
+  *empty = tables.empty();
+  for (const std::string& table : tables) {
+    auto want = SatdarTables().find(table);
+    if (want == SatdarTables().end()) return not_ours(absl::StrCat("it holds a table \"", table, "\""));
+    std::set<std::string> columns;
+    Statement s(db_, absl::StrCat("PRAGMA table_info(\"", table, "\")").c_str());
+    if (!s.ok()) return failed(s);
+    while (s.Step() == SQLITE_ROW) columns.insert(s.ColumnText(1));
+    if (columns != want->second) {
+      return not_ours(absl::StrCat("its table \"", table, "\" has columns (",
+                                   absl::StrJoin(columns, ", "), "), not (",
+                                   absl::StrJoin(want->second, ", "), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir) {
-  SATDAR_RETURN_IF_ERROR(core::CheckFolder(dir));
+  if (absl::Status s = core::CheckFolder(dir); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("--state-dir: ", s.message()));
+  }
+  // One coordinator per folder, told apart at once and by name (SQLite's own lock below would
+  // only say "database is locked" after its busy timeout).
+  std::string note;
+  SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<core::FolderLock> lock,
+                          core::FolderLock::Acquire(dir, "coordinator.lock", "--state-dir",
+                                                    "coordinator", &note));
+  if (!note.empty()) std::fprintf(stderr, "coordinator: warning: %s\n", note.c_str());
   const std::string path = dir + "/state.db";
+  // coordinator.json is written once a coordinator serves from the folder, after state.db
+  // holds its tables: from then on a missing or empty state.db means lost state, which an
+  // empty start would hide.
+  const std::string served = dir + "/coordinator.json";
+  struct stat st;
+  const bool has_db = ::stat(path.c_str(), &st) == 0;
+  if (has_db && !S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat("--state-dir: ", path, " is ",
+                                                   core::PathKind(path), ", not a regular file"));
+  }
+  if (::access(served.c_str(), F_OK) == 0 && (!has_db || st.st_size == 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--state-dir: ", path, has_db ? " is empty (0 bytes)" : " is missing", ", but ", served,
+        " shows that a coordinator served from this folder: its jobs would be lost. Restore ",
+        path, ", or remove ", served, " to start with no jobs"));
+  }
   sqlite3* db = nullptr;
   if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
                       nullptr) != SQLITE_OK) {
@@ -66,16 +164,29 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir) {
     sqlite3_close(db);
     return absl::InvalidArgumentError(absl::StrCat("--state-dir: cannot open ", path, ": ", msg));
   }
-  auto store = std::unique_ptr<Store>(new Store(db));
+  auto store = std::unique_ptr<Store>(new Store(db, std::move(lock)));
   sqlite3_busy_timeout(db, 5000);
-  // Another coordinator on the same folder would corrupt the state: take it exclusively.
-  for (const char* sql : {"PRAGMA locking_mode=EXCLUSIVE", "PRAGMA journal_mode=WAL",
-                          "PRAGMA synchronous=FULL", "BEGIN EXCLUSIVE", "COMMIT"}) {
+  // Exclusive for SQLite too: nothing else may write the state while the coordinator runs.
+  // The file is checked before anything is written to it (WAL mode changes its header).
+  SATDAR_RETURN_IF_ERROR(store->Exec("PRAGMA locking_mode=EXCLUSIVE"));
+  bool empty = false;
+  SATDAR_RETURN_IF_ERROR(store->CheckSchema(path, &empty));
+  if (empty && ::access(served.c_str(), F_OK) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--state-dir: ", path, " holds no state, but ", served,
+        " shows that a coordinator served from this folder: its jobs would be lost. Restore ",
+        path, ", or remove ", served, " to start with no jobs"));
+  }
+  for (const char* sql : {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=FULL", "BEGIN EXCLUSIVE",
+                          "COMMIT"}) {
     absl::Status s = store->Exec(sql);
-    if (!s.ok()) {
-      return absl::AlreadyExistsError(absl::StrCat(
-          "--state-dir: ", path, " is in use by another coordinator or unreadable (", s.message(), ")"));
+    if (s.ok()) continue;
+    const int code = sqlite3_errcode(db) & 0xff;
+    if (code == SQLITE_BUSY || code == SQLITE_LOCKED) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("--state-dir: ", path, " is in use by another program (", s.message(), ")"));
     }
+    return absl::InternalError(absl::StrCat("--state-dir: cannot open ", path, ": ", s.message()));
   }
   SATDAR_RETURN_IF_ERROR(store->Exec(
       "CREATE TABLE IF NOT EXISTS jobs (job_id TEXT PRIMARY KEY, record BLOB NOT NULL);"
@@ -88,6 +199,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir) {
       "CREATE TABLE IF NOT EXISTS kv (job_id TEXT NOT NULL, attempt INTEGER NOT NULL, "
       "  key TEXT NOT NULL, value BLOB NOT NULL, PRIMARY KEY (job_id, attempt, key));"
       "CREATE TABLE IF NOT EXISTS series (job_id TEXT PRIMARY KEY, data TEXT NOT NULL);"));
+  SATDAR_RETURN_IF_ERROR(store->Exec(absl::StrCat("PRAGMA application_id = ", kApplicationId)));
   return store;
 }
 

@@ -5,6 +5,12 @@
 // Jobs and workers are stored as serialized records (state.proto), events, log lines and the
 // rendezvous store's entries as rows of their own. Not thread-safe: the caller serialises
 // (the coordinator holds its lock around every call).
+//
+// One coordinator per folder: Open locks DIR/coordinator.lock (core/folder_lock.h) for the
+// Store's lifetime. It refuses, rather than adopts or silently starts empty: a state.db that
+// is missing or empty while DIR/coordinator.json shows a coordinator served from the folder
+// (its jobs would be lost), and a file that is not satdar's state (not SQLite, another
+// program's tables or columns, another application id).
 #ifndef SATDAR_COORDINATOR_STORE_H_
 #define SATDAR_COORDINATOR_STORE_H_
 
@@ -12,10 +18,12 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "coordinator/state.pb.h"
+#include "core/folder_lock.h"
 
 struct sqlite3;
 
@@ -23,6 +31,8 @@ namespace satdar::coordinator {
 
 class Store {
  public:
+  // Errors name --state-dir: AlreadyExists when another coordinator holds the folder (naming
+  // its pid), InvalidArgument for the refusals above.
   static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& dir);
   ~Store();
   Store(const Store&) = delete;
@@ -56,9 +66,12 @@ class Store {
                                                    const std::string& key);
 
  private:
-  explicit Store(sqlite3* db) : db_(db) {}
+  Store(sqlite3* db, std::unique_ptr<core::FolderLock> lock) : db_(db), lock_(std::move(lock)) {}
   absl::Status Exec(const std::string& sql);
+  // InvalidArgument naming `path` unless the database holds only satdar's tables (or none).
+  absl::Status CheckSchema(const std::string& path, bool* empty);
   sqlite3* db_;
+  std::unique_ptr<core::FolderLock> lock_;  // released after db_ is closed
 };
 
 }  // namespace satdar::coordinator

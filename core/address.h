@@ -14,6 +14,13 @@ namespace satdar::core {
 absl::Status SplitHostPort(const std::string& address, const std::string& what,
                            std::string* host, int* port);
 
+// A host as a listener or peer is named: an IPv4 literal (127.0.0.1), an IPv6 literal (::1,
+// also in brackets) or a DNS host name (labels of 1 to 63 letters, digits and '-', not
+// starting or ending with '-', joined by '.', at most 253 bytes). InvalidArgument
+// "<what> '<host>' is not a host name or an IP address ..." otherwise (the host printed with
+// its control characters escaped).
+absl::Status CheckHost(const std::string& host, const std::string& what);
+
 }  // namespace satdar::core
 
 #endif  // SATDAR_CORE_ADDRESS_H_

@@ -11,6 +11,7 @@
 #include "core/file_util.h"
 #include "core/json.h"
 #include "data/permutation.h"
+#include "data/pos.h"
 #include "nlohmann/json.hpp"
 
 namespace satdar::data {
@@ -177,6 +178,16 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::Open(const std::string& 
       if (!pos.ok()) return Bad(dir, std::string(pos.status().message()));
       if (pos->size() != shard->size() || pos->width() != 1) {
         return Bad(dir, absl::StrCat(pos_name, " is not aligned with ", file));
+      }
+      // Every entry is a group of data/pos.h: a larger byte would index past the per-group
+      // tallies of `satdar eval --gate-by-category`.
+      for (uint64_t i = 0; i < pos->size(); ++i) {
+        if (pos->at(i) >= static_cast<uint32_t>(kNumPosGroups)) {
+          return Bad(dir, absl::StrCat(pos_name, ": byte ", pos->at(i), " at offset ",
+                                       kShardHeaderBytes + i, " (token ", i,
+                                       ") is not a part-of-speech group (0 to ",
+                                       kNumPosGroups - 1, ")"));
+        }
       }
       part.pos.push_back(std::move(*pos));
       any_pos = true;

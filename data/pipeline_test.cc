@@ -160,6 +160,31 @@ TEST(Prep, BrownDatasetWithAlignedPosGroups) {
             std::string::npos);
 }
 
+// A POS sidecar byte outside the groups of data/pos.h (0..3) is refused when the dataset is
+// opened, naming the file and the byte's offset, not read later as an index into the tallies.
+TEST(Prep, PosSidecarByteOutsideItsGroupsIsRefused) {
+  const std::string out = TestTmpDir("prep_pos_bad") + "/ds";
+  ASSERT_TRUE(Prep(Options(WriteBrownFixture("brown_pos_bad"), out)).ok());
+  const std::string sidecar = out + "/train_00000.pos";
+  std::vector<uint32_t> groups;
+  std::vector<uint64_t> docs;
+  {
+    auto pos = Shard::Open(sidecar, 0);
+    ASSERT_TRUE(pos.ok()) << pos.status();
+    ASSERT_GT(pos->size(), 5u);
+    for (uint64_t i = 0; i < pos->size(); ++i) groups.push_back(pos->at(i));
+    docs = pos->doc_starts();
+  }
+  groups[5] = kNumPosGroups;  // 4: one past the last group; the checksum stays valid
+  ASSERT_TRUE(WriteShard(sidecar, groups, docs, 1, 0).ok());
+  auto ds = Dataset::Open(out, 300);
+  ASSERT_FALSE(ds.ok());
+  EXPECT_EQ(ds.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ds.status().message(),
+            "--data: " + out + ": train_00000.pos: byte 4 at offset 69 (token 5) is not a "
+            "part-of-speech group (0 to 3)");
+}
+
 TEST(Prep, BadInputLeavesNothing) {
   const std::string base = TestTmpDir("prep_bad");
   // Empty corpus.

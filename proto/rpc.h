@@ -1,5 +1,5 @@
 // proto/rpc.h: what every satdar gRPC peer shares: bearer tokens, channels (plain or TLS),
-// and the mapping between absl::Status and grpc::Status.
+// the TLS files' checks, and the mapping between absl::Status and grpc::Status.
 //
 //   SATDAR_ASSIGN_OR_RETURN(std::string token, ReadTokenFile(path));
 //   auto channel = MakeChannel("127.0.0.1:7070", {.ca_file = ""});
@@ -26,8 +26,35 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
 struct ChannelOptions {
   std::string ca_file;  // PEM roots for TLS; empty: plaintext
 };
+// InvalidArgument naming --tls-ca and the file when ca_file cannot be read or holds no PEM
+// certificate.
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& address,
                                                            const ChannelOptions& options);
+
+// The TLS files, checked before gRPC sees them (it would only fail to serve or to connect):
+// InvalidArgument "<flag>: <file> ..." when a file cannot be read, holds no PEM certificate
+// (or no unencrypted PEM private key), or the key does not belong to the certificate.
+struct TlsKeyPair {
+  std::string cert_pem, key_pem;
+};
+absl::StatusOr<TlsKeyPair> LoadTlsKeyPair(const std::string& cert_file,
+                                          const std::string& key_file);
+absl::StatusOr<std::string> LoadTlsRoots(const std::string& ca_file);
+
+// Whether the server at HOST:PORT speaks TLS: a TCP connection and a TLS handshake within
+// `timeout`. With roots_pem, also whether they verify its certificate for HOST as gRPC would
+// (kUntrusted, *why set to OpenSSL's reason); without, no certificate is checked.
+enum class TlsProbe { kUnreachable, kTls, kNotTls, kUntrusted };
+TlsProbe ProbeTls(const std::string& address, absl::Duration timeout,
+                  const std::string& roots_pem = "", std::string* why = nullptr);
+
+// `status` of a call that failed with UNAVAILABLE, explained when the reason is that client and
+// coordinator disagree about TLS: InvalidArgument "the coordinator at X speaks TLS; give
+// --tls-ca ..." for a plaintext channel, "... does not speak TLS; ..." for a TLS one, "...
+// presents a certificate that --tls-ca F does not verify (...)" for roots that do not fit.
+// Otherwise (and for other codes) `status` unchanged. Probes the server (ProbeTls).
+absl::Status ExplainUnavailable(const std::string& address, const ChannelOptions& options,
+                                const absl::Status& status);
 
 // "authorization: Bearer <token>" (nothing when token is empty) and a deadline.
 void SetDeadlineAndToken(grpc::ClientContext* context, const std::string& token,

@@ -122,7 +122,7 @@ bad malformed_spec "bad.json: not valid JSON" '{"config": "sat.json",'
 bad unknown_field 'unknown field "priority"' '{"config": "sat.json", "priority": 3, "train": {"steps": 1}}'
 bad unknown_train_flag 'train.colour: is not a satdar train flag' \
   '{"config": "sat.json", "train": {"steps": 1, "batch_size": 2, "seq_len": 8, "synthetic_data": true, "colour": 1}}'
-bad reserved_flag 'train.checkpoint_dir: is set by the control plane' \
+bad reserved_flag 'train.checkpoint_dir: is not allowed in a job spec (checkpoints live in <shared-dir>/jobs/<job_id>/' \
   '{"config": "sat.json", "train": {"steps": 1, "batch_size": 2, "seq_len": 8, "synthetic_data": true, "checkpoint_dir": "/tmp"}}'
 bad impossible_layout 'layout: --tp 3 does not divide config field "num_attention_heads"' \
   '{"config": "sat.json", "train": {"steps": 1, "batch_size": 2, "seq_len": 8, "synthetic_data": true}, "layout": {"tp": 3}}'
@@ -131,10 +131,53 @@ bad data_outside_root 'train.data: "../elsewhere" must be a path inside' \
 bad bad_number 'train.batch_size must be <= 16777216' \
   '{"config": "sat.json", "train": {"steps": 1, "batch_size": 4294967298, "seq_len": 8, "synthetic_data": true}}'
 bad missing_config 'job spec: config: cannot open' '{"config": "nope.json", "train": {"steps": 1}}'
+# Specs are data: no control bytes in any string ("..\u0000" passed the data-root check as
+# ".."), an allow-list of train flags (tls_ca made every rank read a file of the worker host),
+# and train's own rules between flags at submit.
+bad data_nul "job spec: train.data: holds the control character 0x00 at byte 2; a job spec's strings are printable text" \
+  '{"config": "sat.json", "train": {"steps": 1, "batch_size": 2, "seq_len": 8, "data": "..\u0000"}}'
+bad name_escape "job spec: name: holds the control character 0x1B at byte 0; a job spec's strings are printable text" \
+  '{"name": "\u001b[2J\u001b[Hforged", "config": "sat.json", "train": {"steps": 1, "batch_size": 2, "seq_len": 8, "synthetic_data": true}}'
+bad tls_ca_flag "job spec: train.tls_ca: is not allowed in a job spec (the worker sets it, or it is not a job's to set; a job may set batch_size, " \
+  '{"config": "sat.json", "train": {"steps": 1, "batch_size": 2, "seq_len": 8, "synthetic_data": true, "tls_ca": "/etc/shadow"}}'
+bad init_from_flag "job spec: train.init_from: is not allowed in a job spec (its path would not be confined to the worker's --data-root" \
+  '{"config": "sat.json", "train": {"steps": 1, "batch_size": 2, "seq_len": 8, "synthetic_data": true, "init_from": "/"}}'
+bad eval_every_synthetic "job spec: train.eval_every: validation needs a prepared dataset (train.data DIR written by satdar prep), whose held-out split it reads; train.synthetic_data has none" \
+  '{"config": "sat.json", "train": {"steps": 1, "batch_size": 2, "seq_len": 8, "synthetic_data": true, "eval_every": 1}}'
+bad bf16_on_cpu "job spec: train.dtype must be f32 or f64, got 'bf16' (bf16 is for resources.device cuda)" \
+  '{"config": "sat.json", "train": {"steps": 1, "batch_size": 2, "seq_len": 8, "synthetic_data": true, "dtype": "bf16"}}'
 [[ $("$SATDAR" jobs --coordinator "$ADDR" --json) == "$before" ]] && ok "nothing stored for bad specs" ||
   fail "a bad spec was stored"
 "$SATDAR" status job-999999-0000 --coordinator "$ADDR" >/dev/null 2>&1
 [[ $? -eq 4 ]] && ok "no such job: exit 4" || fail "no such job exit code"
+# A 10 kB job id is no job (exit 4), refused before the call: never gRPC's metadata limit (exit 1).
+HUGE_ID=$(printf 'j%.0s' $(seq 1 10240))
+for cmd in status cancel logs; do
+  "$SATDAR" $cmd "$HUGE_ID" --coordinator "$ADDR" >out.txt 2>&1
+  code=$?
+  [[ $code -eq 4 ]] && grep -qF "satdar $cmd: error: no such job: 'jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj...' (10240 bytes) is not a job id (at most 128 letters, digits, '.', '_' or '-', such as job-000001-3f2a)" out.txt &&
+    ok "$cmd of a 10 kB job id: exit 4" || fail "$cmd of a 10 kB job id: exit $code $(head -c 300 out.txt)"
+done
+"$SATDAR" status $'job-1\e[2J' --coordinator "$ADDR" >out.txt 2>&1
+[[ $? -eq 4 ]] && grep -qF "no such job: 'job-1\x1b[2J' (9 bytes) is not a job id" out.txt &&
+  ! grep -q $'\e' out.txt && ok "a job id with an escape: exit 4, printed escaped" ||
+  fail "job id with an escape: $(cat -v out.txt)"
+# The worker checks what it registers: --host is a host name or an IP literal, and a cuda slot
+# is a GPU this machine has.
+timeout 20 "$SATDAR" worker --coordinator "$ADDR" --slots 1 --work-dir work-badhost \
+  --shared-dir shared --host 'x;touch pwned' >out.txt 2>&1
+[[ $? -eq 2 ]] && grep -qF "satdar worker: error: --host 'x;touch pwned' is not a host name or an IP address" out.txt &&
+  ok "worker --host that is no host: exit 2 naming it" || fail "worker --host: $(cat out.txt)"
+if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+  timeout 20 "$SATDAR" worker --coordinator "$ADDR" --slots 1 --work-dir work-nogpu --shared-dir shared \
+    --device cuda >out.txt 2>&1
+  code=$?
+  [[ $code -eq 2 ]] && { grep -qF "satdar worker: error: --device cuda: no CUDA GPU is visible on this machine" out.txt ||
+                         grep -qF "satdar worker: error: --device cuda: this satdar was built without the CUDA toolkit" out.txt; } &&
+    [[ $("$SATDAR" workers --coordinator "$ADDR" --json | grep -c '"device":"cuda"') -eq 0 ]] &&
+    ok "worker --device cuda without a GPU: exit 2 before registering" ||
+    fail "worker --device cuda without a GPU: exit $code $(cat out.txt)"
+fi
 # Garbage on the gRPC port and a client that goes away mid-stream change nothing.
 /usr/bin/python3 -c "
 import socket, sys, os
@@ -233,11 +276,12 @@ else fail "jobs table: $(cat jobs.txt)"; fi
 "$SATDAR" cancel "$JH" --coordinator "$ADDR" >/dev/null
 
 echo "== kill -9 a worker mid-run: the job restarts from its checkpoint, same final weights"
-# 160 steps: enough left after checkpoint 8 that the job is still running when its worker
-# dies, even on a loaded machine (with 24 the job could finish first).
-job_spec resume.json 160 "" '{"dp": 2}' 2
+# 1200 steps: enough left after the first checkpoint that the job is still running when its
+# worker dies, even on an idle machine (160 steps took 3 s, finishing first). The kill takes
+# the worker's rank along (PR_SET_PDEATHSIG), so the job cannot finish in attempt 1.
+job_spec resume.json 1200 "" '{"dp": 2}' 2
 JR=$("$SATDAR" submit resume.json --coordinator "$ADDR")
-for _ in $(seq 1 600); do ls shared/jobs/$JR/checkpoints/ckpt_00000008* >/dev/null 2>&1 && break; sleep 0.05; done
+for _ in $(seq 1 600); do compgen -G "shared/jobs/$JR/checkpoints/ckpt_*" >/dev/null && break; sleep 0.05; done
 WB=$(pgrep -f -- "--name b" | head -1)
 kill -9 "$WB"
 sleep 4
@@ -245,7 +289,7 @@ start_worker b  # the same worker comes back (it kills what its previous life le
 wait_state "$JR" SUCCEEDED 120 && [[ $(field "$JR" attempts) -ge 2 ]] &&
   ok "restarted after a lost worker ($(field "$JR" attempts) attempts)" ||
   fail "lost worker: $(field "$JR" state) $(field "$JR" attempts) $(field "$JR" reason)"
-"$SATDAR" train --config sat.json --steps 160 --batch-size 4 --seq-len 32 --synthetic-data --seed 5 \
+"$SATDAR" train --config sat.json --steps 1200 --batch-size 4 --seq-len 32 --synthetic-data --seed 5 \
   --lr 0.002 --dp 2 --launcher threads --quiet --checkpoint-dir byhand-ck --checkpoint-every 4
 same_weights() {
   /usr/bin/python3 - "$1" "$2" <<'PY'
@@ -260,7 +304,7 @@ a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
 assert a.keys() == b.keys() and all(a[k] == b[k] for k in a), "weights differ"
 PY
 }
-same_weights "shared/jobs/$JR/checkpoints/ckpt_00000160.safetensors" byhand-ck/ckpt_00000160.safetensors &&
+same_weights "shared/jobs/$JR/checkpoints/ckpt_00001200.safetensors" byhand-ck/ckpt_00001200.safetensors &&
   ok "same final weights as an uninterrupted run" || fail "final weights differ"
 
 echo "== kill -9 the coordinator mid-run and restart it: the job finishes, no rank ran twice"
@@ -356,6 +400,14 @@ spec = pb.JobSpec(name="py", config_json=open(work + "/sat.json").read(),
 r1 = jobs.SubmitJob(pb.SubmitJobRequest(request_id="py-1", spec=spec), metadata=md)
 r2 = jobs.SubmitJob(pb.SubmitJobRequest(request_id="py-1", spec=spec), metadata=md)
 assert r1.created and not r2.created and r1.job_id == r2.job_id, (r1, r2)  # idempotent
+other = pb.JobSpec(); other.CopyFrom(spec); other.max_restarts = 1
+try:
+    jobs.SubmitJob(pb.SubmitJobRequest(request_id="py-1", spec=other), metadata=md)
+    raise SystemExit("a used request_id with another spec was accepted")
+except grpc.RpcError as e:  # another spec under a used request id is an error, not that job
+    assert e.code() == grpc.StatusCode.INVALID_ARGUMENT, e
+    assert e.details() == ("request_id: already used by %s with a different job spec; a new job "
+                           "needs a new request_id" % r1.job_id), e.details()
 kinds = [e.kind for e in jobs.WatchJob(pb.WatchJobRequest(job_id=r1.job_id), metadata=md)]
 assert kinds[0] == "submitted" and kinds[-1] == "succeeded", kinds
 job = jobs.GetJob(pb.GetJobRequest(job_id=r1.job_id), metadata=md)
@@ -395,7 +447,19 @@ JL=$("$SATDAR" submit tls.json --coordinator "$ADDR" --tls-ca tls.crt 2>&1) &&
   done
 "$SATDAR" status "$JL" --coordinator "$ADDR" --tls-ca tls.crt --json | grep -q '"state":"SUCCEEDED"' &&
   ok "a job over TLS (worker and client verify the coordinator)" || fail "TLS job: $JL"
+# Names from elsewhere print escaped: a worker named with an escape sequence cannot clear the
+# terminal or forge a row of `workers`.
+start_worker $'evil\e[2J\rforged' --tls-ca tls.crt
+for _ in $(seq 1 100); do
+  "$SATDAR" workers --coordinator "$ADDR" --tls-ca tls.crt --json | grep -q 'evil' && break
+  sleep 0.1
+done
+"$SATDAR" workers --coordinator "$ADDR" --tls-ca tls.crt >out.txt 2>&1
+grep -qF 'evil\x1b[2J\x0dforged' out.txt && ! grep -q $'[\e\r]' out.txt &&
+  ok "workers prints a name's control characters escaped" || fail "workers table: $(cat -v out.txt)"
 timeout 20 "$SATDAR" jobs --coordinator "$ADDR" >out.txt 2>&1
-[[ $? -eq 1 ]] && ok "a plaintext client cannot talk to the TLS coordinator" || fail "plaintext vs TLS: $(cat out.txt)"
+[[ $? -eq 2 ]] && grep -qF "speaks TLS; give --tls-ca" out.txt &&
+  ok "a plaintext client cannot talk to the TLS coordinator, and is told so (exit 2)" ||
+  fail "plaintext vs TLS: $(cat out.txt)"
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -134,5 +134,32 @@ import os; p = 'truncated/val_00000.bin'; os.truncate(p, os.path.getsize(p) - 10
 expect_fail truncated_shard "truncated/val_00000.bin: truncated" \
   "$SATDAR" train --config sat.json --data truncated --steps 1 --batch-size 2 --seq-len 8
 
+# A POS sidecar byte outside the groups 0..3 (data/pos.h), with the shard's checksum made valid
+# again: refused when the dataset opens (by train and by eval --gate-by-category alike).
+cp -r ds badpos
+python3 - <<'PY'
+import struct
+M = (1 << 64) - 1
+def checksum64(b, seed=0x6a09e667f3bcc909):  # core/file_util.cc
+    n = len(b); h = (seed ^ (n * 0x9e3779b97f4a7c15)) & M
+    for i in range(n // 8):
+        h = ((h ^ int.from_bytes(b[8 * i:8 * i + 8], "little")) * 0x100000001b3) & M; h ^= h >> 29
+    for i in range(n // 8 * 8, n):
+        h = ((h ^ b[i]) * 0x100000001b3) & M; h ^= h >> 29
+    h ^= h >> 33; h = (h * 0xff51afd7ed558ccd) & M; h ^= h >> 33
+    return h
+raw = bytearray(open("badpos/train_00000.pos", "rb").read())
+raw[64 + 5] = 4  # token 5's group: one past the last
+raw[32:40] = struct.pack("<Q", checksum64(bytes(raw[64:])))
+open("badpos/train_00000.pos", "wb").write(raw)
+PY
+expect_fail pos_byte_outside_groups \
+  "satdar train: error: --data: badpos: train_00000.pos: byte 4 at offset 69 (token 5) is not a part-of-speech group (0 to 3)" \
+  "$SATDAR" train --config sat.json --data badpos --steps 1 --batch-size 2 --seq-len 8
+expect_fail pos_byte_outside_groups_eval \
+  "satdar eval: error: --data: badpos: train_00000.pos: byte 4 at offset 69 (token 5) is not a part-of-speech group (0 to 3)" \
+  "$SATDAR" eval --config sat.json --weights ck/ckpt_00000006.safetensors --data badpos \
+  --seq-len 16 --batch-size 2 --batches 2 --gate-by-category
+
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]

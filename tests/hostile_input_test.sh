@@ -256,6 +256,49 @@ else
   fail "stale_temporaries_removed: $(ls ck_stale) $(cat stale.txt)"
 fi
 
+# Weights holding NaN or Inf: plain weights (init's, no checksum) with model.norm.weight[3] NaN,
+# and a checkpoint with an Inf there whose checksum is made valid again (a diverged run writes
+# such a file): grad, eval and export refuse them naming the tensor.
+python3 - <<'PY'
+import json, struct
+M = (1 << 64) - 1
+def checksum64(b, h):  # core/file_util.cc
+    n = len(b); h = (h ^ (n * 0x9e3779b97f4a7c15)) & M
+    for i in range(n // 8):
+        h = ((h ^ int.from_bytes(b[8 * i:8 * i + 8], "little")) * 0x100000001b3) & M; h ^= h >> 29
+    for i in range(n // 8 * 8, n):
+        h = ((h ^ b[i]) * 0x100000001b3) & M; h ^= h >> 29
+    h ^= h >> 33; h = (h * 0xff51afd7ed558ccd) & M; h ^= h >> 33
+    return h
+def poison(src, dst, value, checkpoint):
+    raw = bytearray(open(src, "rb").read())
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n]); base = 8 + n
+    at = base + header["model.norm.weight"]["data_offsets"][0] + 4 * 3
+    raw[at:at + 4] = struct.pack("<f", value)
+    if checkpoint:  # worker/checkpoint.cc FileChecksum: metadata in key order, tensors in file order
+        meta = header["__metadata__"]; h = 0x6a09e667f3bcc909
+        for k in sorted(meta):
+            if k != "checksum": h = checksum64((k + "\0" + meta[k] + "\0").encode(), h)
+        for t in sorted((v for k, v in header.items() if k != "__metadata__"), key=lambda t: t["data_offsets"]):
+            h = checksum64(bytes(raw[base + t["data_offsets"][0]:base + t["data_offsets"][1]]), h)
+        old, new = ('"%s"' % meta["checksum"]).encode(), ('"%016x"' % h).encode()
+        assert raw[8:8 + n].count(old) == 1
+        raw[8:8 + n] = bytes(raw[8:8 + n]).replace(old, new)
+    open(dst, "wb").write(raw)
+poison("weights.safetensors", "nan_weights.safetensors", float("nan"), False)
+poison("ck/ckpt_00000004.safetensors", "inf_ckpt.safetensors", float("inf"), True)
+PY
+NOT_FINITE="weights must be finite numbers"
+expect 2 grad_nan_weights "satdar grad: error: --weights: nan_weights.safetensors: tensor 'model.norm.weight' holds NaN (element 3); $NOT_FINITE" \
+  "$SATDAR" grad "${G[@]/weights.safetensors/nan_weights.safetensors}" --out out.safetensors
+expect 2 eval_nan_weights "satdar eval: error: --weights: nan_weights.safetensors: tensor 'model.norm.weight' holds NaN (element 3); $NOT_FINITE" \
+  "$SATDAR" eval --config config.json --weights nan_weights.safetensors --synthetic-data --seq-len 8
+expect 2 eval_inf_checkpoint "satdar eval: error: --weights: inf_ckpt.safetensors: tensor 'model.norm.weight' holds Inf (element 3); $NOT_FINITE" \
+  "$SATDAR" eval --config config.json --weights inf_ckpt.safetensors --synthetic-data --seq-len 8
+expect 2 export_inf_checkpoint "satdar export: error: --checkpoint: inf_ckpt.safetensors: tensor 'model.norm.weight' holds Inf (element 3); $NOT_FINITE" \
+  "$SATDAR" export --config config.json --checkpoint inf_ckpt.safetensors --out out.safetensors
+
 echo "== 6. datasets"
 mkdir -p text
 python3 -c "

@@ -19,8 +19,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/address.h"
 #include "core/check.h"
+#include "core/device.h"
 #include "core/file_util.h"
+#include "core/folder_lock.h"
 #include "core/timestamp.h"
 #include "proto/satdar/v1/control.grpc.pb.h"
 #include "worker/jsonl_tail.h"
@@ -155,6 +158,7 @@ absl::Status Agent::Register(const std::atomic<bool>* stop) {
   req.set_device(o_.device);
   req.set_shared_dir(o_.shared_dir);
   bool said = false;
+  int64_t last_probe_ms = 0;
   while (!stop->load()) {
     grpc::ClientContext ctx;
     rpc::SetDeadlineAndToken(&ctx, token_, absl::Seconds(10));
@@ -173,6 +177,13 @@ absl::Status Agent::Register(const std::atomic<bool>* stop) {
     if (absl::IsUnauthenticated(st) || absl::IsPermissionDenied(st) || absl::IsInvalidArgument(st)) {
       return absl::Status(st.code(), absl::StrCat("the coordinator refused to register this worker: ",
                                                   st.message()));
+    }
+    // A worker and a coordinator that disagree about TLS would retry forever: say so instead
+    // (probed now and then, not at every retry).
+    if (absl::IsUnavailable(st) && NowMs() - last_probe_ms >= 5000) {
+      last_probe_ms = NowMs();
+      const absl::Status why = rpc::ExplainUnavailable(o_.coordinator, o_.channel, st);
+      if (!absl::IsUnavailable(why)) return why;
     }
     if (!said) {
       Say(absl::StrCat("cannot register yet (", st.message(), "); retrying"));
@@ -370,6 +381,14 @@ absl::Status Agent::Start(const v1::RankAssignment& a) {
   add("--job-id", a.job_id());
   add("--metrics-listen", o_.host + ":0");
   add("--progress", "line");
+  // Every rank reaches the coordinator: for its own lease (rank_lease.h) and, on CPUs, to
+  // meet its peers in the attempt's store.
+  auto add_coordinator = [&] {
+    add("--coordinator", o_.coordinator);
+    add("--attempt", std::to_string(a.attempt()));
+    if (!o_.token_file.empty()) add("--token-file", o_.token_file);
+    if (!o_.channel.ca_file.empty()) add("--tls-ca", o_.channel.ca_file);
+  };
   if (a.world_size() > 1) {
     add("--rank", std::to_string(a.rank()));
     add("--world-size", std::to_string(a.world_size()));
@@ -377,13 +396,14 @@ absl::Status Agent::Start(const v1::RankAssignment& a) {
       add("--rendezvous", absl::StrCat(shared, "/rendezvous/attempt-", a.attempt()));
     } else {
       add("--launcher", "gloo");
-      add("--coordinator", o_.coordinator);
-      add("--attempt", std::to_string(a.attempt()));
-      if (!o_.token_file.empty()) add("--token-file", o_.token_file);
-      if (!o_.channel.ca_file.empty()) add("--tls-ca", o_.channel.ca_file);
+      add_coordinator();
     }
+  } else {
+    add_coordinator();
   }
-  const std::vector<std::string> env = {"SATDAR_GLOO_HOST=" + o_.host};
+  // SATDAR_WORKER_PID: the rank dies with this worker (cmd_train.cc, DieWithWorker).
+  const std::vector<std::string> env = {"SATDAR_GLOO_HOST=" + o_.host,
+                                        absl::StrCat("SATDAR_WORKER_PID=", ::getpid())};
   SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<RankProcess> p,
                           RankProcess::Start(argv, env, absl::StrCat(local, "/rank-", a.rank(), ".log")));
   const RankKey key{a.job_id(), a.attempt(), a.rank()};
@@ -483,9 +503,30 @@ absl::Status RunWorker(const AgentOptions& options, const std::atomic<bool>* sto
   if (o.device != "cpu" && o.device != "cuda") {
     return absl::InvalidArgumentError("--device must be cpu or cuda");
   }
+  // What the worker registers must be true: ranks listen on --host, and a cuda slot is a GPU.
+  SATDAR_RETURN_IF_ERROR(core::CheckHost(o.host, "satdar worker: --host"));
+  if (o.device == "cuda") {
+    core::Device gpu;
+    gpu.type = core::DeviceType::kCuda;
+    if (absl::Status s = core::CheckDeviceAvailable(gpu); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("satdar worker: ", s.message()));
+    }
+    if (o.slots > core::CudaDeviceCount()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "satdar worker: --slots ", o.slots, " with --device cuda: this machine has ",
+          core::CudaDeviceCount(), " GPU(s) (a cuda slot is a GPU)"));
+    }
+  }
   if (absl::Status s = core::MakeDirs(o.work_dir); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--work-dir: ", s.message()));
   }
+  // One worker per work folder: a second one would take the first one's ranks for orphans of
+  // its own previous life and kill them (KillOrphans). Held until this function returns.
+  std::string lock_note;
+  SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<core::FolderLock> work_dir_lock,
+                          core::FolderLock::Acquire(o.work_dir, "worker.lock", "--work-dir",
+                                                    "worker", &lock_note));
+  if (!lock_note.empty()) std::fprintf(stderr, "worker: warning: %s\n", lock_note.c_str());
   if (absl::Status s = core::MakeDirs(o.shared_dir); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--shared-dir: ", s.message()));
   }
@@ -496,7 +537,9 @@ absl::Status RunWorker(const AgentOptions& options, const std::atomic<bool>* sto
   }
   std::string token;
   if (!o.token_file.empty()) {
-    SATDAR_ASSIGN_OR_RETURN(token, rpc::ReadTokenFile(o.token_file));
+    auto t = rpc::ReadTokenFile(o.token_file);
+    if (!t.ok()) return absl::InvalidArgumentError(absl::StrCat("--token-file: ", t.status().message()));
+    token = *t;
   }
   if (o.name.empty()) {
     char host[256] = "worker";

@@ -34,8 +34,10 @@ struct AgentOptions {
 };
 
 // Runs until *stop becomes true (then stops every rank) or a fatal error: a bad flag or
-// folder (InvalidArgument), a token the coordinator refuses (Unauthenticated or
-// PermissionDenied).
+// folder, a bad --tls-ca, a coordinator that disagrees about TLS (InvalidArgument), a
+// --work-dir another worker holds (AlreadyExists, naming its pid: work-dir/worker.lock), a
+// token the coordinator refuses (Unauthenticated or PermissionDenied; WorkerExitCodeFor makes
+// both exit code 3, as for clients).
 absl::Status RunWorker(const AgentOptions& options, const std::atomic<bool>* stop);
 
 }  // namespace satdar::worker

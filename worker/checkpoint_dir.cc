@@ -79,9 +79,15 @@ absl::StatusOr<std::unique_ptr<CheckpointDirLock>> CheckpointDirLock::Acquire(
         return absl::InternalError(
             absl::StrCat("cannot lock ", lock_path, ": ", std::strerror(err)));
       }
+      const std::string who = n > 0 ? std::string(holder, static_cast<size_t>(n)) : "holder unknown";
+      if (wait > absl::ZeroDuration()) {
+        // A retry waiting for the stopped attempt's rank: a fault to retry, never bad input.
+        return absl::UnavailableError(absl::StrCat(
+            "checkpoint folder ", dir, " is still held by another run (", who, ") after ",
+            absl::FormatDuration(wait), "; not starting beside it"));
+      }
       return absl::AlreadyExistsError(absl::StrCat(
-          "checkpoint folder ", dir, " is in use by another run (",
-          n > 0 ? std::string(holder, static_cast<size_t>(n)) : "holder unknown",
+          "checkpoint folder ", dir, " is in use by another run (", who,
           "); two runs in one folder would overwrite each other's checkpoints"));
     }
   }

@@ -9,7 +9,9 @@
 // killed writer left (ckpt_*.tmp.<pid> files and ckpt_*.tmp folders), and it refuses a fresh
 // run (resume false) into a folder that already holds checkpoints, which the run would
 // otherwise overwrite and rotate away. Refusals are AlreadyExists (exit code 2) naming the
-// folder and the holder or the newest checkpoint.
+// folder and the holder or the newest checkpoint; with a `wait` (a worker's retry, waiting for
+// the stopped attempt's rank to let go), a lock still held after it is Unavailable (exit code
+// 1: a fault the coordinator retries, never bad input).
 #ifndef SATDAR_WORKER_CHECKPOINT_DIR_H_
 #define SATDAR_WORKER_CHECKPOINT_DIR_H_
 

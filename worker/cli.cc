@@ -101,6 +101,10 @@ int Main(int argc, char** argv) {
     status = RunCoordinatorCommand(args);
   } else if (command == "worker") {
     status = RunWorkerCommand(args);
+    if (!status.ok()) {
+      PrintError(command, status);
+      return WorkerExitCodeFor(status);
+    }
   } else if (command == "submit" || command == "status" || command == "jobs" ||
              command == "cancel" || command == "logs" || command == "workers") {
     const absl::Status s = command == "submit"   ? RunSubmit(args)

@@ -19,6 +19,7 @@
 #include "core/check.h"
 #include "core/file_util.h"
 #include "core/json.h"
+#include "core/text.h"
 #include "nlohmann/json.hpp"
 #include "proto/rpc.h"
 #include "proto/satdar/v1/control.grpc.pb.h"
@@ -36,6 +37,7 @@ using Json = nlohmann::json;
 struct Client {
   std::string address;
   std::string token;
+  rpc::ChannelOptions channel;  // to explain a TLS mismatch (rpc::ExplainUnavailable)
   std::unique_ptr<v1::JobService::Stub> stub;
 };
 
@@ -57,9 +59,9 @@ absl::StatusOr<Client> Connect(const FlagSet& flags) {
     if (!t.ok()) return absl::InvalidArgumentError(absl::StrCat("--token-file: ", t.status().message()));
     c.token = *t;
   }
-  rpc::ChannelOptions ch;
-  ch.ca_file = FlagOrEnv(flags, "--tls-ca", "SATDAR_TLS_CA");
-  SATDAR_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, rpc::MakeChannel(c.address, ch));
+  c.channel.ca_file = FlagOrEnv(flags, "--tls-ca", "SATDAR_TLS_CA");
+  SATDAR_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
+                          rpc::MakeChannel(c.address, c.channel));
   c.stub = v1::JobService::NewStub(channel);
   return c;
 }
@@ -82,6 +84,22 @@ absl::StatusOr<std::string> Positional(std::vector<std::string>* args, const std
   return absl::InvalidArgumentError(absl::StrCat("give the ", what, " (", flags.UsageLine(), ")"));
 }
 
+// A job id as the coordinator makes them ("job-000001-3f2a"): at most 128 bytes of letters,
+// digits, '.', '_' and '-'. Anything else names no job (exit 4) and is refused before the call,
+// so a 10 kB argument never meets gRPC's metadata limit and nothing odd reaches the terminal.
+absl::Status CheckJobId(const std::string& id) {
+  const bool ok = !id.empty() && id.size() <= coordinator::kMaxNameBytes &&
+                  std::all_of(id.begin(), id.end(), [](char c) {
+                    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                           (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+                  });
+  if (ok) return absl::OkStatus();
+  return absl::NotFoundError(absl::StrCat(
+      "no such job: '", core::PrintableShort(id, 64), "' (", id.size(),
+      " bytes) is not a job id (at most ", coordinator::kMaxNameBytes,
+      " letters, digits, '.', '_' or '-', such as job-000001-3f2a)"));
+}
+
 std::string StateName(int s) { return v1::JobState_Name(static_cast<v1::JobState>(s)); }
 
 // A unary call, retried while the coordinator is unreachable (it may be restarting).
@@ -93,6 +111,13 @@ absl::Status Unary(const Client& c, const Req& req, Resp* resp, Call call) {
     rpc::SetDeadlineAndToken(&ctx, c.token, absl::Seconds(30));
     last = rpc::FromGrpc(call(&ctx, req, resp));
     if (!absl::IsUnavailable(last)) return last;
+    // A TLS mismatch is no restart to wait out: said at once (exit 2).
+    if (i == 0) {
+      if (absl::Status why = rpc::ExplainUnavailable(c.address, c.channel, last);
+          !absl::IsUnavailable(why)) {
+        return why;
+      }
+    }
     std::this_thread::sleep_for(std::chrono::seconds(1));
   }
   return absl::UnavailableError(absl::StrCat("cannot reach the coordinator at ", c.address, ": ",
@@ -159,7 +184,8 @@ std::string Age(int64_t since_ms) {
 }
 
 std::string ProgressLine(const v1::Job& j) {
-  std::string line = absl::StrFormat("%s %-9s step %lld/%lld", j.job_id(), StateName(j.state()),
+  std::string line = absl::StrFormat("%s %-9s step %lld/%lld", core::Printable(j.job_id()),
+                                     StateName(j.state()),
                                      static_cast<long long>(j.step()),
                                      static_cast<long long>(j.steps()));
   if (HasProgress(j)) {
@@ -169,9 +195,10 @@ std::string ProgressLine(const v1::Job& j) {
   return line;
 }
 
-// Columns as wide as their widest cell (header included), in code points: names with wide or
-// control characters may still misalign (`--json` is for programs). The last column is not
-// padded; `right` marks the right-aligned (numeric) columns.
+// Columns as wide as their widest cell (header included), in code points: names with wide
+// characters may still misalign (`--json` is for programs); callers escape control characters
+// (core::Printable), so no cell can move the cursor or start a row of its own. The last column
+// is not padded; `right` marks the right-aligned (numeric) columns.
 void PrintTable(const std::vector<std::vector<std::string>>& rows, const std::vector<bool>& right) {
   auto width = [](const std::string& s) {
     size_t n = 0;
@@ -219,7 +246,8 @@ absl::Status Follow(const Client& c, const std::string& job_id) {
       if (e.kind() == "progress") {
         std::printf(tty ? "\r%s\x1b[K" : "%s\n", ProgressLine(last).c_str());
       } else {
-        std::printf("%s%s: %s\n", tty ? "\r\x1b[K" : "", job_id.c_str(), e.message().c_str());
+        std::printf("%s%s: %s\n", tty ? "\r\x1b[K" : "", core::Printable(job_id).c_str(),
+                    core::Printable(e.message()).c_str());
       }
       std::fflush(stdout);
     }
@@ -232,7 +260,8 @@ absl::Status Follow(const Client& c, const std::string& job_id) {
   if (tty) std::printf("\n");
   if (last.state() == v1::SUCCEEDED) return absl::OkStatus();
   return absl::UnknownError(absl::StrCat(job_id, " ended ", StateName(last.state()),
-                                         last.reason().empty() ? "" : ": ", last.reason()));
+                                         last.reason().empty() ? "" : ": ",
+                                         core::Printable(last.reason())));
 }
 
 absl::StatusOr<std::string> RequestId() {
@@ -272,7 +301,7 @@ absl::Status RunSubmit(const std::vector<std::string>& in) {
   if (flags.GetBool("--json")) {
     std::printf("%s\n", Json({{"job_id", resp.job_id()}}).dump().c_str());
   } else {
-    std::printf("%s\n", resp.job_id().c_str());
+    std::printf("%s\n", core::Printable(resp.job_id()).c_str());
   }
   std::fflush(stdout);
   if (flags.GetBool("--follow")) return Follow(c, resp.job_id());
@@ -287,6 +316,7 @@ absl::Status RunStatus(const std::vector<std::string>& in) {
   std::vector<std::string> args = in;
   SATDAR_ASSIGN_OR_RETURN(std::string job_id, Positional(&args, "job id", flags));
   SATDAR_RETURN_IF_ERROR(flags.Parse(args));
+  SATDAR_RETURN_IF_ERROR(CheckJobId(job_id));
   SATDAR_ASSIGN_OR_RETURN(Client c, Connect(flags));
   v1::GetJobRequest req;
   req.set_job_id(job_id);
@@ -298,15 +328,20 @@ absl::Status RunStatus(const std::vector<std::string>& in) {
     std::printf("%s\n", JobJson(j).dump().c_str());
     return absl::OkStatus();
   }
-  std::printf("%s%s\n", ProgressLine(j).c_str(), j.name().empty() ? "" : absl::StrCat(" (", j.name(), ")").c_str());
+  // Text from the spec, the ranks and the coordinator, with control characters escaped.
+  std::printf("%s%s\n", ProgressLine(j).c_str(),
+              j.name().empty() ? "" : absl::StrCat(" (", core::Printable(j.name()), ")").c_str());
   std::printf("  %d rank(s), %d attempt(s) of at most %d, submitted %s ago\n", j.world_size(),
               j.attempts(), j.max_restarts() + 1, Age(j.submit_time_ms()).c_str());
-  if (!j.pending_reason().empty()) std::printf("  %s\n", j.pending_reason().c_str());
-  if (!j.reason().empty()) std::printf("  reason: %s\n", j.reason().c_str());
+  if (!j.pending_reason().empty()) std::printf("  %s\n", core::Printable(j.pending_reason()).c_str());
+  if (!j.reason().empty()) std::printf("  reason: %s\n", core::Printable(j.reason()).c_str());
   for (const v1::Attempt& a : j.history()) {
-    std::printf("  attempt %d: %s%s\n", a.number(), a.outcome().empty() ? "running" : a.outcome().c_str(),
-                a.reason().empty() ? "" : absl::StrCat(" - ", a.reason()).c_str());
-    for (const std::string& l : a.last_lines()) std::printf("    | %s\n", l.c_str());
+    std::printf("  attempt %d: %s%s\n", a.number(),
+                a.outcome().empty() ? "running" : core::Printable(a.outcome()).c_str(),
+                a.reason().empty() ? "" : absl::StrCat(" - ", core::Printable(a.reason())).c_str());
+    for (const std::string& l : a.last_lines()) {
+      std::printf("    | %s\n", core::Printable(l).c_str());
+    }
   }
   return absl::OkStatus();
 }
@@ -334,12 +369,13 @@ absl::Status RunJobs(const std::vector<std::string>& args) {
       {"JOB", "NAME", "STATE", "STEP", "LOSS", "TOK/S", "AGE", "ATTEMPTS", "REASON"}};
   for (const v1::Job& j : resp.jobs()) {
     const bool progress = HasProgress(j);
-    rows.push_back({j.job_id(), j.name().empty() ? "-" : j.name(), StateName(j.state()),
+    rows.push_back({core::Printable(j.job_id()), j.name().empty() ? "-" : core::Printable(j.name()),
+                    StateName(j.state()),
                     absl::StrCat(j.step(), "/", j.steps()),
                     progress ? absl::StrFormat("%.4f", j.loss()) : "-",
                     progress ? absl::StrFormat("%.0f", j.tokens_per_second()) : "-",
                     Age(j.submit_time_ms()), absl::StrCat(j.attempts()),
-                    j.state() == v1::PENDING ? j.pending_reason() : j.reason()});
+                    core::Printable(j.state() == v1::PENDING ? j.pending_reason() : j.reason())});
   }
   PrintTable(rows, {false, false, false, true, true, true, true, true, false});
   return absl::OkStatus();
@@ -352,6 +388,7 @@ absl::Status RunCancel(const std::vector<std::string>& in) {
   std::vector<std::string> args = in;
   SATDAR_ASSIGN_OR_RETURN(std::string job_id, Positional(&args, "job id", flags));
   SATDAR_RETURN_IF_ERROR(flags.Parse(args));
+  SATDAR_RETURN_IF_ERROR(CheckJobId(job_id));
   SATDAR_ASSIGN_OR_RETURN(Client c, Connect(flags));
   v1::CancelJobRequest req;
   req.set_job_id(job_id);
@@ -359,7 +396,7 @@ absl::Status RunCancel(const std::vector<std::string>& in) {
   SATDAR_RETURN_IF_ERROR(Unary(c, req, &j, [&](grpc::ClientContext* ctx, const auto& r, auto* out) {
     return c.stub->CancelJob(ctx, r, out);
   }));
-  std::printf("%s %s\n", j.job_id().c_str(), StateName(j.state()).c_str());
+  std::printf("%s %s\n", core::Printable(j.job_id()).c_str(), StateName(j.state()).c_str());
   return absl::OkStatus();
 }
 
@@ -373,6 +410,7 @@ absl::Status RunLogs(const std::vector<std::string>& in) {
   std::vector<std::string> args = in;
   SATDAR_ASSIGN_OR_RETURN(std::string job_id, Positional(&args, "job id", flags));
   SATDAR_RETURN_IF_ERROR(flags.Parse(args));
+  SATDAR_RETURN_IF_ERROR(CheckJobId(job_id));
   int64_t rank = -1;
   if (flags.Has("--rank")) {
     SATDAR_ASSIGN_OR_RETURN(rank, flags.GetInt("--rank", 0, kMaxRanks - 1));
@@ -398,7 +436,7 @@ absl::Status RunLogs(const std::vector<std::string>& in) {
     }
     std::fflush(stdout);
   }
-  return rpc::FromGrpc(reader->Finish());
+  return rpc::ExplainUnavailable(c.address, c.channel, rpc::FromGrpc(reader->Finish()));
 }
 
 absl::Status RunWorkers(const std::vector<std::string>& args) {
@@ -426,7 +464,8 @@ absl::Status RunWorkers(const std::vector<std::string>& args) {
   std::vector<std::vector<std::string>> rows = {
       {"WORKER", "NAME", "STATE", "DEVICE", "SLOTS", "HEARTBEAT"}};
   for (const v1::Worker& w : resp.workers()) {
-    rows.push_back({w.worker_id(), w.name(), w.state(), w.device(),
+    rows.push_back({core::Printable(w.worker_id()), core::Printable(w.name()),
+                    core::Printable(w.state()), core::Printable(w.device()),
                     absl::StrCat(w.busy_slots(), "/", w.slots()),
                     absl::StrCat(Age(w.last_heartbeat_ms()), " ago")});
   }

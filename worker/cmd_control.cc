@@ -14,6 +14,7 @@
 #include "core/file_util.h"
 #include "proto/rpc.h"
 #include "worker/agent.h"
+#include "worker/cli.h"
 #include "worker/cli_util.h"
 #include "worker/commands.h"
 
@@ -45,6 +46,11 @@ absl::StatusOr<std::string> TokenOf(const FlagSet& flags, const std::string& fla
 }
 
 }  // namespace
+
+int WorkerExitCodeFor(const absl::Status& status) {
+  if (absl::IsUnauthenticated(status) || absl::IsPermissionDenied(status)) return 3;
+  return ExitCodeFor(status);
+}
 
 absl::Status RunCoordinatorCommand(const std::vector<std::string>& args) {
   FlagSet flags("coordinator");

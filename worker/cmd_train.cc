@@ -1,4 +1,8 @@
 // satdar train: one process, one rank of an mpirun or Gloo launch, threads as ranks, or a GPU.
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +29,7 @@
 #include "worker/commands.h"
 #include "worker/cuda_engine.h"
 #include "worker/grpc_kv_store.h"
+#include "worker/rank_lease.h"
 #include "worker/rank_agreement.h"
 #include "worker/train_flags.h"
 #include "worker/trainer.h"
@@ -78,6 +83,44 @@ absl::Status ApplySlurm(const FlagSet& flags, comm::GlooOptions* g) {
   return absl::OkStatus();
 }
 
+// --coordinator, --job-id, --attempt, the token and TLS roots: how a rank a worker started
+// reaches its coordinator.
+absl::StatusOr<CoordinatorStoreOptions> CoordinatorOptions(const FlagSet& flags) {
+  CoordinatorStoreOptions c;
+  c.address = flags.Get("--coordinator");
+  c.job_id = flags.Get("--job-id");
+  SATDAR_ASSIGN_OR_RETURN(int64_t attempt, flags.GetInt("--attempt", 1, 1 << 20));
+  c.attempt = static_cast<int>(attempt);
+  if (c.job_id.empty() || !flags.Has("--attempt")) {
+    return absl::InvalidArgumentError("satdar train: --coordinator needs --job-id and --attempt");
+  }
+  const std::string token_file = flags.Has("--token-file") ? flags.Get("--token-file")
+                                 : std::getenv("SATDAR_TOKEN_FILE") ? std::getenv("SATDAR_TOKEN_FILE")
+                                                                    : "";
+  if (!token_file.empty()) {
+    SATDAR_ASSIGN_OR_RETURN(c.token, rpc::ReadTokenFile(token_file));
+  }
+  c.channel.ca_file = flags.Has("--tls-ca") ? flags.Get("--tls-ca")
+                      : std::getenv("SATDAR_TLS_CA") ? std::getenv("SATDAR_TLS_CA")
+                                                     : "";
+  return c;
+}
+
+// A rank of a job's attempt (--coordinator with --attempt) keeps a lease of its own
+// (rank_lease.h): it stops once the coordinator fences the attempt, and writes nothing after.
+absl::StatusOr<std::unique_ptr<RankLease>> StartRankLease(const FlagSet& flags, TrainOptions* o) {
+  if (!flags.Has("--coordinator") || !flags.Has("--attempt")) return nullptr;
+  RankLeaseOptions l;
+  SATDAR_ASSIGN_OR_RETURN(l.coordinator, CoordinatorOptions(flags));
+  if (flags.Has("--rank")) {
+    SATDAR_ASSIGN_OR_RETURN(int64_t rank, flags.GetInt("--rank", 0, kMaxRanks));
+    l.rank = static_cast<int>(rank);
+  }
+  SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<RankLease> lease, RankLease::Start(l));
+  o->may_write = [raw = lease.get()] { return raw->MayWrite(); };
+  return lease;
+}
+
 // The rendezvous of a launch with one process per rank: this rank, the world size and the store
 // the ranks meet in (the coordinator's for a job run by workers, else a shared folder's).
 // mpirun's environment gives the rank when `mpi_env` (GPU ranks under mpirun meet over Gloo
@@ -96,23 +139,7 @@ absl::StatusOr<comm::GlooOptions> Rendezvous(const FlagSet& flags, const TrainOp
   if (flags.Has("--gloo-iface")) g.interface = flags.Get("--gloo-iface");
   if (flags.Has("--coordinator")) {
     // Meet through the coordinator's store of this job's attempt (a job run by workers).
-    CoordinatorStoreOptions c;
-    c.address = flags.Get("--coordinator");
-    c.job_id = flags.Get("--job-id");
-    SATDAR_ASSIGN_OR_RETURN(int64_t attempt, flags.GetInt("--attempt", 1, 1 << 20));
-    c.attempt = static_cast<int>(attempt);
-    if (c.job_id.empty()) {
-      return absl::InvalidArgumentError("satdar train: --coordinator needs --job-id and --attempt");
-    }
-    const std::string token_file = flags.Has("--token-file") ? flags.Get("--token-file")
-                                   : std::getenv("SATDAR_TOKEN_FILE") ? std::getenv("SATDAR_TOKEN_FILE")
-                                                                      : "";
-    if (!token_file.empty()) {
-      SATDAR_ASSIGN_OR_RETURN(c.token, rpc::ReadTokenFile(token_file));
-    }
-    c.channel.ca_file = flags.Has("--tls-ca") ? flags.Get("--tls-ca")
-                        : std::getenv("SATDAR_TLS_CA") ? std::getenv("SATDAR_TLS_CA")
-                                                       : "";
+    SATDAR_ASSIGN_OR_RETURN(const CoordinatorStoreOptions c, CoordinatorOptions(flags));
     SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<comm::KvStore> store, OpenCoordinatorStore(c));
     g.store = std::shared_ptr<comm::KvStore>(std::move(store));
     g.store_dir = "coordinator";
@@ -268,25 +295,40 @@ int ExpectedRank(const FlagSet& flags, const std::string& launcher, int world_si
 
 }  // namespace
 
+// A rank that a worker started (SATDAR_WORKER_PID) never outlives it: the kernel sends it
+// SIGKILL when the worker's process ends, kill -9 included (the worker starts ranks from its
+// main thread, which lives as long as the process), and a worker already gone by the time
+// this runs is noticed here. Otherwise the orphan would train on, holding the job's
+// checkpoint folder, while the coordinator retries the job elsewhere.
+absl::Status DieWithWorker() {
+  const char* env = std::getenv("SATDAR_WORKER_PID");
+  if (env == nullptr) return absl::OkStatus();
+  int worker = 0;
+  if (!absl::SimpleAtoi(env, &worker) || worker <= 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("satdar train: SATDAR_WORKER_PID is '", env, "', not a process id"));
+  }
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != worker) {
+    return absl::UnavailableError(absl::StrCat(
+        "satdar train: the worker that started this rank (pid ", worker, ") is gone"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RunTrain(const std::vector<std::string>& args) {
+  SATDAR_RETURN_IF_ERROR(DieWithWorker());
   FlagSet flags("train");
   DefineTrainFlags(&flags);
   if (WantsHelp(args)) return PrintHelp(flags);
   SATDAR_RETURN_IF_ERROR(flags.Parse(args));
   TrainOptions o;
   SATDAR_RETURN_IF_ERROR(ParseTrainOptions(flags, &o));
+  SATDAR_ASSIGN_OR_RETURN(const std::unique_ptr<RankLease> lease, StartRankLease(flags, &o));
   SATDAR_ASSIGN_OR_RETURN(core::Device device, core::ParseDevice(flags.Get("--device")));
   const bool cuda = device.type == core::DeviceType::kCuda;
-  if (!cuda) {
-    if (flags.Get("--dtype") == "bf16") {
-      return absl::InvalidArgumentError(
-          "satdar train: flag --dtype must be f32 or f64, got 'bf16' (bf16 is for --device cuda)");
-    }
-    o.f64 = flags.Get("--dtype") == "f64";
-    if (flags.Has("--gpu-comm")) {
-      return absl::InvalidArgumentError("satdar train: flag --gpu-comm is for --device cuda");
-    }
-  }
+  // ParseTrainOptions checked the dtype against the device (bf16 and --gpu-comm only on cuda).
+  if (!cuda) o.f64 = flags.Get("--dtype") == "f64";
   const std::string launcher = flags.Get("--launcher");
   const int world_size = o.mesh.size();
   // Files: inputs exist and are what they should be; outputs are writable and no input. Only

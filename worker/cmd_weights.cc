@@ -13,6 +13,7 @@
 #include "worker/checkpoint.h"
 #include "worker/cli_util.h"
 #include "worker/commands.h"
+#include "worker/weights.h"
 
 namespace satdar::worker {
 
@@ -33,6 +34,7 @@ absl::Status ExportTyped(const model::ModelConfig& config, const std::string& ch
   if (!loaded.ok()) {
     return absl::Status(loaded.code(), absl::StrCat("--checkpoint: ", loaded.message()));
   }
+  SATDAR_RETURN_IF_ERROR(CheckFiniteWeights("--checkpoint: " + checkpoint, table, params.data()));
   std::vector<core::TensorRef> out;
   for (const auto& spec : table.specs()) {
     out.push_back({spec.name, core::DTypeOf<T>::value, spec.shape, params.data() + spec.offset});

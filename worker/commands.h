@@ -32,6 +32,9 @@ absl::Status RunWorkers(const std::vector<std::string>& args);
 // Client commands' exit codes: 0 ok, 2 bad input, 3 unauthenticated or permission denied,
 // 4 no such job, 1 anything else.
 int ClientExitCodeFor(const absl::Status& status);
+// `satdar worker`'s: a token the coordinator refuses is 3 as for clients (UNAUTHENTICATED or
+// PERMISSION_DENIED from it); everything else as ExitCodeFor (2 bad input, 1 a fault).
+int WorkerExitCodeFor(const absl::Status& status);
 
 }  // namespace satdar::worker
 

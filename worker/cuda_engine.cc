@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "model/gpu/gpu_model.h"
 #include "worker/mfu.h"
+#include "worker/train_flags.h"
 
 #ifdef SATDAR_WITH_CUDA
 #include <cuda_runtime.h>
@@ -397,28 +398,8 @@ absl::StatusOr<double> CudaEngine::ValidationLoss(data::BatchSource* source, int
 }  // namespace
 
 absl::Status CheckCudaEngine(const TrainOptions& o) {
-  if (o.mesh.tp != 1 || o.mesh.pp != 1 || o.mesh.ep != 1) {
-    return absl::InvalidArgumentError(
-        "--device cuda: tensor, pipeline and expert parallelism are not on the GPU path yet "
-        "(data parallelism is: --dp N); use --device cpu for --tp/--pp/--ep");
-  }
-  if (o.stats_every > 0) {
-    return absl::InvalidArgumentError("--device cuda: --stats-every is not on the GPU path yet");
-  }
-  if (o.f64) return absl::InvalidArgumentError("--device cuda: --dtype must be bf16 or f32");
-  if (o.virtual_stages > 1) {
-    return absl::InvalidArgumentError(
-        "--device cuda: --virtual-stages is not on the GPU path yet (it needs --pp)");
-  }
-  if (o.sequence_parallel) {
-    return absl::InvalidArgumentError(
-        "--device cuda: --sequence-parallel is not on the GPU path yet (it needs --tp)");
-  }
-  if (o.vocab_multiple != 1) {
-    return absl::InvalidArgumentError(
-        "--device cuda: --vocab-multiple is not on the GPU path yet (the GPU model's head runs "
-        "the true vocabulary); use --vocab-multiple 1");
-  }
+  // The flags (shared with the coordinator's check of a job spec), then the design.
+  SATDAR_RETURN_IF_ERROR(CheckGpuPathOptions(o));
   return model::gpu::CheckGpuSupport(o.config);
 }
 

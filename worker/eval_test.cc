@@ -172,6 +172,26 @@ TEST(Eval, AblationNeedsGates) {
   EXPECT_NE(r.status().message().find("gates exist only with \"satformer\""), std::string::npos);
 }
 
+// Weights holding NaN are refused before any batch runs, naming the first tensor that holds one.
+TEST(Eval, WeightsThatAreNotFiniteAreRefused) {
+  const std::string path = WriteWeights(SatConfig(), std::nan(""), "nan.safetensors");
+  core::ThreadPool pool(1);
+  auto model = model::CreateModel<float>(SatConfig(), &pool);
+  ASSERT_TRUE(model.ok());
+  std::string first_gate;
+  for (const auto& spec : (*model)->params().specs()) {
+    if (spec.name.find("value_gate") != std::string::npos) {
+      first_gate = spec.name;
+      break;
+    }
+  }
+  ASSERT_FALSE(first_gate.empty());
+  auto r = Evaluate(Options(path));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(), "--weights: " + path + ": tensor '" + first_gate +
+                                      "' holds NaN (element 0); weights must be finite numbers");
+}
+
 TEST(Eval, TrainerLogsStatistics) {
   TrainOptions o;
   o.config = SatConfig();

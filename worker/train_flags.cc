@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/address.h"
 #include "core/check.h"
@@ -176,6 +177,27 @@ absl::Status ParseTrainOptions(const FlagSet& flags, TrainOptions* o) {
     return absl::InvalidArgumentError(
         "satdar train: give exactly one of --data DIR or --synthetic-data (or --task mqar)");
   }
+  // Validation reads a prepared dataset's held-out split (checked again when the data opens:
+  // a --data folder of raw text has none either).
+  if (o->eval_every > 0 && (o->synthetic_data || o->mqar.has_value())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "satdar train: --eval-every: validation needs a prepared dataset (--data DIR written by "
+        "satdar prep), whose held-out split it reads; ",
+        o->mqar.has_value() ? "--task mqar" : "--synthetic-data", " has none"));
+  }
+  // The dtypes and GPU flags of each device (the device itself is parsed by the command).
+  const bool cuda = absl::StartsWith(flags.Get("--device"), "cuda");
+  if (!cuda && flags.Get("--dtype") == "bf16") {
+    return absl::InvalidArgumentError(
+        "satdar train: flag --dtype must be f32 or f64, got 'bf16' (bf16 is for --device cuda)");
+  }
+  if (!cuda && flags.Has("--gpu-comm")) {
+    return absl::InvalidArgumentError("satdar train: flag --gpu-comm is for --device cuda");
+  }
+  if (cuda && flags.Get("--dtype") == "f64") {
+    return absl::InvalidArgumentError(
+        "satdar train: flag --dtype must be bf16 or f32, got 'f64' (f64 is for --device cpu)");
+  }
   o->log_jsonl = flags.Get("--log-jsonl");
   o->summary_json = flags.Get("--summary-json");
   o->checkpoint_dir = flags.Get("--checkpoint-dir");
@@ -250,6 +272,32 @@ absl::Status ParseTrainOptions(const FlagSet& flags, TrainOptions* o) {
   SATDAR_ASSIGN_OR_RETURN(int64_t multiple, flags.GetInt("--vocab-multiple", 1, 65536));
   o->vocab_multiple = static_cast<int>(multiple);
   SATDAR_ASSIGN_OR_RETURN(o->lock_wait_seconds, flags.GetInt("--lock-wait", 0, 86400));
+  return absl::OkStatus();
+}
+
+absl::Status CheckGpuPathOptions(const TrainOptions& o) {
+  if (o.mesh.tp != 1 || o.mesh.pp != 1 || o.mesh.ep != 1) {
+    return absl::InvalidArgumentError(
+        "--device cuda: tensor, pipeline and expert parallelism are not on the GPU path yet "
+        "(data parallelism is: --dp N); use --device cpu for --tp/--pp/--ep");
+  }
+  if (o.stats_every > 0) {
+    return absl::InvalidArgumentError("--device cuda: --stats-every is not on the GPU path yet");
+  }
+  if (o.f64) return absl::InvalidArgumentError("--device cuda: --dtype must be bf16 or f32");
+  if (o.virtual_stages > 1) {
+    return absl::InvalidArgumentError(
+        "--device cuda: --virtual-stages is not on the GPU path yet (it needs --pp)");
+  }
+  if (o.sequence_parallel) {
+    return absl::InvalidArgumentError(
+        "--device cuda: --sequence-parallel is not on the GPU path yet (it needs --tp)");
+  }
+  if (o.vocab_multiple != 1) {
+    return absl::InvalidArgumentError(
+        "--device cuda: --vocab-multiple is not on the GPU path yet (the GPU model's head runs "
+        "the true vocabulary); use --vocab-multiple 1");
+  }
   return absl::OkStatus();
 }
 

@@ -17,6 +17,11 @@ void DefineTrainFlags(FlagSet* flags);
 // flag for anything out of bounds or inconsistent.
 absl::Status ParseTrainOptions(const FlagSet& flags, TrainOptions* o);
 
+// What the GPU path (--device cuda) cannot run yet, from the flags alone: TP/PP/EP, statistics,
+// f64, virtual stages, sequence parallelism, a vocabulary multiple. The GPU trainer checks it
+// (with the design, CheckCudaEngine); the coordinator checks a cuda job's spec with it.
+absl::Status CheckGpuPathOptions(const TrainOptions& o);
+
 // The layout sizes as `satdar train` (and a job spec's "train" flags) call them.
 // --virtual-stages against the config: pp x V dividing the layers, and a design whose
 // parameters are not shared across stages (ResFormer learnable_plus's are).

@@ -5,9 +5,11 @@
 #define SATDAR_WORKER_TRAIN_OPTIONS_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
+#include "absl/status/status.h"
 #include "core/dtype.h"
 #include "data/mqar.h"
 #include "model/config.h"
@@ -76,6 +78,9 @@ struct TrainOptions {
   // start this run, with fresh optimizer moments at step 0 (fine-tuning). With --resume, a
   // checkpoint of this run's own --checkpoint-dir wins.
   std::string init_from;
+  // When set (a rank a worker started: worker/rank_lease.h), asked before every checkpoint and
+  // log line; an error ends the run without writing.
+  std::function<absl::Status()> may_write;
   bool quiet = false;
   // Observability (metrics/train_metrics.h): with metrics_listen (HOST:PORT, port 0: a free
   // one) every rank serves Prometheus /metrics, labelled job_id and rank. MFU divides by

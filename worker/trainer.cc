@@ -312,6 +312,7 @@ absl::Status TrainRun::Log(int64_t step, double loss, const core::AdamWParams& h
     SATDAR_RETURN_IF_ERROR(engine_->AddStats(&line));
   }
   observer_.OnStep(step, &line, tokens_per_step_, times);
+  if (o_.may_write && !o_.log_jsonl.empty()) SATDAR_RETURN_IF_ERROR(o_.may_write());
   return log_.Write(line);
 }
 
@@ -319,6 +320,7 @@ absl::Status TrainRun::Checkpoint(int64_t step, double loss) {
   const bool due = !o_.checkpoint_dir.empty() &&
                    ((o_.checkpoint_every > 0 && step % o_.checkpoint_every == 0) || step == o_.steps);
   if (!due) return absl::OkStatus();
+  if (o_.may_write) SATDAR_RETURN_IF_ERROR(o_.may_write());
   const int64_t consumed = first_sample_ + (step - start_step_) * o_.batch_size * g_.data_size();
   SATDAR_RETURN_IF_ERROR(
       engine_->Save({step, o_.seed, consumed, config_json_, trainer_json_, loss}));

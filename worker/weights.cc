@@ -1,5 +1,7 @@
 #include "worker/weights.h"
 
+#include <cmath>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/safetensors.h"
@@ -60,6 +62,21 @@ absl::Status LoadWeights(const std::string& flag, const std::string& path,
                                       params->data() + spec.offset);
     if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(flag, ": ", s.message()));
   }
+  return CheckFiniteWeights(absl::StrCat(flag, ": ", path), table, params->data());
+}
+
+template <typename T>
+absl::Status CheckFiniteWeights(const std::string& what, const model::ParamTable& table,
+                                const T* params) {
+  for (const model::ParamSpec& spec : table.specs()) {
+    const T* p = params + spec.offset;
+    for (int64_t i = 0; i < spec.numel; ++i) {
+      if (std::isfinite(p[i])) continue;
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": tensor '", spec.name, "' holds ", std::isnan(p[i]) ? "NaN" : "Inf",
+          " (element ", i, "); weights must be finite numbers"));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -69,5 +86,10 @@ template absl::Status LoadWeights<float>(const std::string&, const std::string&,
 template absl::Status LoadWeights<double>(const std::string&, const std::string&,
                                           const model::ParamTable&, const std::string&,
                                           std::vector<double>*, std::vector<bool>*);
+
+template absl::Status CheckFiniteWeights<float>(const std::string&, const model::ParamTable&,
+                                                const float*);
+template absl::Status CheckFiniteWeights<double>(const std::string&, const model::ParamTable&,
+                                                 const double*);
 
 }  // namespace satdar::worker

@@ -24,6 +24,13 @@ absl::Status LoadWeights(const std::string& flag, const std::string& path,
                          const model::ParamTable& table, const std::string& config_json,
                          std::vector<T>* params, std::vector<bool>* present);
 
+// Every element of every parameter is finite: weights holding NaN or Inf (a diverged run, a
+// damaged export) would only give NaN losses and gradients. InvalidArgument naming `what` (the
+// flag and file) and the first tensor and element that is not.
+template <typename T>
+absl::Status CheckFiniteWeights(const std::string& what, const model::ParamTable& table,
+                                const T* params);
+
 }  // namespace satdar::worker
 
 #endif  // SATDAR_WORKER_WEIGHTS_H_
