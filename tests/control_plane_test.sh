@@ -224,7 +224,8 @@ for _ in $(seq 1 100); do [[ $(pgrep -fc "job-id $J4") -eq 0 ]] && break; sleep 
   fail "ranks of a cancelled job still run"
 
 echo "== two jobs that do not both fit: the second waits, then runs"
-job_spec first.json 40
+# 400 steps: the first job must still run a second after it started (40 took under a second).
+job_spec first.json 400
 job_spec second.json 8
 JA=$("$SATDAR" submit first.json --coordinator "$ADDR")
 wait_state "$JA" RUNNING 10
