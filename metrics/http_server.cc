@@ -87,8 +87,11 @@ absl::Status HttpServer::Start(const std::string& listen, int threads) {
   if (absl::Status s = core::SplitHostPort(listen, "address", &host, &port); !s.ok()) return s;
   InitCivetweb();
   const std::string n = std::to_string(threads);
+  // civetweb gives each connection a thread for as long as it stays open: a client that sends
+  // its request slowly holds one. Enough threads that a few slow or reconnecting clients leave
+  // health probes and scrapes room, and a request that takes longer than 2 s is cut.
   const char* options[] = {"listening_ports", listen.c_str(), "num_threads", n.c_str(),
-                           "request_timeout_ms", "10000", nullptr};
+                           "request_timeout_ms", "2000", nullptr};
   mg_callbacks callbacks;
   std::memset(&callbacks, 0, sizeof callbacks);
   ctx_ = mg_start(&callbacks, nullptr, options);

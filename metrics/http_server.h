@@ -53,7 +53,7 @@ class HttpServer {
 
   // listen: HOST:PORT, port 0 picks a free one. InvalidArgument for a malformed address,
   // Unavailable when it cannot be bound.
-  absl::Status Start(const std::string& listen, int threads = 4);
+  absl::Status Start(const std::string& listen, int threads = 64);
   void Stop();
   const std::string& address() const { return address_; }
 

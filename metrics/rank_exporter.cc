@@ -19,11 +19,12 @@ absl::StatusOr<std::unique_ptr<RankExporter>> RankExporter::Start(
   std::unique_ptr<RankExporter> e(new RankExporter());
   e->registry_ = std::move(registry);
   try {
-    // civetweb: one listening thread plus two request threads; no document root, so any path
-    // but /metrics is 404. A client that stalls is cut off after 10 s (Prometheus' default
-    // scrape timeout), so a stuck scraper holds a request thread no longer than that.
+    // civetweb: one listening thread plus eight request threads; no document root, so any
+    // path but /metrics is 404. A connection holds a thread while it is open, so a request
+    // slower than 2 s is cut off, and a few slow or reconnecting clients leave the scraper
+    // room (a scrape is answered in milliseconds).
     e->exposer_ = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
-        "listening_ports", listen, "num_threads", "2", "request_timeout_ms", "10000"});
+        "listening_ports", listen, "num_threads", "8", "request_timeout_ms", "2000"});
   } catch (const std::exception& ex) {
     return absl::UnavailableError(
         absl::StrCat("cannot serve metrics on ", listen, ": ", ex.what()));
