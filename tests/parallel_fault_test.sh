@@ -61,8 +61,13 @@ start_ranks() {
       PIDS+=($!)
     done
   fi
+  # Checkpoint CHECKPOINT or any later one: a fast run prunes the early ones (3 are kept), and
+  # a poll that missed it waited 30 s while the run finished, leaving no rank to kill.
   for _ in $(seq 1 600); do
-    ls -d "ckpt-$name"/ckpt_$checkpoint* >/dev/null 2>&1 && break
+    local newest
+    newest=$(ls -d "ckpt-$name"/ckpt_* 2>/dev/null | sed -n 's/.*ckpt_\([0-9]\{8\}\).*/\1/p' |
+             sort | tail -1)
+    [[ -n $newest ]] && ((10#$newest >= 10#$checkpoint)) && break
     sleep 0.05
   done
   local seed
