@@ -51,9 +51,9 @@ def main():
     latencies = {}
     lock = threading.Lock()
 
-    def timed(name, fn, *a):
+    def timed(name, fn, *a, **kw):
         t0 = time.perf_counter()
-        r = fn(*a, timeout=30)
+        r = fn(*a, timeout=30, **kw)
         dt = time.perf_counter() - t0
         with lock:
             latencies.setdefault(name, []).append(dt)
@@ -67,19 +67,22 @@ def main():
     def worker(i):
         ch = grpc.insecure_channel(addr)
         stub = rpc.WorkerServiceStub(ch)
-        wid = timed("RegisterWorker", stub.RegisterWorker,
-                    pb.RegisterWorkerRequest(name="sim-%d" % i, slots=4, device="cpu")).worker_id
+        reg = timed("RegisterWorker", stub.RegisterWorker,
+                    pb.RegisterWorkerRequest(name="sim-%d" % i, slots=4, device="cpu"))
+        wid = reg.worker_id
+        md = [("satdar-worker-session", reg.session)]  # names this worker on every later call
         running, ended = [], []
         time.sleep(random.random())
         while not stop.is_set():
             t0 = time.time()
             for r in ended:  # ended at the last beat: report the exits
                 timed("ReportExit", stub.ReportExit,
-                      pb.RankExit(worker_id=wid, job_id=r[0], attempt=r[1], rank=r[2], exit_code=0))
+                      pb.RankExit(worker_id=wid, job_id=r[0], attempt=r[1], rank=r[2], exit_code=0),
+                      metadata=md)
             ended = running
             req = pb.HeartbeatRequest(worker_id=wid, ranks=[
                 pb.RankStatus(job_id=j, attempt=a, rank=k, pid=1) for j, a, k in running])
-            resp = timed("Heartbeat", stub.Heartbeat, req)
+            resp = timed("Heartbeat", stub.Heartbeat, req, metadata=md)
             running = [(s.job_id, s.attempt, s.rank) for s in resp.start]
             time.sleep(max(0, 1 - (time.time() - t0)))
 

@@ -83,6 +83,7 @@ absl::StatusOr<std::unique_ptr<ControlState>> ControlState::Create(std::unique_p
     // A fresh lease, and one more: the workers were cut off by the coordinator's own downtime
     // and may take a moment to reconnect.
     if (w.worker().state() == "ALIVE") s->last_heartbeat_[id] = now + s->options_.lease_ms;
+    if (!w.session_sha256().empty()) s->sessions_[w.session_sha256()] = id;
     s->workers_[id] = std::move(w);
   }
   std::map<std::string, std::string> series;
@@ -532,6 +533,7 @@ void ControlState::Schedule() {
       v1::RankOutcome* o = a->add_ranks();
       o->set_rank(r);
       o->set_worker(workers_[(*placement)[r]].worker().name());
+      o->set_worker_id((*placement)[r]);
       o->set_state("ASSIGNED");
       o->set_exit_code(-1);
     }

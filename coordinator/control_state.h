@@ -77,16 +77,24 @@ class ControlState {
   std::vector<satdar::v1::Worker> ListWorkers();
 
   // ---- workers ----
+  // Registration gives the worker a random id and a session (a secret bound to that id). Every
+  // later call names its caller by `session` (the "satdar-worker-session" metadata of the
+  // worker and of the ranks it starts) and may touch only what was assigned to that worker:
+  // its own heartbeat, exits, logs and rank leases of ranks placed on it (in any attempt),
+  // the rendezvous keys of attempts it holds a rank of. Anything else is PermissionDenied
+  // (an unknown or missing session too).
   absl::StatusOr<satdar::v1::RegisterWorkerResponse> Register(
       const satdar::v1::RegisterWorkerRequest& req);
-  absl::StatusOr<satdar::v1::HeartbeatResponse> Heartbeat(const satdar::v1::HeartbeatRequest& req);
-  absl::Status ReportExit(const satdar::v1::RankExit& exit);
-  absl::Status UploadLogs(const satdar::v1::LogUpload& upload);
-  absl::Status KvSet(const satdar::v1::KvSetRequest& req);
-  absl::StatusOr<satdar::v1::KvGetResponse> KvGet(const satdar::v1::KvGetRequest& req);
+  absl::StatusOr<satdar::v1::HeartbeatResponse> Heartbeat(const std::string& session,
+                                                          const satdar::v1::HeartbeatRequest& req);
+  absl::Status ReportExit(const std::string& session, const satdar::v1::RankExit& exit);
+  absl::Status UploadLogs(const std::string& session, const satdar::v1::LogUpload& upload);
+  absl::Status KvSet(const std::string& session, const satdar::v1::KvSetRequest& req);
+  absl::StatusOr<satdar::v1::KvGetResponse> KvGet(const std::string& session,
+                                                  const satdar::v1::KvGetRequest& req);
   // A rank's own lease (lease_ms long): FailedPrecondition once its attempt is fenced.
   absl::StatusOr<satdar::v1::RankLeaseResponse> RenewRankLease(
-      const satdar::v1::RankLeaseRequest& req);
+      const std::string& session, const satdar::v1::RankLeaseRequest& req);
 
   // ---- observability ----
   StateCounts Counts();
@@ -119,6 +127,19 @@ class ControlState {
   void ReleaseUnreportedStops(const std::string& worker_id,
                               const std::set<std::tuple<std::string, int, int>>& reported);
   void LoseWorker(WorkerRecord* worker, const std::string& why);
+  // control_identity.cc: who calls, and what was assigned to them.
+  // The worker id `session` belongs to; PermissionDenied when none does.
+  absl::StatusOr<std::string> Caller(const std::string& session) const;
+  // Caller(session), which must be `worker_id` (a call naming its worker in the request).
+  absl::Status CheckCaller(const std::string& session, const std::string& worker_id) const;
+  // Whether `rank` of `attempt` of `job` was placed on `worker_id` (the current attempt's
+  // ranks, an older one's history).
+  bool RankOf(const JobRecord& job, int attempt, int rank, const std::string& worker_id) const;
+  // Whether any rank of `attempt` of `job` was placed on `worker_id`.
+  bool AttemptOf(const JobRecord& job, int attempt, const std::string& worker_id) const;
+  // PermissionDenied "<what>: rank R of attempt A of JOB is not assigned to worker W".
+  absl::Status NotAssigned(const std::string& what, const JobRecord& job, int attempt, int rank,
+                           const std::string& worker_id) const;
   // Places what fits, and sets every PENDING job's pending_reason.
   void Schedule();
   // Why a PENDING job may not be placed yet whatever the slots: its failed attempt's ranks
@@ -140,6 +161,7 @@ class ControlState {
   std::map<std::string, JobRecord> jobs_;
   std::map<std::string, std::string> request_ids_;  // request id -> job id
   std::map<std::string, WorkerRecord> workers_;
+  std::map<std::string, std::string> sessions_;     // session SHA-256 -> worker id
   std::map<std::string, int64_t> last_heartbeat_;    // worker id -> ms
   std::map<std::string, int64_t> log_sequence_;      // job id -> last log sequence
   std::map<std::string, int64_t> dropped_lines_;     // job id -> lines beyond the bound

@@ -28,7 +28,7 @@ using RankKey = std::tuple<std::string, int, int>;  // job, attempt, rank
 // A worker as the coordinator sees it: it lists the ranks it runs, starts what an answer says
 // (unless the answer was lost), stops what it is told to and reports each exit.
 struct FakeWorker {
-  std::string id, name;
+  std::string id, name, session;
   int slots = 1;
   bool alive = true;
   std::set<RankKey> running;
@@ -67,6 +67,7 @@ class Simulation {
     auto resp = state_->Register(r);
     ASSERT_TRUE(resp.ok()) << resp.status();
     w.id = resp->worker_id();
+    w.session = resp->session();
     workers_.push_back(w);
   }
 
@@ -100,8 +101,9 @@ class Simulation {
       st->set_rank(rank);
       st->set_pid(1000 + rank);
     }
-    auto resp = state_->Heartbeat(req);
+    auto resp = state_->Heartbeat(w->session, req);
     if (!resp.ok()) {  // declared lost: the real worker kills its ranks and registers again
+      ASSERT_EQ(resp.status().code(), absl::StatusCode::kFailedPrecondition) << resp.status();
       w->alive = false;
       w->running.clear();
       AddWorker();
@@ -125,7 +127,8 @@ class Simulation {
     e.set_rank(std::get<2>(key));
     e.set_exit_code(code);
     e.set_signal(signal);
-    ASSERT_TRUE(state_->ReportExit(e).ok());
+    const absl::Status s = state_->ReportExit(w.session, e);
+    ASSERT_TRUE(s.ok()) << s;
   }
 
   FakeWorker* AnyAlive() {
@@ -165,8 +168,10 @@ class Simulation {
       Open();  // the coordinator restarts (SIGKILL: everything it answered is stored)
     } else {
       now_ += static_cast<int64_t>(rng_() % 1500);
-      for (FakeWorker& w : workers_) {  // live workers keep their leases
-        if (w.alive && rng_() % 2 == 0) Beat(&w, false);
+      // Live workers keep their leases (by index: a lost one registers anew, which grows
+      // workers_ under the loop).
+      for (size_t i = 0; i < workers_.size(); ++i) {
+        if (workers_[i].alive && rng_() % 2 == 0) Beat(&workers_[i], false);
       }
       state_->Tick();
     }
@@ -177,7 +182,7 @@ class Simulation {
     for (const std::string& id : jobs_) (void)state_->Cancel(id);
     for (int round = 0; round < 20; ++round) {
       now_ += 500;
-      for (FakeWorker& w : workers_) Beat(&w, false);
+      for (size_t i = 0; i < workers_.size(); ++i) Beat(&workers_[i], false);
       state_->Tick();
     }
   }
@@ -223,7 +228,7 @@ TEST(ControlStateRandom, EveryInterleavingEndsWithFinalJobsAndFreeSlots) {
 struct OneWorker {
   int64_t now = 1'000'000;
   std::unique_ptr<ControlState> state;
-  std::string worker;
+  std::string worker, session;
 
   explicit OneWorker(const std::string& name) {
     const std::string dir = core::testing::TestTmpDir(name);
@@ -242,6 +247,7 @@ struct OneWorker {
     auto registered = state->Register(r);
     EXPECT_TRUE(registered.ok()) << registered.status();
     worker = registered->worker_id();
+    session = registered->session();
   }
   absl::StatusOr<v1::SubmitJobResponse> Submit(const std::string& request_id, int max_restarts) {
     v1::SubmitJobRequest req;
@@ -272,7 +278,7 @@ TEST(ControlStateRandom, ACancelBeforeTheWorkerStartedTheRankFreesTheSlot) {
   // and the second job is handed to the worker in the same answer.
   v1::HeartbeatRequest beat;
   beat.set_worker_id(c.worker);
-  auto resp = c.state->Heartbeat(beat);
+  auto resp = c.state->Heartbeat(c.session, beat);
   ASSERT_TRUE(resp.ok());
   ASSERT_EQ(resp->start_size(), 1);
   EXPECT_EQ(resp->start(0).job_id(), second->job_id());
@@ -292,7 +298,7 @@ TEST(ControlStateRandom, AFailureQuotesTheErrorLineAndFencesTheLease) {
   lease.set_job_id(job->job_id());
   lease.set_attempt(1);
   lease.set_rank(0);
-  auto granted = c.state->RenewRankLease(lease);
+  auto granted = c.state->RenewRankLease(c.session, lease);
   ASSERT_TRUE(granted.ok()) << granted.status();
   EXPECT_EQ(granted->lease_ms(), ControlOptions().lease_ms);
   v1::RankExit e;
@@ -304,7 +310,7 @@ TEST(ControlStateRandom, AFailureQuotesTheErrorLineAndFencesTheLease) {
   e.add_last_lines("step 3/10 | loss 4.1");
   e.add_last_lines("satdar train: error: rank 0 (dp=1), step 4: cannot write ck: disk full");
   e.add_last_lines("some library's parting words");
-  ASSERT_TRUE(c.state->ReportExit(e).ok());
+  ASSERT_TRUE(c.state->ReportExit(c.session, e).ok());
   auto j = c.state->GetJob(job->job_id(), true);
   ASSERT_TRUE(j.ok());
   EXPECT_NE(j->history(0).reason().find("satdar train: error: rank 0 (dp=1), step 4: cannot write "
@@ -312,7 +318,7 @@ TEST(ControlStateRandom, AFailureQuotesTheErrorLineAndFencesTheLease) {
             std::string::npos)
       << j->history(0).reason();
   // Attempt 1 is over: its lease is refused, and the retry waits for it to run out.
-  auto fenced = c.state->RenewRankLease(lease);
+  auto fenced = c.state->RenewRankLease(c.session, lease);
   EXPECT_EQ(fenced.status().code(), absl::StatusCode::kFailedPrecondition) << fenced.status();
 }
 

@@ -44,8 +44,12 @@ class ControlStateTest : public testing::Test {
     r.set_device("cpu");
     auto resp = state_->Register(r);
     EXPECT_TRUE(resp.ok()) << resp.status();
-    return resp.ok() ? resp->worker_id() : "";
+    if (!resp.ok()) return "";
+    sessions_[resp->worker_id()] = resp->session();
+    return resp->worker_id();
   }
+  // The session Register gave `worker` (what its calls carry).
+  std::string S(const std::string& worker) { return sessions_[worker]; }
   absl::StatusOr<std::string> Submit(int dp, int max_restarts, const std::string& request = "",
                                      int tp = 1) {
     v1::SubmitJobRequest req;
@@ -70,7 +74,7 @@ class ControlStateTest : public testing::Test {
     v1::HeartbeatRequest req;
     req.set_worker_id(worker);
     for (const auto& r : ranks) *req.add_ranks() = r;
-    auto resp = state_->Heartbeat(req);
+    auto resp = state_->Heartbeat(S(worker), req);
     EXPECT_TRUE(resp.ok()) << resp.status();
     return resp.ok() ? *resp : v1::HeartbeatResponse();
   }
@@ -92,7 +96,7 @@ class ControlStateTest : public testing::Test {
     e.set_exit_code(code);
     e.set_signal(signal);
     e.add_last_lines("last words of rank " + std::to_string(rank));
-    return state_->ReportExit(e);
+    return state_->ReportExit(S(worker), e);
   }
   v1::Job Job(const std::string& id) {
     auto j = state_->GetJob(id, true);
@@ -103,6 +107,7 @@ class ControlStateTest : public testing::Test {
   std::string dir_;
   int64_t now_ = 1'000'000;
   std::unique_ptr<ControlState> state_;
+  std::map<std::string, std::string> sessions_;  // worker id -> session
 };
 
 // A request id names one submission: the same spec again is that job, another spec under it is
@@ -323,7 +328,7 @@ TEST_F(ControlStateTest, LostWorkerRestartsTheGangElsewhere) {
   // A heartbeat from the lost worker is refused; it must register again.
   v1::HeartbeatRequest hb;
   hb.set_worker_id(b);
-  EXPECT_EQ(state_->Heartbeat(hb).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(state_->Heartbeat(S(b), hb).status().code(), absl::StatusCode::kFailedPrecondition);
   ASSERT_TRUE(Exit(a, *id, 1, ra.start(0).rank(), -1, 15).ok());
   const std::string c = Worker("c", 1);
   now_ += 1500;  // the retry's backoff has ended, but a lost rank's own lease has not
@@ -369,13 +374,13 @@ TEST_F(ControlStateTest, EverythingSurvivesARestart) {
   up.set_attempt(1);
   up.set_rank(0);
   up.add_lines("step 1/10 | loss 4.0");
-  ASSERT_TRUE(state_->UploadLogs(up).ok());
+  ASSERT_TRUE(state_->UploadLogs(S(a), up).ok());
   v1::KvSetRequest kv;
   kv.set_job_id(*id);
   kv.set_attempt(1);
   kv.set_key("gloo/rank0");
   kv.set_value("127.0.0.1:1234");
-  ASSERT_TRUE(state_->KvSet(kv).ok());
+  ASSERT_TRUE(state_->KvSet(S(a), kv).ok());
   Open();  // the coordinator restarts on the same folder
   v1::Job j = Job(*id);
   EXPECT_EQ(j.state(), v1::RUNNING);
@@ -392,7 +397,7 @@ TEST_F(ControlStateTest, EverythingSurvivesARestart) {
   get.set_job_id(*id);
   get.set_attempt(1);
   get.set_key("gloo/rank0");
-  auto got = state_->KvGet(get);
+  auto got = state_->KvGet(S(a), get);
   ASSERT_TRUE(got.ok());
   EXPECT_EQ(got->value(), "127.0.0.1:1234");
   std::vector<v1::JobEvent> events;
@@ -457,6 +462,111 @@ TEST_F(ControlStateTest, RunningRanksAreMetricsTargetsAndRankZerosRecordsItsSeri
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ((*again)["points"].size(), 2u);
   EXPECT_EQ((*again)["stats"]["gate_zero"][0][0], 0.25);
+}
+
+// A worker speaks only for itself: with its own valid session, worker b can neither speak as
+// a nor touch a's ranks (progress, exit, logs, rendezvous keys, rank lease); a's calls work,
+// also after a restart of the coordinator, and for its older attempts they are ignored, not
+// refused. Worker ids are random.
+TEST_F(ControlStateTest, AWorkerSpeaksOnlyForItself) {
+  std::string a = Worker("a", 1), b = Worker("b", 1);
+  for (const std::string& id : {a, b}) {
+    ASSERT_EQ(id.size(), 23u) << id;  // "worker-" and 16 hex digits
+    EXPECT_EQ(id.substr(0, 7), "worker-");
+    EXPECT_EQ(id.find_first_not_of("0123456789abcdef", 7), std::string::npos) << id;
+  }
+  EXPECT_NE(a, b);
+  EXPECT_EQ(S(a).size(), 64u);
+  auto id = Submit(1, 1);
+  ASSERT_TRUE(id.ok());
+  // a: the worker the job's rank went to; b: the other one.
+  if (Job(*id).history(0).ranks(0).worker_id() != a) std::swap(a, b);
+  auto ra = Beat(a, {});
+  ASSERT_EQ(ra.start_size(), 1);
+  Beat(a, {Running(ra.start(0))});
+  const auto denied = absl::StatusCode::kPermissionDenied;
+  // b's heartbeat as a; with no session; with a made-up one.
+  v1::HeartbeatRequest as_a;
+  as_a.set_worker_id(a);
+  EXPECT_EQ(state_->Heartbeat(S(b), as_a).status().code(), denied);
+  EXPECT_EQ(state_->Heartbeat("", as_a).status().code(), denied);
+  EXPECT_EQ(state_->Heartbeat(std::string(64, '0'), as_a).status().code(), denied);
+  // b reporting a's rank: progress, loss and a metrics address.
+  v1::RankStatus forged = Running(ra.start(0));
+  forged.set_step(999999);
+  forged.set_loss(0.001);
+  forged.set_metrics_address("10.6.6.6:9999");
+  v1::HeartbeatRequest hb;
+  hb.set_worker_id(b);
+  *hb.add_ranks() = forged;
+  auto beat = state_->Heartbeat(S(b), hb);
+  EXPECT_EQ(beat.status().code(), denied) << beat.status();
+  EXPECT_EQ(Job(*id).step(), 0);
+  EXPECT_TRUE(state_->MetricsTargets().empty());
+  // b reporting a's rank's exit (as itself, and as a).
+  EXPECT_EQ(Exit(b, *id, 1, 0, 0).code(), denied);
+  v1::RankExit as_a_exit;
+  as_a_exit.set_worker_id(a);
+  as_a_exit.set_job_id(*id);
+  as_a_exit.set_attempt(1);
+  as_a_exit.set_exit_code(0);
+  EXPECT_EQ(state_->ReportExit(S(b), as_a_exit).code(), denied);
+  EXPECT_EQ(Job(*id).state(), v1::RUNNING);
+  // b's log lines, rendezvous keys and rank lease for a's job.
+  v1::LogUpload up;
+  up.set_worker_id(b);
+  up.set_job_id(*id);
+  up.set_attempt(1);
+  up.add_lines("forged");
+  EXPECT_EQ(state_->UploadLogs(S(b), up).code(), denied);
+  v1::KvSetRequest kv;
+  kv.set_job_id(*id);
+  kv.set_attempt(1);
+  kv.set_key("gloo/rank0");
+  kv.set_value("10.6.6.6:1");
+  EXPECT_EQ(state_->KvSet(S(b), kv).code(), denied);
+  v1::KvGetRequest get;
+  get.set_job_id(*id);
+  get.set_attempt(1);
+  get.set_key("gloo/rank0");
+  EXPECT_EQ(state_->KvGet(S(b), get).status().code(), denied);
+  EXPECT_EQ(state_->KvGet("", get).status().code(), denied);
+  v1::RankLeaseRequest lease;
+  lease.set_job_id(*id);
+  lease.set_attempt(1);
+  lease.set_rank(0);
+  EXPECT_EQ(state_->RenewRankLease(S(b), lease).status().code(), denied);
+  std::vector<v1::LogLine> lines;
+  bool final;
+  ASSERT_TRUE(state_->Logs(*id, -1, 0, 100, false, 0, &lines, &final).ok());
+  EXPECT_TRUE(lines.empty());
+  // a's own calls work, also after a restart (the sessions are kept, as their hashes).
+  Open();
+  up.set_worker_id(a);
+  EXPECT_TRUE(state_->UploadLogs(S(a), up).ok());
+  EXPECT_TRUE(state_->KvSet(S(a), kv).ok());
+  EXPECT_TRUE(state_->RenewRankLease(S(a), lease).ok());
+  EXPECT_EQ(state_->RenewRankLease(S(b), lease).status().code(), denied);
+  // Attempt 1 fails; attempt 2 runs on b. a's reports of attempt 1 are ignored (its own),
+  // b's of attempt 1 still refused, and b may now use attempt 2's store.
+  ASSERT_TRUE(Exit(a, *id, 1, 0, 1).ok());
+  now_ += 5000;
+  Beat(a, {});
+  Beat(b, {});
+  state_->Tick();
+  // Placed on either worker: the fence holds for the other.
+  const v1::Job j = Job(*id);
+  ASSERT_EQ(j.attempts(), 2) << j.pending_reason();
+  const std::string holder = j.history(1).ranks(0).worker_id();
+  ASSERT_TRUE(holder == a || holder == b) << holder;
+  const std::string other = holder == a ? b : a;
+  EXPECT_TRUE(Exit(a, *id, 1, 0, 1).ok());  // an old report of a's own: ignored
+  EXPECT_EQ(Exit(b, *id, 1, 0, 0).code(), denied);
+  kv.set_attempt(2);
+  EXPECT_TRUE(state_->KvSet(S(holder), kv).ok());
+  EXPECT_EQ(state_->KvSet(S(other), kv).code(), denied);
+  get.set_attempt(1);
+  EXPECT_EQ(state_->KvGet(S(a), get).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "coordinator/control_state.h"
 #include "core/check.h"
 #include "nlohmann/json.hpp"
+#include "proto/rpc.h"
 
 namespace satdar::coordinator {
 
@@ -56,7 +57,13 @@ absl::StatusOr<v1::RegisterWorkerResponse> ControlState::Register(
   }
   WorkerRecord rec;
   v1::Worker* w = rec.mutable_worker();
-  w->set_worker_id(absl::StrFormat("worker-%04d", static_cast<int>(workers_.size()) + 1));
+  std::string id;
+  do {  // 64 random bits: no worker can guess another's id
+    id = absl::StrCat("worker-", rpc::RandomHex(8));
+  } while (workers_.count(id));
+  w->set_worker_id(id);
+  const std::string session = rpc::RandomHex(32);
+  rec.set_session_sha256(rpc::Sha256Hex(session));
   w->set_name(req.name());
   w->set_host(req.host());
   w->set_slots(req.slots());
@@ -64,7 +71,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> ControlState::Register(
   w->set_state("ALIVE");
   rec.set_registered_ms(Now());
   SATDAR_RETURN_IF_ERROR(store_->PutWorker(rec));
-  const std::string id = w->worker_id();
+  sessions_[rec.session_sha256()] = id;
   last_heartbeat_[id] = Now();
   workers_[id] = std::move(rec);
   Schedule();
@@ -72,6 +79,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> ControlState::Register(
   resp.set_worker_id(id);
   resp.set_heartbeat_ms(static_cast<int>(options_.heartbeat_ms));
   resp.set_lease_ms(static_cast<int>(options_.lease_ms));
+  resp.set_session(session);
   return resp;
 }
 
@@ -86,17 +94,31 @@ void ControlState::TakeRecords(const std::string& job_id,
   }
 }
 
-absl::StatusOr<v1::HeartbeatResponse> ControlState::Heartbeat(const v1::HeartbeatRequest& req) {
+absl::StatusOr<v1::HeartbeatResponse> ControlState::Heartbeat(const std::string& session,
+                                                              const v1::HeartbeatRequest& req) {
   std::lock_guard<std::mutex> lock(mu_);
   auto wit = workers_.find(req.worker_id());
   if (wit == workers_.end()) {
     return absl::NotFoundError(absl::StrCat("no worker \"", req.worker_id(), "\"; register first"));
   }
+  SATDAR_RETURN_IF_ERROR(CheckCaller(session, req.worker_id()));
   if (wit->second.worker().state() != "ALIVE") {
     return absl::FailedPreconditionError(absl::StrCat(
         "worker ", req.worker_id(), " was declared lost; stop its ranks and register again"));
   }
   const std::string& wid = req.worker_id();
+  // A worker reports only ranks it was given (of any attempt): another's progress, loss or
+  // metrics address is not its to report.
+  for (const v1::RankStatus& st : req.ranks()) {
+    const JobRecord* job = FindJob(st.job_id());
+    if (job == nullptr) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("heartbeat: no job \"", st.job_id(), "\" ran on worker ", wid));
+    }
+    if (!RankOf(*job, st.attempt(), st.rank(), wid)) {
+      return NotAssigned("heartbeat", *job, st.attempt(), st.rank(), wid);
+    }
+  }
   last_heartbeat_[wid] = Now();
   wit->second.mutable_worker()->set_last_heartbeat_ms(Now());
   v1::HeartbeatResponse resp;
@@ -187,14 +209,18 @@ void ControlState::ReleaseUnreportedStops(
   if (freed) Schedule();
 }
 
-absl::Status ControlState::ReportExit(const v1::RankExit& exit) {
+absl::Status ControlState::ReportExit(const std::string& session, const v1::RankExit& exit) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!workers_.count(exit.worker_id())) {
     return absl::NotFoundError(absl::StrCat("no worker \"", exit.worker_id(), "\""));
   }
+  SATDAR_RETURN_IF_ERROR(CheckCaller(session, exit.worker_id()));
   JobRecord* job = FindJob(exit.job_id());
-  if (job == nullptr || exit.attempt() != job->job().attempts() || exit.rank() < 0 ||
-      exit.rank() >= job->ranks_size()) {
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job \"", exit.job_id(), "\""));
+  if (!RankOf(*job, exit.attempt(), exit.rank(), exit.worker_id())) {
+    return NotAssigned("exit", *job, exit.attempt(), exit.rank(), exit.worker_id());
+  }
+  if (exit.attempt() != job->job().attempts()) {
     return absl::OkStatus();  // an older attempt: fenced off, nothing changes
   }
   RankRecord* rank = job->mutable_ranks(exit.rank());
@@ -242,7 +268,7 @@ absl::Status ControlState::ReportExit(const v1::RankExit& exit) {
   return Save(job);
 }
 
-absl::Status ControlState::UploadLogs(const v1::LogUpload& upload) {
+absl::Status ControlState::UploadLogs(const std::string& session, const v1::LogUpload& upload) {
   if (upload.lines_size() > kMaxLinesPerUpload) {
     return absl::InvalidArgumentError(absl::StrCat("at most ", kMaxLinesPerUpload, " lines per upload"));
   }
@@ -250,8 +276,13 @@ absl::Status ControlState::UploadLogs(const v1::LogUpload& upload) {
   if (!workers_.count(upload.worker_id())) {
     return absl::NotFoundError(absl::StrCat("no worker \"", upload.worker_id(), "\""));
   }
+  SATDAR_RETURN_IF_ERROR(CheckCaller(session, upload.worker_id()));
   JobRecord* job = FindJob(upload.job_id());
-  if (job == nullptr || upload.attempt() != job->job().attempts()) return absl::OkStatus();  // fenced
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job \"", upload.job_id(), "\""));
+  if (!RankOf(*job, upload.attempt(), upload.rank(), upload.worker_id())) {
+    return NotAssigned("logs", *job, upload.attempt(), upload.rank(), upload.worker_id());
+  }
+  if (upload.attempt() != job->job().attempts()) return absl::OkStatus();  // fenced
   const std::string& id = upload.job_id();
   int64_t& seq = log_sequence_[id];
   std::vector<std::string> lines;
@@ -268,13 +299,15 @@ absl::Status ControlState::UploadLogs(const v1::LogUpload& upload) {
   return absl::OkStatus();
 }
 
-absl::Status ControlState::KvSet(const v1::KvSetRequest& req) {
+absl::Status ControlState::KvSet(const std::string& session, const v1::KvSetRequest& req) {
   if (req.key().empty() || req.key().size() > 1024 || req.value().size() > kMaxKvBytes) {
     return absl::InvalidArgumentError("key: 1 to 1024 bytes, value: at most 1 MiB");
   }
   std::lock_guard<std::mutex> lock(mu_);
+  SATDAR_ASSIGN_OR_RETURN(const std::string wid, Caller(session));
   JobRecord* job = FindJob(req.job_id());
   if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job \"", req.job_id(), "\""));
+  if (!AttemptOf(*job, req.attempt(), wid)) return NotAssigned("store", *job, req.attempt(), -1, wid);
   if (req.attempt() != job->job().attempts() || Final(*job)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "attempt ", req.attempt(), " of ", req.job_id(), " is not the running one"));
@@ -285,10 +318,14 @@ absl::Status ControlState::KvSet(const v1::KvSetRequest& req) {
 }
 
 absl::StatusOr<v1::RankLeaseResponse> ControlState::RenewRankLease(
-    const v1::RankLeaseRequest& req) {
+    const std::string& session, const v1::RankLeaseRequest& req) {
   std::lock_guard<std::mutex> lock(mu_);
+  SATDAR_ASSIGN_OR_RETURN(const std::string wid, Caller(session));
   JobRecord* job = FindJob(req.job_id());
   if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job \"", req.job_id(), "\""));
+  if (!RankOf(*job, req.attempt(), req.rank(), wid)) {
+    return NotAssigned("rank lease", *job, req.attempt(), req.rank(), wid);
+  }
   const int current = job->job().attempts();
   if (req.attempt() != current) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -310,13 +347,18 @@ absl::StatusOr<v1::RankLeaseResponse> ControlState::RenewRankLease(
   return resp;
 }
 
-absl::StatusOr<v1::KvGetResponse> ControlState::KvGet(const v1::KvGetRequest& req) {
+absl::StatusOr<v1::KvGetResponse> ControlState::KvGet(const std::string& session,
+                                                      const v1::KvGetRequest& req) {
   const int64_t wait = std::min<int64_t>(std::max(req.wait_ms(), 0), 60000);
   std::unique_lock<std::mutex> lock(mu_);
+  SATDAR_ASSIGN_OR_RETURN(const std::string wid, Caller(session));
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait);
   for (;;) {
     JobRecord* job = FindJob(req.job_id());
     if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job \"", req.job_id(), "\""));
+    if (!AttemptOf(*job, req.attempt(), wid)) {
+      return NotAssigned("store", *job, req.attempt(), -1, wid);
+    }
     if (req.attempt() != job->job().attempts() || Final(*job)) {
       return absl::FailedPreconditionError(absl::StrCat(
           "attempt ", req.attempt(), " of ", req.job_id(), " is not the running one"));

@@ -39,6 +39,15 @@ CoordinatorMetrics::CoordinatorMetrics() : registry_(std::make_shared<prometheus
               .Name("satdar_rpc_duration_seconds")
               .Help("gRPC calls served, by method (a stream counts its whole life)")
               .Register(r);
+  denied_ = &BuildCounter()
+                 .Name("satdar_worker_calls_denied_total")
+                 .Help("Worker calls refused PERMISSION_DENIED (another worker's session, or "
+                       "ranks and attempts not assigned to the caller), by method")
+                 .Register(r);
+  for (const char* m : {"Heartbeat", "ReportExit", "UploadLogs", "KvSet", "KvGet",
+                        "RenewRankLease"}) {
+    denied_->Add({{"method", m}});
+  }
 }
 
 void CoordinatorMetrics::SetState(const StateCounts& c) {
@@ -68,6 +77,10 @@ void CoordinatorMetrics::ObserveRpc(const std::string& method, double seconds) {
             prometheus::Histogram::BucketBoundaries{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
                                                     0.05, 0.1, 0.25, 1, 10, 60})
       .Observe(seconds);
+}
+
+void CoordinatorMetrics::CountDenied(const std::string& method) {
+  denied_->Add({{"method", method}}).Increment();
 }
 
 void CoordinatorMetrics::ObserveSchedulingDelay(double seconds) { scheduling_->Observe(seconds); }

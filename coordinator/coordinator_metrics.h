@@ -7,6 +7,8 @@
 //   satdar_queue_length                gauge, jobs waiting to be placed
 //   satdar_scheduling_delay_seconds    histogram, submit (or a retry's backoff end) to placement
 //   satdar_rpc_duration_seconds{method} histogram, per gRPC method (a stream: its lifetime)
+//   satdar_worker_calls_denied_total{method} counter, worker calls refused PERMISSION_DENIED:
+//                                      another worker's session, or ranks not assigned to it
 #ifndef SATDAR_COORDINATOR_COORDINATOR_METRICS_H_
 #define SATDAR_COORDINATOR_COORDINATOR_METRICS_H_
 
@@ -39,6 +41,7 @@ class CoordinatorMetrics {
   void SetState(const StateCounts& counts);
   void ObserveRpc(const std::string& method, double seconds);
   void ObserveSchedulingDelay(double seconds);
+  void CountDenied(const std::string& method);
   std::string Serialize() const;
 
  private:
@@ -50,6 +53,7 @@ class CoordinatorMetrics {
   prometheus::Gauge* queue_;
   prometheus::Histogram* scheduling_;
   prometheus::Family<prometheus::Histogram>* rpc_;
+  prometheus::Family<prometheus::Counter>* denied_;
   std::mutex mu_;  // guards restarts_seen_
   int64_t restarts_seen_ = 0;
 };

@@ -190,37 +190,49 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
                          v1::HeartbeatResponse* resp) override {
     RpcTimer timer(metrics_, __func__);
     if (auto a = auth_->Check(*ctx, Role::kWorker); !a.ok()) return a;
-    return Reply(state_->Heartbeat(*req), resp);
+    const std::string session = rpc::WorkerSession(*ctx);
+    return Denied(__func__, Reply(state_->Heartbeat(session, *req), resp));
   }
   grpc::Status ReportExit(grpc::ServerContext* ctx, const v1::RankExit* req, v1::Ack*) override {
     RpcTimer timer(metrics_, __func__);
     if (auto a = auth_->Check(*ctx, Role::kWorker); !a.ok()) return a;
-    return rpc::ToGrpc(state_->ReportExit(*req));
+    const std::string session = rpc::WorkerSession(*ctx);
+    return Denied(__func__, rpc::ToGrpc(state_->ReportExit(session, *req)));
   }
   grpc::Status UploadLogs(grpc::ServerContext* ctx, const v1::LogUpload* req, v1::Ack*) override {
     RpcTimer timer(metrics_, __func__);
     if (auto a = auth_->Check(*ctx, Role::kWorker); !a.ok()) return a;
-    return rpc::ToGrpc(state_->UploadLogs(*req));
+    const std::string session = rpc::WorkerSession(*ctx);
+    return Denied(__func__, rpc::ToGrpc(state_->UploadLogs(session, *req)));
   }
   grpc::Status KvSet(grpc::ServerContext* ctx, const v1::KvSetRequest* req, v1::Ack*) override {
     RpcTimer timer(metrics_, __func__);
     if (auto a = auth_->Check(*ctx, Role::kWorker); !a.ok()) return a;
-    return rpc::ToGrpc(state_->KvSet(*req));
+    const std::string session = rpc::WorkerSession(*ctx);
+    return Denied(__func__, rpc::ToGrpc(state_->KvSet(session, *req)));
   }
   grpc::Status KvGet(grpc::ServerContext* ctx, const v1::KvGetRequest* req,
                      v1::KvGetResponse* resp) override {
     RpcTimer timer(metrics_, __func__);
     if (auto a = auth_->Check(*ctx, Role::kWorker); !a.ok()) return a;
-    return Reply(state_->KvGet(*req), resp);
+    const std::string session = rpc::WorkerSession(*ctx);
+    return Denied(__func__, Reply(state_->KvGet(session, *req), resp));
   }
   grpc::Status RenewRankLease(grpc::ServerContext* ctx, const v1::RankLeaseRequest* req,
                               v1::RankLeaseResponse* resp) override {
     RpcTimer timer(metrics_, __func__);
     if (auto a = auth_->Check(*ctx, Role::kWorker); !a.ok()) return a;
-    return Reply(state_->RenewRankLease(*req), resp);
+    const std::string session = rpc::WorkerSession(*ctx);
+    return Denied(__func__, Reply(state_->RenewRankLease(session, *req), resp));
   }
 
  private:
+  // Counts a call refused PERMISSION_DENIED (satdar_worker_calls_denied_total).
+  grpc::Status Denied(const char* method, grpc::Status status) {
+    if (status.error_code() == grpc::StatusCode::PERMISSION_DENIED) metrics_->CountDenied(method);
+    return status;
+  }
+
   ControlState* state_;
   const Auth* auth_;
   CoordinatorMetrics* metrics_;

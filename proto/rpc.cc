@@ -4,7 +4,9 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <openssl/err.h>
+#include <openssl/evp.h>
 #include <openssl/pem.h>
+#include <openssl/rand.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
@@ -315,6 +317,45 @@ std::string BearerToken(const grpc::ServerContext& context) {
   const std::string value(it->second.data(), it->second.size());
   const std::string prefix = "Bearer ";
   return value.rfind(prefix, 0) == 0 ? value.substr(prefix.size()) : "";
+}
+
+void SetWorkerSession(grpc::ClientContext* context, const std::string& session) {
+  if (!session.empty()) context->AddMetadata("satdar-worker-session", session);
+}
+
+std::string WorkerSession(const grpc::ServerContext& context) {
+  const auto& md = context.client_metadata();
+  auto it = md.find("satdar-worker-session");
+  return it == md.end() ? "" : std::string(it->second.data(), it->second.size());
+}
+
+namespace {
+std::string Hex(const unsigned char* data, size_t n) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * n);
+  for (size_t i = 0; i < n; ++i) {
+    out.push_back(kDigits[data[i] >> 4]);
+    out.push_back(kDigits[data[i] & 15]);
+  }
+  return out;
+}
+}  // namespace
+
+std::string RandomHex(int bytes) {
+  std::string raw(static_cast<size_t>(bytes), '\0');
+  // RAND_bytes fails only when the system's generator cannot be seeded: nothing can go on.
+  SATDAR_CHECK(RAND_bytes(reinterpret_cast<unsigned char*>(raw.data()), bytes) == 1)
+      << "the system's random generator failed (OpenSSL RAND_bytes)";
+  return Hex(reinterpret_cast<const unsigned char*>(raw.data()), raw.size());
+}
+
+std::string Sha256Hex(const std::string& text) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  SATDAR_CHECK(EVP_Digest(text.data(), text.size(), digest, &n, EVP_sha256(), nullptr) == 1)
+      << "OpenSSL EVP_Digest(SHA-256) failed";
+  return Hex(digest, n);
 }
 
 bool ConstantTimeEquals(const std::string& a, const std::string& b) {

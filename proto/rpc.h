@@ -61,6 +61,16 @@ void SetDeadlineAndToken(grpc::ClientContext* context, const std::string& token,
                          absl::Duration timeout);
 // The bearer token a call carries, or "".
 std::string BearerToken(const grpc::ServerContext& context);
+// A worker's session (RegisterWorkerResponse.session): every later call of the worker and of
+// the ranks it starts carries it as "satdar-worker-session" metadata, which names the caller.
+void SetWorkerSession(grpc::ClientContext* context, const std::string& session);
+// The session a call carries, or "".
+std::string WorkerSession(const grpc::ServerContext& context);
+// `bytes` bytes from the system's cryptographic generator (OpenSSL RAND_bytes), as lowercase
+// hex: session secrets and identifiers nobody can guess.
+std::string RandomHex(int bytes);
+// SHA-256 of `text`, lowercase hex: what the coordinator keeps of a session.
+std::string Sha256Hex(const std::string& text);
 // Equal strings, compared in time that depends only on their lengths.
 bool ConstantTimeEquals(const std::string& a, const std::string& b);
 

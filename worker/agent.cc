@@ -107,6 +107,7 @@ class Agent {
   std::string token_;
   std::unique_ptr<v1::WorkerService::Stub> stub_;
   std::string worker_id_;
+  std::string session_;  // from RegisterWorker: names this worker on every later call
   int64_t heartbeat_ms_ = 1000, lease_ms_ = 10000;
   int64_t last_ok_ms_ = 0;
   std::vector<Running> running_;
@@ -166,6 +167,7 @@ absl::Status Agent::Register(const std::atomic<bool>* stop) {
     const grpc::Status s = stub_->RegisterWorker(&ctx, req, &resp);
     if (s.ok()) {
       worker_id_ = resp.worker_id();
+      session_ = resp.session();
       heartbeat_ms_ = std::max(100, resp.heartbeat_ms());
       lease_ms_ = std::max(1000, resp.lease_ms());
       last_ok_ms_ = NowMs();
@@ -240,6 +242,7 @@ void Agent::Reap() {
         if (up.lines_size() == 1000 || k + 1 == lines.size()) {
           grpc::ClientContext ctx;
           rpc::SetDeadlineAndToken(&ctx, token_, absl::Seconds(10));
+          rpc::SetWorkerSession(&ctx, session_);
           v1::Ack ack;
           (void)stub_->UploadLogs(&ctx, up, &ack);
           up.clear_lines();
@@ -266,6 +269,7 @@ void Agent::UploadLines() {
       for (size_t j = k; j < lines.size() && j < k + 1000; ++j) up.add_lines(lines[j]);
       grpc::ClientContext ctx;
       rpc::SetDeadlineAndToken(&ctx, token_, absl::Seconds(10));
+      rpc::SetWorkerSession(&ctx, session_);
       v1::Ack ack;
       (void)stub_->UploadLogs(&ctx, up, &ack);  // lost lines are lost; the rank goes on
     }
@@ -276,10 +280,12 @@ void Agent::SendExits() {
   for (size_t i = 0; i < exits_.size();) {
     grpc::ClientContext ctx;
     rpc::SetDeadlineAndToken(&ctx, token_, absl::Seconds(10));
+    rpc::SetWorkerSession(&ctx, session_);
     v1::Ack ack;
     const grpc::Status s = stub_->ReportExit(&ctx, exits_[i], &ack);
     if (s.ok() || s.error_code() == grpc::StatusCode::NOT_FOUND ||
-        s.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+        s.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
+        s.error_code() == grpc::StatusCode::PERMISSION_DENIED) {  // of an earlier registration
       exits_.erase(exits_.begin() + static_cast<std::ptrdiff_t>(i));  // delivered, or moot
     } else {
       ++i;  // the coordinator is away: keep it for later
@@ -305,12 +311,14 @@ bool Agent::HeartbeatOnce() {
   TakeRecords(&req);
   grpc::ClientContext ctx;
   rpc::SetDeadlineAndToken(&ctx, token_, absl::Seconds(5));
+  rpc::SetWorkerSession(&ctx, session_);
   v1::HeartbeatResponse resp;
   const grpc::Status s = stub_->Heartbeat(&ctx, req, &resp);
   const int64_t now = NowMs();
   if (!s.ok()) {
     if (s.error_code() == grpc::StatusCode::NOT_FOUND ||
-        s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+        s.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
+        s.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
       Say(absl::StrCat("the coordinator no longer knows this worker (", s.error_message(),
                        "); stopping its ranks and registering again"));
       KillAll();
@@ -402,8 +410,11 @@ absl::Status Agent::Start(const v1::RankAssignment& a) {
     add_coordinator();
   }
   // SATDAR_WORKER_PID: the rank dies with this worker (cmd_train.cc, DieWithWorker).
+  // SATDAR_WORKER_SESSION: the rank's calls (rendezvous store, rank lease) speak for this
+  // worker, and may touch only what was assigned to it.
   const std::vector<std::string> env = {"SATDAR_GLOO_HOST=" + o_.host,
-                                        absl::StrCat("SATDAR_WORKER_PID=", ::getpid())};
+                                        absl::StrCat("SATDAR_WORKER_PID=", ::getpid()),
+                                        "SATDAR_WORKER_SESSION=" + session_};
   SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<RankProcess> p,
                           RankProcess::Start(argv, env, absl::StrCat(local, "/rank-", a.rank(), ".log")));
   const RankKey key{a.job_id(), a.attempt(), a.rank()};

@@ -155,7 +155,8 @@ Json JobJson(const v1::Job& j) {
     for (const v1::Attempt& a : j.history()) {
       Json ranks = Json::array();
       for (const v1::RankOutcome& r : a.ranks()) {
-        ranks.push_back({{"rank", r.rank()}, {"worker", r.worker()}, {"state", r.state()},
+        ranks.push_back({{"rank", r.rank()}, {"worker", r.worker()},
+                         {"worker_id", r.worker_id()}, {"state", r.state()},
                          {"exit_code", r.exit_code()}, {"signal", r.signal()}});
       }
       history.push_back({{"attempt", a.number()},

@@ -100,6 +100,9 @@ absl::StatusOr<CoordinatorStoreOptions> CoordinatorOptions(const FlagSet& flags)
   if (!token_file.empty()) {
     SATDAR_ASSIGN_OR_RETURN(c.token, rpc::ReadTokenFile(token_file));
   }
+  // The session of the worker that started this rank: the coordinator lets it touch only
+  // that worker's ranks (a secret, so passed in the environment, not on the command line).
+  if (const char* session = std::getenv("SATDAR_WORKER_SESSION")) c.session = session;
   c.channel.ca_file = flags.Has("--tls-ca") ? flags.Get("--tls-ca")
                       : std::getenv("SATDAR_TLS_CA") ? std::getenv("SATDAR_TLS_CA")
                                                      : "";

@@ -30,6 +30,7 @@ class CoordinatorStore : public comm::KvStore {
     for (int i = 0; i < 30; ++i) {
       grpc::ClientContext ctx;
       rpc::SetDeadlineAndToken(&ctx, o_.token, absl::Seconds(10));
+      rpc::SetWorkerSession(&ctx, o_.session);
       v1::Ack ack;
       last = rpc::FromGrpc(stub_->KvSet(&ctx, req, &ack));
       if (last.ok() || !absl::IsUnavailable(last)) break;
@@ -50,6 +51,7 @@ class CoordinatorStore : public comm::KvStore {
       req.set_wait_ms(static_cast<int>(std::clamp<int64_t>(left.count(), 0, 30000)));
       grpc::ClientContext ctx;
       rpc::SetDeadlineAndToken(&ctx, o_.token, absl::Milliseconds(req.wait_ms() + 10000));
+      rpc::SetWorkerSession(&ctx, o_.session);
       v1::KvGetResponse resp;
       absl::Status s = rpc::FromGrpc(stub_->KvGet(&ctx, req, &resp));
       if (s.ok() && resp.found()) return resp.value();
@@ -70,6 +72,7 @@ class CoordinatorStore : public comm::KvStore {
     req.set_key(key);
     grpc::ClientContext ctx;
     rpc::SetDeadlineAndToken(&ctx, o_.token, absl::Seconds(10));
+    rpc::SetWorkerSession(&ctx, o_.session);
     v1::KvGetResponse resp;
     absl::Status s = rpc::FromGrpc(stub_->KvGet(&ctx, req, &resp));
     if (!s.ok()) return Named(s, key);

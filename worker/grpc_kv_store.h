@@ -17,6 +17,7 @@ namespace satdar::worker {
 struct CoordinatorStoreOptions {
   std::string address;
   std::string token;  // the worker token
+  std::string session;  // the worker's session (SATDAR_WORKER_SESSION; rpc::SetWorkerSession)
   rpc::ChannelOptions channel;
   std::string job_id;
   int attempt = 0;

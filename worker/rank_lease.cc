@@ -46,6 +46,7 @@ struct RankLease::Impl {
     req.set_rank(o.rank);
     grpc::ClientContext ctx;
     rpc::SetDeadlineAndToken(&ctx, o.coordinator.token, absl::Milliseconds(deadline_ms));
+    rpc::SetWorkerSession(&ctx, o.coordinator.session);
     v1::RankLeaseResponse resp;
     const int64_t sent = NowMs();
     absl::Status s = rpc::FromGrpc(stub->RenewRankLease(&ctx, req, &resp));
@@ -108,7 +109,8 @@ void RankLease::Loop() {
     }
     const absl::Status s = m.Renew(std::max<int64_t>(500, m.lease_ms / 4));
     if (s.ok()) continue;
-    if (absl::IsFailedPrecondition(s) || absl::IsNotFound(s) || absl::IsInvalidArgument(s)) {
+    if (absl::IsFailedPrecondition(s) || absl::IsNotFound(s) || absl::IsInvalidArgument(s) ||
+        absl::IsPermissionDenied(s)) {
       m.Stop(absl::StrCat("the coordinator fenced this attempt (", s.message(), ")"));
     }
     if (NowMs() >= m.valid_until_ms.load()) {
