@@ -39,13 +39,15 @@ start_coordinator() {
   ADDR=$(/usr/bin/python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['grpc'])" \
          "$dir/coordinator.json")
 }
-# start_worker NAME [FLAGS...]: sets WORKER (pid).
+# start_worker NAME [FLAGS...]: sets WORKER and WPID[NAME] (its pid).
+declare -A WPID
 start_worker() {
   local name=$1
   shift
   "$SATDAR" worker --coordinator "$ADDR" --slots 1 --work-dir "work-$name" --shared-dir shared \
     --data-root "$WORK" --name "$name" --stop-grace-seconds 2 "$@" >>"worker-$name.log" 2>&1 &
   WORKER=$!
+  WPID[$name]=$WORKER
   PIDS+=("$WORKER")
 }
 # field JOB KEY: a field of `satdar status --json`.
@@ -283,8 +285,9 @@ echo "== kill -9 a worker mid-run: the job restarts from its checkpoint, same fi
 job_spec resume.json 1200 "" '{"dp": 2}' 2
 JR=$("$SATDAR" submit resume.json --coordinator "$ADDR")
 for _ in $(seq 1 600); do compgen -G "shared/jobs/$JR/checkpoints/ckpt_*" >/dev/null && break; sleep 0.05; done
-WB=$(pgrep -f -- "--name b" | head -1)
-kill -9 "$WB"
+# By its pid: a pattern such as "--name b" would also match another test's worker b (the
+# tests run side by side) and kill it.
+kill -9 "${WPID[b]}"
 sleep 4
 start_worker b  # the same worker comes back (it kills what its previous life left)
 wait_state "$JR" SUCCEEDED 120 && [[ $(field "$JR" attempts) -ge 2 ]] &&

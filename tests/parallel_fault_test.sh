@@ -72,8 +72,11 @@ start_ranks() {
   done
   local seed
   seed=$(printf '%s\n' "$@" | grep -A1 -x -- --seed | tail -1)
-  VICTIM=$(pgrep -f "seed $seed" | while read -r p; do
-    [[ $(ps -o comm= -p "$p") == satdar ]] && echo "$p"; done | tail -1)
+  # Only this test's ranks (run in $WORK): tests run side by side, and another test's rank
+  # may have the same seed.
+  VICTIM=$(pgrep -f -- "--seed $seed" | while read -r p; do
+    [[ $(ps -o comm= -p "$p") == satdar && $(readlink "/proc/$p/cwd") == "$(pwd -P)" ]] &&
+      echo "$p"; done | tail -1)
 }
 
 # run_case NAME LAUNCHER FLAGS...: start 2 ranks, kill one after checkpoint 4, expect the rest
