@@ -18,7 +18,10 @@ PACKAGES=(bazel-bootstrap g++ libopenblas-dev libabsl-dev libgtest-dev libgmock-
           prometheus-cpp-dev libcivetweb-dev prometheus chromium
           # deploy/: the Kubernetes manifests' offline check reads YAML; a real one-node Slurm
           # (slurmctld, slurmd, munge) for the Slurm test
-          python3-yaml slurm-wlm munge)
+          python3-yaml slurm-wlm munge
+          # bench/prep_bench.sh's baseline: SentencePiece encoding from Python, as Megatron's
+          # preprocessing does it
+          python3-sentencepiece)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
