@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/cuda/launch.h"
 #include "core/ops/adamw.h"
 
 namespace satdar::core::cuda {
@@ -32,11 +33,11 @@ int AdamWUpdate(float* param, const float* grad, float* m, float* v, int64_t n,
   const float c1 = static_cast<float>(1.0 - std::pow(p.beta1, static_cast<double>(p.step)));
   const float c2 = static_cast<float>(1.0 - std::pow(p.beta2, static_cast<double>(p.step)));
   int64_t blocks = (n + kBlockSize - 1) / kBlockSize;
-  AdamWKernel<<<static_cast<unsigned>(blocks), kBlockSize, 0, stream>>>(
+  return static_cast<int>(Launch(
+      "AdamWKernel", AdamWKernel, dim3(static_cast<unsigned>(blocks)), dim3(kBlockSize), 0, stream,
       param, grad, m, v, n, static_cast<float>(p.lr), static_cast<float>(p.beta1),
       static_cast<float>(p.beta2), c1, c2, static_cast<float>(p.eps),
-      static_cast<float>(p.weight_decay), static_cast<float>(p.grad_scale));
-  return static_cast<int>(cudaGetLastError());
+      static_cast<float>(p.weight_decay), static_cast<float>(p.grad_scale)));
 }
 
 }  // namespace satdar::core::cuda

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/cuda/bf16.cuh"
 #include "core/cuda/check.h"
+#include "core/cuda/launch.h"
 #include "core/ops/attention_cuda.h"
 
 namespace satdar::core::cuda {
@@ -242,53 +243,67 @@ absl::Status CheckShape(DType dtype, int b, int t, int nh, int nkv, int hs) {
 }
 
 template <typename T, int HSM, int TILE>
-void LaunchForward(void* out, float* lse, const void* q, const void* k, const void* v, int b,
-                   int t, int nh, int nkv, int hs, float scale, cudaStream_t stream) {
+cudaError_t LaunchForward(void* out, float* lse, const void* q, const void* k, const void* v,
+                          int b, int t, int nh, int nkv, int hs, float scale,
+                          cudaStream_t stream) {
   dim3 grid(b * nh, (t + TILE - 1) / TILE);
-  ForwardKernel<T, HSM, TILE><<<grid, TILE, 0, stream>>>(
-      static_cast<T*>(out), lse, static_cast<const T*>(q), static_cast<const T*>(k),
-      static_cast<const T*>(v), t, nh, nkv, hs, scale);
+  return Launch("ForwardKernel", ForwardKernel<T, HSM, TILE>, LaunchBounds{TILE}, grid,
+                dim3(TILE), 0, stream, static_cast<T*>(out), lse, static_cast<const T*>(q),
+                static_cast<const T*>(k), static_cast<const T*>(v), t, nh, nkv, hs, scale);
 }
 
+// The first launch that fails stops the sequence; its error is returned.
 template <typename T, int HSM, int TILE>
-void LaunchBackward(void* dq, void* dk, void* dv, const void* dout, const void* out,
-                    const float* lse, const void* q, const void* k, const void* v, float* delta,
-                    int b, int t, int nh, int nkv, int hs, float scale, cudaStream_t stream) {
+cudaError_t LaunchBackward(void* dq, void* dk, void* dv, const void* dout, const void* out,
+                           const float* lse, const void* q, const void* k, const void* v,
+                           float* delta, int b, int t, int nh, int nkv, int hs, float scale,
+                           cudaStream_t stream) {
   const int64_t rows = static_cast<int64_t>(b) * nh * t;
-  DeltaKernel<T><<<static_cast<unsigned>((rows + 255) / 256), 256, 0, stream>>>(
-      delta, static_cast<const T*>(dout), static_cast<const T*>(out), b, t, nh, hs);
+  if (cudaError_t e = Launch("DeltaKernel", DeltaKernel<T>,
+                             dim3(static_cast<unsigned>((rows + 255) / 256)), dim3(256), 0,
+                             stream, delta, static_cast<const T*>(dout),
+                             static_cast<const T*>(out), b, t, nh, hs);
+      e != cudaSuccess) {
+    return e;
+  }
   const int tiles = (t + TILE - 1) / TILE;
-  DkDvKernel<T, HSM, TILE><<<dim3(b * nkv, tiles), TILE, 0, stream>>>(
-      static_cast<T*>(dk), static_cast<T*>(dv), static_cast<const T*>(dout), lse, delta,
-      static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), t, nh, nkv,
-      hs, scale);
-  DqKernel<T, HSM, TILE><<<dim3(b * nh, tiles), TILE, 0, stream>>>(
-      static_cast<T*>(dq), static_cast<const T*>(dout), lse, delta, static_cast<const T*>(q),
-      static_cast<const T*>(k), static_cast<const T*>(v), t, nh, nkv, hs, scale);
+  if (cudaError_t e = Launch("DkDvKernel", DkDvKernel<T, HSM, TILE>, LaunchBounds{TILE},
+                             dim3(b * nkv, tiles), dim3(TILE), 0, stream, static_cast<T*>(dk),
+                             static_cast<T*>(dv), static_cast<const T*>(dout), lse, delta,
+                             static_cast<const T*>(q), static_cast<const T*>(k),
+                             static_cast<const T*>(v), t, nh, nkv, hs, scale);
+      e != cudaSuccess) {
+    return e;
+  }
+  return Launch("DqKernel", DqKernel<T, HSM, TILE>, LaunchBounds{TILE}, dim3(b * nh, tiles),
+                dim3(TILE), 0, stream, static_cast<T*>(dq), static_cast<const T*>(dout), lse,
+                delta, static_cast<const T*>(q), static_cast<const T*>(k),
+                static_cast<const T*>(v), t, nh, nkv, hs, scale);
 }
 
-// Calls F<T, HSM, TILE> for the dtype and the smallest head-size bucket holding hs.
+// Calls F<T, HSM, TILE> for the dtype and the smallest head-size bucket holding hs; returns
+// its launch error.
 template <template <typename, int, int> class F, typename... Args>
-void Dispatch(DType dtype, int hs, Args... args) {
+cudaError_t Dispatch(DType dtype, int hs, Args... args) {
   const bool bf = dtype == DType::kBF16;
   if (hs <= 32) {
-    bf ? F<__nv_bfloat16, 32, 64>::Run(args...) : F<float, 32, 64>::Run(args...);
+    return bf ? F<__nv_bfloat16, 32, 64>::Run(args...) : F<float, 32, 64>::Run(args...);
   } else if (hs <= 64) {
-    bf ? F<__nv_bfloat16, 64, 64>::Run(args...) : F<float, 64, 64>::Run(args...);
+    return bf ? F<__nv_bfloat16, 64, 64>::Run(args...) : F<float, 64, 64>::Run(args...);
   } else {
-    bf ? F<__nv_bfloat16, 128, 32>::Run(args...) : F<float, 128, 32>::Run(args...);
+    return bf ? F<__nv_bfloat16, 128, 32>::Run(args...) : F<float, 128, 32>::Run(args...);
   }
 }
 
 template <typename T, int HSM, int TILE>
 struct Fwd {
   template <typename... Args>
-  static void Run(Args... args) { LaunchForward<T, HSM, TILE>(args...); }
+  static cudaError_t Run(Args... args) { return LaunchForward<T, HSM, TILE>(args...); }
 };
 template <typename T, int HSM, int TILE>
 struct Bwd {
   template <typename... Args>
-  static void Run(Args... args) { LaunchBackward<T, HSM, TILE>(args...); }
+  static cudaError_t Run(Args... args) { return LaunchBackward<T, HSM, TILE>(args...); }
 };
 
 }  // namespace
@@ -300,9 +315,8 @@ absl::Status AttentionForward(DType dtype, void* out, float* lse, const void* q,
   if (!st.ok()) return st;
   if (b == 0 || t == 0) return absl::OkStatus();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  Dispatch<Fwd>(dtype, hs, out, lse, q, k, v, b, t, nh, nkv, hs, scale,
-                static_cast<cudaStream_t>(stream));
-  SATDAR_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  SATDAR_CUDA_RETURN_IF_ERROR(Dispatch<Fwd>(dtype, hs, out, lse, q, k, v, b, t, nh, nkv, hs,
+                                            scale, static_cast<cudaStream_t>(stream)));
   return absl::OkStatus();
 }
 
@@ -314,9 +328,9 @@ absl::Status AttentionBackward(DType dtype, void* dq, void* dk, void* dv, const 
   if (!st.ok()) return st;
   if (b == 0 || t == 0) return absl::OkStatus();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  Dispatch<Bwd>(dtype, hs, dq, dk, dv, dout, out, lse, q, k, v, delta, b, t, nh, nkv, hs, scale,
-                static_cast<cudaStream_t>(stream));
-  SATDAR_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  SATDAR_CUDA_RETURN_IF_ERROR(Dispatch<Bwd>(dtype, hs, dq, dk, dv, dout, out, lse, q, k, v,
+                                            delta, b, t, nh, nkv, hs, scale,
+                                            static_cast<cudaStream_t>(stream)));
   return absl::OkStatus();
 }
 

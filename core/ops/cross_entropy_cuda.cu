@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "core/cuda/bf16.cuh"
+#include "core/cuda/launch.h"
 #include "core/ops/cuda_ops.h"
 
 namespace satdar::core::cuda {
@@ -82,32 +83,31 @@ __global__ void CrossEntropyKernel(float* losses, T* dlogits, const T* logits,
 }
 
 template <typename T, bool kLoss, bool kGrad>
-cudaError_t Launch(float* losses, T* dlogits, const T* logits, const int32_t* targets, float dloss,
-                   int n, int v, cudaStream_t stream) {
+cudaError_t CrossEntropy(float* losses, T* dlogits, const T* logits, const int32_t* targets,
+                         float dloss, int n, int v, cudaStream_t stream) {
   if (n <= 0 || v <= 0) return cudaSuccess;
-  CrossEntropyKernel<T, kLoss, kGrad>
-      <<<n, kBlockSize, 0, stream>>>(losses, dlogits, logits, targets, dloss, v);
-  return cudaGetLastError();
+  return Launch("CrossEntropyKernel", CrossEntropyKernel<T, kLoss, kGrad>, dim3(n),
+                dim3(kBlockSize), 0, stream, losses, dlogits, logits, targets, dloss, v);
 }
 }  // namespace
 
 template <typename T>
 cudaError_t CrossEntropyForward(float* losses, const T* logits, const int32_t* targets, int n,
                                 int v, cudaStream_t stream) {
-  return Launch<T, true, false>(losses, nullptr, logits, targets, 0.0f, n, v, stream);
+  return CrossEntropy<T, true, false>(losses, nullptr, logits, targets, 0.0f, n, v, stream);
 }
 
 template <typename T>
 cudaError_t CrossEntropyBackward(T* dlogits, const T* logits, const int32_t* targets, float dloss,
                                  int n, int v, cudaStream_t stream) {
-  return Launch<T, false, true>(nullptr, dlogits, logits, targets, dloss, n, v, stream);
+  return CrossEntropy<T, false, true>(nullptr, dlogits, logits, targets, dloss, n, v, stream);
 }
 
 template <typename T>
 cudaError_t CrossEntropyForwardBackward(float* losses, T* dlogits, const T* logits,
                                         const int32_t* targets, float dloss, int n, int v,
                                         cudaStream_t stream) {
-  return Launch<T, true, true>(losses, dlogits, logits, targets, dloss, n, v, stream);
+  return CrossEntropy<T, true, true>(losses, dlogits, logits, targets, dloss, n, v, stream);
 }
 
 #define SATDAR_INSTANTIATE(T)                                                                 \

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include "core/cuda/bf16.cuh"
+#include "core/cuda/launch.h"
 #include "core/ops/cuda_ops.h"
 
 namespace satdar::core::cuda {
@@ -48,8 +49,8 @@ cudaError_t EmbeddingForward(T* out, const int32_t* tokens, const T* table, int 
   const int64_t total = static_cast<int64_t>(n) * c;
   if (total <= 0) return cudaSuccess;
   const unsigned blocks = static_cast<unsigned>((total + kBlockSize - 1) / kBlockSize);
-  EmbeddingForwardKernel<T><<<blocks, kBlockSize, 0, stream>>>(out, tokens, table, c, total);
-  return cudaGetLastError();
+  return Launch("EmbeddingForwardKernel", EmbeddingForwardKernel<T>, dim3(blocks),
+                dim3(kBlockSize), 0, stream, out, tokens, table, c, total);
 }
 
 template <typename T>
@@ -57,8 +58,8 @@ cudaError_t EmbeddingBackward(float* dtable, const T* dout, const int32_t* token
                               cudaStream_t stream) {
   if (n <= 0 || c <= 0) return cudaSuccess;
   const dim3 grid(static_cast<unsigned>((c + kBlockSize - 1) / kBlockSize), kClasses);
-  EmbeddingBackwardKernel<T><<<grid, kBlockSize, 0, stream>>>(dtable, dout, tokens, n, c);
-  return cudaGetLastError();
+  return Launch("EmbeddingBackwardKernel", EmbeddingBackwardKernel<T>, grid, dim3(kBlockSize), 0,
+                stream, dtable, dout, tokens, n, c);
 }
 
 #define SATDAR_INSTANTIATE(T)                                                                  \

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/cuda/bf16.cuh"
 #include "core/cuda/check.h"
+#include "core/cuda/launch.h"
 #include "core/ops/gemm_cuda.h"
 
 #define SATDAR_CUBLAS_RETURN_IF_ERROR(call) \
@@ -125,12 +126,14 @@ absl::Status GemmHandle::GemmMixed(DType ab_dtype, DType c_dtype, bool trans_a, 
     const int64_t total = static_cast<int64_t>(m) * n;
     const int blocks = static_cast<int>(std::min<int64_t>((total + 255) / 256, 4096));
     if (dtype == DType::kF32) {
-      ScaleMatrix<<<blocks, 256, 0, impl_->stream>>>(static_cast<float*>(c), m, n, ldc, beta);
+      SATDAR_CUDA_RETURN_IF_ERROR(Launch("ScaleMatrix", ScaleMatrix<float>, dim3(blocks),
+                                         dim3(256), 0, impl_->stream, static_cast<float*>(c), m,
+                                         n, ldc, beta));
     } else {
-      ScaleMatrix<<<blocks, 256, 0, impl_->stream>>>(static_cast<__nv_bfloat16*>(c), m, n, ldc,
-                                                      beta);
+      SATDAR_CUDA_RETURN_IF_ERROR(Launch("ScaleMatrix", ScaleMatrix<__nv_bfloat16>, dim3(blocks),
+                                         dim3(256), 0, impl_->stream,
+                                         static_cast<__nv_bfloat16*>(c), m, n, ldc, beta));
     }
-    SATDAR_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return absl::OkStatus();
   }
   const cudaDataType_t type = ab_dtype == DType::kF32 ? CUDA_R_32F : CUDA_R_16BF;

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include "core/cuda/bf16.cuh"
+#include "core/cuda/launch.h"
 #include "core/ops/cuda_ops.h"
 
 namespace satdar::core::cuda {
@@ -93,21 +94,22 @@ template <typename T>
 cudaError_t RmsNormForward(T* out, float* rstd, const T* inp, const T* weight, int n, int c,
                            float eps, cudaStream_t stream) {
   if (n <= 0 || c <= 0) return cudaSuccess;
-  RmsNormForwardKernel<T><<<n, kRowThreads, 0, stream>>>(out, rstd, inp, weight, c, eps);
-  return cudaGetLastError();
+  return Launch("RmsNormForwardKernel", RmsNormForwardKernel<T>, dim3(n), dim3(kRowThreads), 0,
+                stream, out, rstd, inp, weight, c, eps);
 }
 
 template <typename T>
 cudaError_t RmsNormBackward(T* dinp, float* dweight, const T* dout, const T* inp, const T* weight,
                             const float* rstd, int n, int c, cudaStream_t stream) {
   if (n <= 0 || c <= 0) return cudaSuccess;
-  RmsNormBackwardInputKernel<T><<<n, kRowThreads, 0, stream>>>(dinp, dout, inp, weight, rstd, c);
-  cudaError_t err = cudaGetLastError();
+  const cudaError_t err =
+      Launch("RmsNormBackwardInputKernel", RmsNormBackwardInputKernel<T>, dim3(n),
+             dim3(kRowThreads), 0, stream, dinp, dout, inp, weight, rstd, c);
   if (err != cudaSuccess || dweight == nullptr) return err;
   const dim3 block(kTileCols, kTileRows);
   const unsigned tiles = static_cast<unsigned>((c + kTileCols - 1) / kTileCols);
-  RmsNormBackwardWeightKernel<T><<<tiles, block, 0, stream>>>(dweight, dout, inp, rstd, n, c);
-  return cudaGetLastError();
+  return Launch("RmsNormBackwardWeightKernel", RmsNormBackwardWeightKernel<T>, dim3(tiles), block,
+                0, stream, dweight, dout, inp, rstd, n, c);
 }
 
 #define SATDAR_INSTANTIATE(T)                                                                 \

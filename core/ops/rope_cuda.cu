@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "core/cuda/bf16.cuh"
+#include "core/cuda/launch.h"
 #include "core/ops/cuda_ops.h"
 
 namespace satdar::core::cuda {
@@ -37,9 +38,8 @@ cudaError_t Rotate(T* x, const float* cos, const float* sin, int b, int t, int n
   const int64_t pairs = static_cast<int64_t>(b) * t * nh * (hs / 2);
   if (pairs <= 0) return cudaSuccess;
   const int64_t blocks = (pairs + kBlockSize - 1) / kBlockSize;
-  RotateKernel<T><<<static_cast<unsigned>(blocks), kBlockSize, 0, stream>>>(x, cos, sin, t, nh,
-                                                                              hs, pairs, sign);
-  return cudaGetLastError();
+  return Launch("RotateKernel", RotateKernel<T>, dim3(static_cast<unsigned>(blocks)),
+                dim3(kBlockSize), 0, stream, x, cos, sin, t, nh, hs, pairs, sign);
 }
 }  // namespace
 

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "core/cuda/bf16.cuh"
+#include "core/cuda/launch.h"
 #include "core/ops/cuda_ops.h"
 
 namespace satdar::core::cuda {
@@ -48,8 +49,8 @@ template <typename T>
 cudaError_t SwigluForward(T* out, const T* gate_up, int n, int f, cudaStream_t stream) {
   const int64_t total = static_cast<int64_t>(n) * f;
   if (total <= 0) return cudaSuccess;
-  SwigluForwardKernel<T><<<Blocks(total), kBlockSize, 0, stream>>>(out, gate_up, f, total);
-  return cudaGetLastError();
+  return Launch("SwigluForwardKernel", SwigluForwardKernel<T>, dim3(Blocks(total)),
+                dim3(kBlockSize), 0, stream, out, gate_up, f, total);
 }
 
 template <typename T>
@@ -57,9 +58,8 @@ cudaError_t SwigluBackward(T* dgate_up, const T* dout, const T* gate_up, int n, 
                            cudaStream_t stream) {
   const int64_t total = static_cast<int64_t>(n) * f;
   if (total <= 0) return cudaSuccess;
-  SwigluBackwardKernel<T><<<Blocks(total), kBlockSize, 0, stream>>>(dgate_up, dout, gate_up, f,
-                                                                     total);
-  return cudaGetLastError();
+  return Launch("SwigluBackwardKernel", SwigluBackwardKernel<T>, dim3(Blocks(total)),
+                dim3(kBlockSize), 0, stream, dgate_up, dout, gate_up, f, total);
 }
 
 #define SATDAR_INSTANTIATE(T)                                                                 \

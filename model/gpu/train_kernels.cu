@@ -4,6 +4,7 @@
 #include "model/gpu/train_kernels.h"
 
 #include "core/cuda/bf16.cuh"
+#include "core/cuda/launch.h"
 #include "core/cuda/reduce.cuh"
 
 namespace satdar::model::gpu {
@@ -11,6 +12,7 @@ namespace satdar::model::gpu {
 namespace {
 
 using namespace ::satdar::core::cuda::device;  // NOLINT: ToF, Ld, St, GridBlocks, BlockSums
+using ::satdar::core::cuda::Launch;
 
 constexpr int kThreads = 256;
 
@@ -63,28 +65,31 @@ __global__ void SumFinishKernel(double* out, const double* scratch) {
 template <typename T>
 cudaError_t CastFromF32(T* out, const float* in, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  CastKernel<T><<<Blocks(n), kThreads, 0, stream>>>(out, in, n);
-  return cudaGetLastError();
+  return Launch("CastKernel", CastKernel<T>, dim3(Blocks(n)), dim3(kThreads), 0, stream, out, in,
+                n);
 }
 
 template <typename T>
 cudaError_t Add(T* out, const T* a, const T* b, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  AddKernel<T><<<Blocks(n), kThreads, 0, stream>>>(out, a, b, n);
-  return cudaGetLastError();
+  return Launch("AddKernel", AddKernel<T>, dim3(Blocks(n)), dim3(kThreads), 0, stream, out, a, b,
+                n);
 }
 
 cudaError_t AccumulateLoss(double* acc, const float* losses, int n, double scale,
                            cudaStream_t stream) {
-  LossKernel<<<1, kThreads, 0, stream>>>(acc, losses, n, scale);
-  return cudaGetLastError();
+  return Launch("LossKernel", LossKernel, dim3(1), dim3(kThreads), 0, stream, acc, losses, n,
+                scale);
 }
 
 cudaError_t SumSquares(double* out, const float* x, int64_t n, double* scratch,
                        cudaStream_t stream) {
-  SumSquaresKernel<<<kReduceBlocks, kThreads, 0, stream>>>(scratch, x, n);
-  SumFinishKernel<<<1, 32, 0, stream>>>(out, scratch);
-  return cudaGetLastError();
+  if (cudaError_t e = Launch("SumSquaresKernel", SumSquaresKernel, dim3(kReduceBlocks),
+                             dim3(kThreads), 0, stream, scratch, x, n);
+      e != cudaSuccess) {
+    return e;
+  }
+  return Launch("SumFinishKernel", SumFinishKernel, dim3(1), dim3(32), 0, stream, out, scratch);
 }
 
 #define SATDAR_INSTANTIATE(T)                                                                  \

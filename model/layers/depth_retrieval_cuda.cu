@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "core/cuda/bf16.cuh"
+#include "core/cuda/launch.h"
 
 namespace satdar::model::cuda {
 
@@ -21,12 +22,13 @@ constexpr int kTileCols = 32;
 constexpr int kTileRows = 8;
 
 using namespace ::satdar::core::cuda::device;  // ToF, FromF, Ld, St, WarpSum (bf16.cuh)
+using ::satdar::core::cuda::Launch;
 
 // Dynamic shared memory: s floats (logits, then weights).
 template <typename T>
 __global__ void ForwardKernel(T* out, float* alpha, const T* const* keys, const T* const* values,
                               int s, const T* w, const T* g, int c, float eps) {
-  extern __shared__ float a[];
+  SATDAR_DYNAMIC_SHARED(float, a);
   const int64_t r = blockIdx.x;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   for (int i = warp; i < s; i += warps) {
@@ -66,7 +68,7 @@ __global__ void BackwardRowKernel(T* const* dkeys, T* const* dvalues, float* wor
                                   const T* dout, const float* alpha, const T* const* keys,
                                   const T* const* values, int s, const T* w, const T* g, int c,
                                   float eps) {
-  extern __shared__ float sh[];
+  SATDAR_DYNAMIC_SHARED(float, sh);
   float* dz = sh;
   float* rs = sh + s;
   float* q = sh + 2 * s;
@@ -157,8 +159,8 @@ cudaError_t DepthRetrievalForward(T* out, float* alpha, const T* const* keys,
                                   int c, float eps, cudaStream_t stream) {
   if (n <= 0 || c <= 0 || s <= 0) return cudaSuccess;
   const size_t smem = static_cast<size_t>(s) * sizeof(float);
-  ForwardKernel<T><<<n, kRowThreads, smem, stream>>>(out, alpha, keys, values, s, w, g, c, eps);
-  return cudaGetLastError();
+  return Launch("ForwardKernel", ForwardKernel<T>, dim3(n), dim3(kRowThreads), smem, stream, out,
+                alpha, keys, values, s, w, g, c, eps);
 }
 
 template <typename T>
@@ -169,14 +171,13 @@ cudaError_t DepthRetrievalBackward(T* const* dkeys, T* const* dvalues, float* dw
                                    cudaStream_t stream) {
   if (n <= 0 || c <= 0 || s <= 0) return cudaSuccess;
   const size_t smem = 4 * static_cast<size_t>(s) * sizeof(float);
-  BackwardRowKernel<T><<<n, kRowThreads, smem, stream>>>(dkeys, dvalues, workspace, dout, alpha,
-                                                         keys, values, s, w, g, c, eps);
-  cudaError_t err = cudaGetLastError();
+  const cudaError_t err =
+      Launch("BackwardRowKernel", BackwardRowKernel<T>, dim3(n), dim3(kRowThreads), smem, stream,
+             dkeys, dvalues, workspace, dout, alpha, keys, values, s, w, g, c, eps);
   if (err != cudaSuccess || (dw == nullptr && dg == nullptr)) return err;
   const unsigned tiles = static_cast<unsigned>((c + kTileCols - 1) / kTileCols);
-  BackwardWeightKernel<T><<<tiles, dim3(kTileCols, kTileRows), 0, stream>>>(dw, dg, workspace,
-                                                                            keys, s, w, g, n, c);
-  return cudaGetLastError();
+  return Launch("BackwardWeightKernel", BackwardWeightKernel<T>, dim3(tiles),
+                dim3(kTileCols, kTileRows), 0, stream, dw, dg, workspace, keys, s, w, g, n, c);
 }
 
 #define SATDAR_INSTANTIATE(T)                                                                   \

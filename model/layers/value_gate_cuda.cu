@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "core/cuda/bf16.cuh"
+#include "core/cuda/launch.h"
 
 namespace satdar::model::cuda {
 
@@ -20,12 +21,13 @@ constexpr int kTileCols = 32;
 constexpr int kTileRows = 8;
 
 using namespace ::satdar::core::cuda::device;  // ToF, FromF, Ld, St, WarpSum (bf16.cuh)
+using ::satdar::core::cuda::Launch;
 
 // Dynamic shared memory: nkv floats (the token's gates).
 template <typename T>
 __global__ void ForwardKernel(T* vmix, float* alpha, const T* x, const T* w, const T* v,
                               const T* v1, int nkv, int hs, int c) {
-  extern __shared__ float gate[];
+  SATDAR_DYNAMIC_SHARED(float, gate);
   const int64_t r = blockIdx.x;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const T* xr = x + r * c;
@@ -53,7 +55,7 @@ template <typename T>
 __global__ void BackwardRowKernel(T* dx, T* dv, T* dv1, float* dalpha, const T* dvmix,
                                   const T* w, const T* v1, const float* alpha, int nkv, int hs,
                                   int c) {
-  extern __shared__ float dgate[];
+  SATDAR_DYNAMIC_SHARED(float, dgate);
   const int64_t r = blockIdx.x;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const int64_t base = r * nkv * hs;
@@ -110,8 +112,8 @@ cudaError_t ValueGateForward(T* vmix, float* alpha, const T* x, const T* w, cons
                              const T* v1, int n, int nkv, int hs, int c, cudaStream_t stream) {
   if (n <= 0 || nkv <= 0) return cudaSuccess;
   const size_t smem = static_cast<size_t>(nkv) * sizeof(float);
-  ForwardKernel<T><<<n, kRowThreads, smem, stream>>>(vmix, alpha, x, w, v, v1, nkv, hs, c);
-  return cudaGetLastError();
+  return Launch("ForwardKernel", ForwardKernel<T>, dim3(n), dim3(kRowThreads), smem, stream, vmix,
+                alpha, x, w, v, v1, nkv, hs, c);
 }
 
 template <typename T>
@@ -120,14 +122,13 @@ cudaError_t ValueGateBackward(T* dx, float* dw, T* dv, T* dv1, float* dalpha, co
                               int nkv, int hs, int c, cudaStream_t stream) {
   if (n <= 0 || nkv <= 0) return cudaSuccess;
   const size_t smem = static_cast<size_t>(nkv) * sizeof(float);
-  BackwardRowKernel<T><<<n, kRowThreads, smem, stream>>>(dx, dv, dv1, dalpha, dvmix, w, v1, alpha,
-                                                         nkv, hs, c);
-  cudaError_t err = cudaGetLastError();
+  const cudaError_t err =
+      Launch("BackwardRowKernel", BackwardRowKernel<T>, dim3(n), dim3(kRowThreads), smem, stream,
+             dx, dv, dv1, dalpha, dvmix, w, v1, alpha, nkv, hs, c);
   if (err != cudaSuccess || dw == nullptr || c <= 0) return err;
   const dim3 grid(static_cast<unsigned>((c + kTileCols - 1) / kTileCols), nkv);
-  BackwardWeightKernel<T><<<grid, dim3(kTileCols, kTileRows), 0, stream>>>(dw, dalpha, x, n, nkv,
-                                                                           c);
-  return cudaGetLastError();
+  return Launch("BackwardWeightKernel", BackwardWeightKernel<T>, grid, dim3(kTileCols, kTileRows),
+                0, stream, dw, dalpha, x, n, nkv, c);
 }
 
 #define SATDAR_INSTANTIATE(T)                                                                  \

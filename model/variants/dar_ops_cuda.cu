@@ -3,6 +3,7 @@
 // shared-memory tree per block, then one thread adds the block sums in block order.
 #include "core/cuda/bf16.cuh"
 #include "core/cuda/check.h"
+#include "core/cuda/launch.h"
 #include "core/cuda/reduce.cuh"
 #include "model/variants/dar_ops.h"
 
@@ -11,6 +12,7 @@ namespace satdar::model::cuda {
 namespace {
 
 using namespace ::satdar::core::cuda::device;  // NOLINT: ToF, Ld, St, GridBlocks, BlockSums
+using ::satdar::core::cuda::Launch;
 
 constexpr int kThreads = 256;
 
@@ -135,8 +137,8 @@ template <typename T>
 absl::Status DarMixForward(T* u, const T* r0, const T* r1, const float* mix, int64_t n,
                            cudaStream_t stream) {
   if (n == 0) return absl::OkStatus();
-  MixForwardKernel<T><<<Blocks(n), kThreads, 0, stream>>>(u, r0, r1, mix, n);
-  SATDAR_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("MixForwardKernel", MixForwardKernel<T>, dim3(Blocks(n)),
+                                     dim3(kThreads), 0, stream, u, r0, r1, mix, n));
   return absl::OkStatus();
 }
 
@@ -144,10 +146,11 @@ template <typename T>
 absl::Status DarMixBackward(T* dr0, T* dr1, const T* du, const T* r0, const T* r1,
                             const float* mix, float* grad_mix, float* scratch, int64_t n,
                             cudaStream_t stream) {
-  MixBackwardKernel<T><<<core::cuda::kReduceBlocks, kThreads, 0, stream>>>(dr0, dr1, du, r0, r1, mix,
-                                                                   scratch, n);
-  MixFinishKernel<<<1, 32, 0, stream>>>(scratch, mix, grad_mix);
-  SATDAR_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("MixBackwardKernel", MixBackwardKernel<T>,
+                                     dim3(core::cuda::kReduceBlocks), dim3(kThreads), 0, stream,
+                                     dr0, dr1, du, r0, r1, mix, scratch, n));
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("MixFinishKernel", MixFinishKernel, dim3(1), dim3(32), 0,
+                                     stream, scratch, mix, grad_mix));
   return absl::OkStatus();
 }
 
@@ -156,9 +159,9 @@ absl::Status DarWriteForward(T* q0, T* q1, const T* p0, const T* p1, const T* y,
                              const float* transport, const float* write, int64_t n,
                              cudaStream_t stream) {
   if (n == 0) return absl::OkStatus();
-  WriteForwardKernel<T><<<Blocks(n), kThreads, 0, stream>>>(q0, q1, p0, p1, y, transport, write,
-                                                             n);
-  SATDAR_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("WriteForwardKernel", WriteForwardKernel<T>,
+                                     dim3(Blocks(n)), dim3(kThreads), 0, stream, q0, q1, p0, p1,
+                                     y, transport, write, n));
   return absl::OkStatus();
 }
 
@@ -167,10 +170,13 @@ absl::Status DarWriteBackward(T* dy, T* dp0, T* dp1, const T* g0, const T* g1, c
                               const T* p0, const T* p1, const float* transport,
                               const float* write, float* grad_transport, float* grad_write,
                               float* scratch, int64_t n, cudaStream_t stream) {
-  WriteBackwardKernel<T><<<core::cuda::kReduceBlocks, kThreads, 0, stream>>>(
-      dy, dp0, dp1, g0, g1, y, p0, p1, transport, write, scratch, n);
-  WriteFinishKernel<<<1, 32, 0, stream>>>(scratch, transport, write, grad_transport, grad_write);
-  SATDAR_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("WriteBackwardKernel", WriteBackwardKernel<T>,
+                                     dim3(core::cuda::kReduceBlocks), dim3(kThreads), 0, stream,
+                                     dy, dp0, dp1, g0, g1, y, p0, p1, transport, write, scratch,
+                                     n));
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("WriteFinishKernel", WriteFinishKernel, dim3(1), dim3(32), 0,
+                                     stream, scratch, transport, write, grad_transport,
+                                     grad_write));
   return absl::OkStatus();
 }
 

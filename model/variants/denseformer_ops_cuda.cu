@@ -3,6 +3,7 @@
 // thread per source adds the block sums in block order.
 #include "core/cuda/bf16.cuh"
 #include "core/cuda/check.h"
+#include "core/cuda/launch.h"
 #include "core/cuda/reduce.cuh"
 #include "model/variants/denseformer_ops.h"
 
@@ -11,6 +12,7 @@ namespace satdar::model::cuda {
 namespace {
 
 using namespace ::satdar::core::cuda::device;  // NOLINT: ToF, Ld, St, GridBlocks, BlockSums
+using ::satdar::core::cuda::Launch;
 
 constexpr int kThreads = 256;
 
@@ -60,8 +62,8 @@ template <typename T>
 absl::Status DwaForward(T* out, const T* const* xs, int count, const float* a, int64_t n,
                        cudaStream_t stream) {
   if (n == 0) return absl::OkStatus();
-  DwaForwardKernel<T><<<Blocks(n), kThreads, 0, stream>>>(out, xs, count, a, n);
-  SATDAR_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("DwaForwardKernel", DwaForwardKernel<T>, dim3(Blocks(n)),
+                                     dim3(kThreads), 0, stream, out, xs, count, a, n));
   return absl::OkStatus();
 }
 
@@ -69,10 +71,12 @@ template <typename T>
 absl::Status DwaBackward(T* const* dxs, float* grad_a, const T* dy, const T* const* xs, int count,
                         const float* a, float* scratch, int64_t n, cudaStream_t stream) {
   if (count == 0) return absl::OkStatus();
-  DwaBackwardKernel<T><<<dim3(core::cuda::kReduceBlocks, count), kThreads, 0, stream>>>(dxs, dy, xs, a,
-                                                                            scratch, n);
-  DwaFinishKernel<<<1, ((count + 31) / 32) * 32, 0, stream>>>(scratch, count, grad_a);
-  SATDAR_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("DwaBackwardKernel", DwaBackwardKernel<T>,
+                                     dim3(core::cuda::kReduceBlocks, count), dim3(kThreads), 0,
+                                     stream, dxs, dy, xs, a, scratch, n));
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("DwaFinishKernel", DwaFinishKernel, dim3(1),
+                                     dim3(((count + 31) / 32) * 32), 0, stream, scratch, count,
+                                     grad_a));
   return absl::OkStatus();
 }
 

@@ -4,6 +4,7 @@
 #include "model/variants/hyper_cuda.h"
 
 #include "core/cuda/bf16.cuh"
+#include "core/cuda/launch.h"
 #include "core/cuda/reduce.cuh"
 
 namespace satdar::model::cuda {
@@ -11,6 +12,7 @@ namespace satdar::model::cuda {
 namespace {
 
 using namespace ::satdar::core::cuda::device;  // NOLINT: Ld, St, GridBlocks, BlockSums
+using ::satdar::core::cuda::Launch;
 
 constexpr int kThreads = 256;
 constexpr int kS = kMaxHyperStreams;
@@ -301,17 +303,16 @@ HyperCoefs HcCoefs(float* coef, int n) {
 template <typename T>
 cudaError_t StreamsBroadcast(T* out, const T* in, int rows, int n, int c, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
-  BroadcastKernel<T><<<Blocks(static_cast<int64_t>(rows) * n * c), kThreads, 0, stream>>>(
-      out, in, rows, n, c);
-  return cudaGetLastError();
+  return Launch("BroadcastKernel", BroadcastKernel<T>,
+                dim3(Blocks(static_cast<int64_t>(rows) * n * c)), dim3(kThreads), 0, stream, out,
+                in, rows, n, c);
 }
 
 template <typename T>
 cudaError_t StreamsSum(T* out, const T* in, int rows, int n, int c, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
-  SumKernel<T><<<Blocks(static_cast<int64_t>(rows) * c), kThreads, 0, stream>>>(out, in, rows, n,
-                                                                               c);
-  return cudaGetLastError();
+  return Launch("SumKernel", SumKernel<T>, dim3(Blocks(static_cast<int64_t>(rows) * c)),
+                dim3(kThreads), 0, stream, out, in, rows, n, c);
 }
 
 template <typename T>
@@ -319,9 +320,8 @@ cudaError_t HyperWidthForward(T* u, const T* h, const HyperCoefs& coefs, int row
                               cudaStream_t stream) {
   if (BadStreams(n)) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
-  WidthKernel<T><<<Blocks(static_cast<int64_t>(rows) * c), kThreads, 0, stream>>>(u, h, coefs,
-                                                                                 rows, n, c);
-  return cudaGetLastError();
+  return Launch("WidthKernel", WidthKernel<T>, dim3(Blocks(static_cast<int64_t>(rows) * c)),
+                dim3(kThreads), 0, stream, u, h, coefs, rows, n, c);
 }
 
 template <typename T>
@@ -329,9 +329,8 @@ cudaError_t HyperDepthForward(T* h_out, const T* h, const T* y, const HyperCoefs
                               int rows, int n, int c, cudaStream_t stream) {
   if (BadStreams(n)) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
-  DepthKernel<T><<<Blocks(static_cast<int64_t>(rows) * n * c), kThreads, 0, stream>>>(
-      h_out, h, y, coefs, rows, n, c);
-  return cudaGetLastError();
+  return Launch("DepthKernel", DepthKernel<T>, dim3(Blocks(static_cast<int64_t>(rows) * n * c)),
+                dim3(kThreads), 0, stream, h_out, h, y, coefs, rows, n, c);
 }
 
 template <typename T>
@@ -340,10 +339,14 @@ cudaError_t HyperDepthBackward(T* dy, T* dh, const HyperCoefs& dcoefs, const T* 
                                cudaStream_t stream) {
   if (BadStreams(n)) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
-  DepthBackwardKernel<T><<<Blocks(static_cast<int64_t>(rows) * c), kThreads, 0, stream>>>(
-      dy, dh, g, coefs, rows, n, c);
-  DepthDotsKernel<T><<<dim3(rows, n), kThreads, 0, stream>>>(dcoefs, g, y, h, n, c);
-  return cudaGetLastError();
+  if (cudaError_t e = Launch("DepthBackwardKernel", DepthBackwardKernel<T>,
+                             dim3(Blocks(static_cast<int64_t>(rows) * c)), dim3(kThreads), 0,
+                             stream, dy, dh, g, coefs, rows, n, c);
+      e != cudaSuccess) {
+    return e;
+  }
+  return Launch("DepthDotsKernel", DepthDotsKernel<T>, dim3(rows, n), dim3(kThreads), 0, stream,
+                dcoefs, g, y, h, n, c);
 }
 
 template <typename T>
@@ -353,25 +356,29 @@ cudaError_t HyperWidthBackward(T* dh, const HyperCoefs& dcoefs, const T* du, con
   if (BadStreams(n)) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
   // The dots read h and du only, so they may run before dh changes.
-  WidthDotsKernel<T><<<rows, kThreads, 0, stream>>>(dcoefs, du, h, n, c);
-  WidthBackwardKernel<T><<<Blocks(static_cast<int64_t>(rows) * n * c), kThreads, 0, stream>>>(
-      dh, du, coefs, rows, n, c);
-  return cudaGetLastError();
+  if (cudaError_t e = Launch("WidthDotsKernel", WidthDotsKernel<T>, dim3(rows), dim3(kThreads), 0,
+                             stream, dcoefs, du, h, n, c);
+      e != cudaSuccess) {
+    return e;
+  }
+  return Launch("WidthBackwardKernel", WidthBackwardKernel<T>,
+                dim3(Blocks(static_cast<int64_t>(rows) * n * c)), dim3(kThreads), 0, stream, dh,
+                du, coefs, rows, n, c);
 }
 
 cudaError_t ColumnSums(float* out, const float* in, int rows, int cols, int ld,
                        cudaStream_t stream) {
   if (cols == 0) return cudaSuccess;
-  ColumnSumsKernel<<<cols, kThreads, 0, stream>>>(out, in, rows, ld);
-  return cudaGetLastError();
+  return Launch("ColumnSumsKernel", ColumnSumsKernel, dim3(cols), dim3(kThreads), 0, stream, out,
+                in, rows, ld);
 }
 
 cudaError_t HcCoefForward(float* coef, float* proj, int ld, const HcParams& p, int rows, int n,
                           cudaStream_t stream) {
   if (BadStreams(n) || ld < n + 2) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
-  HcCoefForwardKernel<<<(rows + 127) / 128, 128, 0, stream>>>(coef, proj, ld, p, rows, n);
-  return cudaGetLastError();
+  return Launch("HcCoefForwardKernel", HcCoefForwardKernel, dim3((rows + 127) / 128), dim3(128),
+                0, stream, coef, proj, ld, p, rows, n);
 }
 
 template <typename T>
@@ -379,16 +386,15 @@ cudaError_t HcCoefBackward(T* dproj, float* scales, const float* dcoef, const fl
                            int ld, const HcParams& p, int rows, int n, cudaStream_t stream) {
   if (BadStreams(n) || ld < n + 2) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
-  HcCoefBackwardKernel<T><<<(rows + 127) / 128, 128, 0, stream>>>(dproj, scales, dcoef,
-                                                                  tanh_proj, ld, p, rows, n);
-  return cudaGetLastError();
+  return Launch("HcCoefBackwardKernel", HcCoefBackwardKernel<T>, dim3((rows + 127) / 128),
+                dim3(128), 0, stream, dproj, scales, dcoef, tanh_proj, ld, p, rows, n);
 }
 
 template <typename T>
 cudaError_t MhcRms(float* rms, const T* h, int rows, int nc, float eps, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
-  MhcRmsKernel<T><<<rows, kThreads, 0, stream>>>(rms, h, nc, eps);
-  return cudaGetLastError();
+  return Launch("MhcRmsKernel", MhcRmsKernel<T>, dim3(rows), dim3(kThreads), 0, stream, rms, h,
+                nc, eps);
 }
 
 cudaError_t MhcCoefForward(float* coef, float* logits, const float* raw, int ld, const float* rms,
@@ -396,9 +402,8 @@ cudaError_t MhcCoefForward(float* coef, float* logits, const float* raw, int ld,
                            cudaStream_t stream) {
   if (BadStreams(n) || ld < n * (n + 2)) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
-  MhcCoefForwardKernel<<<(rows + 127) / 128, 128, 0, stream>>>(coef, logits, raw, ld, rms, scale,
-                                                               base, rows, n);
-  return cudaGetLastError();
+  return Launch("MhcCoefForwardKernel", MhcCoefForwardKernel, dim3((rows + 127) / 128),
+                dim3(128), 0, stream, coef, logits, raw, ld, rms, scale, base, rows, n);
 }
 
 template <typename T>
@@ -408,18 +413,18 @@ cudaError_t MhcCoefBackward(T* draw, float* dz, float* scales, float* rowcoef, c
                             cudaStream_t stream) {
   if (BadStreams(n) || ld < n * (n + 2)) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
-  MhcCoefBackwardKernel<T><<<(rows + 127) / 128, 128, 0, stream>>>(
-      draw, dz, scales, rowcoef, dcoef, dlogits, coef, raw, ld, rms, scale, rows, n, nc);
-  return cudaGetLastError();
+  return Launch("MhcCoefBackwardKernel", MhcCoefBackwardKernel<T>, dim3((rows + 127) / 128),
+                dim3(128), 0, stream, draw, dz, scales, rowcoef, dcoef, dlogits, coef, raw, ld,
+                rms, scale, rows, n, nc);
 }
 
 template <typename T>
 cudaError_t RowScaleAdd(T* dh, const float* rowcoef, const T* h, int rows, int nc,
                         cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
-  RowScaleAddKernel<T><<<Blocks(static_cast<int64_t>(rows) * nc), kThreads, 0, stream>>>(
-      dh, rowcoef, h, rows, nc);
-  return cudaGetLastError();
+  return Launch("RowScaleAddKernel", RowScaleAddKernel<T>,
+                dim3(Blocks(static_cast<int64_t>(rows) * nc)), dim3(kThreads), 0, stream, dh,
+                rowcoef, h, rows, nc);
 }
 
 #define SATDAR_INSTANTIATE(T)                                                                   \

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/cuda/bf16.cuh"
 #include "core/cuda/check.h"
+#include "core/cuda/launch.h"
 #include "model/variants/moe_cuda.h"
 
 namespace satdar::model::cuda {
@@ -19,6 +20,7 @@ namespace {
 constexpr int kThreads = 128;
 
 using namespace ::satdar::core::cuda::device;  // ToF, FromF, Ld, St, WarpSum (bf16.cuh)
+using ::satdar::core::cuda::Launch;
 
 __global__ void FillKernel(int* p, int64_t n, int value) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -135,9 +137,14 @@ unsigned Blocks(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / k
 absl::Status MoeInvertSlots(int* row_of_slot, const int* slots, int rows, int n, int k,
                             CUstream_st* stream) {
   const int64_t nk = static_cast<int64_t>(n) * k;
-  if (nk > 0) FillKernel<<<Blocks(nk), kThreads, 0, stream>>>(row_of_slot, nk, -1);
-  if (rows > 0) InvertKernel<<<Blocks(rows), kThreads, 0, stream>>>(row_of_slot, slots, rows);
-  SATDAR_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  if (nk > 0) {
+    SATDAR_CUDA_RETURN_IF_ERROR(Launch("FillKernel", FillKernel, dim3(Blocks(nk)),
+                                       dim3(kThreads), 0, stream, row_of_slot, nk, -1));
+  }
+  if (rows > 0) {
+    SATDAR_CUDA_RETURN_IF_ERROR(Launch("InvertKernel", InvertKernel, dim3(Blocks(rows)),
+                                       dim3(kThreads), 0, stream, row_of_slot, slots, rows));
+  }
   return absl::OkStatus();
 }
 
@@ -149,14 +156,15 @@ absl::Status MoePermute(core::DType dtype, void* xp, const void* x, const int* s
   if (total == 0) return absl::OkStatus();
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(Blocks(total), 65535 * 8));
   if (dtype == core::DType::kBF16) {
-    PermuteKernel<<<blocks, kThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(xp),
-                                                   static_cast<const __nv_bfloat16*>(x), slots,
-                                                   rows, k, d);
+    SATDAR_CUDA_RETURN_IF_ERROR(Launch("PermuteKernel", PermuteKernel<__nv_bfloat16>, dim3(blocks),
+                                       dim3(kThreads), 0, stream,
+                                       static_cast<__nv_bfloat16*>(xp),
+                                       static_cast<const __nv_bfloat16*>(x), slots, rows, k, d));
   } else {
-    PermuteKernel<<<blocks, kThreads, 0, stream>>>(static_cast<float*>(xp),
-                                                   static_cast<const float*>(x), slots, rows, k, d);
+    SATDAR_CUDA_RETURN_IF_ERROR(Launch("PermuteKernel", PermuteKernel<float>, dim3(blocks),
+                                       dim3(kThreads), 0, stream, static_cast<float*>(xp),
+                                       static_cast<const float*>(x), slots, rows, k, d));
   }
-  SATDAR_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
 
@@ -167,14 +175,17 @@ absl::Status MoePermuteBackward(core::DType dtype, void* dx, const void* dxp,
   if (!st.ok()) return st;
   if (n == 0 || d == 0) return absl::OkStatus();
   if (dtype == core::DType::kBF16) {
-    PermuteBackwardKernel<<<n, kThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(dx),
-                                                      static_cast<const __nv_bfloat16*>(dxp),
-                                                      row_of_slot, k, d);
+    SATDAR_CUDA_RETURN_IF_ERROR(Launch("PermuteBackwardKernel",
+                                       PermuteBackwardKernel<__nv_bfloat16>, dim3(n),
+                                       dim3(kThreads), 0, stream, static_cast<__nv_bfloat16*>(dx),
+                                       static_cast<const __nv_bfloat16*>(dxp), row_of_slot, k,
+                                       d));
   } else {
-    PermuteBackwardKernel<<<n, kThreads, 0, stream>>>(
-        static_cast<float*>(dx), static_cast<const float*>(dxp), row_of_slot, k, d);
+    SATDAR_CUDA_RETURN_IF_ERROR(Launch("PermuteBackwardKernel", PermuteBackwardKernel<float>,
+                                       dim3(n), dim3(kThreads), 0, stream,
+                                       static_cast<float*>(dx), static_cast<const float*>(dxp),
+                                       row_of_slot, k, d));
   }
-  SATDAR_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
 
@@ -184,15 +195,16 @@ absl::Status MoeCombine(core::DType dtype, void* out, const void* y, const float
   if (!st.ok()) return st;
   if (n == 0 || d == 0) return absl::OkStatus();
   if (dtype == core::DType::kBF16) {
-    CombineKernel<<<n, kThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(out),
-                                              static_cast<const __nv_bfloat16*>(y), weight,
-                                              row_of_slot, k, d);
+    SATDAR_CUDA_RETURN_IF_ERROR(Launch("CombineKernel", CombineKernel<__nv_bfloat16>, dim3(n),
+                                       dim3(kThreads), 0, stream,
+                                       static_cast<__nv_bfloat16*>(out),
+                                       static_cast<const __nv_bfloat16*>(y), weight, row_of_slot,
+                                       k, d));
   } else {
-    CombineKernel<<<n, kThreads, 0, stream>>>(static_cast<float*>(out),
-                                              static_cast<const float*>(y), weight, row_of_slot,
-                                              k, d);
+    SATDAR_CUDA_RETURN_IF_ERROR(Launch("CombineKernel", CombineKernel<float>, dim3(n),
+                                       dim3(kThreads), 0, stream, static_cast<float*>(out),
+                                       static_cast<const float*>(y), weight, row_of_slot, k, d));
   }
-  SATDAR_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
 
@@ -203,15 +215,17 @@ absl::Status MoeCombineBackward(core::DType dtype, void* dy, float* dweight, con
   if (!st.ok()) return st;
   if (rows == 0) return absl::OkStatus();
   if (dtype == core::DType::kBF16) {
-    CombineBackwardKernel<<<rows, kThreads, 0, stream>>>(
-        static_cast<__nv_bfloat16*>(dy), dweight, static_cast<const __nv_bfloat16*>(dout),
-        static_cast<const __nv_bfloat16*>(y), weight, slots, k, d);
+    SATDAR_CUDA_RETURN_IF_ERROR(Launch(
+        "CombineBackwardKernel", CombineBackwardKernel<__nv_bfloat16>, dim3(rows), dim3(kThreads),
+        0, stream, static_cast<__nv_bfloat16*>(dy), dweight,
+        static_cast<const __nv_bfloat16*>(dout), static_cast<const __nv_bfloat16*>(y), weight,
+        slots, k, d));
   } else {
-    CombineBackwardKernel<<<rows, kThreads, 0, stream>>>(
-        static_cast<float*>(dy), dweight, static_cast<const float*>(dout),
-        static_cast<const float*>(y), weight, slots, k, d);
+    SATDAR_CUDA_RETURN_IF_ERROR(Launch(
+        "CombineBackwardKernel", CombineBackwardKernel<float>, dim3(rows), dim3(kThreads), 0,
+        stream, static_cast<float*>(dy), dweight, static_cast<const float*>(dout),
+        static_cast<const float*>(y), weight, slots, k, d));
   }
-  SATDAR_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
 

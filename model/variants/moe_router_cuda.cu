@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/cuda/bf16.cuh"
 #include "core/cuda/check.h"
+#include "core/cuda/launch.h"
 #include "model/variants/moe_cuda.h"
 #include "model/variants/moe_router_cuda.h"
 
@@ -20,6 +21,7 @@ namespace satdar::model::cuda {
 namespace {
 
 using namespace ::satdar::core::cuda::device;  // St, WarpSum (bf16.cuh)
+using ::satdar::core::cuda::Launch;
 
 constexpr int kWarps = 4;  // tokens per block in the per-token kernels
 constexpr int kPlanThreads = 256;
@@ -241,9 +243,9 @@ absl::Status MoeRoute(float* probs, float* lse, int* sel, float* weight, const f
                       int n, int e, int k, bool norm_topk, CUstream_st* stream) {
   if (absl::Status st = CheckRouter(e, k); !st.ok()) return st;
   if (n == 0) return absl::OkStatus();
-  RouteKernel<<<TokenBlocks(n), kWarps * 32, 0, stream>>>(probs, lse, sel, weight, logits, n, e,
-                                                          k, norm_topk);
-  SATDAR_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("RouteKernel", RouteKernel, dim3(TokenBlocks(n)),
+                                     dim3(kWarps * 32), 0, stream, probs, lse, sel, weight,
+                                     logits, n, e, k, norm_topk));
   return absl::OkStatus();
 }
 
@@ -255,9 +257,11 @@ absl::Status MoePlan(int* counts, int* slots, int* row_of_slot, const int* sel, 
     return absl::InvalidArgumentError(
         absl::StrCat("MoE router cuda: ", nk, " slots exceed the int32 slot index"));
   }
-  PlanCountKernel<<<e, kPlanThreads, 0, stream>>>(counts, sel, nk);
-  PlanScatterKernel<<<e, kPlanThreads, 0, stream>>>(slots, row_of_slot, counts, sel, nk);
-  SATDAR_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("PlanCountKernel", PlanCountKernel, dim3(e),
+                                     dim3(kPlanThreads), 0, stream, counts, sel, nk));
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("PlanScatterKernel", PlanScatterKernel, dim3(e),
+                                     dim3(kPlanThreads), 0, stream, slots, row_of_slot, counts,
+                                     sel, nk));
   return absl::OkStatus();
 }
 
@@ -266,14 +270,13 @@ absl::Status MoeRouterLoss(double* loss_acc, float* fraction, double* scratch, c
                            double aux_coef, double z_coef, double scale, CUstream_st* stream) {
   if (absl::Status st = CheckRouter(e, k); !st.ok()) return st;
   if (b == 0 || t == 0) return absl::OkStatus();
-  SeqStatsKernel<<<b, kPlanThreads, 0, stream>>>(fraction, scratch, probs, sel, t, e, k);
-  if (loss_acc == nullptr) {
-    SATDAR_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-    return absl::OkStatus();
-  }
-  RouterLossKernel<<<1, kPlanThreads, 0, stream>>>(loss_acc, scratch, lse, b, b * t, e, aux_coef,
-                                                   z_coef, scale);
-  SATDAR_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("SeqStatsKernel", SeqStatsKernel, dim3(b),
+                                     dim3(kPlanThreads), 0, stream, fraction, scratch, probs, sel,
+                                     t, e, k));
+  if (loss_acc == nullptr) return absl::OkStatus();
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("RouterLossKernel", RouterLossKernel, dim3(1),
+                                     dim3(kPlanThreads), 0, stream, loss_acc, scratch, lse, b,
+                                     b * t, e, aux_coef, z_coef, scale));
   return absl::OkStatus();
 }
 
@@ -287,18 +290,19 @@ absl::Status MoeRouteBackward(core::DType dtype, void* dlogits, const float* pro
   if (n == 0) return absl::OkStatus();
   const float ag = static_cast<float>(aux_grad), zg = static_cast<float>(z_grad);
   if (dtype == core::DType::kBF16) {
-    RouteBackwardKernel<<<TokenBlocks(n), kWarps * 32, 0, stream>>>(
-        static_cast<__nv_bfloat16*>(dlogits), probs, lse, sel, weight, dweight, fraction, n, t,
-        e, k, norm_topk, ag, zg);
+    SATDAR_CUDA_RETURN_IF_ERROR(Launch(
+        "RouteBackwardKernel", RouteBackwardKernel<__nv_bfloat16>, dim3(TokenBlocks(n)),
+        dim3(kWarps * 32), 0, stream, static_cast<__nv_bfloat16*>(dlogits), probs, lse, sel,
+        weight, dweight, fraction, n, t, e, k, norm_topk, ag, zg));
   } else if (dtype == core::DType::kF32) {
-    RouteBackwardKernel<<<TokenBlocks(n), kWarps * 32, 0, stream>>>(
-        static_cast<float*>(dlogits), probs, lse, sel, weight, dweight, fraction, n, t, e, k,
-        norm_topk, ag, zg);
+    SATDAR_CUDA_RETURN_IF_ERROR(Launch(
+        "RouteBackwardKernel", RouteBackwardKernel<float>, dim3(TokenBlocks(n)),
+        dim3(kWarps * 32), 0, stream, static_cast<float*>(dlogits), probs, lse, sel, weight,
+        dweight, fraction, n, t, e, k, norm_topk, ag, zg));
   } else {
     return absl::InvalidArgumentError(absl::StrCat("MoE router cuda: dtype ",
                                                    core::DTypeName(dtype), " (f32, bf16)"));
   }
-  SATDAR_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
 

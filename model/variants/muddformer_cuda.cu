@@ -2,6 +2,7 @@
 #include "model/variants/muddformer_cuda.h"
 
 #include "core/cuda/bf16.cuh"
+#include "core/cuda/launch.h"
 #include "core/cuda/reduce.cuh"
 
 namespace satdar::model::cuda {
@@ -9,6 +10,7 @@ namespace satdar::model::cuda {
 namespace {
 
 using namespace ::satdar::core::cuda::device;  // NOLINT: Ld, St, GridBlocks, BlockSums
+using ::satdar::core::cuda::Launch;
 
 constexpr int kThreads = 256;
 constexpr int kW = kMaxMuddWays;
@@ -100,15 +102,14 @@ __global__ void CombineDotsKernel(float* da, T* da_t, const T* const* douts, int
 template <typename T>
 cudaError_t GeluForward(T* g, const T* h, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  GeluKernel<T><<<Blocks(n), kThreads, 0, stream>>>(g, h, n);
-  return cudaGetLastError();
+  return Launch("GeluKernel", GeluKernel<T>, dim3(Blocks(n)), dim3(kThreads), 0, stream, g, h, n);
 }
 
 template <typename T>
 cudaError_t GeluBackward(T* dh, const T* dg, const T* h, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  GeluBackwardKernel<T><<<Blocks(n), kThreads, 0, stream>>>(dh, dg, h, n);
-  return cudaGetLastError();
+  return Launch("GeluBackwardKernel", GeluBackwardKernel<T>, dim3(Blocks(n)), dim3(kThreads), 0,
+                stream, dh, dg, h, n);
 }
 
 template <typename T>
@@ -117,9 +118,9 @@ cudaError_t DenseCombineForward(T* const* outs, int ways, const T* const* xs, in
                                 cudaStream_t stream) {
   if (ways < 1 || ways > kMaxMuddWays || ld < ways * sources) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
-  CombineKernel<T><<<Blocks(static_cast<int64_t>(rows) * c * ways), kThreads, 0, stream>>>(
-      outs, ways, xs, sources, a, ld, stat, rows, c);
-  return cudaGetLastError();
+  return Launch("CombineKernel", CombineKernel<T>,
+                dim3(Blocks(static_cast<int64_t>(rows) * c * ways)), dim3(kThreads), 0, stream,
+                outs, ways, xs, sources, a, ld, stat, rows, c);
 }
 
 template <typename T>
@@ -129,11 +130,15 @@ cudaError_t DenseCombineBackward(float* da, T* da_t, T* const* dxs, const T* con
   if (ways < 1 || ways > kMaxMuddWays || ld < ways * sources) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
   // The dots read xs before the dx kernel, whose lists may hold other buffers only.
-  CombineDotsKernel<T><<<dim3(rows, sources), kThreads, 0, stream>>>(da, da_t, douts, ways, xs,
-                                                                     sources, ld, c);
-  CombineDxKernel<T><<<Blocks(static_cast<int64_t>(rows) * c * sources), kThreads, 0, stream>>>(
-      dxs, douts, ways, sources, a, ld, stat, rows, c);
-  return cudaGetLastError();
+  if (cudaError_t e = Launch("CombineDotsKernel", CombineDotsKernel<T>, dim3(rows, sources),
+                             dim3(kThreads), 0, stream, da, da_t, douts, ways, xs, sources, ld,
+                             c);
+      e != cudaSuccess) {
+    return e;
+  }
+  return Launch("CombineDxKernel", CombineDxKernel<T>,
+                dim3(Blocks(static_cast<int64_t>(rows) * c * sources)), dim3(kThreads), 0, stream,
+                dxs, douts, ways, sources, a, ld, stat, rows, c);
 }
 
 #define SATDAR_INSTANTIATE(T)                                                                  \

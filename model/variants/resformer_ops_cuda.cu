@@ -3,6 +3,7 @@
 // sums in block order.
 #include "core/cuda/bf16.cuh"
 #include "core/cuda/check.h"
+#include "core/cuda/launch.h"
 #include "core/cuda/reduce.cuh"
 #include "model/variants/resformer_ops.h"
 
@@ -11,6 +12,7 @@ namespace satdar::model::cuda {
 namespace {
 
 using namespace ::satdar::core::cuda::device;  // NOLINT: ToF, Ld, St, GridBlocks, BlockSums
+using ::satdar::core::cuda::Launch;
 
 constexpr int kThreads = 256;
 
@@ -92,8 +94,9 @@ template <typename T>
 absl::Status ResformerMixForward(T* vmix, const T* v1, const T* v, const ResformerLambdas<float>& p,
                                 int64_t n, cudaStream_t stream) {
   if (n == 0) return absl::OkStatus();
-  ResformerForwardKernel<T><<<Blocks(n), kThreads, 0, stream>>>(vmix, v1, v, p, n);
-  SATDAR_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("ResformerForwardKernel", ResformerForwardKernel<T>,
+                                     dim3(Blocks(n)), dim3(kThreads), 0, stream, vmix, v1, v, p,
+                                     n));
   return absl::OkStatus();
 }
 
@@ -102,13 +105,14 @@ absl::Status ResformerMixBackward(T* dv, T* dv1, const T* dvmix, const T* v1, co
                                  const ResformerLambdas<float>& p, float* grad_scale, float* grad_logits,
                                  float* grad_lambda2, float* scratch, int64_t n,
                                  cudaStream_t stream) {
-  ResformerBackwardKernel<T><<<core::cuda::kReduceBlocks, kThreads, 0, stream>>>(dv, dv1, dvmix, v1, v, p,
-                                                                     scratch, n);
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("ResformerBackwardKernel", ResformerBackwardKernel<T>,
+                                     dim3(core::cuda::kReduceBlocks), dim3(kThreads), 0, stream,
+                                     dv, dv1, dvmix, v1, v, p, scratch, n));
   if (p.scale != nullptr) {
-    ResformerFinishKernel<<<1, 32, 0, stream>>>(scratch, p, grad_scale, grad_logits,
-                                                grad_lambda2);
+    SATDAR_CUDA_RETURN_IF_ERROR(Launch("ResformerFinishKernel", ResformerFinishKernel, dim3(1),
+                                       dim3(32), 0, stream, scratch, p, grad_scale, grad_logits,
+                                       grad_lambda2));
   }
-  SATDAR_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
 
