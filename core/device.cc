@@ -25,6 +25,7 @@ absl::StatusOr<Device> ParseDevice(absl::string_view text) {
 }
 
 bool BuiltWithCuda() { return cuda::BuiltWithCuda(); }
+bool BuiltWithSimulator() { return cuda::BuiltWithSimulator(); }
 
 int CudaDeviceCount() { return cuda::DeviceCount(); }
 

@@ -23,6 +23,8 @@ absl::StatusOr<Device> ParseDevice(absl::string_view text);
 // Number of usable CUDA devices: 0 when the build has no CUDA or the machine has no GPU.
 int CudaDeviceCount();
 bool BuiltWithCuda();
+// The CUDA simulator build (core/cuda/sim): --device cuda runs on a simulated device.
+bool BuiltWithSimulator();
 
 // Checks that `device` can be used here; the error says why not (no CUDA build, no GPU).
 absl::Status CheckDeviceAvailable(const Device& device);

@@ -7,7 +7,7 @@ detected (see cuda_configure.bzl); without it, it is a header-only library and c
 it sees no SATDAR_WITH_CUDA define.
 """
 
-load("@local_cuda//:defs.bzl", "CUDA_ENABLED", "CUDA_ROOT")
+load("@local_cuda//:defs.bzl", "CUDA_ENABLED", "CUDA_ROOT", "CUDA_SIM")
 
 SATDAR_COPTS = [
     "-Wall",
@@ -63,6 +63,9 @@ def satdar_cuda_library(name, srcs = [], hdrs = [], deps = [], nvcc_hdrs = [], *
     if not CUDA_ENABLED:
         native.cc_library(name = name, hdrs = hdrs, deps = deps, **kwargs)
         return
+    if CUDA_SIM:
+        _sim_cuda_library(name, srcs, hdrs, deps, nvcc_hdrs, **kwargs)
+        return
     objs = []
     for src in srcs:
         obj = name + "_" + src.replace("/", "_").replace(".cu", ".o")
@@ -79,6 +82,41 @@ def satdar_cuda_library(name, srcs = [], hdrs = [], deps = [], nvcc_hdrs = [], *
         srcs = objs,
         hdrs = hdrs,
         deps = deps + ["@local_cuda//:cudart"],
+        **kwargs
+    )
+
+# Warnings the host compiler gives on kernel code written for nvcc (a `__shared__` array a
+# helper only writes, parameters of launch-bounded kernels) are not errors in the simulator.
+SIM_CUDA_COPTS = [
+    "-include",
+    "core/cuda/sim/prelude.h",
+    "-Wno-unused-variable",
+    "-Wno-unused-but-set-variable",
+    "-Wno-unknown-pragmas",  # `#pragma unroll`
+]
+
+def _sim_cuda_library(name, srcs, hdrs, deps, nvcc_hdrs, **kwargs):
+    """The CUDA simulator build: each .cu is copied to a .cc and compiled by the host compiler
+    with core/cuda/sim/prelude.h force-included (qualifiers, built-in variables, barriers,
+    warp collectives); the simulated runtime, cuBLASLt and NCCL come with @local_cuda."""
+    ccs = []
+    for src in srcs:
+        cc = name + "_sim_" + src.replace("/", "_").replace(".cu", ".cc")
+        native.genrule(
+            name = cc + "_copy",
+            srcs = [src],
+            outs = [cc],
+            cmd = "cp $< $@",
+            message = "cuda sim " + src,
+        )
+        ccs.append(cc)
+    native.cc_library(
+        name = name,
+        srcs = ccs + nvcc_hdrs,
+        hdrs = hdrs,
+        copts = SATDAR_COPTS + SIM_CUDA_COPTS,
+        # The .cuh headers (not C++ header types to Bazel) as textual headers.
+        deps = deps + ["@local_cuda//:cudart", "//core:cuda_device_hdrs"],
         **kwargs
     )
 

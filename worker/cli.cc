@@ -117,7 +117,10 @@ int Main(int argc, char** argv) {
     PrintError(command, s);
     return ClientExitCodeFor(s);
   } else if (command == "version" || command == "--version") {
-    std::printf("%s (%s)\n", kVersion, core::BuiltWithCuda() ? "CUDA build" : "CPU-only build");
+    std::printf("%s (%s)\n", kVersion,
+                core::BuiltWithSimulator() ? "CUDA simulator build"
+                : core::BuiltWithCuda()    ? "CUDA build"
+                                           : "CPU-only build");
     return 0;
   } else {
     std::fprintf(stderr, "satdar: unknown command '%s'\n", command.c_str());

@@ -30,6 +30,12 @@ absl::Status CallError(const char* what, const char* call, const char* file, int
 
 bool BuiltWithCuda() { return true; }
 
+#ifdef SATDAR_CUDA_SIM
+bool BuiltWithSimulator() { return true; }
+#else
+bool BuiltWithSimulator() { return false; }
+#endif
+
 int DeviceCount() {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
@@ -83,6 +89,7 @@ absl::Status NoCuda() {
 }  // namespace
 
 bool BuiltWithCuda() { return false; }
+bool BuiltWithSimulator() { return false; }
 int DeviceCount() { return 0; }
 std::string DeviceName(int device) { return absl::StrCat("no GPU (cuda:", device, ")"); }
 absl::StatusOr<void*> Malloc(size_t, int) { return NoCuda(); }

@@ -11,6 +11,9 @@
 namespace satdar::core::cuda {
 
 bool BuiltWithCuda();
+// Whether this is the CUDA simulator build (--repo_env=SATDAR_CUDA=sim): kernels, cuBLASLt
+// and NCCL run on the CPU (core/cuda/sim).
+bool BuiltWithSimulator();
 // Number of visible GPUs; 0 when there is no driver or no device.
 int DeviceCount();
 // The device's marketing name ("NVIDIA H200"), or a placeholder when it cannot be read.
