@@ -212,9 +212,12 @@ struct State {
     cudaSetDevice(device);
     const auto deadline = DeadlineAfter(timeout);
     for (;;) {
+      // Broken first: once another operation's failure aborted the communicator, the aborted
+      // operations' events complete too, with their outputs untouched (found by the CUDA
+      // simulator: a later Wait returned OK over garbage).
+      if (!broken.ok()) return broken;
       cudaError_t e = cudaEventQuery(event.event);
       if (e == cudaSuccess) return absl::OkStatus();
-      if (!broken.ok()) return broken;
       if (e != cudaErrorNotReady) {
         absl::Status s = absl::InternalError(
             absl::StrCat(what, " failed: CUDA reports ", cudaGetErrorString(e)));
