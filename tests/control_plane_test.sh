@@ -337,8 +337,13 @@ wait_state "$JP" RUNNING 10
 for _ in $(seq 1 100); do [[ $(pgrep -fc "job-id $JP") -ge 2 ]] && break; sleep 0.1; done
 kill -STOP "$COORD"  # the workers can no longer reach it
 for _ in $(seq 1 600); do [[ $(pgrep -fc "job-id $JP") -eq 0 ]] && break; sleep 0.1; done  # 60 s: a loaded CI machine
-[[ $(pgrep -fc "job-id $JP") -eq 0 ]] && grep -q "longer than the lease: killing every rank" worker-*.log &&
-  ok "cut off from the coordinator past the lease, the workers killed their ranks" ||
+# Whoever notices first stops them: the worker (its heartbeats unanswered for a lease), or
+# each rank itself (its own lease, worker/rank_lease.h; its worker may be stuck in calls to the
+# stopped coordinator for longer).
+[[ $(pgrep -fc "job-id $JP") -eq 0 ]] &&
+  { grep -q "longer than the lease: killing every rank" worker-*.log ||
+    grep -rqs "lost its lease" work-*/jobs/"$JP"/; } &&
+  ok "cut off from the coordinator past the lease, the ranks were stopped" ||
   fail "ranks survived the partition: $(pgrep -fa "job-id $JP" | cut -c1-160; tail -n 5 worker-*.log)"
 kill -CONT "$COORD"
 for _ in $(seq 1 150); do [[ $(field "$JP" attempts 2>/dev/null) -ge 2 ]] && break; sleep 0.1; done
