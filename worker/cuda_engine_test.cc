@@ -163,8 +163,8 @@ TEST(CudaEngine, ValidationLossMatchesCpuTrainer) {
   p.val_fraction = 0.3;
   p.format = "text";
   p.progress = false;
-  const absl::Status prepared = data::Prep(p);
-  ASSERT_TRUE(prepared.ok()) << prepared;
+  const auto prepared = data::Prep(p);
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
   auto with_eval = [&](const std::string& name) {
     TrainOptions o = Options(name, "dar-moe", "satformer");
     o.config.vocab_size = 320;
