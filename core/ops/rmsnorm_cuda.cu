@@ -11,7 +11,7 @@
 namespace satdar::core::cuda {
 
 namespace {
-constexpr int kRowThreads = 256;  // threads per row block (a multiple of 32)
+constexpr int kRowThreads = 256;  // most threads per row block (a multiple of 32)
 constexpr int kTileCols = 32;     // weight gradient: columns per block
 constexpr int kTileRows = 8;      // weight gradient: row lanes per block
 
@@ -88,13 +88,19 @@ __global__ void RmsNormBackwardWeightKernel(float* dweight, const T* dout, const
     dweight[e] += sum;
   }
 }
+// Threads per row block: enough warps for the row, at most kRowThreads. A 16-wide QK-norm row
+// gets one warp instead of eight idle ones.
+unsigned RowThreads(int c) {
+  const int warps = (c + 31) / 32;
+  return static_cast<unsigned>(warps * 32 < kRowThreads ? warps * 32 : kRowThreads);
+}
 }  // namespace
 
 template <typename T>
 cudaError_t RmsNormForward(T* out, float* rstd, const T* inp, const T* weight, int n, int c,
                            float eps, cudaStream_t stream) {
   if (n <= 0 || c <= 0) return cudaSuccess;
-  return Launch("RmsNormForwardKernel", RmsNormForwardKernel<T>, dim3(n), dim3(kRowThreads), 0,
+  return Launch("RmsNormForwardKernel", RmsNormForwardKernel<T>, dim3(n), dim3(RowThreads(c)), 0,
                 stream, out, rstd, inp, weight, c, eps);
 }
 
@@ -104,7 +110,7 @@ cudaError_t RmsNormBackward(T* dinp, float* dweight, const T* dout, const T* inp
   if (n <= 0 || c <= 0) return cudaSuccess;
   const cudaError_t err =
       Launch("RmsNormBackwardInputKernel", RmsNormBackwardInputKernel<T>, dim3(n),
-             dim3(kRowThreads), 0, stream, dinp, dout, inp, weight, rstd, c);
+             dim3(RowThreads(c)), 0, stream, dinp, dout, inp, weight, rstd, c);
   if (err != cudaSuccess || dweight == nullptr) return err;
   const dim3 block(kTileCols, kTileRows);
   const unsigned tiles = static_cast<unsigned>((c + kTileCols - 1) / kTileCols);

@@ -148,6 +148,10 @@ struct ThreadState {
   std::vector<Stack> stacks;
   std::vector<Fiber> fibers;
   std::vector<unsigned> order;
+  // Per warp: the lanes that have not exited, and the lanes posted at a warp collective
+  // (state kWarp). A collective is checked only once every live lane of its mask has posted.
+  std::vector<uint32_t> warp_live;
+  std::vector<uint32_t> warp_posted;
   FiberContext sched;
   const void* sched_stack_bottom = nullptr;  // for ASan's fiber switch annotations
   size_t sched_stack_size = 0;
@@ -356,6 +360,12 @@ bool GroupReady(ThreadState& ts, unsigned warp_base, const Fiber& leader) {
   return true;
 }
 
+// Whether every live lane of `mask` in the warp at `warp_base` has posted.
+bool AllPosted(const ThreadState& ts, unsigned warp_base, unsigned mask) {
+  const unsigned w = warp_base / kWarpSize;
+  return (mask & ts.warp_live[w] & ~ts.warp_posted[w]) == 0;
+}
+
 // Computes every posted lane's result and makes those lanes runnable.
 void CompleteGroup(ThreadState& ts, unsigned warp_base, const Fiber& leader) {
   const unsigned mask = leader.mask;
@@ -398,15 +408,23 @@ void CompleteGroup(ThreadState& ts, unsigned warp_base, const Fiber& leader) {
   for (unsigned l = 0; l < kWarpSize; ++l) {
     if (!(mask >> l & 1u) || warp_base + l >= ts.threads) continue;
     Fiber& g = ts.fibers[warp_base + l];
-    if (g.state == FiberState::kWarp) g.state = FiberState::kRunnable;
+    if (g.state == FiberState::kWarp) {
+      g.state = FiberState::kRunnable;
+      ts.warp_posted[warp_base / kWarpSize] &= ~(1u << l);
+    }
   }
 }
 
-// After a lane exits, collectives waiting only on it may now be complete.
-void RecheckWarp(ThreadState& ts, unsigned warp_base) {
+// After thread `exited` exits, collectives of its warp waiting only on it may now be complete.
+void RecheckWarp(ThreadState& ts, unsigned exited) {
+  const unsigned warp_base = exited - exited % kWarpSize, w = exited / kWarpSize;
+  ts.warp_live[w] &= ~(1u << (exited % kWarpSize));
+  if (ts.warp_posted[w] == 0) return;
   for (unsigned l = 0; l < kWarpSize && warp_base + l < ts.threads && !ts.failed; ++l) {
+    if (!(ts.warp_posted[w] >> l & 1u)) continue;
     const Fiber& g = ts.fibers[warp_base + l];
-    if (g.state == FiberState::kWarp && GroupReady(ts, warp_base, g)) {
+    if (g.state == FiberState::kWarp && AllPosted(ts, warp_base, g.mask) &&
+        GroupReady(ts, warp_base, g)) {
       const Fiber leader = g;  // CompleteGroup changes g's state
       CompleteGroup(ts, warp_base, leader);
     }
@@ -503,6 +521,10 @@ bool RunBlock(GridJob& job, uint64_t b) {
 
   if (ts.fibers.size() < n) ts.fibers.resize(n);
   ts.order.resize(n);
+  const unsigned warps = (n + kWarpSize - 1) / kWarpSize;
+  ts.warp_live.assign(warps, ~0u);
+  if (n % kWarpSize != 0) ts.warp_live[warps - 1] = (1u << (n % kWarpSize)) - 1;
+  ts.warp_posted.assign(warps, 0u);
   for (unsigned i = 0; i < n; ++i) {
     Fiber& f = ts.fibers[i];
     f = Fiber();
@@ -525,7 +547,7 @@ bool RunBlock(GridJob& job, uint64_t b) {
       if (f.state != FiberState::kRunnable) continue;
       Resume(ts, f);
       ran = true;
-      if (f.state == FiberState::kDone) RecheckWarp(ts, idx - idx % kWarpSize);
+      if (f.state == FiberState::kDone) RecheckWarp(ts, idx);
       if (ts.failed) break;
     }
     if (ts.failed) {
@@ -703,7 +725,8 @@ uint32_t WarpCollective(WarpOp op, unsigned mask, uint32_t value, int lane_mask,
   f.lane_mask = lane_mask;
   f.width = width;
   f.state = FiberState::kWarp;
-  if (GroupReady(ts, warp_base, f)) {
+  ts.warp_posted[warp_base / kWarpSize] |= 1u << lane;
+  if (AllPosted(ts, warp_base, mask) && GroupReady(ts, warp_base, f)) {
     CompleteGroup(ts, warp_base, f);
   }
   if (ts.failed) AbortFiber(ts, f, "");
