@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/cuda/allocator.h"
+#include "core/dtype.h"
 #include "core/cuda/runtime.h"
 #include "core/cuda/testing/gpu_test_util.h"
 #include "core/thread_pool.h"
@@ -55,11 +56,16 @@ std::vector<float> Params(const ParamTable& table) {
   return p;
 }
 
-Result Cpu(const ModelConfig& c, const std::vector<int32_t>& tokens) {
+// The CPU model in f32; with `bf16_weights`, on the parameters rounded to bf16 (what the GPU's
+// bf16 compute weights hold).
+Result Cpu(const ModelConfig& c, const std::vector<int32_t>& tokens, bool bf16_weights = false) {
   core::ThreadPool pool(2);
   auto model = CreateModel<float>(c, &pool);
   EXPECT_TRUE(model.ok()) << model.status();
-  const std::vector<float> p = Params((*model)->params());
+  std::vector<float> p = Params((*model)->params());
+  if (bf16_weights) {
+    for (float& x : p) x = core::BF16ToFloat(core::FloatToBF16(x));
+  }
   Result r;
   r.grads.assign(p.size(), 0.0f);
   r.loss = (*model)->Forward(p.data(), tokens.data(), kB, kT).value();
@@ -104,17 +110,48 @@ Result Gpu(const ModelConfig& c, const std::vector<int32_t>& tokens, core::DType
 }
 #endif
 
+double Distance(const ParamSpec& spec, const Result& a, const Result& b) {
+  double d = 0;
+  for (int64_t i = 0; i < spec.numel; ++i) {
+    const double e = a.grads[spec.offset + i] - b.grads[spec.offset + i];
+    d += e * e;
+  }
+  return std::sqrt(d);
+}
+
+double Norm(const ParamSpec& spec, const Result& a) {
+  double n = 0;
+  for (int64_t i = 0; i < spec.numel; ++i) n += double{a.grads[spec.offset + i]} * a.grads[spec.offset + i];
+  return std::sqrt(n);
+}
+
 // Per tensor: ||got - want|| <= tol * max(||want||, floor).
 void ExpectGradsClose(const ParamTable& table, const Result& got, const Result& want, double tol) {
   for (const ParamSpec& spec : table.specs()) {
-    double diff = 0, ref = 0;
-    for (int64_t i = 0; i < spec.numel; ++i) {
-      const double g = got.grads[spec.offset + i], w = want.grads[spec.offset + i];
-      diff += (g - w) * (g - w);
-      ref += w * w;
-    }
-    EXPECT_LE(std::sqrt(diff), tol * std::max(std::sqrt(ref), 1e-4))
-        << spec.name << ": |got - want| " << std::sqrt(diff) << ", |want| " << std::sqrt(ref);
+    const double diff = Distance(spec, got, want), ref = Norm(spec, want);
+    EXPECT_LE(diff, tol * std::max(ref, 1e-4))
+        << spec.name << ": |got - want| " << diff << ", |want| " << ref;
+  }
+}
+
+// bf16 against f32, per tensor: ||got - want|| <= tol * ||want|| + k * ||perturbed - want||,
+// where `perturbed` is the CPU model's f32 gradient at the weights rounded to bf16. A relative
+// bound alone cannot hold for every tensor: a scalar whose gradient is a sum of many terms
+// that nearly cancel (DAR's mix, HC's alpha scales) or that passes a ReLU gate at pre-
+// activations near zero (SATFormer's value gate) moves by a large fraction of its size when
+// the inputs move by bf16's 2^-9; the CPU model's own move under the same rounding of the
+// weights measures how far that is for each tensor. The GPU also rounds every activation, so
+// it moves further: up to 9.8 times the CPU's move on these designs (2026-12-02, CUDA
+// simulator; with k = 10 the largest use of the bound was 62%). A wrong kernel moves a
+// well-conditioned tensor by about its whole size, far past both terms.
+void ExpectBf16GradsClose(const ParamTable& table, const Result& got, const Result& want,
+                          const Result& perturbed, double tol, double k) {
+  for (const ParamSpec& spec : table.specs()) {
+    const double diff = Distance(spec, got, want), ref = Norm(spec, want);
+    const double sensitivity = Distance(spec, perturbed, want);
+    EXPECT_LE(diff, tol * std::max(ref, 1e-4) + k * sensitivity)
+        << spec.name << ": |got - want| " << diff << ", |want| " << ref
+        << ", |want at bf16 weights - want| " << sensitivity;
   }
 }
 
@@ -157,7 +194,9 @@ TEST_P(GpuModelTest, MatchesCpuModel) {
 
     const Result bf16 = Gpu(c, tokens, core::DType::kBF16, false);
     EXPECT_NEAR(bf16.loss, want.loss, 2e-2 * want.loss);
-    if (GetParam().compare_bf16_grads) ExpectGradsClose(table, bf16, want, 1e-1);
+    if (GetParam().compare_bf16_grads) {
+      ExpectBf16GradsClose(table, bf16, want, Cpu(c, tokens, true), 1e-1, 10.0);
+    }
 
     // Recomputation reruns the same deterministic kernels: identical bits.
     const Result again = Gpu(c, tokens, core::DType::kBF16, false);
