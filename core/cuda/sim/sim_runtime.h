@@ -1,6 +1,7 @@
 // core/cuda/sim/sim_runtime.h: what the simulated runtime (runtime_sim.cc) offers the other
 // simulated parts: kernels (kernel_sim.cc), cuBLASLt (cublaslt_sim.cc) and NCCL
-// (nccl_sim.cc). Each of them queues its work on a stream and checks device pointers here.
+// (nccl_sim_collectives.cc). Each of them queues its work on a stream and checks device
+// pointers here.
 #ifndef SATDAR_CORE_CUDA_SIM_SIM_RUNTIME_H_
 #define SATDAR_CORE_CUDA_SIM_SIM_RUNTIME_H_
 

@@ -1,7 +1,8 @@
 // core/cuda/sim/include/cuda_runtime.h: the CUDA runtime subset satdar uses, for the CUDA
 // simulator build (--repo_env=SATDAR_CUDA=sim). Same names, types and values as CUDA's
 // <cuda_runtime.h>, so .cc and .cu files compile unchanged; implemented on the CPU by
-// core/cuda/sim/runtime_sim.cc (memory, streams, events) and kernel_sim.cc (kernels).
+// core/cuda/sim/runtime_sim.cc (memory), runtime_sim_streams.cc (streams, events) and
+// kernel_sim.cc (kernels).
 // Anything satdar does not call is absent on purpose: a new call fails to compile here
 // instead of silently doing nothing.
 #ifndef SATDAR_CORE_CUDA_SIM_INCLUDE_CUDA_RUNTIME_H_
