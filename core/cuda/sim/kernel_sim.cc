@@ -8,11 +8,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -79,6 +81,64 @@ void ReadOrderFromEnv() {
   g_order.compare_exchange_strong(expected, static_cast<int>(order));
 }
 
+// SATDAR_SIM_PROFILE=1: per kernel, the launches, blocks, threads, fiber resumes and wall time,
+// printed to stderr at exit, most time first (where a simulated run spends its time; nothing
+// about a real GPU's).
+struct KernelProfile {
+  uint64_t launches = 0, blocks = 0, threads = 0, resumes = 0;
+  double seconds = 0;
+};
+
+class Profiler {
+ public:
+  static Profiler* Get() {
+    static Profiler* profiler = [] {
+      const char* env = std::getenv("SATDAR_SIM_PROFILE");
+      if (env == nullptr || *env == '\0' || std::strcmp(env, "0") == 0) return (Profiler*)nullptr;
+      auto* p = new Profiler();  // never destroyed: stream threads may still add at exit
+      std::atexit([] { Get()->Print(); });
+      return p;
+    }();
+    return profiler;
+  }
+
+  void Add(const std::string& name, uint64_t blocks, uint64_t threads, uint64_t resumes,
+           double seconds) {
+    std::lock_guard<std::mutex> lock(mu_);
+    KernelProfile& k = kernels_[name];
+    ++k.launches;
+    k.blocks += blocks;
+    k.threads += threads;
+    k.resumes += resumes;
+    k.seconds += seconds;
+  }
+
+ private:
+  void Print() {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<std::pair<std::string, KernelProfile>> rows(kernels_.begin(), kernels_.end());
+    std::sort(rows.begin(), rows.end(),
+              [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+    double total = 0;
+    for (const auto& r : rows) total += r.second.seconds;
+    std::fprintf(stderr, "CUDA simulator profile: %zu kernels, %.2f s in grids\n", rows.size(),
+                 total);
+    std::fprintf(stderr, "%10s %6s %9s %12s %12s %12s  %s\n", "seconds", "%", "launches",
+                 "blocks", "threads", "resumes", "kernel");
+    for (const auto& [name, k] : rows) {
+      std::fprintf(stderr, "%10.3f %6.1f %9llu %12llu %12llu %12llu  %s\n", k.seconds,
+                   total > 0 ? 100 * k.seconds / total : 0.0,
+                   static_cast<unsigned long long>(k.launches),
+                   static_cast<unsigned long long>(k.blocks),
+                   static_cast<unsigned long long>(k.threads),
+                   static_cast<unsigned long long>(k.resumes), name.c_str());
+    }
+  }
+
+  std::mutex mu_;
+  std::map<std::string, KernelProfile> kernels_;
+};
+
 size_t StackBytes() {
   static const size_t bytes = [] {
 #if defined(SATDAR_SIM_ASAN)
@@ -107,6 +167,7 @@ struct GridJob {
   std::atomic<uint64_t> next{0};
   std::atomic<uint64_t> finished{0};
   std::atomic<bool> failed{false};
+  std::atomic<uint64_t> resumes{0};  // fiber resumes over all blocks, for the profile
   std::mutex mu;
   std::condition_variable done_cv;
 };
@@ -540,12 +601,14 @@ bool RunBlock(GridJob& job, uint64_t b) {
   if (job.order == FiberOrder::kShuffle) ShuffleOrder(ts, rng);
 
   bool ok = true;
+  uint64_t resumes = 0;
   for (;;) {
     bool ran = false;
     for (unsigned idx : ts.order) {
       Fiber& f = ts.fibers[idx];
       if (f.state != FiberState::kRunnable) continue;
       Resume(ts, f);
+      ++resumes;
       ran = true;
       if (f.state == FiberState::kDone) RecheckWarp(ts, idx);
       if (ts.failed) break;
@@ -567,6 +630,7 @@ bool RunBlock(GridJob& job, uint64_t b) {
     break;
   }
   if (!ok) ResetStacksAfterAbort(ts);
+  job.resumes.fetch_add(resumes, std::memory_order_relaxed);
   ts.dynamic_shared.reset();
   t_dynamic_shared = nullptr;
   t_running = nullptr;
@@ -652,6 +716,8 @@ Pool& ThePool() {
 }
 
 cudaError_t RunGrid(const std::shared_ptr<GridJob>& job) {
+  Profiler* const profiler = Profiler::Get();
+  const auto start = std::chrono::steady_clock::now();
   if (job->total > 1 && ThePool().workers() > 0) ThePool().Add(job);
   Pool::RunBlocks(*job);
   {
@@ -659,6 +725,12 @@ cudaError_t RunGrid(const std::shared_ptr<GridJob>& job) {
     job->done_cv.wait(lock, [&] { return job->finished.load() == job->total; });
   }
   if (job->total > 1) ThePool().Remove(job);
+  if (profiler != nullptr) {
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    profiler->Add(job->name, job->total,
+                  job->total * uint64_t{job->block.x} * job->block.y * job->block.z,
+                  job->resumes.load(), took.count());
+  }
   return job->failed.load() ? cudaErrorLaunchFailure : cudaSuccess;
 }
 
