@@ -247,7 +247,7 @@ cudaError_t LaunchForward(void* out, float* lse, const void* q, const void* k, c
                           int b, int t, int nh, int nkv, int hs, float scale,
                           cudaStream_t stream) {
   dim3 grid(b * nh, (t + TILE - 1) / TILE);
-  return Launch("ForwardKernel", ForwardKernel<T, HSM, TILE>, LaunchBounds{TILE}, grid,
+  return Launch("AttentionForwardKernel", ForwardKernel<T, HSM, TILE>, LaunchBounds{TILE}, grid,
                 dim3(TILE), 0, stream, static_cast<T*>(out), lse, static_cast<const T*>(q),
                 static_cast<const T*>(k), static_cast<const T*>(v), t, nh, nkv, hs, scale);
 }

@@ -86,8 +86,11 @@ template <typename T, bool kLoss, bool kGrad>
 cudaError_t CrossEntropy(float* losses, T* dlogits, const T* logits, const int32_t* targets,
                          float dloss, int n, int v, cudaStream_t stream) {
   if (n <= 0 || v <= 0) return cudaSuccess;
+  // As many warps as the row needs, at most kBlockSize (a 256-token vocabulary gets 8 warps,
+  // not 16 with 8 idle); the order of the sums depends on v alone.
+  const int threads = (v + 31) / 32 * 32 < kBlockSize ? (v + 31) / 32 * 32 : kBlockSize;
   return Launch("CrossEntropyKernel", CrossEntropyKernel<T, kLoss, kGrad>, dim3(n),
-                dim3(kBlockSize), 0, stream, losses, dlogits, logits, targets, dloss, v);
+                dim3(threads), 0, stream, losses, dlogits, logits, targets, dloss, v);
 }
 }  // namespace
 

@@ -1,4 +1,4 @@
-// The GPU model's small kernels (train_kernels.h). Reductions: a fixed grid of kReduceBlocks
+// The GPU model's small kernels (train_kernels.h). Reductions: a grid of ReduceBlocks(n)
 // blocks, each thread a fixed grid-stride slice, a shared-memory tree per block, then one
 // thread per quantity adds the block sums in block order.
 #include "model/gpu/train_kernels.h"
@@ -53,10 +53,10 @@ __global__ void SumSquaresKernel(double* scratch, const float* x, int64_t n) {
   if (threadIdx.x == 0) scratch[blockIdx.x] = v[0];
 }
 
-__global__ void SumFinishKernel(double* out, const double* scratch) {
+__global__ void SumFinishKernel(double* out, const double* scratch, int blocks) {
   if (threadIdx.x != 0) return;
   double s = 0.0;
-  for (int b = 0; b < kReduceBlocks; ++b) s += scratch[b];
+  for (int b = 0; b < blocks; ++b) s += scratch[b];
   *out = s;
 }
 
@@ -84,12 +84,14 @@ cudaError_t AccumulateLoss(double* acc, const float* losses, int n, double scale
 
 cudaError_t SumSquares(double* out, const float* x, int64_t n, double* scratch,
                        cudaStream_t stream) {
-  if (cudaError_t e = Launch("SumSquaresKernel", SumSquaresKernel, dim3(kReduceBlocks),
-                             dim3(kThreads), 0, stream, scratch, x, n);
+  const int blocks = ::satdar::core::cuda::ReduceBlocks(n, kThreads);
+  if (cudaError_t e = Launch("SumSquaresKernel", SumSquaresKernel, dim3(blocks), dim3(kThreads),
+                             0, stream, scratch, x, n);
       e != cudaSuccess) {
     return e;
   }
-  return Launch("SumFinishKernel", SumFinishKernel, dim3(1), dim3(32), 0, stream, out, scratch);
+  return Launch("SumFinishKernel", SumFinishKernel, dim3(1), dim3(32), 0, stream, out, scratch,
+                blocks);
 }
 
 #define SATDAR_INSTANTIATE(T)                                                                  \

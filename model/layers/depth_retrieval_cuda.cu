@@ -17,7 +17,7 @@
 namespace satdar::model::cuda {
 
 namespace {
-constexpr int kRowThreads = 256;  // a multiple of 32
+constexpr int kRowThreads = 256;  // the most threads per row block (a multiple of 32)
 constexpr int kTileCols = 32;
 constexpr int kTileRows = 8;
 
@@ -151,6 +151,14 @@ __global__ void BackwardWeightKernel(float* dw, float* dg, const float* workspac
     if (dg != nullptr) dg[e] += ToF(w[e]) * sum;
   }
 }
+
+// Threads per row block: a warp per source and a thread per column, at most kRowThreads (no
+// idle warps on a narrow row). The results do not depend on it: each source's sums run over
+// its warp's lanes in a fixed pattern, and each column is one thread's.
+unsigned RowThreads(int s, int c) {
+  const int warps = s > (c + 31) / 32 ? s : (c + 31) / 32;
+  return static_cast<unsigned>(warps * 32 < kRowThreads ? warps * 32 : kRowThreads);
+}
 }  // namespace
 
 template <typename T>
@@ -159,8 +167,8 @@ cudaError_t DepthRetrievalForward(T* out, float* alpha, const T* const* keys,
                                   int c, float eps, cudaStream_t stream) {
   if (n <= 0 || c <= 0 || s <= 0) return cudaSuccess;
   const size_t smem = static_cast<size_t>(s) * sizeof(float);
-  return Launch("ForwardKernel", ForwardKernel<T>, dim3(n), dim3(kRowThreads), smem, stream, out,
-                alpha, keys, values, s, w, g, c, eps);
+  return Launch("DepthRetrievalForwardKernel", ForwardKernel<T>, dim3(n), dim3(RowThreads(s, c)),
+                smem, stream, out, alpha, keys, values, s, w, g, c, eps);
 }
 
 template <typename T>
@@ -172,11 +180,12 @@ cudaError_t DepthRetrievalBackward(T* const* dkeys, T* const* dvalues, float* dw
   if (n <= 0 || c <= 0 || s <= 0) return cudaSuccess;
   const size_t smem = 4 * static_cast<size_t>(s) * sizeof(float);
   const cudaError_t err =
-      Launch("BackwardRowKernel", BackwardRowKernel<T>, dim3(n), dim3(kRowThreads), smem, stream,
-             dkeys, dvalues, workspace, dout, alpha, keys, values, s, w, g, c, eps);
+      Launch("DepthRetrievalBackwardRowKernel", BackwardRowKernel<T>, dim3(n),
+             dim3(RowThreads(s, c)), smem, stream, dkeys, dvalues, workspace, dout, alpha, keys,
+             values, s, w, g, c, eps);
   if (err != cudaSuccess || (dw == nullptr && dg == nullptr)) return err;
   const unsigned tiles = static_cast<unsigned>((c + kTileCols - 1) / kTileCols);
-  return Launch("BackwardWeightKernel", BackwardWeightKernel<T>, dim3(tiles),
+  return Launch("DepthRetrievalBackwardWeightKernel", BackwardWeightKernel<T>, dim3(tiles),
                 dim3(kTileCols, kTileRows), 0, stream, dw, dg, workspace, keys, s, w, g, n, c);
 }
 

@@ -91,16 +91,16 @@ cudaError_t SinkhornForward(float* steps, const float* logits, int rows, int n, 
                             cudaStream_t stream) {
   if (n < 1 || n > kMaxSinkhornStreams || iterations < 1) return cudaErrorInvalidValue;
   if (rows <= 0) return cudaSuccess;
-  return Launch("ForwardKernel", ForwardKernel, dim3(Blocks(rows)), dim3(kBlockSize), 0, stream,
-                steps, logits, rows, n, 2 * iterations);
+  return Launch("SinkhornForwardKernel", ForwardKernel, dim3(Blocks(rows)), dim3(kBlockSize), 0,
+                stream, steps, logits, rows, n, 2 * iterations);
 }
 
 cudaError_t SinkhornBackward(float* dlogits, const float* dfinal, const float* steps, int rows,
                              int n, int iterations, cudaStream_t stream) {
   if (n < 1 || n > kMaxSinkhornStreams || iterations < 1) return cudaErrorInvalidValue;
   if (rows <= 0) return cudaSuccess;
-  return Launch("BackwardKernel", BackwardKernel, dim3(Blocks(rows)), dim3(kBlockSize), 0, stream,
-                dlogits, dfinal, steps, rows, n, 2 * iterations);
+  return Launch("SinkhornBackwardKernel", BackwardKernel, dim3(Blocks(rows)), dim3(kBlockSize), 0,
+                stream, dlogits, dfinal, steps, rows, n, 2 * iterations);
 }
 
 }  // namespace satdar::model::cuda

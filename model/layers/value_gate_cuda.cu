@@ -16,7 +16,7 @@
 namespace satdar::model::cuda {
 
 namespace {
-constexpr int kRowThreads = 256;  // a multiple of 32
+constexpr int kRowThreads = 256;  // the most threads per row block (a multiple of 32)
 constexpr int kTileCols = 32;
 constexpr int kTileRows = 8;
 
@@ -105,6 +105,16 @@ __global__ void BackwardWeightKernel(float* dw, const float* dalpha, const T* x,
     dw[static_cast<int64_t>(j) * c + e] += sum;
   }
 }
+
+// Threads per row block: a warp per gate and a thread per element of the widest loop (the
+// token's C inputs or its NKV x HS values), at most kRowThreads. The results do not depend on
+// it: each gate's sum runs over its warp's lanes in a fixed pattern, and each element is one
+// thread's.
+unsigned RowThreads(int nkv, int hs, int c) {
+  const int width = nkv * hs > c ? nkv * hs : c;
+  const int warps = nkv > (width + 31) / 32 ? nkv : (width + 31) / 32;
+  return static_cast<unsigned>(warps * 32 < kRowThreads ? warps * 32 : kRowThreads);
+}
 }  // namespace
 
 template <typename T>
@@ -112,8 +122,8 @@ cudaError_t ValueGateForward(T* vmix, float* alpha, const T* x, const T* w, cons
                              const T* v1, int n, int nkv, int hs, int c, cudaStream_t stream) {
   if (n <= 0 || nkv <= 0) return cudaSuccess;
   const size_t smem = static_cast<size_t>(nkv) * sizeof(float);
-  return Launch("ForwardKernel", ForwardKernel<T>, dim3(n), dim3(kRowThreads), smem, stream, vmix,
-                alpha, x, w, v, v1, nkv, hs, c);
+  return Launch("ValueGateForwardKernel", ForwardKernel<T>, dim3(n), dim3(RowThreads(nkv, hs, c)),
+                smem, stream, vmix, alpha, x, w, v, v1, nkv, hs, c);
 }
 
 template <typename T>
@@ -123,12 +133,13 @@ cudaError_t ValueGateBackward(T* dx, float* dw, T* dv, T* dv1, float* dalpha, co
   if (n <= 0 || nkv <= 0) return cudaSuccess;
   const size_t smem = static_cast<size_t>(nkv) * sizeof(float);
   const cudaError_t err =
-      Launch("BackwardRowKernel", BackwardRowKernel<T>, dim3(n), dim3(kRowThreads), smem, stream,
-             dx, dv, dv1, dalpha, dvmix, w, v1, alpha, nkv, hs, c);
+      Launch("ValueGateBackwardRowKernel", BackwardRowKernel<T>, dim3(n),
+             dim3(RowThreads(nkv, hs, c)), smem, stream, dx, dv, dv1, dalpha, dvmix, w, v1, alpha,
+             nkv, hs, c);
   if (err != cudaSuccess || dw == nullptr || c <= 0) return err;
   const dim3 grid(static_cast<unsigned>((c + kTileCols - 1) / kTileCols), nkv);
-  return Launch("BackwardWeightKernel", BackwardWeightKernel<T>, grid, dim3(kTileCols, kTileRows),
-                0, stream, dw, dalpha, x, n, nkv, c);
+  return Launch("ValueGateBackwardWeightKernel", BackwardWeightKernel<T>, grid,
+                dim3(kTileCols, kTileRows), 0, stream, dw, dalpha, x, n, nkv, c);
 }
 
 #define SATDAR_INSTANTIATE(T)                                                                  \

@@ -1,5 +1,5 @@
 // DAR's mix and write on the GPU (dar_ops.h; dar_ops_cpu.cc is the reference). Reductions:
-// the fixed grid of core::cuda::kReduceBlocks blocks, each thread a fixed grid-stride slice, a
+// the grid of core::cuda::ReduceBlocks(n) blocks, each thread a fixed grid-stride slice, a
 // shared-memory tree per block, then one thread adds the block sums in block order.
 #include "core/cuda/bf16.cuh"
 #include "core/cuda/check.h"
@@ -58,10 +58,11 @@ __global__ void MixBackwardKernel(T* dr0, T* dr1, const T* du, const T* r0, cons
   }
 }
 
-__global__ void MixFinishKernel(const float* scratch, const float* mix, float* grad_mix) {
+__global__ void MixFinishKernel(const float* scratch, int blocks, const float* mix,
+                                float* grad_mix) {
   if (threadIdx.x != 0) return;
   double dc[2] = {0.0, 0.0};
-  for (int b = 0; b < core::cuda::kReduceBlocks; ++b) {
+  for (int b = 0; b < blocks; ++b) {
     dc[0] += scratch[b * 2];
     dc[1] += scratch[b * 2 + 1];
   }
@@ -116,11 +117,11 @@ __global__ void WriteBackwardKernel(T* dy, T* dp0, T* dp1, const T* g0s, const T
   }
 }
 
-__global__ void WriteFinishKernel(const float* scratch, const float* transport,
+__global__ void WriteFinishKernel(const float* scratch, int blocks, const float* transport,
                                   const float* write, float* grad_transport, float* grad_write) {
   if (threadIdx.x != 0) return;
   double s[3] = {0.0, 0.0, 0.0};
-  for (int b = 0; b < core::cuda::kReduceBlocks; ++b) {
+  for (int b = 0; b < blocks; ++b) {
     for (int j = 0; j < 3; ++j) s[j] += scratch[b * 3 + j];
   }
   const double rho = 1.0 / (1.0 + exp(-static_cast<double>(transport[0])));
@@ -146,11 +147,12 @@ template <typename T>
 absl::Status DarMixBackward(T* dr0, T* dr1, const T* du, const T* r0, const T* r1,
                             const float* mix, float* grad_mix, float* scratch, int64_t n,
                             cudaStream_t stream) {
-  SATDAR_CUDA_RETURN_IF_ERROR(Launch("MixBackwardKernel", MixBackwardKernel<T>,
-                                     dim3(core::cuda::kReduceBlocks), dim3(kThreads), 0, stream,
-                                     dr0, dr1, du, r0, r1, mix, scratch, n));
+  const int blocks = core::cuda::ReduceBlocks(n, kThreads);
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("MixBackwardKernel", MixBackwardKernel<T>, dim3(blocks),
+                                     dim3(kThreads), 0, stream, dr0, dr1, du, r0, r1, mix,
+                                     scratch, n));
   SATDAR_CUDA_RETURN_IF_ERROR(Launch("MixFinishKernel", MixFinishKernel, dim3(1), dim3(32), 0,
-                                     stream, scratch, mix, grad_mix));
+                                     stream, scratch, blocks, mix, grad_mix));
   return absl::OkStatus();
 }
 
@@ -170,12 +172,12 @@ absl::Status DarWriteBackward(T* dy, T* dp0, T* dp1, const T* g0, const T* g1, c
                               const T* p0, const T* p1, const float* transport,
                               const float* write, float* grad_transport, float* grad_write,
                               float* scratch, int64_t n, cudaStream_t stream) {
-  SATDAR_CUDA_RETURN_IF_ERROR(Launch("WriteBackwardKernel", WriteBackwardKernel<T>,
-                                     dim3(core::cuda::kReduceBlocks), dim3(kThreads), 0, stream,
-                                     dy, dp0, dp1, g0, g1, y, p0, p1, transport, write, scratch,
-                                     n));
+  const int blocks = core::cuda::ReduceBlocks(n, kThreads);
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("WriteBackwardKernel", WriteBackwardKernel<T>, dim3(blocks),
+                                     dim3(kThreads), 0, stream, dy, dp0, dp1, g0, g1, y, p0, p1,
+                                     transport, write, scratch, n));
   SATDAR_CUDA_RETURN_IF_ERROR(Launch("WriteFinishKernel", WriteFinishKernel, dim3(1), dim3(32), 0,
-                                     stream, scratch, transport, write, grad_transport,
+                                     stream, scratch, blocks, transport, write, grad_transport,
                                      grad_write));
   return absl::OkStatus();
 }

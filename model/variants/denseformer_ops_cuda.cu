@@ -1,6 +1,6 @@
 // DenseFormer's depth-weighted average on the GPU (denseformer_ops.h; denseformer_ops_cpu.cc
-// is the reference). Reductions: the fixed grid of core::cuda::kReduceBlocks blocks per source, then one
-// thread per source adds the block sums in block order.
+// is the reference). Reductions: the grid of core::cuda::ReduceBlocks(n) blocks per source,
+// then one thread per source adds the block sums in block order.
 #include "core/cuda/bf16.cuh"
 #include "core/cuda/check.h"
 #include "core/cuda/launch.h"
@@ -48,11 +48,11 @@ __global__ void DwaBackwardKernel(T* const* dxs, const T* dy, const T* const* xs
   if (threadIdx.x == 0) scratch[static_cast<int64_t>(j) * core::cuda::kReduceBlocks + blockIdx.x] = acc[0];
 }
 
-__global__ void DwaFinishKernel(const float* scratch, int count, float* grad_a) {
+__global__ void DwaFinishKernel(const float* scratch, int blocks, int count, float* grad_a) {
   const int j = threadIdx.x;
   if (j >= count) return;
   double s = 0.0;
-  for (int b = 0; b < core::cuda::kReduceBlocks; ++b) s += scratch[static_cast<int64_t>(j) * core::cuda::kReduceBlocks + b];
+  for (int b = 0; b < blocks; ++b) s += scratch[static_cast<int64_t>(j) * core::cuda::kReduceBlocks + b];
   grad_a[j] += static_cast<float>(s);
 }
 
@@ -71,12 +71,13 @@ template <typename T>
 absl::Status DwaBackward(T* const* dxs, float* grad_a, const T* dy, const T* const* xs, int count,
                         const float* a, float* scratch, int64_t n, cudaStream_t stream) {
   if (count == 0) return absl::OkStatus();
+  const int blocks = core::cuda::ReduceBlocks(n, kThreads);
   SATDAR_CUDA_RETURN_IF_ERROR(Launch("DwaBackwardKernel", DwaBackwardKernel<T>,
-                                     dim3(core::cuda::kReduceBlocks, count), dim3(kThreads), 0,
-                                     stream, dxs, dy, xs, a, scratch, n));
+                                     dim3(blocks, count), dim3(kThreads), 0, stream, dxs, dy, xs,
+                                     a, scratch, n));
   SATDAR_CUDA_RETURN_IF_ERROR(Launch("DwaFinishKernel", DwaFinishKernel, dim3(1),
-                                     dim3(((count + 31) / 32) * 32), 0, stream, scratch, count,
-                                     grad_a));
+                                     dim3(((count + 31) / 32) * 32), 0, stream, scratch, blocks,
+                                     count, grad_a));
   return absl::OkStatus();
 }
 

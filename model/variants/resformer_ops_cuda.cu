@@ -1,5 +1,5 @@
 // ResFormer's value mix on the GPU (resformer_ops.h; resformer_ops_cpu.cc is the reference).
-// Reductions: the fixed grid of core::cuda::kReduceBlocks blocks, then one thread adds the block
+// Reductions: the grid of core::cuda::ReduceBlocks(n) blocks, then one thread adds the block
 // sums in block order.
 #include "core/cuda/bf16.cuh"
 #include "core/cuda/check.h"
@@ -66,11 +66,11 @@ __global__ void ResformerBackwardKernel(T* dv, T* dv1, const T* dvmix, const T* 
 
 // l1 = s softmax(q)[j], j = layer - 1: ds += dl1 p_j; dq_k += s dl1 p_j (delta_jk - p_k);
 // dlambda2 += dl2 (resformer.cc).
-__global__ void ResformerFinishKernel(const float* scratch, ResformerLambdas<float> p, float* grad_scale,
-                                      float* grad_logits, float* grad_lambda2) {
+__global__ void ResformerFinishKernel(const float* scratch, int blocks, ResformerLambdas<float> p,
+                                      float* grad_scale, float* grad_logits, float* grad_lambda2) {
   if (threadIdx.x != 0) return;
   double dl1 = 0.0, dl2 = 0.0;
-  for (int b = 0; b < core::cuda::kReduceBlocks; ++b) {
+  for (int b = 0; b < blocks; ++b) {
     dl1 += scratch[b * 2];
     dl2 += scratch[b * 2 + 1];
   }
@@ -105,13 +105,14 @@ absl::Status ResformerMixBackward(T* dv, T* dv1, const T* dvmix, const T* v1, co
                                  const ResformerLambdas<float>& p, float* grad_scale, float* grad_logits,
                                  float* grad_lambda2, float* scratch, int64_t n,
                                  cudaStream_t stream) {
+  const int blocks = core::cuda::ReduceBlocks(n, kThreads);
   SATDAR_CUDA_RETURN_IF_ERROR(Launch("ResformerBackwardKernel", ResformerBackwardKernel<T>,
-                                     dim3(core::cuda::kReduceBlocks), dim3(kThreads), 0, stream,
-                                     dv, dv1, dvmix, v1, v, p, scratch, n));
+                                     dim3(blocks), dim3(kThreads), 0, stream, dv, dv1, dvmix, v1,
+                                     v, p, scratch, n));
   if (p.scale != nullptr) {
     SATDAR_CUDA_RETURN_IF_ERROR(Launch("ResformerFinishKernel", ResformerFinishKernel, dim3(1),
-                                       dim3(32), 0, stream, scratch, p, grad_scale, grad_logits,
-                                       grad_lambda2));
+                                       dim3(32), 0, stream, scratch, blocks, p, grad_scale,
+                                       grad_logits, grad_lambda2));
   }
   return absl::OkStatus();
 }
