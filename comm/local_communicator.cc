@@ -125,6 +125,7 @@ class LocalCommunicator : public Communicator {
                                   const CollectiveOptions& o) override {
     const size_t bytes = count * core::DTypeSize(dtype);
     return Collective("AllGather", o, in, bytes, [=](Round& r) {
+      if (bytes == 0) return absl::OkStatus();  // out may be null
       for (int p = 0; p < group_->size; ++p) {
         std::memcpy(static_cast<char*>(out) + p * bytes, r.inputs[p].data(), bytes);
       }
@@ -135,7 +136,7 @@ class LocalCommunicator : public Communicator {
                                   const CollectiveOptions& o) override {
     const size_t bytes = count * core::DTypeSize(dtype);
     return Collective("Broadcast", o, data, bytes, [=](Round& r) {
-      std::memcpy(data, r.inputs[root].data(), bytes);
+      if (bytes > 0) std::memcpy(data, r.inputs[root].data(), bytes);
       return absl::OkStatus();
     });
   }
@@ -162,6 +163,7 @@ class LocalCommunicator : public Communicator {
               "AllToAllV: rank ", p, " sends ", pc[rank_], " elements to rank ", rank_,
               ", which expects ", recv_counts[p]));
         }
+        if (pc[rank_] == 0) continue;  // dst may be null when nothing is received
         std::memcpy(dst, r.inputs[p].data() + offset * es, pc[rank_] * es);
         dst += pc[rank_] * es;
       }
@@ -199,7 +201,7 @@ class LocalCommunicator : public Communicator {
                                                        " got ", msg.size(), " bytes, expected ",
                                                        bytes));
       }
-      std::memcpy(data, msg.data(), bytes);
+      if (bytes > 0) std::memcpy(data, msg.data(), bytes);
       return absl::OkStatus();
     });
   }
