@@ -83,6 +83,11 @@ absl::StatusOr<std::unique_ptr<Model<T>>> CreateModel(const ModelConfig& config,
                                                       const Sharding& shard,
                                                       core::ThreadPool* pool);
 
+// This rank's parameter table (names, shapes, offsets, sharding flags) without building the
+// model: what checkpoints, the planner and the GPU path read. InvalidArgument for a layout
+// the config cannot be split into (layout_check.h).
+absl::StatusOr<ParamTable> BuildParamTable(const ModelConfig& config, const Sharding& shard);
+
 // What the built topology of `config` says of itself (Topology::SupportsStages); the layout
 // check reads the design table instead (layout_check.h), which a test holds to this.
 bool TopologySupportsStages(const ModelConfig& config);

@@ -124,6 +124,13 @@ absl::StatusOr<std::unique_ptr<Model<T>>> CreateModel(const ModelConfig& config,
       config, shard, pool, std::move(branches), (*topology)(config, shard, pool)));
 }
 
+absl::StatusOr<ParamTable> BuildParamTable(const ModelConfig& config, const Sharding& shard) {
+  core::ThreadPool pool(1);
+  SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<Model<float>> model,
+                          CreateModel<float>(config, shard, &pool));
+  return model->params();
+}
+
 template absl::StatusOr<std::unique_ptr<Model<float>>> CreateModel<float>(const ModelConfig&,
                                                                           core::ThreadPool*);
 template absl::StatusOr<std::unique_ptr<Model<double>>> CreateModel<double>(const ModelConfig&,

@@ -1,0 +1,202 @@
+// BuildParamTable (model.h) against tables recorded from the models themselves.
+//
+// model/testdata/param_tables.txt holds one line per (design, layout, rank): a digest of every
+// spec's name, shape, init rule, offset and sharding flags, recorded on 2026-12-02 from
+// CreateModel<float>(...)->params() before the table moved out of the model. Checkpoints are
+// read by these names and offsets, so any change to a line is a change to the checkpoint
+// format. To print the current lines: SATDAR_PRINT_PARAM_TABLES=1 bazel test
+// //model:param_layout_test --test_output=all.
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/random.h"
+#include "gtest/gtest.h"
+#include "model/config.h"
+#include "model/model.h"
+
+namespace satdar::model {
+namespace {
+
+struct Design {
+  std::string name;
+  std::string json;  // fields added to the base config
+};
+
+const std::vector<Design>& Designs() {
+  static const std::vector<Design> designs = {
+      {"baseline", ""},
+      {"untied", R"("tie_word_embeddings": false)"},
+      {"noqknorm", R"("qk_norm": false)"},
+      {"satformer", R"("value_residual": "satformer")"},
+      {"resformer_fixed", R"("value_residual": "resformer")"},
+      {"resformer_learnable_plus",
+       R"("value_residual": "resformer", "resformer_mode": "learnable_plus")"},
+      {"attnres_full", R"("residual": "attnres")"},
+      {"attnres_block4", R"("residual": "attnres", "block_size": 4)"},
+      {"dar_full", R"("residual": "dar")"},
+      {"dar_block4_satformer",
+       R"("residual": "dar", "block_size": 4, "value_residual": "satformer")"},
+      {"dar_moe", R"("residual": "dar", "block_size": 4,
+                     "moe": {"num_experts": 4, "top_k": 2, "expert_intermediate_size": 6,
+                             "num_shared_experts": 1})"},
+      {"hc4", R"("residual": "hc")"},
+      {"hc2_satformer", R"("residual": "hc", "hc_streams": 2, "value_residual": "satformer")"},
+      {"mhc4", R"("residual": "mhc")"},
+      {"denseformer", R"("residual": "denseformer")"},
+      {"denseformer_resformer", R"("residual": "denseformer", "value_residual": "resformer",
+                                   "resformer_mode": "learnable_plus")"},
+      {"muddformer", R"("residual": "muddformer")"},
+      {"muddformer_satformer", R"("residual": "muddformer", "value_residual": "satformer")"},
+  };
+  return designs;
+}
+
+// vocab 13: no TP size divides it (the embedding and head are padded).
+ModelConfig Config(const Design& d) {
+  const std::string json =
+      R"({"vocab_size": 13, "hidden_size": 16, "intermediate_size": 12,
+          "num_hidden_layers": 4, "max_position_embeddings": 64, "num_attention_heads": 4,
+          "num_key_value_heads": 2)" +
+      (d.json.empty() ? std::string() : ", " + d.json) + "}";
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(json, d.name);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return *c;
+}
+
+struct Layout {
+  std::string name;
+  int tp = 1, pp = 1, ep = 1, vocab_multiple = 1;
+  bool sequence_parallel = false;
+};
+
+std::vector<Layout> Layouts(const ModelConfig& c) {
+  std::vector<Layout> out = {{"single"},
+                             {"tp2", 2},
+                             {"pp2", 1, 2},
+                             {"pp4", 1, 4},
+                             {"tp2_pp2", 2, 2},
+                             {"tp2_sp", 2, 1, 1, 1, true},
+                             {"tp2_vocab8", 2, 1, 1, 8}};
+  if (c.moe) {
+    out.push_back({"ep2", 1, 1, 2});
+    out.push_back({"ep2_pp2", 1, 2, 2});
+  }
+  return out;
+}
+
+// Every field of every spec, in order, as one 64-bit digest.
+std::string Digest(const ParamTable& table) {
+  std::ostringstream s;
+  for (const ParamSpec& p : table.specs()) {
+    s << p.name << '|' << static_cast<int>(p.init.kind) << ',' << p.init.value;
+    for (double v : p.init.values) s << ',' << v;
+    s << '|';
+    for (int64_t x : p.shape) s << x << ',';
+    s << '|' << p.offset << ',' << p.numel << ',' << p.unused << ',' << p.shard_dim << ','
+      << p.shard_index << ',' << p.shard_count << '|';
+    for (int64_t x : p.global_shape) s << x << ',';
+    s << '|' << p.tp_partial_grad << p.pp_partial_grad << p.expert << '\n';
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx",
+                static_cast<unsigned long long>(core::HashString(s.str())));
+  return absl::StrCat(table.specs().size(), " specs ", table.size(), " elements ", hex);
+}
+
+// "design layout tp_rank/pp_rank/ep_rank" -> digest, for every rank of every layout.
+std::map<std::string, std::string> Actual() {
+  std::map<std::string, std::string> out;
+  for (const Design& d : Designs()) {
+    const ModelConfig c = Config(d);
+    for (const Layout& l : Layouts(c)) {
+      for (int tr = 0; tr < l.tp; ++tr) {
+        for (int pr = 0; pr < l.pp; ++pr) {
+          for (int er = 0; er < l.ep; ++er) {
+            Sharding shard;
+            shard.tp_size = l.tp;
+            shard.tp_rank = tr;
+            shard.pp_size = l.pp;
+            shard.pp_rank = pr;
+            shard.ep_size = l.ep;
+            shard.ep_rank = er;
+            shard.vocab_multiple = l.vocab_multiple;
+            shard.sequence_parallel = l.sequence_parallel;
+            const std::string key = absl::StrCat(d.name, " ", l.name, " ", tr, "/", pr, "/", er);
+            absl::StatusOr<ParamTable> table = BuildParamTable(c, shard);
+            EXPECT_TRUE(table.ok()) << key << ": " << table.status();
+            if (table.ok()) out[key] = Digest(*table);
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+std::map<std::string, std::string> Golden() {
+  std::map<std::string, std::string> out;
+  std::ifstream in("model/testdata/param_tables.txt");
+  EXPECT_TRUE(in.good()) << "model/testdata/param_tables.txt is missing";
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t colon = line.find(": ");
+    EXPECT_NE(colon, std::string::npos) << line;
+    if (colon != std::string::npos) out[line.substr(0, colon)] = line.substr(colon + 2);
+  }
+  return out;
+}
+
+TEST(BuildParamTable, EqualsTheRecordedTablesOfEveryDesignAndLayout) {
+  const std::map<std::string, std::string> actual = Actual();
+  if (std::getenv("SATDAR_PRINT_PARAM_TABLES") != nullptr) {
+    for (const auto& [key, digest] : actual) std::printf("%s: %s\n", key.c_str(), digest.c_str());
+  }
+  const std::map<std::string, std::string> golden = Golden();
+  EXPECT_EQ(actual.size(), golden.size());
+  for (const auto& [key, digest] : golden) {
+    auto it = actual.find(key);
+    ASSERT_NE(it, actual.end()) << key;
+    EXPECT_EQ(it->second, digest) << key;
+  }
+}
+
+TEST(BuildParamTable, EqualsTheModelsOwnTable) {
+  for (const Design& d : Designs()) {
+    const ModelConfig c = Config(d);
+    Sharding shard;
+    shard.tp_size = 2;
+    shard.tp_rank = 1;
+    shard.pp_size = 2;
+    shard.pp_rank = 1;
+    core::ThreadPool pool(1);
+    absl::StatusOr<std::unique_ptr<Model<float>>> model = CreateModel<float>(c, shard, &pool);
+    ASSERT_TRUE(model.ok()) << model.status();
+    absl::StatusOr<ParamTable> table = BuildParamTable(c, shard);
+    ASSERT_TRUE(table.ok()) << table.status();
+    EXPECT_EQ(Digest(*table), Digest((*model)->params())) << d.name;
+  }
+}
+
+TEST(BuildParamTable, RefusesALayoutTheConfigCannotSplit) {
+  ModelConfig c = Config(Designs()[0]);
+  Sharding shard;
+  shard.tp_size = 3;  // 4 heads
+  absl::StatusOr<ParamTable> table = BuildParamTable(c, shard);
+  ASSERT_FALSE(table.ok());
+  EXPECT_EQ(table.status().code(), absl::StatusCode::kInvalidArgument);
+  shard.tp_size = 1;
+  shard.pp_size = 3;  // 4 layers
+  table = BuildParamTable(c, shard);
+  ASSERT_FALSE(table.ok());
+  EXPECT_EQ(table.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace satdar::model
