@@ -25,21 +25,15 @@ Branches<T>::Branches(const ModelConfig& config, const Sharding& shard, core::Th
     : config_(config), shard_(shard), pool_(pool), value_residual_(std::move(value_residual)),
       ffn_(std::move(ffn)), layers_(config.num_hidden_layers) {}
 
-template <typename T>
-void Branches<T>::AddGlobalParams(ParamTable* table) {
-  if (value_residual_) value_residual_->AddGlobalParams(table);
-}
-
-template <typename T>
-void Branches<T>::AddLayerParams(int i, ParamTable* table) {
-  const ModelConfig& c = config_;
+void AddBranchParams(const ModelConfig& c, const Sharding& shard, int i,
+                     const DesignParams& design, ParamTable* table) {
   const int64_t d = c.hidden_size, hs = c.head_size();
   const int64_t qd = c.num_attention_heads * hs, kd = c.num_key_value_heads * hs;
   const ParamInit normal = ParamInit::Normal(c.initializer_range);
   const ParamInit ones = ParamInit::Constant(1.0);
-  const int r = shard_.tp_rank, tp = shard_.tp_size;
+  const int r = shard.tp_rank, tp = shard.tp_size;
   // Under sequence parallelism the pre-norms see this rank's token rows only.
-  const bool rows_split = shard_.sequence_parallel && tp > 1;
+  const bool rows_split = shard.sequence_parallel && tp > 1;
   table->Add(LayerName(i, "input_layernorm.weight"), {d}, ones).tp_partial_grad = rows_split;
   // q, k and v back to back: the attention layer runs them as one GEMM. Under tensor
   // parallelism each rank holds its heads' rows (column-parallel) and Wo's matching columns
@@ -53,10 +47,12 @@ void Branches<T>::AddLayerParams(int i, ParamTable* table) {
     table->Add(LayerName(i, "self_attn.q_norm.weight"), {hs}, ones).tp_partial_grad = tp > 1;
     table->Add(LayerName(i, "self_attn.k_norm.weight"), {hs}, ones).tp_partial_grad = tp > 1;
   }
-  if (value_residual_) value_residual_->AddLayerParams(i, table);
+  if (design.value_residual != nullptr) {
+    design.value_residual(c, shard, ParamPlace::kLayer, i, table);
+  }
   table->Add(LayerName(i, "post_attention_layernorm.weight"), {d}, ones).tp_partial_grad =
       rows_split;
-  ffn_->AddLayerParams(i, table);
+  if (design.ffn != nullptr) design.ffn(c, shard, ParamPlace::kLayer, i, table);
 }
 
 template <typename T>

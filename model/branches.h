@@ -17,12 +17,18 @@
 #include "model/config.h"
 #include "model/ffn.h"
 #include "model/layers/attention.h"
+#include "model/param_layout.h"
 #include "model/param_table.h"
 #include "model/sharding.h"
 #include "model/value_residual.h"
 #include "nlohmann/json.hpp"
 
 namespace satdar::model {
+
+// Block i's branch parameters (param_layout.h): input_layernorm, q/k/v stacked, o, the q/k
+// norms, the value residual's, post_attention_layernorm, the FFN's.
+void AddBranchParams(const ModelConfig& config, const Sharding& shard, int i,
+                     const DesignParams& design, ParamTable* table);
 
 template <typename T>
 class Branches {
@@ -31,9 +37,6 @@ class Branches {
   Branches(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool,
            std::unique_ptr<ValueResidual<T>> value_residual, std::unique_ptr<Ffn<T>> ffn);
 
-  void AddGlobalParams(ParamTable* table);
-  // Block i's parameters: attention (q/k/v stacked), its value residual, FFN.
-  void AddLayerParams(int i, ParamTable* table);
   void Bind(const ParamTable& table);
   void Resize(int b, int t);
   // The flat parameter and gradient buffers of the current step.

@@ -5,7 +5,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
-#include "core/thread_pool.h"
 #include "model/model.h"
 
 namespace satdar::model {
@@ -110,7 +109,6 @@ absl::StatusOr<StepCost> PredictStep(const ModelConfig& c, const MemoryShape& l)
 
   // Rank 0's chunks: virtual stages 0, pp, 2 pp, ...; their tables back to back.
   ParamTable table;
-  core::ThreadPool pool(1);
   for (int v = 0; v < l.virtual_stages; ++v) {
     Sharding shard;
     shard.tp_size = l.tp;
@@ -119,8 +117,8 @@ absl::StatusOr<StepCost> PredictStep(const ModelConfig& c, const MemoryShape& l)
     shard.pp_size = stages;
     shard.vocab_multiple = l.vocab_multiple;
     shard.sequence_parallel = l.sequence_parallel;
-    SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<Model<float>> chunk, CreateModel<float>(c, shard, &pool));
-    table.Append(chunk->params());
+    SATDAR_ASSIGN_OR_RETURN(ParamTable chunk, BuildParamTable(c, shard));
+    table.Append(chunk);
   }
   StepCost cost;
   const RankParameters roles = RolesOf(table, c.tie_word_embeddings, l.pp > 1);

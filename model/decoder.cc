@@ -15,17 +15,9 @@ namespace satdar::model {
 
 namespace cpu = core::cpu;
 
-template <typename T>
-DecoderModel<T>::DecoderModel(const ModelConfig& config, const Sharding& shard,
-                              core::ThreadPool* pool, std::unique_ptr<Branches<T>> branches,
-                              std::unique_ptr<Topology<T>> topology)
-    : config_(config), shard_(shard), first_sublayer_(2 * shard.first_layer(config) + 1),
-      last_sublayer_(2 * shard.end_layer(config)),
-      has_embedding_(shard.first_stage() || (shard.last_stage() && config.tie_word_embeddings)),
-      v0_(shard.TpFirst(shard.PaddedVocab(config))), vl_(shard.TpCount(shard.PaddedVocab(config))),
-      vtrue_(std::max(0, std::min(vl_, config.vocab_size - v0_))), pool_(pool),
-      branches_(std::move(branches)), topology_(std::move(topology)) {
-  const ModelConfig& c = config_;
+ParamTable DecoderParams(const ModelConfig& c, const Sharding& shard,
+                         const DesignParams& design) {
+  ParamTable table;
   const ParamInit normal = ParamInit::Normal(c.initializer_range);
   const int r = shard.tp_rank, tp = shard.tp_size;
   // Vocabulary-parallel: each TP rank holds a contiguous range of rows of the padded
@@ -33,38 +25,55 @@ DecoderModel<T>::DecoderModel(const ModelConfig& config, const Sharding& shard,
   // embeddings split across pipeline stages, the first and the last stage each hold a copy
   // whose gradients the trainer sums.
   const int64_t padded = shard.PaddedVocab(c);
-  if (has_embedding_) {
-    table_.AddPaddedShard("model.embed_tokens.weight", {c.vocab_size, c.hidden_size}, normal, 0,
-                          r, tp, padded);
+  if (shard.first_stage() || (shard.last_stage() && c.tie_word_embeddings)) {
+    table.AddPaddedShard("model.embed_tokens.weight", {c.vocab_size, c.hidden_size}, normal, 0,
+                         r, tp, padded);
   }
-  branches_->AddGlobalParams(&table_);
+  auto add = [&](AddParamsFn fn, ParamPlace place, int layer) {
+    if (fn != nullptr) fn(c, shard, place, layer, &table);
+  };
+  add(design.value_residual, ParamPlace::kGlobal, -1);
   // Under sequence parallelism the topology and the final norm see this rank's token rows:
   // their gradients are partial sums over TP.
   const bool rows_split = shard.sequence_parallel && tp > 1;
   for (int i = shard.first_layer(c); i < shard.end_layer(c); ++i) {
-    branches_->AddLayerParams(i, &table_);
-    const size_t before = table_.specs().size();
-    topology_->AddLayerParams(i, &table_);
-    if (rows_split) table_.MarkTpPartial(before);
+    AddBranchParams(c, shard, i, design, &table);
+    const size_t before = table.specs().size();
+    add(design.topology, ParamPlace::kLayer, i);
+    if (rows_split) table.MarkTpPartial(before);
   }
   if (shard.last_stage()) {
-    table_.Add("model.norm.weight", {c.hidden_size}, ParamInit::Constant(1.0)).tp_partial_grad =
+    table.Add("model.norm.weight", {c.hidden_size}, ParamInit::Constant(1.0)).tp_partial_grad =
         rows_split;
-    const size_t before = table_.specs().size();
-    topology_->AddFinalParams(&table_);
-    if (rows_split) table_.MarkTpPartial(before);
+    const size_t before = table.specs().size();
+    add(design.topology, ParamPlace::kFinal, -1);
+    if (rows_split) table.MarkTpPartial(before);
     if (!c.tie_word_embeddings) {
-      table_.AddPaddedShard("lm_head.weight", {c.vocab_size, c.hidden_size}, normal, 0, r, tp,
-                            padded);
+      table.AddPaddedShard("lm_head.weight", {c.vocab_size, c.hidden_size}, normal, 0, r, tp,
+                           padded);
     }
   }
+  return table;
+}
+
+template <typename T>
+DecoderModel<T>::DecoderModel(const ModelConfig& config, const Sharding& shard,
+                              core::ThreadPool* pool, ParamTable table,
+                              std::unique_ptr<Branches<T>> branches,
+                              std::unique_ptr<Topology<T>> topology)
+    : config_(config), shard_(shard), first_sublayer_(2 * shard.first_layer(config) + 1),
+      last_sublayer_(2 * shard.end_layer(config)),
+      has_embedding_(shard.first_stage() || (shard.last_stage() && config.tie_word_embeddings)),
+      v0_(shard.TpFirst(shard.PaddedVocab(config))), vl_(shard.TpCount(shard.PaddedVocab(config))),
+      vtrue_(std::max(0, std::min(vl_, config.vocab_size - v0_))), pool_(pool),
+      branches_(std::move(branches)), topology_(std::move(topology)), table_(std::move(table)) {
   branches_->Bind(table_);
   topology_->Bind(table_);
   embed_off_ = has_embedding_ ? table_.Offset("model.embed_tokens.weight") : -1;
   norm_off_ = shard.last_stage() ? table_.Offset("model.norm.weight") : -1;
-  head_off_ = !shard.last_stage()      ? -1
-              : c.tie_word_embeddings ? embed_off_
-                                      : table_.Offset("lm_head.weight");
+  head_off_ = !shard.last_stage()           ? -1
+              : config.tie_word_embeddings ? embed_off_
+                                           : table_.Offset("lm_head.weight");
 }
 
 template <typename T>

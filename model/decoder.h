@@ -10,6 +10,7 @@
 
 #include "model/branches.h"
 #include "model/model.h"
+#include "model/param_layout.h"
 #include "model/topology.h"
 
 namespace satdar::model {
@@ -17,8 +18,10 @@ namespace satdar::model {
 template <typename T>
 class DecoderModel : public Model<T> {
  public:
+  // table: this rank's DecoderParams (param_layout.h) for the same design and sharding.
   DecoderModel(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool,
-               std::unique_ptr<Branches<T>> branches, std::unique_ptr<Topology<T>> topology);
+               ParamTable table, std::unique_ptr<Branches<T>> branches,
+               std::unique_ptr<Topology<T>> topology);
 
   const ParamTable& params() const override { return table_; }
   const ModelConfig& config() const override { return config_; }

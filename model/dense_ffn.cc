@@ -24,10 +24,12 @@ class DenseFfn : public Ffn<T> {
   static std::string Name(int i, const char* p) {
     return absl::StrCat("model.layers.", i, ".mlp.", p, "_proj.weight");
   }
-  void AddLayerParams(int i, ParamTable* table) override {
-    const ParamInit normal = ParamInit::Normal(c_.initializer_range);
-    const int r = shard_.tp_rank, tp = shard_.tp_size;
-    const int64_t f = c_.intermediate_size, d = c_.hidden_size;
+  static void AddParams(const ModelConfig& c, const Sharding& shard, ParamPlace place, int i,
+                        ParamTable* table) {
+    if (place != ParamPlace::kLayer) return;
+    const ParamInit normal = ParamInit::Normal(c.initializer_range);
+    const int r = shard.tp_rank, tp = shard.tp_size;
+    const int64_t f = c.intermediate_size, d = c.hidden_size;
     table->AddShard(Name(i, "gate"), {f, d}, normal, 0, r, tp);
     table->AddShard(Name(i, "up"), {f, d}, normal, 0, r, tp);
     table->AddShard(Name(i, "down"), {d, f}, normal, 1, r, tp);
@@ -89,6 +91,11 @@ class DenseFfn : public Ffn<T> {
 };
 
 }  // namespace
+
+void AddDenseFfnParams(const ModelConfig& config, const Sharding& shard, ParamPlace place,
+                       int layer, ParamTable* table) {
+  DenseFfn<float>::AddParams(config, shard, place, layer, table);
+}
 
 template <typename T>
 std::unique_ptr<Ffn<T>> MakeDenseFfn(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool) {

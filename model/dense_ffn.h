@@ -6,12 +6,16 @@
 
 #include "core/thread_pool.h"
 #include "model/ffn.h"
+#include "model/param_layout.h"
 #include "model/sharding.h"
 
 namespace satdar::model {
 
 template <typename T>
 std::unique_ptr<Ffn<T>> MakeDenseFfn(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool);
+// This design's parameters at `place` (param_layout.h): the registry's row.
+void AddDenseFfnParams(const ModelConfig& config, const Sharding& shard, ParamPlace place,
+                       int layer, ParamTable* table);
 
 }  // namespace satdar::model
 

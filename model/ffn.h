@@ -13,8 +13,8 @@ template <typename T>
 class Ffn {
  public:
   virtual ~Ffn() = default;
-  // Layer i's parameters, added after its post_attention_layernorm.
-  virtual void AddLayerParams(int i, ParamTable* table) = 0;
+  // Finds its parameters' offsets; the design's AddParamsFn (param_layout.h) added layer i's
+  // after its post_attention_layernorm.
   virtual void Bind(const ParamTable& table) = 0;
   virtual void Resize(int b, int t) = 0;
   // out (B*T, C) = FFN_i(z), z (B*T, C). Returns layer i's auxiliary loss (0 when none).

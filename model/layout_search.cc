@@ -5,7 +5,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
-#include "core/thread_pool.h"
 #include "model/flops.h"
 #include "model/layout_check.h"
 #include "model/model.h"
@@ -23,9 +22,8 @@ std::vector<int> Divisors(int64_t n, int64_t at_most) {
 }
 
 absl::StatusOr<int64_t> FullParameters(const ModelConfig& c) {
-  core::ThreadPool pool(1);
-  SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<Model<float>> model, CreateModel<float>(c, &pool));
-  return model->params().size();
+  SATDAR_ASSIGN_OR_RETURN(ParamTable table, BuildParamTable(c, Sharding{}));
+  return table.size();
 }
 
 absl::StatusOr<Candidate> Predict(const ModelConfig& c, const MemoryShape& l, const Hardware& hw,

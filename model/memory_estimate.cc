@@ -13,7 +13,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/check.h"
-#include "core/thread_pool.h"
 #include "model/model.h"
 
 namespace satdar::model {
@@ -95,16 +94,13 @@ double ActivationElements(const ModelConfig& c, double b, double t, int layers, 
 // of them are embedding or head rows.
 absl::Status CountParameters(const ModelConfig& c, const MemoryShape& s, int stage,
                              int64_t* params, int64_t* embedding, int64_t* experts) {
-  core::ThreadPool pool(1);
   Sharding shard;
   shard.tp_size = s.tp;
   shard.pp_size = s.pp;
   shard.pp_rank = stage;
   shard.ep_size = s.ep;
   shard.vocab_multiple = s.vocab_multiple;
-  SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<Model<float>> model,
-                          CreateModel<float>(c, shard, &pool));
-  const ParamTable& table = model->params();
+  SATDAR_ASSIGN_OR_RETURN(ParamTable table, BuildParamTable(c, shard));
   *params = table.size();
   *embedding = 0;
   for (const char* name : {"model.embed_tokens.weight", "lm_head.weight"}) {

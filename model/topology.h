@@ -18,9 +18,8 @@ template <typename T>
 class Topology {
  public:
   virtual ~Topology() = default;
-  // Block i's parameters (added after the block's branch parameters), and the final readout's.
-  virtual void AddLayerParams(int i, ParamTable* table) { (void)i, (void)table; }
-  virtual void AddFinalParams(ParamTable* table) { (void)table; }
+  // Finds its parameters' offsets in this rank's table; the design's AddParamsFn
+  // (param_layout.h) added them, after each block's branch parameters and at the end.
   virtual void Bind(const ParamTable& table) { (void)table; }
   virtual void Resize(int rows) = 0;
   // h0 (B*T, C) -> x_final (B*T, C); calls branches->Forward for l = 1..2L in order.

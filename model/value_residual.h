@@ -22,10 +22,9 @@ template <typename T>
 class ValueResidual {
  public:
   virtual ~ValueResidual() = default;
-  virtual void AddGlobalParams(ParamTable* table) { (void)table; }
-  // Parameters of layer i (0-based), added right after that layer's attention weights.
-  virtual void AddLayerParams(int i, ParamTable* table) = 0;
-  // Called once the table is complete.
+  // Finds its parameters' offsets once the table is complete; the design's AddParamsFn
+  // (param_layout.h) added its global ones and layer i's right after that layer's attention
+  // weights.
   virtual void Bind(const ParamTable& table) = 0;
   virtual void Resize(int rows) { (void)rows; }
 

@@ -7,7 +7,6 @@
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
 #include "core/safetensors.h"
-#include "core/thread_pool.h"
 #include "model/memory_estimate.h"
 #include "model/model.h"
 #include "worker/checkpoint.h"
@@ -24,9 +23,8 @@ namespace {
 template <typename T>
 absl::Status ExportTyped(const model::ModelConfig& config, const std::string& checkpoint,
                          const std::string& out_path) {
-  core::ThreadPool pool(1);
-  SATDAR_ASSIGN_OR_RETURN(auto model, model::CreateModel<T>(config, &pool));
-  const model::ParamTable& table = model->params();
+  SATDAR_ASSIGN_OR_RETURN(const model::ParamTable table,
+                          model::BuildParamTable(config, model::Sharding{}));
   std::vector<T> params(table.size());
   absl::Status loaded = LoadCheckpoint<T>(checkpoint, model::ModelConfigToJson(config), table,
                                           {&params, nullptr, nullptr})
@@ -65,9 +63,8 @@ absl::Status RunInit(const std::vector<std::string>& args) {
   shape.use = model::MemoryUse::kWeights;
   shape.dtype_bytes = 8 + 4;  // initialised in f64, written from an f32 copy
   SATDAR_RETURN_IF_ERROR(model::CheckFitsInMemory(config, shape, 1, "satdar init", kCliBatchNames));
-  core::ThreadPool pool(1);
-  SATDAR_ASSIGN_OR_RETURN(auto model, model::CreateModel<double>(config, &pool));
-  const model::ParamTable& table = model->params();
+  SATDAR_ASSIGN_OR_RETURN(const model::ParamTable table,
+                          model::BuildParamTable(config, model::Sharding{}));
   std::vector<double> params(table.size());
   table.Initialize(params.data(), static_cast<uint64_t>(seed));
   std::vector<float> params32;
@@ -120,9 +117,8 @@ absl::Status RunInfo(const std::vector<std::string>& args) {
   if (flags.Has("--batch-size") != flags.Has("--seq-len")) {
     return absl::InvalidArgumentError("satdar info: give --batch-size and --seq-len together");
   }
-  core::ThreadPool pool(1);
-  SATDAR_ASSIGN_OR_RETURN(auto model, model::CreateModel<float>(config, &pool));
-  const model::ParamTable& table = model->params();
+  SATDAR_ASSIGN_OR_RETURN(const model::ParamTable table,
+                          model::BuildParamTable(config, model::Sharding{}));
   int64_t embedding = config.vocab_size * static_cast<int64_t>(config.hidden_size);
   std::printf("%s: residual %s, value_residual %s, %s; %lld parameters (%.1fM; %.1fM without "
               "the embedding)\n",

@@ -659,9 +659,7 @@ absl::StatusOr<std::unique_ptr<GpuModel>> GpuModel::Create(const ModelConfig& co
     return absl::InvalidArgumentError("GpuModel: compute dtype must be bf16 or f32");
   }
   // The CPU model's table: the same parameters in the same order.
-  core::ThreadPool pool(1);
-  SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<Model<float>> cpu, CreateModel<float>(config, &pool));
-  ParamTable table = cpu->params();
+  SATDAR_ASSIGN_OR_RETURN(ParamTable table, BuildParamTable(config, Sharding{}));
   if (options.compute == core::DType::kF32) {
     auto m = std::make_unique<GpuDecoder<float>>(config, options, stream, alloc, std::move(table));
     SATDAR_RETURN_IF_ERROR(m->Init());

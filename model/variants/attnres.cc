@@ -24,10 +24,15 @@ class AttnRes : public Topology<T> {
     if (l == 0) return "model.final_res";
     return absl::StrCat("model.layers.", (l - 1) / 2, l % 2 == 1 ? ".attn_res" : ".mlp_res");
   }
-  void AddLayerParams(int i, ParamTable* table) override {
-    for (int l : {2 * i + 1, 2 * i + 2}) AddRetrieval(Prefix(l), table);
+  static void AddParams(const ModelConfig& c, const Sharding& shard, ParamPlace place, int i,
+                        ParamTable* table) {
+    (void)shard;
+    if (place == ParamPlace::kLayer) {
+      for (int l : {2 * i + 1, 2 * i + 2}) AddRetrieval(Prefix(l), c.hidden_size, table);
+    } else if (place == ParamPlace::kFinal) {
+      AddRetrieval(Prefix(0), c.hidden_size, table);
+    }
   }
-  void AddFinalParams(ParamTable* table) override { AddRetrieval(Prefix(0), table); }
   void Bind(const ParamTable& table) override {
     for (int l = 1; l <= sublayers_ + 1; ++l) {
       if (!Owned(l)) continue;
@@ -176,9 +181,9 @@ class AttnRes : public Topology<T> {
     std::vector<T> u, partial, alpha;
   };
 
-  void AddRetrieval(const std::string& prefix, ParamTable* table) {
-    table->Add(prefix + ".query", {d_}, ParamInit::Constant(0.0));
-    table->Add(prefix + ".norm.weight", {d_}, ParamInit::Constant(1.0));
+  static void AddRetrieval(const std::string& prefix, int64_t d, ParamTable* table) {
+    table->Add(prefix + ".query", {d}, ParamInit::Constant(0.0));
+    table->Add(prefix + ".norm.weight", {d}, ParamInit::Constant(1.0));
   }
   std::vector<const T*> Inputs(const Step& s) const {
     std::vector<const T*> x;
@@ -226,6 +231,11 @@ class AttnRes : public Topology<T> {
 };
 
 }  // namespace
+
+void AddAttnResParams(const ModelConfig& config, const Sharding& shard, ParamPlace place, int layer,
+                      ParamTable* table) {
+  AttnRes<float>::AddParams(config, shard, place, layer, table);
+}
 
 template <typename T>
 std::unique_ptr<Topology<T>> MakeAttnRes(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool) {

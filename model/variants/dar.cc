@@ -27,17 +27,20 @@ class Dar : public Topology<T> {
     if (l == 0) return "model.final_dar";
     return absl::StrCat("model.layers.", (l - 1) / 2, l % 2 == 1 ? ".attn_dar" : ".mlp_dar");
   }
-  void AddLayerParams(int i, ParamTable* table) override {
+  static void AddParams(const ModelConfig& c, const Sharding& shard, ParamPlace place, int i,
+                        ParamTable* table) {
+    (void)shard;
+    if (place == ParamPlace::kFinal) AddRetrieval(Prefix(0), c.hidden_size, table);
+    if (place != ParamPlace::kLayer) return;
     for (int l : {2 * i + 1, 2 * i + 2}) {
       const std::string p = Prefix(l);
-      AddRetrieval(p, table);
+      AddRetrieval(p, c.hidden_size, table);
       table->Add(p + ".transport", {1}, ParamInit::Constant(2.0));
       // +2 for the stream s == l % 2: attention (odd l) writes mainly to stream 1, MLP to 0.
       table->Add(p + ".write", {2},
                  ParamInit::Values({l % 2 == 0 ? 2.0 : -2.0, l % 2 == 1 ? 2.0 : -2.0}));
     }
   }
-  void AddFinalParams(ParamTable* table) override { AddRetrieval(Prefix(0), table); }
   void Bind(const ParamTable& table) override {
     for (int l = 1; l <= sublayers_ + 1; ++l) {
       if (!Owned(l)) continue;
@@ -263,9 +266,9 @@ class Dar : public Topology<T> {
     std::vector<T> u, y, r[2], partial[2], alpha[2];
   };
 
-  void AddRetrieval(const std::string& p, ParamTable* table) {
-    table->Add(p + ".query", {2, d_}, ParamInit::Constant(0.0));
-    table->Add(p + ".norm.weight", {d_}, ParamInit::Constant(1.0));
+  static void AddRetrieval(const std::string& p, int64_t d, ParamTable* table) {
+    table->Add(p + ".query", {2, d}, ParamInit::Constant(0.0));
+    table->Add(p + ".norm.weight", {d}, ParamInit::Constant(1.0));
     table->Add(p + ".mix", {2}, ParamInit::Constant(0.0));
   }
   std::vector<const T*> Inputs(const Step& st, int stream) const {
@@ -348,6 +351,11 @@ class Dar : public Topology<T> {
 };
 
 }  // namespace
+
+void AddDarParams(const ModelConfig& config, const Sharding& shard, ParamPlace place, int layer,
+                  ParamTable* table) {
+  Dar<float>::AddParams(config, shard, place, layer, table);
+}
 
 template <typename T>
 std::unique_ptr<Topology<T>> MakeDar(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool) {

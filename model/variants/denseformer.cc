@@ -23,7 +23,10 @@ class DenseFormer : public Topology<T> {
         a_(shard.first_layer(c)), b_(shard.end_layer(c)) {}
 
   static std::string Name(int i) { return absl::StrCat("model.layers.", i, ".dwa.weight"); }
-  void AddLayerParams(int i, ParamTable* table) override {
+  static void AddParams(const ModelConfig& c, const Sharding& shard, ParamPlace place, int i,
+                        ParamTable* table) {
+    (void)c, (void)shard;
+    if (place != ParamPlace::kLayer) return;
     std::vector<double> init(i + 2, 0.0);
     init[i + 1] = 1.0;  // starts as the baseline: Y_i = X_{i+1}
     table->Add(Name(i), {i + 2}, ParamInit::Values(init));
@@ -132,6 +135,11 @@ class DenseFormer : public Topology<T> {
 };
 
 }  // namespace
+
+void AddDenseFormerParams(const ModelConfig& config, const Sharding& shard, ParamPlace place,
+                          int layer, ParamTable* table) {
+  DenseFormer<float>::AddParams(config, shard, place, layer, table);
+}
 
 template <typename T>
 std::unique_ptr<Topology<T>> MakeDenseFormer(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool) {

@@ -29,20 +29,25 @@ class HyperConnections : public Topology<T> {
   static std::string Prefix(int l) {
     return absl::StrCat("model.layers.", (l - 1) / 2, l % 2 == 1 ? ".attn_hc" : ".mlp_hc");
   }
-  void AddLayerParams(int i, ParamTable* table) override {
+  static void AddParams(const ModelConfig& c, const Sharding& shard, ParamPlace place, int i,
+                        ParamTable* table) {
+    (void)shard;
+    if (place != ParamPlace::kLayer) return;
+    const int n = c.hc_streams;
+    const int64_t d = c.hidden_size;
     for (int l : {2 * i + 1, 2 * i + 2}) {
       const std::string p = Prefix(l);
       const int k = l - 1;  // 0-based sublayer index
-      std::vector<double> alpha(n_ * (n_ + 1), 0.0);
-      for (int j = 0; j < n_; ++j) {
-        alpha[j * (n_ + 1)] = j == k % n_ ? 1.0 : 0.0;  // A_m = e_{k mod n}
-        alpha[j * (n_ + 1) + 1 + j] = 1.0;              // A_r = I
+      std::vector<double> alpha(n * (n + 1), 0.0);
+      for (int j = 0; j < n; ++j) {
+        alpha[j * (n + 1)] = j == k % n ? 1.0 : 0.0;  // A_m = e_{k mod n}
+        alpha[j * (n + 1) + 1 + j] = 1.0;              // A_r = I
       }
-      table->Add(p + ".norm.weight", {d_}, ParamInit::Constant(1.0));
-      table->Add(p + ".static_alpha", {n_, n_ + 1}, ParamInit::Values(alpha));
-      table->Add(p + ".static_beta", {n_}, ParamInit::Constant(1.0));
-      table->Add(p + ".dynamic_alpha", {n_ + 1, d_}, ParamInit::Constant(0.0));
-      table->Add(p + ".dynamic_beta", {1, d_}, ParamInit::Constant(0.0));
+      table->Add(p + ".norm.weight", {d}, ParamInit::Constant(1.0));
+      table->Add(p + ".static_alpha", {n, n + 1}, ParamInit::Values(alpha));
+      table->Add(p + ".static_beta", {n}, ParamInit::Constant(1.0));
+      table->Add(p + ".dynamic_alpha", {n + 1, d}, ParamInit::Constant(0.0));
+      table->Add(p + ".dynamic_beta", {1, d}, ParamInit::Constant(0.0));
       table->Add(p + ".alpha_scale", {1}, ParamInit::Constant(0.01));
       table->Add(p + ".beta_scale", {1}, ParamInit::Constant(0.01));
     }
@@ -248,6 +253,11 @@ class HyperConnections : public Topology<T> {
 };
 
 }  // namespace
+
+void AddHcParams(const ModelConfig& config, const Sharding& shard, ParamPlace place, int layer,
+                 ParamTable* table) {
+  HyperConnections<float>::AddParams(config, shard, place, layer, table);
+}
 
 template <typename T>
 std::unique_ptr<Topology<T>> MakeHc(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool) {

@@ -31,15 +31,21 @@ class Mhc : public Topology<T> {
   static std::string Prefix(int l) {
     return absl::StrCat("model.layers.", (l - 1) / 2, l % 2 == 1 ? ".attn_mhc" : ".mlp_mhc");
   }
-  void AddLayerParams(int i, ParamTable* table) override {
-    std::vector<double> base(mixes_, 0.0);
-    for (int j = 0; j < n_; ++j) base[j] = n_ > 1 ? -std::log(n_ - 1.0) : 0.0;  // sigmoid = 1/n
-    for (int j = 0; j < n_; ++j) base[2 * n_ + j * n_ + j] = 4.0;  // residual mixing ~ identity
+  static void AddParams(const ModelConfig& c, const Sharding& shard, ParamPlace place, int i,
+                        ParamTable* table) {
+    (void)shard;
+    if (place != ParamPlace::kLayer) return;
+    const int n = c.hc_streams, mixes = n * (n + 2);
+    const int64_t d = c.hidden_size;
+    const double init_std = c.initializer_range;
+    std::vector<double> base(mixes, 0.0);
+    for (int j = 0; j < n; ++j) base[j] = n > 1 ? -std::log(n - 1.0) : 0.0;  // sigmoid = 1/n
+    for (int j = 0; j < n; ++j) base[2 * n + j * n + j] = 4.0;  // residual mixing ~ identity
     for (int l : {2 * i + 1, 2 * i + 2}) {
       const std::string p = Prefix(l);
-      table->Add(p + ".fn", {mixes_, n_ * d_}, ParamInit::Normal(std_));
+      table->Add(p + ".fn", {mixes, n * d}, ParamInit::Normal(init_std));
       table->Add(p + ".scale", {3}, ParamInit::Constant(0.01));
-      table->Add(p + ".base", {mixes_}, ParamInit::Values(base));
+      table->Add(p + ".base", {mixes}, ParamInit::Values(base));
     }
   }
   void Bind(const ParamTable& table) override {
@@ -331,6 +337,11 @@ class Mhc : public Topology<T> {
 };
 
 }  // namespace
+
+void AddMhcParams(const ModelConfig& config, const Sharding& shard, ParamPlace place, int layer,
+                  ParamTable* table) {
+  Mhc<float>::AddParams(config, shard, place, layer, table);
+}
 
 template <typename T>
 std::unique_ptr<Topology<T>> MakeMhc(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool) {

@@ -4,13 +4,17 @@
 
 #include <memory>
 
-#include "model/topology.h"
+#include "model/param_layout.h"
 #include "model/sharding.h"
+#include "model/topology.h"
 
 namespace satdar::model {
 
 template <typename T>
 std::unique_ptr<Topology<T>> MakeMhc(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool);
+// This design's parameters at `place` (param_layout.h): the registry's row.
+void AddMhcParams(const ModelConfig& config, const Sharding& shard, ParamPlace place, int layer,
+                  ParamTable* table);
 
 }  // namespace satdar::model
 

@@ -28,18 +28,23 @@ class Moe : public Ffn<T> {
   }
   static std::string Router(int i) { return absl::StrCat("model.layers.", i, ".mlp.router.weight"); }
 
-  void AddLayerParams(int i, ParamTable* table) override {
-    const ParamInit normal = ParamInit::Normal(c_.initializer_range);
-    table->Add(Router(i), {e_, d_}, normal);
+  static void AddParams(const ModelConfig& c, const Sharding& shard, ParamPlace place, int i,
+                        ParamTable* table) {
+    if (place != ParamPlace::kLayer) return;
+    const MoeConfig& m = *c.moe;
+    const int64_t d = c.hidden_size, f = m.expert_intermediate_size;
+    const int el = m.num_experts / shard.ep_size, e0 = shard.ep_rank * el;
+    const ParamInit normal = ParamInit::Normal(c.initializer_range);
+    table->Add(Router(i), {m.num_experts, d}, normal);
     for (const char* group : {"experts", "shared_experts"}) {
       const bool routed = group[0] == 'e';
-      const int first = routed ? e0_ : 0, count = routed ? el_ : m_.num_shared_experts;
+      const int first = routed ? e0 : 0, count = routed ? el : m.num_shared_experts;
       for (int e = first; e < first + count; ++e) {
         // gate and up back to back: one GEMM per expert.
-        const bool expert = routed && shard_.ep_size > 1;
-        table->Add(Expert(i, group, e, "gate"), {f_, d_}, normal).expert = expert;
-        table->Add(Expert(i, group, e, "up"), {f_, d_}, normal).expert = expert;
-        table->Add(Expert(i, group, e, "down"), {d_, f_}, normal).expert = expert;
+        const bool expert = routed && shard.ep_size > 1;
+        table->Add(Expert(i, group, e, "gate"), {f, d}, normal).expert = expert;
+        table->Add(Expert(i, group, e, "up"), {f, d}, normal).expert = expert;
+        table->Add(Expert(i, group, e, "down"), {d, f}, normal).expert = expert;
       }
     }
   }
@@ -372,6 +377,11 @@ class Moe : public Ffn<T> {
 };
 
 }  // namespace
+
+void AddMoeParams(const ModelConfig& config, const Sharding& shard, ParamPlace place, int layer,
+                  ParamTable* table) {
+  Moe<float>::AddParams(config, shard, place, layer, table);
+}
 
 template <typename T>
 std::unique_ptr<Ffn<T>> MakeMoe(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool) {

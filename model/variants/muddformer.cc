@@ -35,20 +35,27 @@ class MuddFormer : public Topology<T> {
         std_(c.initializer_range), pool_(pool), blocks_(layers_), a_(shard.first_layer(c)),
         b_(shard.end_layer(c)) {}
 
-  int Ways(int i) const { return i + 1 < layers_ ? 4 : 1; }
+  // Block i's connections: four (q, k, v, the residual), the last block's one.
+  static int Ways(int i, int layers) { return i + 1 < layers ? 4 : 1; }
+  int Ways(int i) const { return Ways(i, layers_); }
   static int Hidden(int ways, int sources) { return (ways * sources + 63) / 64 * 64; }
   static std::string Prefix(int i) { return absl::StrCat("model.layers.", i, ".mudd"); }
 
-  void AddLayerParams(int i, ParamTable* table) override {
-    const int c = Ways(i), s = i + 2, k = Hidden(c, s);
+  static void AddParams(const ModelConfig& config, const Sharding& shard, ParamPlace place,
+                        int i, ParamTable* table) {
+    (void)shard;
+    if (place != ParamPlace::kLayer) return;
+    const int64_t d = config.hidden_size;
+    const double init_std = config.initializer_range;
+    const int c = Ways(i, config.num_hidden_layers), s = i + 2, k = Hidden(c, s);
     std::vector<double> stat(c * s, 0.0);
     for (int w = 0; w < c; ++w) stat[w * s + i + 1] = 1.0;  // starts as the baseline
     const std::string p = Prefix(i);
-    table->Add(p + ".w1", {k, d_}, ParamInit::Normal(std_));
+    table->Add(p + ".w1", {k, d}, ParamInit::Normal(init_std));
     table->Add(p + ".w2", {c * s, k}, ParamInit::Constant(0.0));
     table->Add(p + ".static", {c, s}, ParamInit::Values(stat));
-    table->Add(p + ".k_norm.weight", {d_}, ParamInit::Constant(1.0));
-    table->Add(p + ".v_norm.weight", {d_}, ParamInit::Constant(1.0));
+    table->Add(p + ".k_norm.weight", {d}, ParamInit::Constant(1.0));
+    table->Add(p + ".v_norm.weight", {d}, ParamInit::Constant(1.0));
   }
   void Bind(const ParamTable& table) override {
     for (int i = a_; i < b_; ++i) {
@@ -286,6 +293,11 @@ class MuddFormer : public Topology<T> {
 };
 
 }  // namespace
+
+void AddMuddFormerParams(const ModelConfig& config, const Sharding& shard, ParamPlace place,
+                         int layer, ParamTable* table) {
+  MuddFormer<float>::AddParams(config, shard, place, layer, table);
+}
 
 template <typename T>
 std::unique_ptr<Topology<T>> MakeMuddFormer(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool) {

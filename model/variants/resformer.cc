@@ -24,22 +24,25 @@ class Resformer : public ValueResidual<T> {
 
   static std::string Lambda2(int i) { return absl::StrCat("model.layers.", i, ".self_attn.lambda2"); }
 
-  void AddGlobalParams(ParamTable* table) override {
-    if (!learnable_) return;
-    ParamSpec& scale =
-        table->Add("model.value_residual.lambda_scale", {1}, ParamInit::Constant(layers_));
-    scale.tp_partial_grad = partial_;
-    scale.pp_partial_grad = stages_;
-    ParamSpec& logits =
-        table->Add("model.value_residual.lambda_logits", {layers_ - 1}, ParamInit::Constant(0.0));
-    logits.tp_partial_grad = partial_;
-    logits.pp_partial_grad = stages_;
-  }
-  void AddLayerParams(int i, ParamTable* table) override {
-    if (!learnable_) return;
-    // Layer 0's lambda2 exists (as in the SATFormer repository) but is never read.
-    table->Add(Lambda2(i), {1}, ParamInit::Constant(0.5), /*unused=*/i == 0).tp_partial_grad =
-        partial_;
+  static void AddParams(const ModelConfig& c, const Sharding& shard, ParamPlace place, int i,
+                        ParamTable* table) {
+    if (c.resformer_mode != ResformerMode::kLearnablePlus) return;
+    const bool partial = shard.tp_size > 1, stages = shard.pp_size > 1;
+    const int layers = c.num_hidden_layers;
+    if (place == ParamPlace::kGlobal) {
+      ParamSpec& scale =
+          table->Add("model.value_residual.lambda_scale", {1}, ParamInit::Constant(layers));
+      scale.tp_partial_grad = partial;
+      scale.pp_partial_grad = stages;
+      ParamSpec& logits =
+          table->Add("model.value_residual.lambda_logits", {layers - 1}, ParamInit::Constant(0.0));
+      logits.tp_partial_grad = partial;
+      logits.pp_partial_grad = stages;
+    } else if (place == ParamPlace::kLayer) {
+      // Layer 0's lambda2 exists (as in the SATFormer repository) but is never read.
+      table->Add(Lambda2(i), {1}, ParamInit::Constant(0.5), /*unused=*/i == 0).tp_partial_grad =
+          partial;
+    }
   }
   void Bind(const ParamTable& table) override {
     if (!learnable_) return;
@@ -112,6 +115,11 @@ class Resformer : public ValueResidual<T> {
 };
 
 }  // namespace
+
+void AddResformerParams(const ModelConfig& config, const Sharding& shard, ParamPlace place,
+                        int layer, ParamTable* table) {
+  Resformer<float>::AddParams(config, shard, place, layer, table);
+}
 
 template <typename T>
 std::unique_ptr<ValueResidual<T>> MakeResformer(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool) {

@@ -7,13 +7,17 @@
 
 #include <memory>
 
-#include "model/value_residual.h"
+#include "model/param_layout.h"
 #include "model/sharding.h"
+#include "model/value_residual.h"
 
 namespace satdar::model {
 
 template <typename T>
 std::unique_ptr<ValueResidual<T>> MakeResformer(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool);
+// This design's parameters at `place` (param_layout.h): the registry's row.
+void AddResformerParams(const ModelConfig& config, const Sharding& shard, ParamPlace place,
+                        int layer, ParamTable* table);
 
 }  // namespace satdar::model
 

@@ -24,11 +24,11 @@ class Satformer : public ValueResidual<T> {
   static std::string Name(int i) {
     return absl::StrCat("model.layers.", i, ".self_attn.value_gate.weight");
   }
-  void AddLayerParams(int i, ParamTable* table) override {
-    if (i >= 1) {
-      table->AddShard(Name(i), {nkv_global_, c_}, ParamInit::Normal(init_std_), 0,
-                      shard_.tp_rank, shard_.tp_size);
-    }
+  static void AddParams(const ModelConfig& c, const Sharding& shard, ParamPlace place, int i,
+                        ParamTable* table) {
+    if (place != ParamPlace::kLayer || i < 1) return;  // layer 0 only produces V1
+    table->AddShard(Name(i), {c.num_key_value_heads, c.hidden_size},
+                    ParamInit::Normal(c.initializer_range), 0, shard.tp_rank, shard.tp_size);
   }
   void Bind(const ParamTable& table) override {
     for (int i = 1; i < layers_; ++i) {
@@ -152,7 +152,6 @@ class Satformer : public ValueResidual<T> {
   const Sharding shard_;
   const int c_, nkv_, nkv_global_, hs_, layers_;
   core::ThreadPool* pool_;
-  double init_std_ = 0.02;
   int rows_ = 0;
   std::vector<int64_t> offsets_;
   std::vector<std::vector<T>> alpha_;  // per layer (B*T, NKV), after ReLU
@@ -163,18 +162,18 @@ class Satformer : public ValueResidual<T> {
   std::vector<int64_t> gate_count_;
   GateAblation ablation_ = GateAblation::kNone;
   std::vector<std::vector<double>> frozen_mean_;
-
- public:
-  void set_init_std(double s) { init_std_ = s; }
 };
 
 }  // namespace
 
+void AddSatformerParams(const ModelConfig& config, const Sharding& shard, ParamPlace place,
+                        int layer, ParamTable* table) {
+  Satformer<float>::AddParams(config, shard, place, layer, table);
+}
+
 template <typename T>
 std::unique_ptr<ValueResidual<T>> MakeSatformer(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool) {
-  auto s = std::make_unique<Satformer<T>>(config, shard, pool);
-  s->set_init_std(config.initializer_range);
-  return s;
+  return std::make_unique<Satformer<T>>(config, shard, pool);
 }
 
 template std::unique_ptr<ValueResidual<float>> MakeSatformer<float>(const ModelConfig&, const Sharding&, core::ThreadPool*);

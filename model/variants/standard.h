@@ -5,8 +5,8 @@
 
 #include <memory>
 
-#include "model/topology.h"
 #include "model/sharding.h"
+#include "model/topology.h"
 
 namespace satdar::model {
 
