@@ -51,7 +51,7 @@ TEST(Mesh, CoordinatesAndValidation) {
   EXPECT_TRUE(ValidateMesh(shape, 16).ok());
   absl::Status s = ValidateMesh(shape, 12);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("the world has 12 ranks but --dp x --tp x --pp x --ep"),
+  EXPECT_NE(s.message().find("the world has 12 ranks but mesh dp x tp x pp x ep"),
             std::string::npos);
   EXPECT_FALSE(ValidateMesh({0, 1, 1, 1}, 0).ok());
   // Every group along an axis has the axis's size, and its keys are 0..size-1.

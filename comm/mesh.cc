@@ -12,11 +12,11 @@ std::string MeshShape::ToString() const {
 absl::Status ValidateMesh(const MeshShape& s, int world_size) {
   if (s.dp < 1 || s.tp < 1 || s.pp < 1 || s.ep < 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--dp, --tp, --pp and --ep must be >= 1, got ", s.ToString()));
+        absl::StrCat("mesh dp, tp, pp and ep must be >= 1, got ", s.ToString()));
   }
   if (s.size() != world_size) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "the world has ", world_size, " ranks but --dp x --tp x --pp x --ep = ", s.ToString(),
+        "the world has ", world_size, " ranks but mesh dp x tp x pp x ep = ", s.ToString(),
         " = ", s.size()));
   }
   return absl::OkStatus();

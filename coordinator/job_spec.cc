@@ -79,7 +79,7 @@ const std::map<std::string, std::string>& SetElsewhere() {
       {"log_jsonl", "the log lives in <shared-dir>/jobs/<job_id>/"},
       {"summary_json", "the summary lives in <shared-dir>/jobs/<job_id>/"},
       {"resume", "every attempt resumes from the newest checkpoint"},
-      {"init_from", "its path would not be confined to the worker's --data-root"},
+      {"init_from", "its path would not be confined to the worker's data root"},
   };
   return *m;
 }
@@ -250,7 +250,8 @@ absl::StatusOr<ValidJob> ValidateJobSpec(const satdar::v1::JobSpec& spec) {
     return Bad("layout", absl::StrCat("dp x tp x pp x ep = ", world, " ranks, more than ",
                                       worker::kMaxRanks));
   }
-  absl::Status split = model::ValidateSharding(*config, tp, pp, ep, worker::TrainLayoutNames());
+  absl::Status split = model::ValidateSharding(
+      *config, tp, pp, ep, {"layout.tp", "layout.pp", "layout.ep", "train.vocab_multiple"});
   if (!split.ok()) return Bad("layout", std::string(split.message()));
   job.world_size = static_cast<int>(world);
   job.tp = tp;
@@ -294,7 +295,7 @@ absl::StatusOr<ValidJob> ValidateJobSpec(const satdar::v1::JobSpec& spec) {
           d.find("/../") != std::string::npos ||
           (d.size() >= 3 && d.compare(d.size() - 3, 3, "/..") == 0)) {
         return Bad("train.data", absl::StrCat("\"", d, "\" must be a path inside each worker's "
-                                              "--data-root (relative, without ..)"));
+                                              "data root (relative, without ..)"));
       }
       job.data_path = d;
       args.push_back("--data=/data-root/" + d);  // only for the check below
@@ -352,7 +353,17 @@ absl::StatusOr<ValidJob> ValidateJobSpec(const satdar::v1::JobSpec& spec) {
   if (o.mqar.has_value()) {
     // What `satdar train` checks against the config before its first batch.
     absl::Status task = o.mqar->Validate(config->vocab_size, o.seq_len);
-    if (!task.ok()) return AsSpecError(task);
+    if (!task.ok()) {
+      // The task names its options (mqar.keys, seq_len); the spec's fields are train.mqar_keys
+      // and train.seq_len.
+      std::string m(task.message());
+      for (size_t at = m.find("mqar."); at != std::string::npos; at = m.find("mqar.", at)) {
+        m.replace(at, 5, "train.mqar_");
+        at += 11;
+      }
+      if (m.rfind("seq_len ", 0) == 0) m = "train." + m;
+      return absl::InvalidArgumentError(absl::StrCat("job spec: ", m));
+    }
   }
   if (o.seq_len > config->max_position_embeddings) {
     return Bad("train.seq_len", absl::StrCat(o.seq_len, " exceeds the config's max_position_embeddings ",

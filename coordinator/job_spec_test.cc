@@ -34,7 +34,7 @@ TEST(JobSpec, EveryBadSpecNamesItsField) {
   const Bad cases[] = {
       {"{" + cfg + ", " + train + R"(, "retries": 1})", "unknown field \"retries\""},
       {"{" + cfg + ", " + train + R"(, "layout": {"dp": 0}})", "layout.dp: must be an integer in [1, 65536]"},
-      {"{" + cfg + ", " + train + R"(, "layout": {"tp": 4}})", "layout: --tp 4 does not divide"},
+      {"{" + cfg + ", " + train + R"(, "layout": {"tp": 4}})", "layout: layout.tp 4 does not divide"},
       {"{" + cfg + ", " + train + R"(, "resources": {"device": "tpu"}})", "resources.device"},
       {"{" + cfg + ", " + train + R"(, "max_restarts": -1})", "max_restarts: must be an integer in [0, 100]"},
       {"{" + cfg + R"(, "train": {"steps": 2, "batch_size": 2, "seq_len": 8, "synthetic_data": true, "rank": 1}})",
@@ -48,7 +48,7 @@ TEST(JobSpec, EveryBadSpecNamesItsField) {
       {"{" + cfg + R"(, "train": {"steps": 2, "batch_size": 2, "seq_len": 80, "synthetic_data": true}})",
        "train.seq_len: 80 exceeds the config's max_position_embeddings 64"},
       {"{" + cfg + R"(, "train": {"steps": 2, "batch_size": 2, "seq_len": 8, "data": "/etc"}})",
-       "train.data: \"/etc\" must be a path inside each worker's --data-root"},
+       "train.data: \"/etc\" must be a path inside each worker's data root"},
       {"{" + cfg + R"(, "train": {"steps": 2, "batch_size": 2, "seq_len": 8, "data": "a/../../b"}})",
        "must be a path inside"},
       {"{" + cfg + R"(, "train": {"steps": 2, "batch_size": 2, "seq_len": 8, "synthetic_data": true, "lr": "inf"}})",
@@ -117,7 +117,7 @@ TEST(JobSpec, OnlyAllowedTrainFlags) {
             "not a job's to set; a job may set " + allowed + ")");
   EXPECT_EQ(ErrorOf(Spec(R"("synthetic_data": true, "init_from": "/etc")")),
             "job spec: train.init_from: is not allowed in a job spec (its path would not be "
-            "confined to the worker's --data-root; a job may set " + allowed + ")");
+            "confined to the worker's data root; a job may set " + allowed + ")");
   EXPECT_EQ(ErrorOf(Spec(R"("synthetic_data": true, "dp": 2)")),
             "job spec: train.dp: is not allowed in a job spec (set it in \"layout\"; a job may "
             "set " + allowed + ")");

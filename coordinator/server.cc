@@ -50,7 +50,7 @@ class Auth {
     const std::string token = rpc::BearerToken(ctx);
     if (token.empty()) {
       return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                          "this call needs a bearer token (--token-file)");
+                          "this call needs a bearer token (the caller's token file)");
     }
     if (rpc::ConstantTimeEquals(token, want)) return grpc::Status::OK;
     if (!other.empty() && rpc::ConstantTimeEquals(token, other)) {
@@ -243,7 +243,7 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
 absl::StatusOr<int> BindError(const std::string& listen) {
   std::string host;
   int port = 0;
-  SATDAR_RETURN_IF_ERROR(core::SplitHostPort(listen, "--listen", &host, &port));
+  SATDAR_RETURN_IF_ERROR(core::SplitHostPort(listen, "listen", &host, &port));
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
   addrinfo hints = {};
   hints.ai_socktype = SOCK_STREAM;
@@ -251,7 +251,7 @@ absl::StatusOr<int> BindError(const std::string& listen) {
   addrinfo* found = nullptr;
   if (const int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found); rc != 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--listen: cannot serve on ", listen, ": ", ::gai_strerror(rc)));
+        absl::StrCat("listen: cannot serve on ", listen, ": ", ::gai_strerror(rc)));
   }
   int error = 0;
   for (addrinfo* a = found; a != nullptr && error == 0; a = a->ai_next) {
@@ -268,7 +268,7 @@ absl::StatusOr<int> BindError(const std::string& listen) {
 
 absl::Status InUse(const std::string& listen) {
   return absl::AlreadyExistsError(absl::StrCat(
-      "--listen: ", listen, " is already in use (another coordinator, or another program, "
+      "listen: ", listen, " is already in use (another coordinator, or another program, "
       "serves it); give another port, or 0 for a free one"));
 }
 
@@ -277,13 +277,13 @@ absl::Status InUse(const std::string& listen) {
 absl::Status WhyNotBound(const std::string& listen) {
   SATDAR_ASSIGN_OR_RETURN(const int error, BindError(listen));
   if (error == EADDRINUSE) return InUse(listen);
-  return absl::UnavailableError(absl::StrCat("--listen: cannot serve on ", listen,
+  return absl::UnavailableError(absl::StrCat("listen: cannot serve on ", listen,
                                              error != 0 ? absl::StrCat(": ", std::strerror(error)) : ""));
 }
 
 bool IsLoopback(const std::string& listen) {
   std::string host;
-  if (!core::SplitHostPort(listen, "--listen", &host, nullptr).ok()) return false;
+  if (!core::SplitHostPort(listen, "listen", &host, nullptr).ok()) return false;
   return host == "localhost" || host == "[::1]" || host == "::1" || host.rfind("127.", 0) == 0;
 }
 
@@ -294,13 +294,13 @@ void WarnWithoutTokens(const ServerOptions& o) {
   if (o.client_token.empty()) {
     std::fprintf(stderr,
                  "%s coordinator: warning: %s is not a loopback address and there is no "
-                 "--token-file: anyone who reaches it can submit and cancel jobs\n",
+                 "client token: anyone who reaches it can submit and cancel jobs\n",
                  core::UtcTimestamp().c_str(), o.listen.c_str());
   }
   if (o.worker_token.empty()) {
     std::fprintf(stderr,
                  "%s coordinator: warning: %s is not a loopback address and there is no "
-                 "--worker-token-file: anyone who reaches it can register a worker and take "
+                 "worker token: anyone who reaches it can register a worker and take "
                  "jobs' ranks\n",
                  core::UtcTimestamp().c_str(), o.listen.c_str());
   }
@@ -309,9 +309,9 @@ void WarnWithoutTokens(const ServerOptions& o) {
 }  // namespace
 
 absl::Status RunCoordinator(const ServerOptions& o, const std::atomic<bool>* stop) {
-  SATDAR_RETURN_IF_ERROR(rpc::CheckAddress(o.listen, "--listen"));
+  SATDAR_RETURN_IF_ERROR(rpc::CheckAddress(o.listen, "listen"));
   if (o.tls_cert.empty() != o.tls_key.empty()) {
-    return absl::InvalidArgumentError("--tls-cert and --tls-key go together");
+    return absl::InvalidArgumentError("tls_cert and tls_key go together");
   }
   std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
   if (!o.tls_cert.empty()) {
@@ -320,7 +320,7 @@ absl::Status RunCoordinator(const ServerOptions& o, const std::atomic<bool>* sto
     ssl.pem_key_cert_pairs.push_back({pair.key_pem, pair.cert_pem});
     creds = grpc::SslServerCredentials(ssl);
   }
-  if (!o.http.empty()) SATDAR_RETURN_IF_ERROR(rpc::CheckAddress(o.http, "--http"));
+  if (!o.http.empty()) SATDAR_RETURN_IF_ERROR(rpc::CheckAddress(o.http, "http"));
   // A served port is refused before the state folder is touched (and without gRPC's own log
   // of the failed bind); gRPC's bind below, without SO_REUSEPORT, stays the final word.
   SATDAR_ASSIGN_OR_RETURN(const int bind_error, BindError(o.listen));
@@ -341,7 +341,7 @@ absl::Status RunCoordinator(const ServerOptions& o, const std::atomic<bool>* sto
   if (!o.http.empty()) {
     AddHttpHandlers(state.get(), &metrics, &http);
     absl::Status s = http.Start(o.http);
-    if (!s.ok()) return absl::Status(s.code(), absl::StrCat("--http: ", s.message()));
+    if (!s.ok()) return absl::Status(s.code(), absl::StrCat("http: ", s.message()));
   }
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

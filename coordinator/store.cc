@@ -81,15 +81,15 @@ constexpr int64_t kApplicationId = 0x53415444;
 absl::Status Store::CheckSchema(const std::string& path, bool* empty) {
   const auto not_ours = [&](const std::string& why) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--state-dir: ", path, " is not a satdar coordinator's state (", why,
-        "); give a folder of its own to --state-dir"));
+        "state_dir: ", path, " is not a satdar coordinator's state (", why,
+        "); give a folder of its own to state_dir"));
   };
   // A failed read: not SQLite at all, held by another program, or a real error.
   const auto failed = [&](const Statement& s) {
     const int code = sqlite3_errcode(db_) & 0xff;
     if (code == SQLITE_NOTADB) return not_ours("not a SQLite database");
     if (code == SQLITE_BUSY || code == SQLITE_LOCKED) {
-      return absl::AlreadyExistsError(absl::StrCat("--state-dir: ", path,
+      return absl::AlreadyExistsError(absl::StrCat("state_dir: ", path,
                                                    " is in use by another program (",
                                                    sqlite3_errmsg(db_), ")"));
     }
@@ -131,13 +131,13 @@ absl::Status Store::CheckSchema(const std::string& path, bool* empty) {
 
 absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir) {
   if (absl::Status s = core::CheckFolder(dir); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat("--state-dir: ", s.message()));
+    return absl::Status(s.code(), absl::StrCat("state_dir: ", s.message()));
   }
   // One coordinator per folder, told apart at once and by name (SQLite's own lock below would
   // only say "database is locked" after its busy timeout).
   std::string note;
   SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<core::FolderLock> lock,
-                          core::FolderLock::Acquire(dir, "coordinator.lock", "--state-dir",
+                          core::FolderLock::Acquire(dir, "coordinator.lock", "state_dir",
                                                     "coordinator", &note));
   if (!note.empty()) std::fprintf(stderr, "coordinator: warning: %s\n", note.c_str());
   const std::string path = dir + "/state.db";
@@ -148,12 +148,12 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir) {
   struct stat st;
   const bool has_db = ::stat(path.c_str(), &st) == 0;
   if (has_db && !S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat("--state-dir: ", path, " is ",
+    return absl::InvalidArgumentError(absl::StrCat("state_dir: ", path, " is ",
                                                    core::PathKind(path), ", not a regular file"));
   }
   if (::access(served.c_str(), F_OK) == 0 && (!has_db || st.st_size == 0)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--state-dir: ", path, has_db ? " is empty (0 bytes)" : " is missing", ", but ", served,
+        "state_dir: ", path, has_db ? " is empty (0 bytes)" : " is missing", ", but ", served,
         " shows that a coordinator served from this folder: its jobs would be lost. Restore ",
         path, ", or remove ", served, " to start with no jobs"));
   }
@@ -162,7 +162,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir) {
                       nullptr) != SQLITE_OK) {
     std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
     sqlite3_close(db);
-    return absl::InvalidArgumentError(absl::StrCat("--state-dir: cannot open ", path, ": ", msg));
+    return absl::InvalidArgumentError(absl::StrCat("state_dir: cannot open ", path, ": ", msg));
   }
   auto store = std::unique_ptr<Store>(new Store(db, std::move(lock)));
   sqlite3_busy_timeout(db, 5000);
@@ -173,7 +173,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir) {
   SATDAR_RETURN_IF_ERROR(store->CheckSchema(path, &empty));
   if (empty && ::access(served.c_str(), F_OK) == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--state-dir: ", path, " holds no state, but ", served,
+        "state_dir: ", path, " holds no state, but ", served,
         " shows that a coordinator served from this folder: its jobs would be lost. Restore ",
         path, ", or remove ", served, " to start with no jobs"));
   }
@@ -184,9 +184,9 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir) {
     const int code = sqlite3_errcode(db) & 0xff;
     if (code == SQLITE_BUSY || code == SQLITE_LOCKED) {
       return absl::AlreadyExistsError(
-          absl::StrCat("--state-dir: ", path, " is in use by another program (", s.message(), ")"));
+          absl::StrCat("state_dir: ", path, " is in use by another program (", s.message(), ")"));
     }
-    return absl::InternalError(absl::StrCat("--state-dir: cannot open ", path, ": ", s.message()));
+    return absl::InternalError(absl::StrCat("state_dir: cannot open ", path, ": ", s.message()));
   }
   SATDAR_RETURN_IF_ERROR(store->Exec(
       "CREATE TABLE IF NOT EXISTS jobs (job_id TEXT PRIMARY KEY, record BLOB NOT NULL);"

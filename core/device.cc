@@ -21,7 +21,7 @@ absl::StatusOr<Device> ParseDevice(absl::string_view text) {
     }
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("--device: expected cpu, cuda or cuda:N, got '", text, "'"));
+      absl::StrCat("device: expected cpu, cuda or cuda:N, got '", text, "'"));
 }
 
 bool BuiltWithCuda() { return cuda::BuiltWithCuda(); }
@@ -33,16 +33,16 @@ absl::Status CheckDeviceAvailable(const Device& device) {
   if (device.type == DeviceType::kCpu) return absl::OkStatus();
   if (!BuiltWithCuda()) {
     return absl::InvalidArgumentError(
-        "--device cuda: this satdar was built without the CUDA toolkit (no nvcc was found at "
+        "device cuda: this satdar was built without the CUDA toolkit (no nvcc was found at "
         "build time); rebuild on a machine with /usr/local/cuda");
   }
   int count = CudaDeviceCount();
   if (count == 0) {
     return absl::InvalidArgumentError(
-        "--device cuda: no CUDA GPU is visible on this machine (cudaGetDeviceCount found none)");
+        "device cuda: no CUDA GPU is visible on this machine (cudaGetDeviceCount found none)");
   }
   if (device.index >= count) {
-    return absl::InvalidArgumentError(absl::StrCat("--device ", device.ToString(), ": only ",
+    return absl::InvalidArgumentError(absl::StrCat("device ", device.ToString(), ": only ",
                                                    count, " CUDA device(s) are visible"));
   }
   return absl::OkStatus();

@@ -18,7 +18,7 @@ absl::StatusOr<CorpusFormat> ParseCorpusFormat(const std::string& name) {
   if (name == "text") return CorpusFormat::kText;
   if (name == "brown") return CorpusFormat::kBrown;
   return absl::InvalidArgumentError(
-      absl::StrCat("--data-format: expected auto, text or brown, got '", name, "'"));
+      absl::StrCat("data_format: expected auto, text or brown, got '", name, "'"));
 }
 
 std::string StripBrownTags(const std::string& tagged) {
@@ -189,10 +189,10 @@ bool IsBrownFile(const std::string& name) {
 }
 
 absl::StatusOr<Corpus> LoadCorpus(const std::string& dir, CorpusFormat format) {
-  auto listed = ListFiles(dir, "--data");
+  auto listed = ListFiles(dir, "data_dir");
   if (!listed.ok()) return listed.status();
   const std::vector<std::string>& names = *listed;
-  SATDAR_RETURN_IF_ERROR(CheckNotPreparedDataset(dir, names, "--data"));
+  SATDAR_RETURN_IF_ERROR(CheckNotPreparedDataset(dir, names, "data_dir"));
   if (format == CorpusFormat::kAuto) {
     bool brown = std::find(names.begin(), names.end(), "cats.txt") != names.end();
     format = brown ? CorpusFormat::kBrown : CorpusFormat::kText;
@@ -202,14 +202,14 @@ absl::StatusOr<Corpus> LoadCorpus(const std::string& dir, CorpusFormat format) {
   for (const std::string& name : names) {
     if (format == CorpusFormat::kBrown && !IsBrownFile(name)) continue;  // index, README
     auto text = core::ReadFileToString(dir + "/" + name, core::kNoSizeLimit);
-    if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat("--data: ", text.status().message()));
-    SATDAR_RETURN_IF_ERROR(CheckIsText(*text, dir + "/" + name, "--data", /*utf8=*/false));
+    if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat("data_dir: ", text.status().message()));
+    SATDAR_RETURN_IF_ERROR(CheckIsText(*text, dir + "/" + name, "data_dir", /*utf8=*/false));
     std::string clean = format == CorpusFormat::kBrown ? StripBrownTags(*text) : *text;
     corpus.bytes.insert(corpus.bytes.end(), clean.begin(), clean.end());
     ++corpus.num_files;
   }
   if (corpus.bytes.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("--data: no text found in ", dir));
+    return absl::InvalidArgumentError(absl::StrCat("data_dir: no text found in ", dir));
   }
   return corpus;
 }

@@ -40,7 +40,7 @@ TEST(Corpus, PlainTextAndErrors) {
   EXPECT_EQ(std::string(corpus->bytes.begin(), corpus->bytes.end()), "hello/world");
   auto missing = LoadCorpus("/nonexistent/dir", CorpusFormat::kText);
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(missing.status().message().find("--data: cannot open folder /nonexistent/dir"),
+  EXPECT_NE(missing.status().message().find("data_dir: cannot open folder /nonexistent/dir"),
             std::string::npos);
   auto empty = LoadCorpus(TestTmpDir("empty"), CorpusFormat::kText);
   EXPECT_NE(empty.status().message().find("no text found"), std::string::npos);

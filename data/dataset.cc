@@ -18,7 +18,7 @@ namespace satdar::data {
 
 namespace {
 absl::Status Bad(const std::string& dir, const std::string& what) {
-  return absl::InvalidArgumentError(absl::StrCat("--data: ", dir, ": ", what));
+  return absl::InvalidArgumentError(absl::StrCat("data_dir: ", dir, ": ", what));
 }
 }  // namespace
 
@@ -268,7 +268,7 @@ absl::StatusOr<std::unique_ptr<DatasetBatches>> OpenValidation(
   if (dataset->samples(Split::kVal, seq_len) == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         flag, ": the validation split of ", dataset->dir(), " holds ",
-        dataset->tokens(Split::kVal), " tokens, fewer than --seq-len + 1"));
+        dataset->tokens(Split::kVal), " tokens, fewer than seq_len + 1"));
   }
   return std::make_unique<DatasetBatches>(std::move(dataset), Split::kVal, seq_len, seed);
 }

@@ -10,21 +10,21 @@ namespace satdar::data {
 absl::Status MqarOptions::Validate(int vocab_size, int seq_len) const {
   if (keys < 1 || values < 1 || pairs < 1 || queries < 1) {
     return absl::InvalidArgumentError(
-        "--mqar-keys, --mqar-values, --mqar-pairs and --mqar-queries must be >= 1");
+        "mqar.keys, mqar.values, mqar.pairs and mqar.queries must be >= 1");
   }
   if (pairs > keys) {
-    return absl::InvalidArgumentError(absl::StrCat("--mqar-pairs ", pairs,
-                                                   " exceeds --mqar-keys ", keys,
+    return absl::InvalidArgumentError(absl::StrCat("mqar.pairs ", pairs,
+                                                   " exceeds mqar.keys ", keys,
                                                    " (keys within a sequence are distinct)"));
   }
   if (vocab_needed() > vocab_size) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "MQAR needs ", vocab_needed(), " token ids (pad + --mqar-keys + --mqar-values) but the "
+        "MQAR needs ", vocab_needed(), " token ids (pad + mqar.keys + mqar.values) but the "
         "config's vocab_size is ", vocab_size));
   }
   if (2 * (pairs + queries) > seq_len + 1) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--seq-len ", seq_len, " is too short for ", pairs, " pairs and ", queries,
+        "seq_len ", seq_len, " is too short for ", pairs, " pairs and ", queries,
         " queries (needs ", 2 * (pairs + queries) - 1, ")"));
   }
   return absl::OkStatus();

@@ -181,7 +181,7 @@ TEST(Prep, PosSidecarByteOutsideItsGroupsIsRefused) {
   ASSERT_FALSE(ds.ok());
   EXPECT_EQ(ds.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ds.status().message(),
-            "--data: " + out + ": train_00000.pos: byte 4 at offset 69 (token 5) is not a "
+            "data_dir: " + out + ": train_00000.pos: byte 4 at offset 69 (token 5) is not a "
             "part-of-speech group (0 to 3)");
 }
 
@@ -202,7 +202,7 @@ TEST(Prep, BadInputLeavesNothing) {
   o.tokenizer = first + "/tokenizer.model";
   o.vocab_size = 512;
   s = Prep(o);
-  EXPECT_NE(s.status().message().find("has 300 pieces but --vocab-size is 512"),
+  EXPECT_NE(s.status().message().find("has 300 pieces but vocab_size is 512"),
             std::string::npos) << s.status();
   EXPECT_FALSE(Exists(base + "/second"));
   // Reusing it at its own size works.

@@ -211,7 +211,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(
   if (!o.tokenizer.empty()) {
     auto bytes = core::ReadFileToString(o.tokenizer, kMaxTokenizerBytes);
     if (!bytes.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("--tokenizer: ", bytes.status().message()));
+      return absl::InvalidArgumentError(absl::StrCat("tokenizer: ", bytes.status().message()));
     }
     SATDAR_RETURN_IF_ERROR(core::WriteFileAtomically(model_path, *bytes));
   } else {
@@ -224,7 +224,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(
     }
     std::string error;
     if (!Tokenizer::Train(text_path, tmp + "/tokenizer", o.vocab_size, o.threads, &error)) {
-      return absl::InvalidArgumentError(absl::StrCat("--vocab-size ", o.vocab_size, ": ", error));
+      return absl::InvalidArgumentError(absl::StrCat("vocab_size ", o.vocab_size, ": ", error));
     }
     ::unlink(text_path.c_str());
     ::unlink((tmp + "/tokenizer.vocab").c_str());
@@ -233,13 +233,13 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(
   std::unique_ptr<Tokenizer> tokenizer = Tokenizer::Load(model_path, &load_error);
   if (tokenizer == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
-        o.tokenizer.empty() ? "tokenizer training: " : "--tokenizer: ", o.tokenizer, ": ",
+        o.tokenizer.empty() ? "tokenizer training: " : "tokenizer: ", o.tokenizer, ": ",
         load_error));
   }
   summary->vocab_size = tokenizer->vocab_size();
   if (o.vocab_size > 0 && o.vocab_size != summary->vocab_size) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--tokenizer: ", o.tokenizer, " has ", summary->vocab_size, " pieces but --vocab-size is ",
+        "tokenizer: ", o.tokenizer, " has ", summary->vocab_size, " pieces but vocab_size is ",
         o.vocab_size));
   }
   return tokenizer;
@@ -376,12 +376,12 @@ absl::StatusOr<PrepSummary> PrepInto(const PrepOptions& o, const std::string& tm
                                      [&](const std::string& name) { holdout.See(name); }));
   const int64_t documents = summary.documents;
   if (documents == 0) {
-    return absl::InvalidArgumentError("--input: the inputs hold no text (empty corpus)");
+    return absl::InvalidArgumentError("inputs hold no text (empty corpus)");
   }
   holdout.Finish(documents);
   if (holdout.val() == documents) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--val-fraction ", o.val_fraction, " leaves no training document among ", documents));
+        "val_fraction ", o.val_fraction, " leaves no training document among ", documents));
   }
   bool brown = false;
   int64_t text_bytes = 0;
@@ -394,7 +394,7 @@ absl::StatusOr<PrepSummary> PrepInto(const PrepOptions& o, const std::string& tm
     for (const Source& s : sources) {
       if (!s.skipped && s.kind != SourceKind::kBrown) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "--input: ", s.name, " mixes plain text with the Brown corpus; prepare them apart"));
+            "inputs: ", s.name, " mixes plain text with the Brown corpus; prepare them apart"));
       }
     }
   }
@@ -432,24 +432,26 @@ absl::StatusOr<PrepSummary> PrepInto(const PrepOptions& o, const std::string& tm
 std::string PrepTmpPath(const std::string& out) { return absl::StrCat(out, ".tmp.", ::getpid()); }
 
 absl::StatusOr<PrepSummary> Prep(const PrepOptions& o) {
-  if (o.inputs.empty()) return absl::InvalidArgumentError("satdar prep: give at least one --input");
+  if (o.inputs.empty()) {
+    return absl::InvalidArgumentError("satdar prep: inputs is empty; give at least one input");
+  }
   if (o.tokenizer.empty() && o.vocab_size < 260) {
     return absl::InvalidArgumentError(
-        "satdar prep: give --vocab-size N (>= 260: byte fallback needs 256 pieces plus the "
-        "special ones) or an existing model with --tokenizer");
+        "satdar prep: give vocab_size N (>= 260: byte fallback needs 256 pieces plus the "
+        "special ones) or an existing model as tokenizer");
   }
   if (!(o.val_fraction >= 0 && o.val_fraction < 1)) {
-    return absl::InvalidArgumentError("satdar prep: --val-fraction must be in [0, 1)");
+    return absl::InvalidArgumentError("satdar prep: val_fraction must be in [0, 1)");
   }
   if (o.format != "auto" && o.format != "text" && o.format != "brown" && o.format != "jsonl") {
     return absl::InvalidArgumentError(absl::StrCat(
-        "satdar prep: --format must be auto, text, brown or jsonl, got '", o.format, "'"));
+        "satdar prep: format must be auto, text, brown or jsonl, got '", o.format, "'"));
   }
-  if (o.jsonl_key.empty()) return absl::InvalidArgumentError("satdar prep: --jsonl-key is empty");
+  if (o.jsonl_key.empty()) return absl::InvalidArgumentError("satdar prep: jsonl_key is empty");
   struct stat st;
   if (::stat(o.out.c_str(), &st) == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--out: ", o.out, " already exists; choose a new folder (prep never overwrites)"));
+        "out: ", o.out, " already exists; choose a new folder (prep never overwrites)"));
   }
   // Missing parent folders are created, as mkdir -p does (out/ on a fresh clone).
   std::string parent = o.out;
@@ -457,19 +459,19 @@ absl::StatusOr<PrepSummary> Prep(const PrepOptions& o) {
   const size_t slash = parent.rfind('/');
   parent = slash == std::string::npos ? "." : slash == 0 ? "/" : parent.substr(0, slash);
   if (absl::Status made = core::MakeDirs(parent); !made.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--out: ", made.message()));
+    return absl::InvalidArgumentError(absl::StrCat("out: ", made.message()));
   }
   TmpDir tmp(PrepTmpPath(o.out));
   if (::mkdir(tmp.path().c_str(), 0755) != 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--out: cannot create ", tmp.path(), ": ", std::strerror(errno)));
+        absl::StrCat("out: cannot create ", tmp.path(), ": ", std::strerror(errno)));
   }
   const auto start = std::chrono::steady_clock::now();
   SATDAR_ASSIGN_OR_RETURN(PrepSummary summary, PrepInto(o, tmp.path()));
   summary.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (::rename(tmp.path().c_str(), o.out.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("--out: cannot rename ", tmp.path(), " to ", o.out));
+    return absl::InternalError(absl::StrCat("out: cannot rename ", tmp.path(), " to ", o.out));
   }
   tmp.Commit();
   return summary;

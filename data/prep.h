@@ -26,7 +26,7 @@ namespace satdar::data {
 struct PrepOptions {
   std::vector<std::string> inputs;
   std::string out;
-  int vocab_size = 0;         // train a BPE tokenizer of this size (when no --tokenizer)
+  int vocab_size = 0;         // train a BPE tokenizer of this size (when tokenizer is empty)
   std::string tokenizer;      // an existing SentencePiece .model to use instead
   double val_fraction = 0.01;
   std::string format = "auto";  // auto | text | brown | jsonl

@@ -41,7 +41,7 @@ class ChunkReader {
     fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd_ < 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--input: cannot open ", path, ": ", std::strerror(errno)));
+          absl::StrCat("inputs: cannot open ", path, ": ", std::strerror(errno)));
     }
     return absl::OkStatus();
   }
@@ -68,7 +68,7 @@ class ChunkReader {
         }
         if (buf_.size() > kMaxJsonlLine) {
           return absl::InvalidArgumentError(absl::StrCat(
-              "--input: ", path_, " line ", lines_ + 1, " is longer than ", kMaxJsonlLine >> 20,
+              "inputs: ", path_, " line ", lines_ + 1, " is longer than ", kMaxJsonlLine >> 20,
               " MiB (one JSONL document per line)"));
         }
         from = buf_.size();
@@ -103,7 +103,7 @@ class ChunkReader {
       }
       if (n < 0) {
         return absl::InvalidArgumentError(
-            absl::StrCat("--input: cannot read ", path_, ": ", std::strerror(errno)));
+            absl::StrCat("inputs: cannot read ", path_, ": ", std::strerror(errno)));
       }
       buf_.resize(old + static_cast<size_t>(n));
       if (n == 0) eof_ = true;
@@ -121,7 +121,7 @@ class ChunkReader {
 // The document of one JSONL line, or an error naming the file and line.
 absl::Status JsonlDocument(const PrepOptions& o, const std::string& name, int64_t line_no,
                            absl::string_view line, std::string* doc) {
-  const std::string where = absl::StrCat("--input: ", name, " line ", line_no);
+  const std::string where = absl::StrCat("inputs: ", name, " line ", line_no);
   SATDAR_ASSIGN_OR_RETURN(nlohmann::json j, core::ParseJson(line, where));
   if (!j.is_object()) {
     return absl::InvalidArgumentError(
@@ -130,7 +130,7 @@ absl::Status JsonlDocument(const PrepOptions& o, const std::string& name, int64_
   const auto it = j.find(o.jsonl_key);
   if (it == j.end()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        where, ": the object has no \"", o.jsonl_key, "\" field (the text's key: --jsonl-key)"));
+        where, ": the object has no \"", o.jsonl_key, "\" field (the text's key: jsonl_key)"));
   }
   if (!it->is_string()) {
     return absl::InvalidArgumentError(
@@ -197,8 +197,8 @@ absl::Status Warn(const std::string& name, const std::string& why, PrepSummary* 
 absl::Status StrictRefusal(const Source& s, const FileScan& f) {
   auto refuse = [&](int64_t at, const char* what) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--input: ", s.name, " is not text: ", what, " at offset ", at,
-        " (--strict-utf8; binary files, or a prepared dataset without its manifest.json, "
+        "inputs: ", s.name, " is not text: ", what, " at offset ", at,
+        " (strict_utf8; binary files, or a prepared dataset without its manifest.json, "
         "cannot be read as text)"));
   };
   if (f.stats.first_nul >= 0) return refuse(f.stats.first_nul, "a NUL byte");
@@ -260,8 +260,8 @@ absl::StatusOr<std::vector<Source>> ListSources(const PrepOptions& o) {
     std::vector<std::string> names;
     bool brown = o.format == "brown";
     if (IsDir(input)) {
-      SATDAR_ASSIGN_OR_RETURN(std::vector<std::string> listed, ListFiles(input, "--input"));
-      SATDAR_RETURN_IF_ERROR(CheckNotPreparedDataset(input, listed, "--input"));
+      SATDAR_ASSIGN_OR_RETURN(std::vector<std::string> listed, ListFiles(input, "inputs"));
+      SATDAR_RETURN_IF_ERROR(CheckNotPreparedDataset(input, listed, "inputs"));
       if (o.format == "auto") brown = std::count(listed.begin(), listed.end(), "cats.txt") > 0;
       for (const std::string& n : listed) {
         if (!brown || IsBrownFile(n)) names.push_back(input + "/" + n);
@@ -273,12 +273,12 @@ absl::StatusOr<std::vector<Source>> ListSources(const PrepOptions& o) {
       struct stat st;
       if (::stat(name.c_str(), &st) != 0) {
         return absl::InvalidArgumentError(
-            absl::StrCat("--input: cannot read ", name, ": ", std::strerror(errno)));
+            absl::StrCat("inputs: cannot read ", name, ": ", std::strerror(errno)));
       }
       auto [it, inserted] = seen.emplace(std::make_pair(st.st_dev, st.st_ino), name);
       if (!inserted) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "--input: ", name, " is the same file as ", it->second,
+            "inputs: ", name, " is the same file as ", it->second,
             " (given twice, it would be trained on twice)"));
       }
       Source s;

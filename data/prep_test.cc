@@ -166,8 +166,8 @@ TEST(Prep, JsonlOneDocumentPerLine) {
   o.out = TestTmpDir("prep_jsonl") + "/ds2";
   auto bad = Prep(o);
   EXPECT_EQ(bad.status().message(),
-            "--input: " + in + "/corpus.jsonl line 1: the object has no \"text\" field (the "
-            "text's key: --jsonl-key)");
+            "inputs: " + in + "/corpus.jsonl line 1: the object has no \"text\" field (the "
+            "text's key: jsonl_key)");
   EXPECT_FALSE(Exists(o.out));
   struct Case {
     std::string line, error;

@@ -132,7 +132,7 @@ TrainMetrics::TrainMetrics(const std::string& job_id, int rank)
         {"mfu", "satdar_train_mfu_ratio", "Model FLOPs utilisation of the last step (0..1)"}}) {
     step_gauges_.push_back({key, gauges(name, help), nullptr});
   }
-  total_steps_ = gauge("satdar_train_total_steps", "The run's --steps");
+  total_steps_ = gauge("satdar_train_total_steps", "The run's total number of optimizer steps");
   peak_flops_ = gauge("satdar_train_peak_flops", "The peak FLOP/s per rank MFU divides by");
   // From the start of the process, so a run that never makes its first step also stalls.
   last_step_time_ = gauge("satdar_train_last_step_timestamp_seconds",

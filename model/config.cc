@@ -291,7 +291,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text,
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& path) {
   auto text = core::ReadFileToString(path, core::kMaxSmallFileBytes);
   if (!text.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--config: ", text.status().message()));
+    return absl::InvalidArgumentError(absl::StrCat("model config: ", text.status().message()));
   }
   return ParseModelConfig(*text, path);
 }

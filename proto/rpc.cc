@@ -89,12 +89,12 @@ int NoPassword(char*, int, int, void*) { return 0; }
 absl::StatusOr<TlsKeyPair> LoadTlsKeyPair(const std::string& cert_file,
                                           const std::string& key_file) {
   TlsKeyPair pair;
-  SATDAR_ASSIGN_OR_RETURN(pair.cert_pem, ReadPem("--tls-cert", cert_file));
-  SATDAR_ASSIGN_OR_RETURN(pair.key_pem, ReadPem("--tls-key", key_file));
+  SATDAR_ASSIGN_OR_RETURN(pair.cert_pem, ReadPem("tls_cert", cert_file));
+  SATDAR_ASSIGN_OR_RETURN(pair.key_pem, ReadPem("tls_key", key_file));
   auto cert = FirstCertificate(pair.cert_pem);
   if (cert == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--tls-cert: ", cert_file, " holds no PEM certificate (-----BEGIN CERTIFICATE-----)"));
+        "tls_cert: ", cert_file, " holds no PEM certificate (-----BEGIN CERTIFICATE-----)"));
   }
   auto bio = MemoryBio(pair.key_pem);
   std::unique_ptr<EVP_PKEY, KeyFree> key(
@@ -102,24 +102,24 @@ absl::StatusOr<TlsKeyPair> LoadTlsKeyPair(const std::string& cert_file,
   ERR_clear_error();
   if (key == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--tls-key: ", key_file,
+        "tls_key: ", key_file,
         " holds no unencrypted PEM private key (-----BEGIN PRIVATE KEY-----)"));
   }
   const bool match = X509_check_private_key(cert.get(), key.get()) == 1;
   ERR_clear_error();
   if (!match) {
-    return absl::InvalidArgumentError(absl::StrCat("--tls-key: ", key_file,
+    return absl::InvalidArgumentError(absl::StrCat("tls_key: ", key_file,
                                                    " is not the key of the certificate in ",
-                                                   cert_file, " (--tls-cert)"));
+                                                   cert_file, " (tls_cert)"));
   }
   return pair;
 }
 
 absl::StatusOr<std::string> LoadTlsRoots(const std::string& ca_file) {
-  SATDAR_ASSIGN_OR_RETURN(std::string pem, ReadPem("--tls-ca", ca_file));
+  SATDAR_ASSIGN_OR_RETURN(std::string pem, ReadPem("ca_file", ca_file));
   if (FirstCertificate(pem) == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--tls-ca: ", ca_file, " holds no PEM certificate (-----BEGIN CERTIFICATE-----)"));
+        "ca_file: ", ca_file, " holds no PEM certificate (-----BEGIN CERTIFICATE-----)"));
   }
   return pem;
 }
@@ -270,15 +270,15 @@ absl::Status ExplainUnavailable(const std::string& address, const ChannelOptions
   if (options.ca_file.empty() && probe == TlsProbe::kTls) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the coordinator at ", address,
-        " speaks TLS; give --tls-ca FILE (or $SATDAR_TLS_CA) with the PEM roots of its certificate"));
+        " speaks TLS; give a ca_file (or $SATDAR_TLS_CA) with the PEM roots of its certificate"));
   }
   if (!options.ca_file.empty() && probe == TlsProbe::kNotTls) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "the coordinator at ", address, " does not speak TLS; drop --tls-ca (and $SATDAR_TLS_CA)"));
+        "the coordinator at ", address, " does not speak TLS; drop ca_file (and $SATDAR_TLS_CA)"));
   }
   if (probe == TlsProbe::kUntrusted) {
     return absl::InvalidArgumentError(absl::StrCat("the coordinator at ", address,
-                                                   " presents a certificate that --tls-ca ",
+                                                   " presents a certificate that ca_file ",
                                                    options.ca_file, " does not verify (", why, ")"));
   }
   return status;

@@ -131,7 +131,7 @@ expect_fail train_no_data_dir "--data: cannot open folder /nonexistent" \
 mkdir -p text && echo "Some plain text, enough for a window or two of bytes." >text/a.txt
 expect_fail train_byte_vocab "byte-level text needs vocab_size >= 256" \
   "$SATDAR" train --config config.json --steps 1 --batch-size 2 --seq-len 8 --data text
-expect_fail train_cuda "--device cuda" \
+expect_fail train_cuda "satdar train: error: device cuda: " \
   "$SATDAR" train --config config.json --steps 1 --batch-size 2 --seq-len 8 --synthetic-data --device cuda
 expect_fail train_recompute_kind "flag --recompute must be none, selective or full, got 'partial'" \
   "$SATDAR" train --config config.json --steps 1 --batch-size 2 --seq-len 8 --synthetic-data --recompute partial

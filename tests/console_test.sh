@@ -49,7 +49,7 @@ expect_fail "--progress must be one of its choices" 2 "--progress" "${T[@]}" --p
 expect_fail "--job-id must be printable ASCII" 2 "--job-id must be 1 to 256 printable ASCII" \
   "${T[@]}" --job-id $'bad\nid'
 expect_fail "--peak-tflops must not be negative" 2 "--peak-tflops" "${T[@]}" --peak-tflops -1
-expect_fail "coordinator --http must be HOST:PORT" 2 "--http" coordinator --listen 127.0.0.1:0 \
+expect_fail "coordinator --http must be HOST:PORT" 2 "satdar coordinator: error: http 'nope' is not HOST:PORT" coordinator --listen 127.0.0.1:0 \
   --state-dir "$WORK/state" --http nope
 expect_fail "--metrics-listen must be HOST:PORT" 2 "--metrics-listen 'nope' is not HOST:PORT" \
   "${T[@]}" --metrics-listen nope

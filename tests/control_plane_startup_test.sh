@@ -89,19 +89,19 @@ A=$COORD
 A_ADDR=$ADDR
 A_PORT=${A_ADDR##*:}
 expect "a second coordinator on a served port: exit 2 naming it" 2 \
-  "satdar coordinator: error: --listen: $A_ADDR is already in use (another coordinator, or another program, serves it); give another port, or 0 for a free one" \
+  "satdar coordinator: error: listen: $A_ADDR is already in use (another coordinator, or another program, serves it); give another port, or 0 for a free one" \
   "$SATDAR" coordinator --listen "$A_ADDR" --state-dir s2 --quiet
 cmp -s raw.txt out.txt && [[ ! -e s2/state.db ]] &&
   ok "  ... before touching its state folder, and without gRPC's log of the failed bind" ||
   fail "port refusal: state.db created or gRPC noise: $(cat raw.txt)"
 # Also on the wildcard address of the same port (SO_REUSEPORT would have let it share).
 expect "a second coordinator on 0.0.0.0 of a served port: exit 2" 2 \
-  "satdar coordinator: error: --listen: 0.0.0.0:$A_PORT is already in use (another coordinator, or another program, serves it); give another port, or 0 for a free one" \
+  "satdar coordinator: error: listen: 0.0.0.0:$A_PORT is already in use (another coordinator, or another program, serves it); give another port, or 0 for a free one" \
   "$SATDAR" coordinator --listen "0.0.0.0:$A_PORT" --state-dir s2b --quiet --token-file client.token \
   --worker-token-file worker.token
 start=$(date +%s.%N)
 expect_prefix "a second coordinator on the same --state-dir: exit 2 naming the holder's pid" 2 \
-  "satdar coordinator: error: --state-dir: s1 is in use by another coordinator (pid $A on host " \
+  "satdar coordinator: error: state_dir: s1 is in use by another coordinator (pid $A on host " \
   "$SATDAR" coordinator --listen 127.0.0.1:0 --state-dir s1 --quiet
 elapsed=$(/usr/bin/python3 -c "import sys; print(float(sys.argv[2]) - float(sys.argv[1]))" "$start" "$(date +%s.%N)")
 /usr/bin/python3 -c "import sys; assert float(sys.argv[1]) < 4" "$elapsed" &&
@@ -134,11 +134,11 @@ mkdir -p s-empty s-missing s-foreign s-columns s-text s-appid
 for d in s-empty s-missing s-foreign s-columns s-text s-appid; do cp s1/coordinator.json "$d/"; done
 : >s-empty/state.db
 expect "0-byte state.db beside coordinator.json: exit 2" 2 \
-  "satdar coordinator: error: --state-dir: s-empty/state.db is empty (0 bytes), but s-empty/coordinator.json shows that a coordinator served from this folder: its jobs would be lost. Restore s-empty/state.db, or remove s-empty/coordinator.json to start with no jobs" \
+  "satdar coordinator: error: state_dir: s-empty/state.db is empty (0 bytes), but s-empty/coordinator.json shows that a coordinator served from this folder: its jobs would be lost. Restore s-empty/state.db, or remove s-empty/coordinator.json to start with no jobs" \
   "$SATDAR" coordinator --listen 127.0.0.1:0 --state-dir s-empty --quiet
 [[ ! -s s-empty/state.db ]] && ok "  ... and it stays empty (nothing created)" || fail "0-byte state.db was written"
 expect "deleted state.db beside coordinator.json: exit 2" 2 \
-  "satdar coordinator: error: --state-dir: s-missing/state.db is missing, but s-missing/coordinator.json shows that a coordinator served from this folder: its jobs would be lost. Restore s-missing/state.db, or remove s-missing/coordinator.json to start with no jobs" \
+  "satdar coordinator: error: state_dir: s-missing/state.db is missing, but s-missing/coordinator.json shows that a coordinator served from this folder: its jobs would be lost. Restore s-missing/state.db, or remove s-missing/coordinator.json to start with no jobs" \
   "$SATDAR" coordinator --listen 127.0.0.1:0 --state-dir s-missing --quiet
 [[ ! -e s-missing/state.db ]] && ok "  ... and none is created" || fail "a state.db was created"
 /usr/bin/python3 - <<'PY'
@@ -157,19 +157,19 @@ c.commit()
 PY
 sum_before=$(md5sum s-foreign/state.db s-columns/state.db s-appid/state.db)
 expect "a foreign SQLite file (another program's table): exit 2" 2 \
-  "satdar coordinator: error: --state-dir: s-foreign/state.db is not a satdar coordinator's state (it holds a table \"users\"); give a folder of its own to --state-dir" \
+  "satdar coordinator: error: state_dir: s-foreign/state.db is not a satdar coordinator's state (it holds a table \"users\"); give a folder of its own to state_dir" \
   "$SATDAR" coordinator --listen 127.0.0.1:0 --state-dir s-foreign --quiet
 expect "a foreign SQLite file (a jobs table of other columns): exit 2" 2 \
-  "satdar coordinator: error: --state-dir: s-columns/state.db is not a satdar coordinator's state (its table \"jobs\" has columns (id, spec), not (job_id, record)); give a folder of its own to --state-dir" \
+  "satdar coordinator: error: state_dir: s-columns/state.db is not a satdar coordinator's state (its table \"jobs\" has columns (id, spec), not (job_id, record)); give a folder of its own to state_dir" \
   "$SATDAR" coordinator --listen 127.0.0.1:0 --state-dir s-columns --quiet
 expect "a foreign SQLite file (another application id): exit 2" 2 \
-  "satdar coordinator: error: --state-dir: s-appid/state.db is not a satdar coordinator's state (its SQLite application id is 1234); give a folder of its own to --state-dir" \
+  "satdar coordinator: error: state_dir: s-appid/state.db is not a satdar coordinator's state (its SQLite application id is 1234); give a folder of its own to state_dir" \
   "$SATDAR" coordinator --listen 127.0.0.1:0 --state-dir s-appid --quiet
 [[ $(md5sum s-foreign/state.db s-columns/state.db s-appid/state.db) == "$sum_before" && ! -e s-foreign/state.db-wal ]] &&
   ok "  ... and the foreign files are not modified" || fail "a foreign file was modified"
 echo "not a database at all, but long enough to have a header line......................." >s-text/state.db
 expect "a state.db that is not SQLite: exit 2" 2 \
-  "satdar coordinator: error: --state-dir: s-text/state.db is not a satdar coordinator's state (not a SQLite database); give a folder of its own to --state-dir" \
+  "satdar coordinator: error: state_dir: s-text/state.db is not a satdar coordinator's state (not a SQLite database); give a folder of its own to state_dir" \
   "$SATDAR" coordinator --listen 127.0.0.1:0 --state-dir s-text --quiet
 # A satdar state of an earlier build (no application id, no series table) is still adopted,
 # beside its coordinator.json.
@@ -213,7 +213,7 @@ for _ in $(seq 1 300); do pgrep -f "job-id $JOB" >/dev/null && break; sleep 0.1;
 RANK=$(pgrep -f "job-id $JOB" | head -1)
 [[ -n $RANK ]] && ok "the first worker runs a rank (pid $RANK)" || fail "no rank started: $(tail -3 worker-first.log)"
 expect_prefix "a second worker on the same --work-dir: exit 2 naming the holder's pid" 2 \
-  "satdar worker: error: --work-dir: wA is in use by another worker (pid $W1 on host " \
+  "satdar worker: error: work_dir: wA is in use by another worker (pid $W1 on host " \
   "$SATDAR" worker --coordinator "$ADDR" --slots 1 --work-dir wA --shared-dir shared --name second --quiet
 sleep 0.5
 [[ -n $RANK ]] && kill -0 "$RANK" 2>/dev/null && kill -0 "$W1" 2>/dev/null &&
@@ -232,37 +232,37 @@ openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=other -keyout other.
 openssl rsa -in tls.key -aes256 -passout pass:secret -out encrypted.key >/dev/null 2>&1
 echo "this is not PEM" >garbage.pem
 expect "coordinator --tls-cert not PEM" 2 \
-  "satdar coordinator: error: --tls-cert: garbage.pem holds no PEM certificate (-----BEGIN CERTIFICATE-----)" \
+  "satdar coordinator: error: tls_cert: garbage.pem holds no PEM certificate (-----BEGIN CERTIFICATE-----)" \
   "$SATDAR" coordinator --listen 127.0.0.1:0 --state-dir s4 --tls-cert garbage.pem --tls-key tls.key --quiet
 expect "coordinator --tls-cert given the key" 2 \
-  "satdar coordinator: error: --tls-cert: tls.key holds no PEM certificate (-----BEGIN CERTIFICATE-----)" \
+  "satdar coordinator: error: tls_cert: tls.key holds no PEM certificate (-----BEGIN CERTIFICATE-----)" \
   "$SATDAR" coordinator --listen 127.0.0.1:0 --state-dir s4 --tls-cert tls.key --tls-key tls.key --quiet
 expect "coordinator --tls-key not PEM" 2 \
-  "satdar coordinator: error: --tls-key: garbage.pem holds no unencrypted PEM private key (-----BEGIN PRIVATE KEY-----)" \
+  "satdar coordinator: error: tls_key: garbage.pem holds no unencrypted PEM private key (-----BEGIN PRIVATE KEY-----)" \
   "$SATDAR" coordinator --listen 127.0.0.1:0 --state-dir s4 --tls-cert tls.crt --tls-key garbage.pem --quiet
 expect "coordinator --tls-key given the certificate" 2 \
-  "satdar coordinator: error: --tls-key: tls.crt holds no unencrypted PEM private key (-----BEGIN PRIVATE KEY-----)" \
+  "satdar coordinator: error: tls_key: tls.crt holds no unencrypted PEM private key (-----BEGIN PRIVATE KEY-----)" \
   "$SATDAR" coordinator --listen 127.0.0.1:0 --state-dir s4 --tls-cert tls.crt --tls-key tls.crt --quiet
 expect "coordinator --tls-key encrypted (refused, never prompted for)" 2 \
-  "satdar coordinator: error: --tls-key: encrypted.key holds no unencrypted PEM private key (-----BEGIN PRIVATE KEY-----)" \
+  "satdar coordinator: error: tls_key: encrypted.key holds no unencrypted PEM private key (-----BEGIN PRIVATE KEY-----)" \
   "$SATDAR" coordinator --listen 127.0.0.1:0 --state-dir s4 --tls-cert tls.crt --tls-key encrypted.key --quiet
 expect "coordinator --tls-key of another certificate" 2 \
-  "satdar coordinator: error: --tls-key: other.key is not the key of the certificate in tls.crt (--tls-cert)" \
+  "satdar coordinator: error: tls_key: other.key is not the key of the certificate in tls.crt (tls_cert)" \
   "$SATDAR" coordinator --listen 127.0.0.1:0 --state-dir s4 --tls-cert tls.crt --tls-key other.key --quiet
 expect "coordinator --tls-cert missing" 2 \
   "satdar coordinator: error: --tls-cert: cannot open missing.pem: No such file or directory" \
   "$SATDAR" coordinator --listen 127.0.0.1:0 --state-dir s4 --tls-cert missing.pem --tls-key tls.key --quiet
 expect "client --tls-ca not PEM (no 10 s connect timeout)" 2 \
-  "satdar jobs: error: --tls-ca: garbage.pem holds no PEM certificate (-----BEGIN CERTIFICATE-----)" \
+  "satdar jobs: error: ca_file: garbage.pem holds no PEM certificate (-----BEGIN CERTIFICATE-----)" \
   "$SATDAR" jobs --coordinator 127.0.0.1:1 --tls-ca garbage.pem
 expect "client --tls-ca missing" 2 \
-  "satdar status: error: --tls-ca: cannot open missing.pem: No such file or directory" \
+  "satdar status: error: ca_file: cannot open missing.pem: No such file or directory" \
   "$SATDAR" status job-1 --coordinator 127.0.0.1:1 --tls-ca missing.pem
 expect "client \$SATDAR_TLS_CA not PEM" 2 \
-  "satdar workers: error: --tls-ca: garbage.pem holds no PEM certificate (-----BEGIN CERTIFICATE-----)" \
+  "satdar workers: error: ca_file: garbage.pem holds no PEM certificate (-----BEGIN CERTIFICATE-----)" \
   env SATDAR_TLS_CA=garbage.pem "$SATDAR" workers --coordinator 127.0.0.1:1
 expect "worker --tls-ca not PEM" 2 \
-  "satdar worker: error: --tls-ca: garbage.pem holds no PEM certificate (-----BEGIN CERTIFICATE-----)" \
+  "satdar worker: error: ca_file: garbage.pem holds no PEM certificate (-----BEGIN CERTIFICATE-----)" \
   "$SATDAR" worker --coordinator 127.0.0.1:1 --slots 1 --work-dir wB --shared-dir shared --tls-ca garbage.pem --quiet
 
 echo "== TLS on one side only: said at once"
@@ -270,36 +270,36 @@ start_coordinator s5 --tls-cert tls.crt --tls-key tls.key
 TLS_ADDR=$ADDR
 SECONDS=0
 expect "plaintext client to a TLS coordinator: exit 2, says so" 2 \
-  "satdar jobs: error: the coordinator at $TLS_ADDR speaks TLS; give --tls-ca FILE (or \$SATDAR_TLS_CA) with the PEM roots of its certificate" \
+  "satdar jobs: error: the coordinator at $TLS_ADDR speaks TLS; give a ca_file (or \$SATDAR_TLS_CA) with the PEM roots of its certificate" \
   "$SATDAR" jobs --coordinator "$TLS_ADDR"
 [[ $SECONDS -le 8 ]] && ok "  ... within 8 s (${SECONDS} s, not 10 retries)" || fail "plaintext vs TLS took $SECONDS s"
 expect "plaintext logs to a TLS coordinator: exit 2, says so" 2 \
-  "satdar logs: error: the coordinator at $TLS_ADDR speaks TLS; give --tls-ca FILE (or \$SATDAR_TLS_CA) with the PEM roots of its certificate" \
+  "satdar logs: error: the coordinator at $TLS_ADDR speaks TLS; give a ca_file (or \$SATDAR_TLS_CA) with the PEM roots of its certificate" \
   "$SATDAR" logs job-1 --coordinator "$TLS_ADDR"
 expect "plaintext worker to a TLS coordinator: exit 2, says so" 2 \
-  "satdar worker: error: the coordinator at $TLS_ADDR speaks TLS; give --tls-ca FILE (or \$SATDAR_TLS_CA) with the PEM roots of its certificate" \
+  "satdar worker: error: the coordinator at $TLS_ADDR speaks TLS; give a ca_file (or \$SATDAR_TLS_CA) with the PEM roots of its certificate" \
   "$SATDAR" worker --coordinator "$TLS_ADDR" --slots 1 --work-dir wC --shared-dir shared --quiet
 "$SATDAR" jobs --coordinator "$TLS_ADDR" --tls-ca tls.crt --json >out.txt 2>&1 && [[ $(cat out.txt) == "[]" ]] &&
   ok "with --tls-ca the same client is served" || fail "TLS client: $(cat out.txt)"
 SECONDS=0
 expect "client whose --tls-ca did not sign the coordinator's certificate: exit 2, says so" 2 \
-  "satdar jobs: error: the coordinator at $TLS_ADDR presents a certificate that --tls-ca other.crt does not verify (self-signed certificate)" \
+  "satdar jobs: error: the coordinator at $TLS_ADDR presents a certificate that ca_file other.crt does not verify (self-signed certificate)" \
   "$SATDAR" jobs --coordinator "$TLS_ADDR" --tls-ca other.crt
 [[ $SECONDS -le 8 ]] && ok "  ... within 8 s (${SECONDS} s, not 10 retries)" || fail "untrusted took $SECONDS s"
 expect "worker whose --tls-ca did not sign the coordinator's certificate: exit 2" 2 \
-  "satdar worker: error: the coordinator at $TLS_ADDR presents a certificate that --tls-ca other.crt does not verify (self-signed certificate)" \
+  "satdar worker: error: the coordinator at $TLS_ADDR presents a certificate that ca_file other.crt does not verify (self-signed certificate)" \
   "$SATDAR" worker --coordinator "$TLS_ADDR" --slots 1 --work-dir wC --shared-dir shared --tls-ca other.crt --quiet
 # The certificate is for 127.0.0.1 (its subjectAltName): reached as localhost, it does not fit.
 LOCAL_ADDR="localhost:${TLS_ADDR##*:}"
 expect "client reaching the coordinator by a name its certificate lacks: exit 2" 2 \
-  "satdar jobs: error: the coordinator at $LOCAL_ADDR presents a certificate that --tls-ca tls.crt does not verify (it is not for localhost)" \
+  "satdar jobs: error: the coordinator at $LOCAL_ADDR presents a certificate that ca_file tls.crt does not verify (it is not for localhost)" \
   "$SATDAR" jobs --coordinator "$LOCAL_ADDR" --tls-ca tls.crt
 kill "$COORD"
 wait "$COORD" 2>/dev/null
 start_coordinator s6
 PLAIN_ADDR=$ADDR
 expect "TLS client to a plaintext coordinator: exit 2, says so" 2 \
-  "satdar jobs: error: the coordinator at $PLAIN_ADDR does not speak TLS; drop --tls-ca (and \$SATDAR_TLS_CA)" \
+  "satdar jobs: error: the coordinator at $PLAIN_ADDR does not speak TLS; drop ca_file (and \$SATDAR_TLS_CA)" \
   "$SATDAR" jobs --coordinator "$PLAIN_ADDR" --tls-ca tls.crt
 
 echo "== a worker's token problems: exit 3, as a client's"
@@ -307,7 +307,7 @@ kill "$COORD"
 wait "$COORD" 2>/dev/null
 start_coordinator s7 --token-file client.token --worker-token-file worker.token
 expect "worker without a token: exit 3" 3 \
-  "satdar worker: error: the coordinator refused to register this worker: this call needs a bearer token (--token-file)" \
+  "satdar worker: error: the coordinator refused to register this worker: this call needs a bearer token (the caller's token file)" \
   "$SATDAR" worker --coordinator "$ADDR" --slots 1 --work-dir wD --shared-dir shared --quiet
 expect "worker with a wrong token: exit 3" 3 \
   "satdar worker: error: the coordinator refused to register this worker: the token is not valid" \
@@ -319,7 +319,7 @@ expect "client with a wrong token: exit 3 (the same)" 3 \
   "satdar jobs: error: the token is not valid" \
   "$SATDAR" jobs --coordinator "$ADDR" --token-file wrong.token
 expect "worker with an unusable token file: exit 2" 2 \
-  "satdar worker: error: --token-file: token file short.token: a token must be 8 to 4096 characters, got 5" \
+  "satdar worker: error: token_file: token file short.token: a token must be 8 to 4096 characters, got 5" \
   "$SATDAR" worker --coordinator "$ADDR" --slots 1 --work-dir wD --shared-dir shared --token-file short.token --quiet
 kill "$COORD"
 wait "$COORD" 2>/dev/null
@@ -332,8 +332,8 @@ PIDS+=("$C8")
 for _ in $(seq 1 200); do [[ -s s8/coordinator.json ]] && break; sleep 0.05; done
 sed -E 's/^[0-9TZ:.-]+ //' s8/stderr.txt >s8/warnings.txt
 cat >want.txt <<'EOF'
-coordinator: warning: 0.0.0.0:0 is not a loopback address and there is no --token-file: anyone who reaches it can submit and cancel jobs
-coordinator: warning: 0.0.0.0:0 is not a loopback address and there is no --worker-token-file: anyone who reaches it can register a worker and take jobs' ranks
+coordinator: warning: 0.0.0.0:0 is not a loopback address and there is no client token: anyone who reaches it can submit and cancel jobs
+coordinator: warning: 0.0.0.0:0 is not a loopback address and there is no worker token: anyone who reaches it can register a worker and take jobs' ranks
 EOF
 diff -u want.txt s8/warnings.txt >/dev/null && ok "0.0.0.0 without tokens: both warnings (even with --quiet)" ||
   fail "warnings: $(cat s8/stderr.txt)"

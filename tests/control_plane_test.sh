@@ -126,7 +126,7 @@ bad unknown_train_flag 'train.colour: is not a satdar train flag' \
   '{"config": "sat.json", "train": {"steps": 1, "batch_size": 2, "seq_len": 8, "synthetic_data": true, "colour": 1}}'
 bad reserved_flag 'train.checkpoint_dir: is not allowed in a job spec (checkpoints live in <shared-dir>/jobs/<job_id>/' \
   '{"config": "sat.json", "train": {"steps": 1, "batch_size": 2, "seq_len": 8, "synthetic_data": true, "checkpoint_dir": "/tmp"}}'
-bad impossible_layout 'layout: --tp 3 does not divide config field "num_attention_heads"' \
+bad impossible_layout 'layout: layout.tp 3 does not divide config field "num_attention_heads"' \
   '{"config": "sat.json", "train": {"steps": 1, "batch_size": 2, "seq_len": 8, "synthetic_data": true}, "layout": {"tp": 3}}'
 bad data_outside_root 'train.data: "../elsewhere" must be a path inside' \
   '{"config": "sat.json", "train": {"steps": 1, "batch_size": 2, "seq_len": 8, "data": "../elsewhere"}}'
@@ -142,7 +142,7 @@ bad name_escape "job spec: name: holds the control character 0x1B at byte 0; a j
   '{"name": "\u001b[2J\u001b[Hforged", "config": "sat.json", "train": {"steps": 1, "batch_size": 2, "seq_len": 8, "synthetic_data": true}}'
 bad tls_ca_flag "job spec: train.tls_ca: is not allowed in a job spec (the worker sets it, or it is not a job's to set; a job may set batch_size, " \
   '{"config": "sat.json", "train": {"steps": 1, "batch_size": 2, "seq_len": 8, "synthetic_data": true, "tls_ca": "/etc/shadow"}}'
-bad init_from_flag "job spec: train.init_from: is not allowed in a job spec (its path would not be confined to the worker's --data-root" \
+bad init_from_flag "job spec: train.init_from: is not allowed in a job spec (its path would not be confined to the worker's data root" \
   '{"config": "sat.json", "train": {"steps": 1, "batch_size": 2, "seq_len": 8, "synthetic_data": true, "init_from": "/"}}'
 bad eval_every_synthetic "job spec: train.eval_every: validation needs a prepared dataset (train.data DIR written by satdar prep), whose held-out split it reads; train.synthetic_data has none" \
   '{"config": "sat.json", "train": {"steps": 1, "batch_size": 2, "seq_len": 8, "synthetic_data": true, "eval_every": 1}}'
@@ -168,14 +168,14 @@ done
 # is a GPU this machine has.
 timeout 20 "$SATDAR" worker --coordinator "$ADDR" --slots 1 --work-dir work-badhost \
   --shared-dir shared --host 'x;touch pwned' >out.txt 2>&1
-[[ $? -eq 2 ]] && grep -qF "satdar worker: error: --host 'x;touch pwned' is not a host name or an IP address" out.txt &&
+[[ $? -eq 2 ]] && grep -qF "satdar worker: error: host 'x;touch pwned' is not a host name or an IP address" out.txt &&
   ok "worker --host that is no host: exit 2 naming it" || fail "worker --host: $(cat out.txt)"
 if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
   timeout 20 "$SATDAR" worker --coordinator "$ADDR" --slots 1 --work-dir work-nogpu --shared-dir shared \
     --device cuda >out.txt 2>&1
   code=$?
-  [[ $code -eq 2 ]] && { grep -qF "satdar worker: error: --device cuda: no CUDA GPU is visible on this machine" out.txt ||
-                         grep -qF "satdar worker: error: --device cuda: this satdar was built without the CUDA toolkit" out.txt; } &&
+  [[ $code -eq 2 ]] && { grep -qF "satdar worker: error: device cuda: no CUDA GPU is visible on this machine" out.txt ||
+                         grep -qF "satdar worker: error: device cuda: this satdar was built without the CUDA toolkit" out.txt; } &&
     [[ $("$SATDAR" workers --coordinator "$ADDR" --json | grep -c '"device":"cuda"') -eq 0 ]] &&
     ok "worker --device cuda without a GPU: exit 2 before registering" ||
     fail "worker --device cuda without a GPU: exit $code $(cat out.txt)"
@@ -467,7 +467,7 @@ done
 grep -qF 'evil\x1b[2J\x0dforged' out.txt && ! grep -q $'[\e\r]' out.txt &&
   ok "workers prints a name's control characters escaped" || fail "workers table: $(cat -v out.txt)"
 timeout 20 "$SATDAR" jobs --coordinator "$ADDR" >out.txt 2>&1
-[[ $? -eq 2 ]] && grep -qF "speaks TLS; give --tls-ca" out.txt &&
+[[ $? -eq 2 ]] && grep -qF "speaks TLS; give a ca_file" out.txt &&
   ok "a plaintext client cannot talk to the TLS coordinator, and is told so (exit 2)" ||
   fail "plaintext vs TLS: $(cat out.txt)"
 echo "$passed passed, $failed failed"

@@ -102,7 +102,7 @@ expect_fail prep_empty_corpus "empty corpus" "$SATDAR" prep --input empty --out 
 [[ ! -e e ]] || fail "prep_empty_corpus left e"
 expect_fail prep_out_exists "ds already exists" "$SATDAR" prep --input brown --out ds --vocab-size 300
 expect_fail prep_no_vocab "give --vocab-size N" "$SATDAR" prep --input brown --out x
-expect_fail prep_tokenizer_mismatch "has 300 pieces but --vocab-size is 512" \
+expect_fail prep_tokenizer_mismatch "has 300 pieces but vocab_size is 512" \
   "$SATDAR" prep --input brown --out y --tokenizer ds/tokenizer.model --vocab-size 512
 [[ ! -e y ]] || fail "prep_tokenizer_mismatch left y"
 sed 's/"vocab_size": 320/"vocab_size": 256/' sat.json >small_vocab.json
@@ -110,16 +110,16 @@ expect_fail tokenizer_larger_than_config "the tokenizer has 300 tokens but the m
   "$SATDAR" train --config small_vocab.json --data ds --steps 1 --batch-size 2 --seq-len 8
 mkdir -p tiny && echo "a short text" >tiny/a.txt && echo "another short one" >tiny/b.txt
 "$SATDAR" prep --input tiny --out tinyds --tokenizer ds/tokenizer.model --val-fraction 0.01 --quiet >/dev/null
-expect_fail seq_len_longer_than_data "fewer than --seq-len + 1" \
+expect_fail seq_len_longer_than_data "fewer than seq_len + 1" \
   "$SATDAR" train --config sat.json --data tinyds --steps 1 --batch-size 2 --seq-len 60
-expect_fail seq_len_longer_than_val_split "fewer than --seq-len + 1" \
+expect_fail seq_len_longer_than_val_split "fewer than seq_len + 1" \
   "$SATDAR" eval --config sat.json --weights ck/ckpt_00000006.safetensors --data tinyds --seq-len 60
 expect_fail eval_every_without_dataset "validation needs a prepared dataset" \
   "$SATDAR" train --config sat.json --synthetic-data --steps 1 --batch-size 2 --seq-len 8 --eval-every 1
 expect_fail mqar_vocab "MQAR needs 401 token ids" \
   "$SATDAR" train --config sat.json --task mqar --mqar-keys 200 --mqar-values 200 --steps 1 \
   --batch-size 2 --seq-len 40
-expect_fail category_without_pos "needs --data DIR prepared from the tagged Brown corpus" \
+expect_fail category_without_pos "needs data_dir prepared from the tagged Brown corpus" \
   "$SATDAR" eval --config sat.json --weights ck/ckpt_00000006.safetensors --synthetic-data \
   --seq-len 8 --gate-by-category
 cp -r ds corrupt
@@ -154,10 +154,10 @@ raw[32:40] = struct.pack("<Q", checksum64(bytes(raw[64:])))
 open("badpos/train_00000.pos", "wb").write(raw)
 PY
 expect_fail pos_byte_outside_groups \
-  "satdar train: error: --data: badpos: train_00000.pos: byte 4 at offset 69 (token 5) is not a part-of-speech group (0 to 3)" \
+  "satdar train: error: data_dir: badpos: train_00000.pos: byte 4 at offset 69 (token 5) is not a part-of-speech group (0 to 3)" \
   "$SATDAR" train --config sat.json --data badpos --steps 1 --batch-size 2 --seq-len 8
 expect_fail pos_byte_outside_groups_eval \
-  "satdar eval: error: --data: badpos: train_00000.pos: byte 4 at offset 69 (token 5) is not a part-of-speech group (0 to 3)" \
+  "satdar eval: error: data_dir: badpos: train_00000.pos: byte 4 at offset 69 (token 5) is not a part-of-speech group (0 to 3)" \
   "$SATDAR" eval --config sat.json --weights ck/ckpt_00000006.safetensors --data badpos \
   --seq-len 16 --batch-size 2 --batches 2 --gate-by-category
 

@@ -78,7 +78,7 @@ expect_fail() {  # NAME MESSAGE CMD...
 }
 S=(train --config baseline.json --synthetic-data --steps 1 --seq-len 8 --batch-size 2)
 expect_fail dp_without_ranks "--dp 2 needs 2 ranks: run under mpirun -np 2" "$SATDAR" "${S[@]}" --dp 2
-expect_fail world_size_mismatch "the world has 2 ranks but --dp x --tp x --pp x --ep = dp=3" \
+expect_fail world_size_mismatch "the world has 2 ranks but mesh dp x tp x pp x ep = dp=3" \
   "${MPIRUN[@]}" -np 2 "$SATDAR" "${S[@]}" --dp 3
 expect_fail bad_launcher "flag --launcher must be mpi, gloo, slurm or threads" "$SATDAR" "${S[@]}" --launcher ssh
 expect_fail bad_zero "flag --zero must be 0 or 1, got '3'" "$SATDAR" "${S[@]}" --zero 3

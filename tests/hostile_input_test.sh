@@ -212,7 +212,7 @@ expect 2 resume_flipped_metadata 'checksum mismatch: the file is corrupted' \
   "$SATDAR" "${TR[@]}" --quiet --steps 6 --checkpoint-dir ck_meta --resume
 expect 2 resume_flipped_data 'checksum mismatch: the file is corrupted' \
   "$SATDAR" "${TR[@]}" --quiet --steps 6 --checkpoint-dir ck_data --resume
-expect 2 eval_corrupted_checkpoint '--weights: checkpoint meta_flip.safetensors: checksum mismatch' \
+expect 2 eval_corrupted_checkpoint 'satdar eval: error: weights: checkpoint meta_flip.safetensors: checksum mismatch' \
   "$SATDAR" eval --config config.json --weights meta_flip.safetensors --synthetic-data --seq-len 8
 expect 2 grad_corrupted_checkpoint '--weights: checkpoint data_flip.safetensors: checksum mismatch' \
   "$SATDAR" grad "${G[@]/weights.safetensors/data_flip.safetensors}" --out out.safetensors
@@ -224,7 +224,7 @@ expect 2 eval_checkpoint_of_other_config 'was written for a different model conf
 mkdir -p ck_renamed && cp ck/ckpt_00000004.safetensors ck_renamed/ckpt_00000009.safetensors
 expect 2 renamed_checkpoint 'its name says step 9 but it holds step 4' \
   "$SATDAR" "${TR[@]}" --quiet --steps 12 --checkpoint-dir ck_renamed --resume
-expect 2 fresh_run_into_used_folder 'already holds checkpoints (newest: ck/ckpt_00000004.safetensors); add --resume' \
+expect 2 fresh_run_into_used_folder 'already holds checkpoints (newest: ck/ckpt_00000004.safetensors); set resume' \
   "$SATDAR" "${TRQ[@]}" --checkpoint-dir ck --checkpoint-every 2
 [[ -f ck/ckpt_00000004.safetensors && -f ck/ckpt_00000002.safetensors ]] && ok refused_run_kept_checkpoints ||
   fail refused_run_kept_checkpoints
@@ -292,9 +292,9 @@ PY
 NOT_FINITE="weights must be finite numbers"
 expect 2 grad_nan_weights "satdar grad: error: --weights: nan_weights.safetensors: tensor 'model.norm.weight' holds NaN (element 3); $NOT_FINITE" \
   "$SATDAR" grad "${G[@]/weights.safetensors/nan_weights.safetensors}" --out out.safetensors
-expect 2 eval_nan_weights "satdar eval: error: --weights: nan_weights.safetensors: tensor 'model.norm.weight' holds NaN (element 3); $NOT_FINITE" \
+expect 2 eval_nan_weights "satdar eval: error: weights: nan_weights.safetensors: tensor 'model.norm.weight' holds NaN (element 3); $NOT_FINITE" \
   "$SATDAR" eval --config config.json --weights nan_weights.safetensors --synthetic-data --seq-len 8
-expect 2 eval_inf_checkpoint "satdar eval: error: --weights: inf_ckpt.safetensors: tensor 'model.norm.weight' holds Inf (element 3); $NOT_FINITE" \
+expect 2 eval_inf_checkpoint "satdar eval: error: weights: inf_ckpt.safetensors: tensor 'model.norm.weight' holds Inf (element 3); $NOT_FINITE" \
   "$SATDAR" eval --config config.json --weights inf_ckpt.safetensors --synthetic-data --seq-len 8
 expect 2 export_inf_checkpoint "satdar export: error: --checkpoint: inf_ckpt.safetensors: tensor 'model.norm.weight' holds Inf (element 3); $NOT_FINITE" \
   "$SATDAR" export --config config.json --checkpoint inf_ckpt.safetensors --out out.safetensors
@@ -367,8 +367,8 @@ for r in 0 1; do
 done
 wait "$pid0"; s0=$?; wait "$pid1"; s1=$?
 if [[ $s0 -eq 2 && $s1 -eq 2 ]] &&
-   grep -qF 'rank 1 was started with a different --seed than rank 0 (1 instead of 0)' seed0.txt &&
-   grep -qF 'rank 1 was started with a different --seed than rank 0' seed1.txt; then
+   grep -qF 'rank 1 was started with a different seed than rank 0 (1 instead of 0)' seed0.txt &&
+   grep -qF 'rank 1 was started with a different seed than rank 0' seed1.txt; then
   ok gloo_different_seed
 else
   fail "gloo_different_seed: exit $s0/$s1 $(cat seed0.txt seed1.txt)"
@@ -380,7 +380,7 @@ c=$WORK/config.json; [[ \$OMPI_COMM_WORLD_RANK == 1 ]] && c=$WORK/wider.json
 exec "$SATDAR" train --config "\$c" --synthetic-data --steps 2 --batch-size 2 --seq-len 8 --dp 2 --quiet
 EOF
 chmod +x mpi_rank_config.sh
-expect 2 mpi_different_config 'rank 1 was started with a different --config (model config) than rank 0' \
+expect 2 mpi_different_config 'rank 1 was started with a different model config than rank 0' \
   "${MPIRUN[@]}" -np 2 ./mpi_rank_config.sh
 
 echo "== 8. outputs"
@@ -409,7 +409,7 @@ expect 2 log_is_summary '--log-jsonl and --summary-json are the same file' \
   "$SATDAR" "${TRQ[@]}" --log-jsonl same.json --summary-json same.json
 # A write error on --log-jsonl (a full disk; here the file-size limit) fails the run with exit
 # code 1 and says so, instead of exit 0 with a truncated log.
-expect 1 log_write_error '--log-jsonl: cannot write full.jsonl: File too large' \
+expect 1 log_write_error 'log_jsonl: cannot write full.jsonl: File too large' \
   bash -c "trap '' XFSZ; ulimit -f 1 && exec '$SATDAR' train --config '$WORK/config.json' --synthetic-data --steps 50 --batch-size 2 --seq-len 8 --quiet --log-jsonl full.jsonl"
 
 echo "$passed passed, $failed failed"

@@ -70,15 +70,15 @@ expect2() {  # NAME TEXT ARGS...
     fail "$name (exit $c)"; cat out.txt; fi
 }
 expect2 "a changed --lr is named" \
-  "was written with --lr 0.001, this run has 0.002; resume with the same value" \
+  "was written with lr 0.001, this run has 0.002; resume with the same value" \
   "${T[@]}" "${B[@]}" "${S[@]}" --steps 12 --checkpoint-dir ck --resume --lr 2e-3
-expect2 "a changed global batch is named" "was written with --batch-size (the global batch" \
+expect2 "a changed global batch is named" "was written with batch_size (the global batch" \
   "${T[@]}" "${S[@]}" --steps 12 --checkpoint-dir ck --resume --batch-size 8
-expect2 "a changed --seed is named" "was written with --seed 5, this run has 6" \
+expect2 "a changed --seed is named" "was written with seed 5, this run has 6" \
   "${T[@]}" "${B[@]}" --steps 12 --checkpoint-dir ck --resume --seed 6
-expect2 "--steps below the checkpoint" "is at step 12, beyond --steps 5; give --steps 12 or more" \
+expect2 "--steps below the checkpoint" "is at step 12, beyond steps 5; give steps 12 or more" \
   "${T[@]}" "${B[@]}" "${S[@]}" --steps 5 --checkpoint-dir ck --resume
-expect2 "a changed --warmup-steps is named" "was written with --warmup-steps 0, this run has 2" \
+expect2 "a changed --warmup-steps is named" "was written with warmup_steps 0, this run has 2" \
   "${T[@]}" "${B[@]}" "${S[@]}" --steps 12 --checkpoint-dir ck --resume --warmup-steps 2
 # The same total again: the finished run trains nothing.
 "$SATDAR" "${T[@]}" "${B[@]}" "${S[@]}" --steps 12 --checkpoint-dir ck --resume >out.txt 2>&1 \
@@ -115,15 +115,15 @@ else fail "init-from"; cat ft1.txt; fi
   && ok "the fine-tuning run checkpoints its own steps" || { fail "fine-tune checkpoints"; ls ck_ft; }
 # Its resume continues its own checkpoint, not the --init-from one.
 "$SATDAR" "${F[@]}" --steps 6 --init-from ck_tp --checkpoint-dir ck_ft --resume >ft3.txt 2>&1
-grep -q "resume: --init-from ck_tp is not used: the run continues its own checkpoint" ft3.txt \
+grep -q "resume: init_from ck_tp is not used: the run continues its own checkpoint" ft3.txt \
   && ok "--resume wins over --init-from" || { fail "resume over init-from"; cat ft3.txt; }
 sed 's/"hidden_size": 32/"hidden_size": 16/' config.json >small.json
 expect2 "--init-from of another model is refused" \
-  '--init-from: checkpoint ck_tp/ckpt_00000003/shard-tp0-pp0-ep0.safetensors' \
+  'init_from: checkpoint ck_tp/ckpt_00000003/shard-tp0-pp0-ep0.safetensors' \
   train --config small.json --synthetic-data --batch-size 4 --seq-len 16 --steps 2 --init-from ck_tp
 mkdir -p empty
 expect2 "--init-from a folder without checkpoints" \
-  "--init-from: empty holds no checkpoint" "${F[@]}" --steps 2 --init-from empty
+  "init_from: empty holds no checkpoint" "${F[@]}" --steps 2 --init-from empty
 expect2 "--init-from a missing path" "--init-from: cannot open nope" "${F[@]}" --steps 2 --init-from nope
 
 echo "$passed passed, $failed failed"

@@ -507,15 +507,15 @@ absl::Status Agent::Run(const std::atomic<bool>* stop) {
 
 absl::Status RunWorker(const AgentOptions& options, const std::atomic<bool>* stop) {
   AgentOptions o = options;
-  SATDAR_RETURN_IF_ERROR(rpc::CheckAddress(o.coordinator, "--coordinator"));
+  SATDAR_RETURN_IF_ERROR(rpc::CheckAddress(o.coordinator, "coordinator"));
   if (o.slots < 1 || o.slots > 4096) {
-    return absl::InvalidArgumentError("--slots must be in [1, 4096]");
+    return absl::InvalidArgumentError("slots must be in [1, 4096]");
   }
   if (o.device != "cpu" && o.device != "cuda") {
-    return absl::InvalidArgumentError("--device must be cpu or cuda");
+    return absl::InvalidArgumentError("device must be cpu or cuda");
   }
   // What the worker registers must be true: ranks listen on --host, and a cuda slot is a GPU.
-  SATDAR_RETURN_IF_ERROR(core::CheckHost(o.host, "satdar worker: --host"));
+  SATDAR_RETURN_IF_ERROR(core::CheckHost(o.host, "satdar worker: host"));
   if (o.device == "cuda") {
     core::Device gpu;
     gpu.type = core::DeviceType::kCuda;
@@ -524,32 +524,32 @@ absl::Status RunWorker(const AgentOptions& options, const std::atomic<bool>* sto
     }
     if (o.slots > core::CudaDeviceCount()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "satdar worker: --slots ", o.slots, " with --device cuda: this machine has ",
+          "satdar worker: slots ", o.slots, " with device cuda: this machine has ",
           core::CudaDeviceCount(), " GPU(s) (a cuda slot is a GPU)"));
     }
   }
   if (absl::Status s = core::MakeDirs(o.work_dir); !s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--work-dir: ", s.message()));
+    return absl::InvalidArgumentError(absl::StrCat("work_dir: ", s.message()));
   }
   // One worker per work folder: a second one would take the first one's ranks for orphans of
   // its own previous life and kill them (KillOrphans). Held until this function returns.
   std::string lock_note;
   SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<core::FolderLock> work_dir_lock,
-                          core::FolderLock::Acquire(o.work_dir, "worker.lock", "--work-dir",
+                          core::FolderLock::Acquire(o.work_dir, "worker.lock", "work_dir",
                                                     "worker", &lock_note));
   if (!lock_note.empty()) std::fprintf(stderr, "worker: warning: %s\n", lock_note.c_str());
   if (absl::Status s = core::MakeDirs(o.shared_dir); !s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--shared-dir: ", s.message()));
+    return absl::InvalidArgumentError(absl::StrCat("shared_dir: ", s.message()));
   }
   if (!o.data_root.empty()) {
     if (absl::Status s = core::CheckFolder(o.data_root); !s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("--data-root: ", s.message()));
+      return absl::InvalidArgumentError(absl::StrCat("data_root: ", s.message()));
     }
   }
   std::string token;
   if (!o.token_file.empty()) {
     auto t = rpc::ReadTokenFile(o.token_file);
-    if (!t.ok()) return absl::InvalidArgumentError(absl::StrCat("--token-file: ", t.status().message()));
+    if (!t.ok()) return absl::InvalidArgumentError(absl::StrCat("token_file: ", t.status().message()));
     token = *t;
   }
   if (o.name.empty()) {

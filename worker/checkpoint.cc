@@ -104,7 +104,7 @@ namespace {
 absl::Status MakeDir(const std::string& dir) {
   if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--checkpoint-dir: cannot create folder ", dir));
+        absl::StrCat("checkpoint directory: cannot create folder ", dir));
   }
   return absl::OkStatus();
 }
@@ -492,9 +492,9 @@ absl::StatusOr<CheckpointInfo> LoadCheckpoint(const std::string& path,
 absl::StatusOr<ResumePlan> CheckResume(const CheckpointInfo& info, const std::string& path,
                                        const std::string& trainer_json, uint64_t seed,
                                        bool warmup_given) {
-  const std::string where = absl::StrCat("--resume: checkpoint ", path);
+  const std::string where = absl::StrCat("resume: checkpoint ", path);
   if (info.seed != seed) {
-    return absl::InvalidArgumentError(absl::StrCat(where, " was written with --seed ", info.seed,
+    return absl::InvalidArgumentError(absl::StrCat(where, " was written with seed ", info.seed,
                                                    ", this run has ", seed,
                                                    "; resume with the same value"));
   }
@@ -502,25 +502,25 @@ absl::StatusOr<ResumePlan> CheckResume(const CheckpointInfo& info, const std::st
   const nlohmann::json mine = nlohmann::json::parse(trainer_json, nullptr, false);
   if (!stored.is_object() || !mine.is_object() || !stored.contains("steps") ||
       !stored.contains("warmup_steps")) {
-    return absl::InvalidArgumentError(absl::StrCat(where, " holds unreadable training flags (",
+    return absl::InvalidArgumentError(absl::StrCat(where, " holds unreadable training options (",
                                                    info.trainer_json, ")"));
   }
   // Each stored field and the flag that sets it.
   static const std::pair<const char*, const char*> kFlags[] = {
-      {"steps", "--steps"},
-      {"global_batch_size", "--batch-size (the global batch: --batch-size x --dp x --ep)"},
-      {"seq_len", "--seq-len"},
-      {"lr", "--lr"},
-      {"min_lr_ratio", "--min-lr-ratio"},
-      {"warmup_steps", "--warmup-steps"},
-      {"weight_decay", "--weight-decay"},
-      {"beta1", "--beta1"},
-      {"beta2", "--beta2"},
-      {"eps", "--eps"},
-      {"grad_clip", "--grad-clip"},
-      {"synthetic_data", "--synthetic-data"},
-      {"data_dir", "--data"},
-      {"task", "--task"}};
+      {"steps", "steps"},
+      {"global_batch_size", "batch_size (the global batch: batch_size x dp x ep)"},
+      {"seq_len", "seq_len"},
+      {"lr", "lr"},
+      {"min_lr_ratio", "min_lr_ratio"},
+      {"warmup_steps", "warmup_steps"},
+      {"weight_decay", "weight_decay"},
+      {"beta1", "beta1"},
+      {"beta2", "beta2"},
+      {"eps", "eps"},
+      {"grad_clip", "grad_clip"},
+      {"synthetic_data", "synthetic_data"},
+      {"data_dir", "data_dir"},
+      {"task", "task"}};
   ResumePlan plan;
   plan.warmup_steps = stored["warmup_steps"].is_number_integer()
                           ? stored["warmup_steps"].get<int64_t>()
@@ -534,8 +534,8 @@ absl::StatusOr<ResumePlan> CheckResume(const CheckpointInfo& info, const std::st
     if (std::string(key) == "steps") {
       if (steps < info.step) {
         return absl::InvalidArgumentError(absl::StrCat(
-            where, " is at step ", info.step, ", beyond --steps ", steps,
-            "; give --steps ", info.step, " or more to continue it"));
+            where, " is at step ", info.step, ", beyond steps ", steps,
+            "; give steps ", info.step, " or more to continue it"));
       }
       continue;
     }
@@ -546,7 +546,7 @@ absl::StatusOr<ResumePlan> CheckResume(const CheckpointInfo& info, const std::st
     };
     return absl::InvalidArgumentError(absl::StrCat(
         where, " was written with ", flag, " ", show(stored, a), ", this run has ", show(mine, b),
-        "; resume with the same value (or start a new run from its weights with --init-from)"));
+        "; resume with the same value (or start a new run from its weights with init_from)"));
   }
   if (warmup_given) plan.warmup_steps = mine["warmup_steps"].get<int64_t>();
   if (new_total) {

@@ -118,7 +118,7 @@ absl::StatusOr<std::unique_ptr<CheckpointDirLock>> CheckpointDirLock::Acquire(
     if (!latest.empty()) {
       return absl::AlreadyExistsError(absl::StrCat(
           "checkpoint folder ", dir, " already holds checkpoints (newest: ", latest,
-          "); add --resume to continue that run, or give an empty folder"));
+          "); set resume to continue that run, or give an empty folder"));
     }
   }
   return lock;

@@ -47,7 +47,7 @@ TEST(CheckpointDirLock, RemovesStaleTemporariesAndRefusesAFreshRunIntoUsedFolder
   ASSERT_FALSE(fresh.ok());
   EXPECT_EQ(fresh.status().code(), absl::StatusCode::kAlreadyExists);
   EXPECT_NE(fresh.status().message().find("already holds checkpoints (newest: " + dir +
-                                          "/ckpt_00000006.safetensors); add --resume"),
+                                          "/ckpt_00000006.safetensors); set resume"),
             std::string::npos)
       << fresh.status();
   EXPECT_TRUE(CheckpointDirLock::Acquire(dir, true, nullptr).ok());

@@ -88,6 +88,11 @@ absl::Status RunPrep(const std::vector<std::string>& args) {
     o.vocab_size = static_cast<int>(v);
   }
   o.tokenizer = flags.Get("--tokenizer");
+  if (o.tokenizer.empty() && o.vocab_size < 260) {  // data::Prep's check, in flags
+    return absl::InvalidArgumentError(
+        "give --vocab-size N (>= 260: byte fallback needs 256 pieces plus the special ones) or "
+        "an existing model as --tokenizer");
+  }
   SATDAR_ASSIGN_OR_RETURN(o.val_fraction, flags.GetDouble("--val-fraction", 0.0, true, 1.0));
   o.format = flags.Get("--format");
   o.jsonl_key = flags.Get("--jsonl-key");

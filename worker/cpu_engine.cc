@@ -75,7 +75,7 @@ class CpuEngine : public StepEngine {
     }
     if (activation_estimate_ >= 0) {
       absl::StrAppend(&s, "\nactivations: about ", model::FormatBytes(activation_estimate_),
-                      " per rank (--recompute ", model::Name(o_.recompute), ")");
+                      " per rank (recompute ", model::Name(o_.recompute), ")");
     }
     return s;
   }

@@ -28,12 +28,12 @@ absl::StatusOr<nlohmann::json> EvaluateTyped(const EvalOptions& o) {
   SATDAR_ASSIGN_OR_RETURN(auto model, model::CreateModel<T>(o.config, &pool));
   if (ablation != model::GateAblation::kNone && o.config.value_residual != model::ValueResidualKind::kSatFormer) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--gate-ablation: the config has value_residual \"", model::Name(o.config.value_residual),
+        "gate_ablation: the config has value_residual \"", model::Name(o.config.value_residual),
         "\"; gates exist only with \"satformer\""));
   }
   std::vector<T> params;
   std::vector<bool> present;
-  SATDAR_RETURN_IF_ERROR(LoadWeights<T>("--weights", o.weights, model->params(),
+  SATDAR_RETURN_IF_ERROR(LoadWeights<T>("weights", o.weights, model->params(),
                                         model::ModelConfigToJson(o.config), &params, &present));
   // Held-out data: a dataset's validation split, MQAR, or windows of raw text / synthetic
   // tokens that training never reads.
@@ -49,25 +49,25 @@ absl::StatusOr<nlohmann::json> EvaluateTyped(const EvalOptions& o) {
   } else if (!o.synthetic_data && data::Dataset::IsDataset(o.data_dir)) {
     SATDAR_ASSIGN_OR_RETURN(dataset, data::Dataset::Open(o.data_dir, o.config.vocab_size));
     SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<data::DatasetBatches> v,
-                            data::OpenValidation(dataset, o.seq_len, o.seed, "--data"));
+                            data::OpenValidation(dataset, o.seq_len, o.seed, "data_dir"));
     val = v.get();
     source = std::move(v);
   } else {
     SATDAR_ASSIGN_OR_RETURN(source, data::OpenBatchSource({o.synthetic_data, o.data_dir,
                                                            o.data_format, o.seed,
                                                            o.config.vocab_size, o.seq_len,
-                                                           "--data", "--seq-len"},
+                                                           "data_dir", "seq_len"},
                                                           nullptr));
   }
   if (o.gate_by_category) {
     if (o.config.value_residual != model::ValueResidualKind::kSatFormer) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--gate-by-category: the config has value_residual \"", model::Name(o.config.value_residual),
+          "gate_by_category: the config has value_residual \"", model::Name(o.config.value_residual),
           "\"; gates exist only with \"satformer\""));
     }
     if (dataset == nullptr || !dataset->has_pos()) {
       return absl::InvalidArgumentError(
-          "--gate-by-category: needs --data DIR prepared from the tagged Brown corpus (its "
+          "gate_by_category: needs data_dir prepared from the tagged Brown corpus (its "
           "part-of-speech sidecars)");
     }
   }

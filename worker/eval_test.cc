@@ -188,7 +188,7 @@ TEST(Eval, WeightsThatAreNotFiniteAreRefused) {
   ASSERT_FALSE(first_gate.empty());
   auto r = Evaluate(Options(path));
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(r.status().message(), "--weights: " + path + ": tensor '" + first_gate +
+  EXPECT_EQ(r.status().message(), "weights: " + path + ": tensor '" + first_gate +
                                       "' holds NaN (element 0); weights must be finite numbers");
 }
 

@@ -8,7 +8,7 @@ absl::StatusOr<int64_t> DropJsonlStepsAfter(const std::string& path, int64_t ste
   if (core::PathKind(path) == "missing") return 0;
   auto text = core::ReadFileToString(path, core::kNoSizeLimit);
   if (!text.ok()) {
-    return absl::Status(text.status().code(), absl::StrCat("--log-jsonl: ", text.status().message()));
+    return absl::Status(text.status().code(), absl::StrCat("log_jsonl: ", text.status().message()));
   }
   std::string kept;
   kept.reserve(text->size());
@@ -37,7 +37,7 @@ absl::StatusOr<int64_t> DropJsonlStepsAfter(const std::string& path, int64_t ste
   }
   if (dropped == 0) return 0;
   if (absl::Status s = core::WriteFileAtomically(path, kept); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat("--log-jsonl: ", s.message()));
+    return absl::Status(s.code(), absl::StrCat("log_jsonl: ", s.message()));
   }
   return dropped;
 }

@@ -35,7 +35,7 @@ class JsonlWriter {
     file_ = std::fopen(path.c_str(), "a");
     if (file_ == nullptr) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--log-jsonl: cannot open ", path, ": ", std::strerror(errno)));
+          absl::StrCat("log_jsonl: cannot open ", path, ": ", std::strerror(errno)));
     }
     return absl::OkStatus();
   }
@@ -46,7 +46,7 @@ class JsonlWriter {
     if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() ||
         std::fflush(file_) != 0) {
       return absl::InternalError(
-          absl::StrCat("--log-jsonl: cannot write ", path_, ": ", std::strerror(errno)));
+          absl::StrCat("log_jsonl: cannot write ", path_, ": ", std::strerror(errno)));
     }
     return absl::OkStatus();
   }

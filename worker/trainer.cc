@@ -166,8 +166,8 @@ absl::Status TrainRun::Setup() {
 absl::Status TrainRun::HoldOutputs() {
   absl::Status ready;
   if (g_.rank == 0) {
-    ready = CheckOutput("--log-jsonl", o_.log_jsonl, false, {});
-    if (ready.ok()) ready = CheckOutput("--summary-json", o_.summary_json, false, {});
+    ready = CheckOutput("log_jsonl", o_.log_jsonl, false, {});
+    if (ready.ok()) ready = CheckOutput("summary_json", o_.summary_json, false, {});
     if (ready.ok() && !o_.checkpoint_dir.empty()) {
       std::string note;
       auto acquired = CheckpointDirLock::Acquire(o_.checkpoint_dir, o_.resume, &note,
@@ -203,7 +203,7 @@ absl::Status TrainRun::Resume() {
                 static_cast<long long>(start_step_), static_cast<long long>(first_sample_));
     if (!plan.note.empty()) std::printf("resume: %s\n", plan.note.c_str());
     if (!o_.init_from.empty()) {
-      std::printf("resume: --init-from %s is not used: the run continues its own checkpoint\n",
+      std::printf("resume: init_from %s is not used: the run continues its own checkpoint\n",
                   o_.init_from.c_str());
     }
   }
@@ -221,7 +221,7 @@ absl::Status TrainRun::InitFrom() {
     SATDAR_ASSIGN_OR_RETURN(path, FindLatestCheckpoint(o_.init_from));
     if (path.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--init-from: ", o_.init_from, " holds no checkpoint (ckpt_<step>.safetensors or "
+          "init_from: ", o_.init_from, " holds no checkpoint (ckpt_<step>.safetensors or "
           "ckpt_<step>/)"));
     }
   }
@@ -229,8 +229,8 @@ absl::Status TrainRun::InitFrom() {
   if (!info.ok()) {
     const std::string message(info.status().message());
     return absl::Status(info.status().code(),
-                        message.rfind("--init-from", 0) == 0 ? message
-                                                             : absl::StrCat("--init-from: ", message));
+                        message.rfind("init_from", 0) == 0 ? message
+                                                           : absl::StrCat("init_from: ", message));
   }
   if (!o_.quiet) {
     std::printf("init: weights from %s (step %lld of its run); optimizer moments fresh, starting "
@@ -266,7 +266,8 @@ absl::Status TrainRun::Step(int64_t step) {
   times.forward_backward = since(t1);
   engine_->TakeCommWait(&times.fb_comm_wait, &times.fb_pipeline_wait);
   if (!std::isfinite(loss)) {
-    return absl::InternalError(absl::StrCat("loss is ", loss, "; lower --lr or check the data"));
+    return absl::InternalError(
+        absl::StrCat("loss is ", loss, "; lower lr (the learning rate) or check the data"));
   }
   const auto t2 = Clock::now();
   SATDAR_ASSIGN_OR_RETURN(const double grad_norm, engine_->GradNorm());
@@ -353,7 +354,7 @@ absl::StatusOr<TrainSummary> TrainRun::Finish() {
   engine_->AddToSummary(summary_.tokens_per_second, &j, &summary_);
   if (!o_.summary_json.empty()) {
     absl::Status s = core::WriteFileAtomically(o_.summary_json, j.dump(2) + "\n");
-    if (!s.ok()) return absl::Status(s.code(), absl::StrCat("--summary-json: ", s.message()));
+    if (!s.ok()) return absl::Status(s.code(), absl::StrCat("summary_json: ", s.message()));
   }
   return summary_;
 }
@@ -362,42 +363,42 @@ absl::StatusOr<TrainSummary> TrainRun::Finish() {
 
 Fingerprint RunFingerprint(const TrainOptions& o) {
   auto num = [](double v) { return absl::StrFormat("%.17g", v); };
-  return {{"--config (model config)", model::ModelConfigToJson(o.config)},
-          {"--seed", std::to_string(o.seed)},
-          {"--steps", std::to_string(o.steps)},
-          {"--batch-size", std::to_string(o.batch_size)},
-          {"--seq-len", std::to_string(o.seq_len)},
-          {"--microbatches", std::to_string(o.microbatches)},
-          {"--device", o.gpu.enabled ? "cuda" : "cpu"},
-          {"--gpu-comm", o.gpu.enabled && o.mesh.size() > 1 ? o.gpu.world_kind : "none"},
-          {"--recompute", model::Name(o.recompute)},
-          {"--dtype", o.f64 ? "f64"
+  return {{"model config", model::ModelConfigToJson(o.config)},
+          {"seed", std::to_string(o.seed)},
+          {"steps", std::to_string(o.steps)},
+          {"batch_size", std::to_string(o.batch_size)},
+          {"seq_len", std::to_string(o.seq_len)},
+          {"microbatches", std::to_string(o.microbatches)},
+          {"device", o.gpu.enabled ? "cuda" : "cpu"},
+          {"GPU communicator", o.gpu.enabled && o.mesh.size() > 1 ? o.gpu.world_kind : "none"},
+          {"recompute", model::Name(o.recompute)},
+          {"dtype", o.f64 ? "f64"
                       : o.gpu.enabled && o.gpu.compute == core::DType::kBF16 ? "bf16"
                                                                             : "f32"},
-          {"--dp/--tp/--pp/--ep", o.mesh.ToString()},
-          {"--zero", std::to_string(o.zero_stage)},
-          {"--vocab-multiple", std::to_string(o.vocab_multiple)},
-          {"--sequence-parallel", o.sequence_parallel ? "true" : "false"},
-          {"--virtual-stages", std::to_string(o.virtual_stages)},
-          {"--lr", num(o.lr)},
-          {"--min-lr-ratio", num(o.min_lr_ratio)},
-          {"--warmup-steps", std::to_string(o.warmup_steps)},
-          {"--weight-decay", num(o.weight_decay)},
-          {"--beta1", num(o.beta1)},
-          {"--beta2", num(o.beta2)},
-          {"--eps", num(o.eps)},
-          {"--grad-clip", num(o.grad_clip)},
+          {"mesh (dp/tp/pp/ep)", o.mesh.ToString()},
+          {"zero_stage", std::to_string(o.zero_stage)},
+          {"vocab_multiple", std::to_string(o.vocab_multiple)},
+          {"sequence_parallel", o.sequence_parallel ? "true" : "false"},
+          {"virtual_stages", std::to_string(o.virtual_stages)},
+          {"lr", num(o.lr)},
+          {"min_lr_ratio", num(o.min_lr_ratio)},
+          {"warmup_steps", std::to_string(o.warmup_steps)},
+          {"weight_decay", num(o.weight_decay)},
+          {"beta1", num(o.beta1)},
+          {"beta2", num(o.beta2)},
+          {"eps", num(o.eps)},
+          {"grad_clip", num(o.grad_clip)},
           // What the data is, not where: nodes may mount it at different paths.
-          {"--data", o.synthetic_data ? "synthetic" : o.data_dir.empty() ? "none" : "a folder"},
-          {"--data-format", o.data_format},
-          {"--task", o.mqar.has_value() ? absl::StrCat("mqar ", o.mqar->keys, "/", o.mqar->values, "/", o.mqar->pairs, "/", o.mqar->queries) : "lm"},
-          {"--eval-every", absl::StrCat(o.eval_every, "/", o.eval_batches)},
-          {"--stats-every", std::to_string(o.stats_every)},
-          {"--checkpoint-dir", o.checkpoint_dir.empty() ? "none" : "a folder"},
-          {"--checkpoint-every", absl::StrCat(o.checkpoint_every, "/", o.keep_checkpoints)},
-          {"--resume", o.resume ? "true" : "false"},
-          {"--init-from", o.init_from.empty() ? "none" : "a checkpoint"},
-          {"--comm-timeout", std::to_string(o.comm_timeout_seconds)}};
+          {"data", o.synthetic_data ? "synthetic" : o.data_dir.empty() ? "none" : "a folder"},
+          {"data_format", o.data_format},
+          {"task", o.mqar.has_value() ? absl::StrCat("mqar ", o.mqar->keys, "/", o.mqar->values, "/", o.mqar->pairs, "/", o.mqar->queries) : "lm"},
+          {"eval_every/eval_batches", absl::StrCat(o.eval_every, "/", o.eval_batches)},
+          {"stats_every", std::to_string(o.stats_every)},
+          {"checkpoint_dir", o.checkpoint_dir.empty() ? "none" : "a folder"},
+          {"checkpoint_every/keep_checkpoints", absl::StrCat(o.checkpoint_every, "/", o.keep_checkpoints)},
+          {"resume", o.resume ? "true" : "false"},
+          {"init_from", o.init_from.empty() ? "none" : "a checkpoint"},
+          {"comm_timeout_seconds", std::to_string(o.comm_timeout_seconds)}};
 }
 
 // Hyperparameters that must be the same for a resumed run to continue the same trajectory.
@@ -432,12 +433,12 @@ core::AdamWParams AdamWStep(const TrainOptions& o, int64_t step, double grad_nor
 absl::StatusOr<std::unique_ptr<data::BatchSource>> OpenEvalData(const TrainOptions& o) {
   if (o.synthetic_data || o.mqar.has_value() || !data::Dataset::IsDataset(o.data_dir)) {
     return absl::InvalidArgumentError(
-        "--eval-every: validation needs a prepared dataset (--data DIR written by satdar "
+        "eval_every: validation needs a prepared dataset (data_dir written by satdar "
         "prep), whose held-out split it reads");
   }
   SATDAR_ASSIGN_OR_RETURN(auto dataset, data::Dataset::Open(o.data_dir, o.config.vocab_size));
   SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<data::DatasetBatches> split,
-                          data::OpenValidation(dataset, o.seq_len, o.seed, "--eval-every"));
+                          data::OpenValidation(dataset, o.seq_len, o.seed, "eval_every"));
   return std::unique_ptr<data::BatchSource>(std::move(split));
 }
 
@@ -452,7 +453,7 @@ absl::StatusOr<std::unique_ptr<data::BatchSource>> OpenTrainingData(const TrainO
   }
   return data::OpenBatchSource(
       {o.synthetic_data, o.data_dir, o.data_format, o.seed, o.config.vocab_size, o.seq_len,
-       "--data", "--seq-len"},
+       "data_dir", "seq_len"},
       description);
 }
 

@@ -109,7 +109,7 @@ TEST(Trainer, ResumeRejectsChangedFlagsAndCorruption) {
   changed.lr = 5e-3;
   auto s = Train(changed);
   EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(s.status().message().find("was written with --lr 0.001, this run has 0.005"),
+  EXPECT_NE(s.status().message().find("was written with lr 0.001, this run has 0.005"),
             std::string::npos)
       << s.status();
   TrainOptions other_model = o;

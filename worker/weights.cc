@@ -33,7 +33,7 @@ absl::Status LoadWeights(const std::string& flag, const std::string& path,
           flag, ": ", path, ": its stored config is unreadable: ", stored.status().message()));
     }
     // The positions a model may be run at do not change its weights.
-    auto mine = model::ParseModelConfig(config_json, "--config");
+    auto mine = model::ParseModelConfig(config_json, "model config");
     if (mine.ok()) stored->max_position_embeddings = mine->max_position_embeddings;
     const std::string canonical = model::ModelConfigToJson(*stored);
     if (canonical != config_json) {

@@ -652,7 +652,7 @@ absl::StatusOr<std::unique_ptr<GpuModel>> GpuModel::Create(const ModelConfig& co
                                                           core::cuda::CachingAllocator* alloc) {
   SATDAR_RETURN_IF_ERROR(CheckGpuSupport(config));
   if (core::cuda::DeviceCount() == 0) {
-    return absl::FailedPreconditionError("--device cuda: no CUDA GPU on this machine");
+    return absl::FailedPreconditionError("GpuModel: device cuda: no CUDA GPU on this machine");
   }
   if (alloc == nullptr) return absl::InvalidArgumentError("GpuModel: no allocator");
   if (options.compute != core::DType::kBF16 && options.compute != core::DType::kF32) {

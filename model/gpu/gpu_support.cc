@@ -16,7 +16,7 @@ absl::Status CheckGpuSupport(const ModelConfig& c) {
   // here is what its kernels cannot take.
   if (c.residual == Residual::kHc || c.residual == Residual::kMhc) {
     if (c.hc_streams > cuda::kMaxHyperStreams) {
-      return absl::InvalidArgumentError(absl::StrCat("--device cuda: hc_streams ", c.hc_streams,
+      return absl::InvalidArgumentError(absl::StrCat("device cuda: hc_streams ", c.hc_streams,
                                                      " exceeds the GPU kernels' limit of ",
                                                      cuda::kMaxHyperStreams));
     }
@@ -25,7 +25,7 @@ absl::Status CheckGpuSupport(const ModelConfig& c) {
     const int64_t alpha = static_cast<int64_t>(c.hc_streams + 1) * c.hidden_size;
     if (c.residual == Residual::kHc && alpha % kDeviceAlign != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--device cuda: (hc_streams + 1) x hidden_size = ", c.hc_streams + 1, " x ",
+          "device cuda: (hc_streams + 1) x hidden_size = ", c.hc_streams + 1, " x ",
           c.hidden_size, " must be a multiple of ", kDeviceAlign));
     }
   }
@@ -34,31 +34,31 @@ absl::Status CheckGpuSupport(const ModelConfig& c) {
   const int64_t ffn = static_cast<int64_t>(c.intermediate_size) * c.hidden_size;
   if (!c.moe.has_value() && ffn % kDeviceAlign != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--device cuda: intermediate_size x hidden_size = ", c.intermediate_size, " x ",
+        "device cuda: intermediate_size x hidden_size = ", c.intermediate_size, " x ",
         c.hidden_size, " must be a multiple of ", kDeviceAlign));
   }
   if (c.moe.has_value()) {
     const int64_t expert = static_cast<int64_t>(c.moe->expert_intermediate_size) * c.hidden_size;
     if (expert % kDeviceAlign != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--device cuda: moe.expert_intermediate_size x hidden_size = ",
+          "device cuda: moe.expert_intermediate_size x hidden_size = ",
           c.moe->expert_intermediate_size, " x ", c.hidden_size, " must be a multiple of ",
           kDeviceAlign));
     }
     if (c.moe->num_experts > cuda::kMoeMaxExperts) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--device cuda: moe.num_experts ", c.moe->num_experts,
+          absl::StrCat("device cuda: moe.num_experts ", c.moe->num_experts,
                        " exceeds the GPU router's limit of ", cuda::kMoeMaxExperts));
     }
     if (c.moe->top_k > cuda::kMoeMaxTopK) {
-      return absl::InvalidArgumentError(absl::StrCat("--device cuda: moe.top_k ", c.moe->top_k,
+      return absl::InvalidArgumentError(absl::StrCat("device cuda: moe.top_k ", c.moe->top_k,
                                                      " exceeds the GPU router's limit of ",
                                                      cuda::kMoeMaxTopK));
     }
   }
   if (c.head_size() > 128) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--device cuda: head size hidden_size / num_attention_heads = ", c.head_size(),
+        "device cuda: head size hidden_size / num_attention_heads = ", c.head_size(),
         " exceeds the attention kernel's limit of 128"));
   }
   return absl::OkStatus();
