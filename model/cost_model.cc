@@ -21,8 +21,9 @@ RankParameters RolesOf(const ParamTable& table, bool tied, bool pipeline) {
     if (s.tp_partial_grad) r.tp_partial += s.numel;
     if (s.pp_partial_grad && pipeline) r.pp_partial += s.numel;
     if (s.expert) r.experts += s.numel;
-    if (s.name == "model.embed_tokens.weight" && tied && pipeline) r.embedding = s.numel;
-    if (s.name == "model.embed_tokens.weight" || s.name == "lm_head.weight") r.vocabulary += s.numel;
+    const bool embedding = s.role == ParamRole::kEmbedding;
+    if (embedding && tied && pipeline) r.embedding = s.numel;
+    if (embedding || s.role == ParamRole::kHead) r.vocabulary += s.numel;
   }
   return r;
 }

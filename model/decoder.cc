@@ -27,7 +27,8 @@ ParamTable DecoderParams(const ModelConfig& c, const Sharding& shard,
   const int64_t padded = shard.PaddedVocab(c);
   if (shard.first_stage() || (shard.last_stage() && c.tie_word_embeddings)) {
     table.AddPaddedShard("model.embed_tokens.weight", {c.vocab_size, c.hidden_size}, normal, 0,
-                         r, tp, padded);
+                         r, tp, padded)
+        .role = ParamRole::kEmbedding;
   }
   auto add = [&](AddParamsFn fn, ParamPlace place, int layer) {
     if (fn != nullptr) fn(c, shard, place, layer, &table);
@@ -37,20 +38,25 @@ ParamTable DecoderParams(const ModelConfig& c, const Sharding& shard,
   // their gradients are partial sums over TP.
   const bool rows_split = shard.sequence_parallel && tp > 1;
   for (int i = shard.first_layer(c); i < shard.end_layer(c); ++i) {
+    const size_t block = table.specs().size();
     AddBranchParams(c, shard, i, design, &table);
     const size_t before = table.specs().size();
     add(design.topology, ParamPlace::kLayer, i);
     if (rows_split) table.MarkTpPartial(before);
+    table.MarkRole(block, ParamRole::kLayer, i);
   }
   if (shard.last_stage()) {
+    const size_t final = table.specs().size();
     table.Add("model.norm.weight", {c.hidden_size}, ParamInit::Constant(1.0)).tp_partial_grad =
         rows_split;
     const size_t before = table.specs().size();
     add(design.topology, ParamPlace::kFinal, -1);
     if (rows_split) table.MarkTpPartial(before);
+    table.MarkRole(final, ParamRole::kFinal);
     if (!c.tie_word_embeddings) {
       table.AddPaddedShard("lm_head.weight", {c.vocab_size, c.hidden_size}, normal, 0, r, tp,
-                           padded);
+                           padded)
+          .role = ParamRole::kHead;
     }
   }
   return table;

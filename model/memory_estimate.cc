@@ -103,11 +103,11 @@ absl::Status CountParameters(const ModelConfig& c, const MemoryShape& s, int sta
   SATDAR_ASSIGN_OR_RETURN(ParamTable table, BuildParamTable(c, shard));
   *params = table.size();
   *embedding = 0;
-  for (const char* name : {"model.embed_tokens.weight", "lm_head.weight"}) {
-    if (const ParamSpec* spec = table.Find(name)) *embedding += spec->numel;
-  }
   *experts = 0;
   for (const ParamSpec& spec : table.specs()) {
+    if (spec.role == ParamRole::kEmbedding || spec.role == ParamRole::kHead) {
+      *embedding += spec.numel;
+    }
     if (spec.expert) *experts += spec.numel;
   }
   return absl::OkStatus();

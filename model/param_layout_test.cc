@@ -6,6 +6,7 @@
 // read by these names and offsets, so any change to a line is a change to the checkpoint
 // format. To print the current lines: SATDAR_PRINT_PARAM_TABLES=1 bazel test
 // //model:param_layout_test --test_output=all.
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -109,9 +110,10 @@ std::string Digest(const ParamTable& table) {
   return absl::StrCat(table.specs().size(), " specs ", table.size(), " elements ", hex);
 }
 
-// "design layout tp_rank/pp_rank/ep_rank" -> digest, for every rank of every layout.
-std::map<std::string, std::string> Actual() {
-  std::map<std::string, std::string> out;
+// Calls fn("design layout tp_rank/pp_rank/ep_rank", config, table) for every rank of every
+// layout of every design.
+template <typename Fn>
+void ForEachRankTable(Fn fn) {
   for (const Design& d : Designs()) {
     const ModelConfig c = Config(d);
     for (const Layout& l : Layouts(c)) {
@@ -130,12 +132,19 @@ std::map<std::string, std::string> Actual() {
             const std::string key = absl::StrCat(d.name, " ", l.name, " ", tr, "/", pr, "/", er);
             absl::StatusOr<ParamTable> table = BuildParamTable(c, shard);
             EXPECT_TRUE(table.ok()) << key << ": " << table.status();
-            if (table.ok()) out[key] = Digest(*table);
+            if (table.ok()) fn(key, c, *table);
           }
         }
       }
     }
   }
+}
+
+std::map<std::string, std::string> Actual() {
+  std::map<std::string, std::string> out;
+  ForEachRankTable([&](const std::string& key, const ModelConfig&, const ParamTable& table) {
+    out[key] = Digest(table);
+  });
   return out;
 }
 
@@ -182,6 +191,49 @@ TEST(BuildParamTable, EqualsTheModelsOwnTable) {
     ASSERT_TRUE(table.ok()) << table.status();
     EXPECT_EQ(Digest(*table), Digest((*model)->params())) << d.name;
   }
+}
+
+// The roles agree with the names (MODELS.md section 5): block i's parameters are
+// "model.layers.<i>.*", the final norm opens the kFinal run, and BlockStarts finds each block's
+// first parameter and the final norm.
+TEST(BuildParamTable, RolesAndBlocksAgreeWithTheNames) {
+  int tables = 0;
+  ForEachRankTable([&](const std::string& key, const ModelConfig& c, const ParamTable& table) {
+    ++tables;
+    const std::vector<ParamSpec>& specs = table.specs();
+    std::vector<size_t> expected;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const ParamSpec& s = specs[i];
+      const std::string where = absl::StrCat(key, " ", s.name);
+      int layer = -1;
+      if (std::sscanf(s.name.c_str(), "model.layers.%d.", &layer) == 1) {
+        EXPECT_EQ(s.role, ParamRole::kLayer) << where;
+        EXPECT_EQ(s.layer, layer) << where;
+        EXPECT_LT(layer, c.num_hidden_layers) << where;
+        if (s.name == absl::StrCat("model.layers.", layer, ".input_layernorm.weight")) {
+          expected.push_back(i);
+        }
+        continue;
+      }
+      EXPECT_EQ(s.layer, -1) << where;
+      if (s.name == "model.embed_tokens.weight") {
+        EXPECT_EQ(s.role, ParamRole::kEmbedding) << where;
+      } else if (s.name == "lm_head.weight") {
+        EXPECT_EQ(s.role, ParamRole::kHead) << where;
+      } else if (s.name == "model.norm.weight") {
+        EXPECT_EQ(s.role, ParamRole::kFinal) << where;
+        expected.push_back(i);
+      } else {
+        // Past the final norm: the topology's final readout; before the blocks: global.
+        const ParamSpec* norm = table.Find("model.norm.weight");
+        const bool after = norm != nullptr && s.offset > norm->offset;
+        EXPECT_EQ(s.role, after ? ParamRole::kFinal : ParamRole::kGlobal) << where;
+      }
+    }
+    if (table.Find("model.norm.weight") == nullptr) expected.push_back(specs.size());
+    EXPECT_EQ(table.BlockStarts(), expected) << key;
+  });
+  EXPECT_EQ(tables, 312);
 }
 
 TEST(BuildParamTable, RefusesALayoutTheConfigCannotSplit) {

@@ -90,6 +90,24 @@ int64_t ParamTable::Append(const ParamTable& other) {
   return base;
 }
 
+std::vector<size_t> ParamTable::BlockStarts() const {
+  std::vector<size_t> starts;
+  int last = -1;
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    const ParamSpec& s = specs_[i];
+    if (s.role == ParamRole::kLayer && (starts.empty() || s.layer != last)) {
+      starts.push_back(i);
+      last = s.layer;
+    }
+    if (s.role == ParamRole::kFinal) {
+      starts.push_back(i);
+      return starts;
+    }
+  }
+  starts.push_back(specs_.size());
+  return starts;
+}
+
 const ParamSpec* ParamTable::Find(const std::string& name) const {
   auto it = index_.find(name);
   return it == index_.end() ? nullptr : &specs_[it->second];

@@ -27,8 +27,20 @@ struct ParamInit {
   static ParamInit Values(std::vector<double> v) { return {InitKind::kValues, 0.0, std::move(v)}; }
 };
 
+// Where a parameter sits in the decoder (model/param_layout.h's order). The gradient reductions
+// and the cost model read this, never the names.
+enum class ParamRole {
+  kEmbedding,  // model.embed_tokens.weight (also the head when tied)
+  kGlobal,     // before the first block and in no block (ResFormer learnable_plus's lambdas)
+  kLayer,      // block `layer`: its branches, its value-residual, FFN and topology parameters
+  kFinal,      // model.norm and the topology's parameters after the last block
+  kHead,       // lm_head.weight (untied)
+};
+
 struct ParamSpec {
   std::string name;
+  ParamRole role = ParamRole::kGlobal;
+  int layer = -1;  // the block (global index) for ParamRole::kLayer, else -1
   core::Shape shape;
   ParamInit init;
   int64_t offset = 0;  // elements
@@ -86,6 +98,18 @@ class ParamTable {
   void MarkTpPartial(size_t first) {
     for (size_t i = first; i < specs_.size(); ++i) specs_[i].tp_partial_grad = true;
   }
+  // Gives specs [first, end) `role` (and `layer`, for ParamRole::kLayer).
+  void MarkRole(size_t first, ParamRole role, int layer = -1) {
+    for (size_t i = first; i < specs_.size(); ++i) {
+      specs_[i].role = role;
+      specs_[i].layer = layer;
+    }
+  }
+  // Index into specs() of the first parameter of each block this table holds, in table order,
+  // then of the first kFinal parameter (specs().size() on a rank without the final norm). The
+  // elements from one entry to the next are one block's (the first also holds what comes
+  // before it): what a data-parallel reduction overlapped with backward sends per block.
+  std::vector<size_t> BlockStarts() const;
   const ParamSpec* Find(const std::string& name) const;
   // Offset of `name`; aborts if absent (a programming error in a model).
   int64_t Offset(const std::string& name) const;

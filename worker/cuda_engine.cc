@@ -29,7 +29,7 @@ namespace satdar::worker {
 absl::Status CheckCudaEngine(const TrainOptions& options) {
   (void)options;
   return absl::FailedPreconditionError(
-      "--device cuda: this satdar was built without CUDA (no nvcc at build time)");
+      "device cuda: this satdar was built without CUDA (no nvcc at build time)");
 }
 
 absl::StatusOr<std::unique_ptr<StepEngine>> CreateCudaEngine(const TrainOptions& options,
@@ -122,7 +122,7 @@ class CudaEngine : public StepEngine {
   }
   absl::Status AddStats(Json* line) override {
     (void)line;
-    return absl::UnimplementedError("--stats-every is not on the GPU path yet");
+    return absl::UnimplementedError("stats_every is not on the GPU path yet");
   }
   absl::Status Save(const CheckpointInfo& info) override {
     // Replicas hold identical weights; under ZeRO-1 every replica first hands its slice of
@@ -230,10 +230,10 @@ class CudaEngine : public StepEngine {
 absl::Status CudaEngine::Init() {
   SATDAR_RETURN_IF_ERROR(CheckCudaEngine(o_));
   const int devices = kc::DeviceCount();
-  if (devices == 0) return absl::FailedPreconditionError("--device cuda: no CUDA GPU on this machine");
+  if (devices == 0) return absl::FailedPreconditionError("device cuda: no CUDA GPU on this machine");
   device_ = o_.gpu.device >= 0 ? o_.gpu.device : rank_ % devices;
   if (device_ >= devices) {
-    return absl::InvalidArgumentError(absl::StrCat("--device cuda:", device_, ": this machine has ",
+    return absl::InvalidArgumentError(absl::StrCat("device cuda:", device_, ": this machine has ",
                                                    devices, " GPU(s)"));
   }
   if (world_size_ > 1 && world_ == nullptr) {
@@ -271,14 +271,8 @@ absl::Status CudaEngine::Init() {
   SATDAR_ASSIGN_OR_RETURN(norm_scratch_, dev_->Zeros<double>(model::gpu::kReduceBlocks));
   SATDAR_ASSIGN_OR_RETURN(eval_sum_, dev_->Zeros<double>(1));
   SATDAR_RETURN_IF_ERROR(UploadState());
-  auto device_offset = [&](const std::string& name) {
-    return layout.offsets[table.Find(name) - table.specs().data()];
-  };
-  for (int i = 0; i < o_.config.num_hidden_layers; ++i) {
-    layer_start_.push_back(
-        device_offset(absl::StrCat("model.layers.", i, ".input_layernorm.weight")));
-  }
-  layer_start_.push_back(device_offset("model.norm.weight"));
+  // One rank holds every block and the final norm (no pipeline on the GPU path yet).
+  for (size_t i : table.BlockStarts()) layer_start_.push_back(layout.offsets[i]);
   ready_.resize(o_.config.num_hidden_layers + 1);
   for (auto& e : ready_) {
     SATDAR_ASSIGN_OR_RETURN(e, kc::Event::Create());

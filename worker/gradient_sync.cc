@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "absl/strings/str_cat.h"
 #include "core/check.h"
 
 namespace satdar::worker {
@@ -27,7 +26,7 @@ ParamRoles RolesOf(const model::ParamTable& table, const MeshGroups& g, bool tie
     if (spec.tp_partial_grad) r.tp_partial.emplace_back(spec.offset, spec.numel);
     if (spec.pp_partial_grad && pipeline) r.pp_partial.emplace_back(spec.offset, spec.numel);
     AddRun(spec.expert ? &r.experts : &r.dense, spec.offset, spec.numel);
-    const bool embedding = spec.name == "model.embed_tokens.weight";
+    const bool embedding = spec.role == model::ParamRole::kEmbedding;
     if (embedding && tied && pipeline) r.tied_embedding = {spec.offset, spec.numel};
     // Replicated copies count once: on TP rank 0 (unless sharded), EP rank 0 (unless an
     // expert), and the first pipeline stage for a tied embedding and the stages' shared ones.
@@ -59,13 +58,9 @@ GradientSync<T>::GradientSync(const model::ParamTable& table, const MeshGroups* 
       std::fill(counted_zero_.begin() + off, counted_zero_.begin() + off + len, true);
     }
   }
-  for (int i = 0; i < config.num_hidden_layers; ++i) {
-    const model::ParamSpec* first =
-        table.Find(absl::StrCat("model.layers.", i, ".input_layernorm.weight"));
-    if (first != nullptr) layer_start_.push_back(first->offset);
+  for (size_t i : table.BlockStarts()) {
+    layer_start_.push_back(i < table.specs().size() ? table.specs()[i].offset : n_);
   }
-  const model::ParamSpec* final_norm = table.Find("model.norm.weight");
-  layer_start_.push_back(final_norm != nullptr ? final_norm->offset : n_);
 }
 
 template <typename T>
