@@ -21,7 +21,9 @@ PACKAGES=(bazel-bootstrap g++ libopenblas-dev libabsl-dev libgtest-dev libgmock-
           python3-yaml slurm-wlm munge
           # bench/prep_bench.sh's baseline: SentencePiece encoding from Python, as Megatron's
           # preprocessing does it
-          python3-sentencepiece)
+          python3-sentencepiece
+          # bench/instr_count.sh: instruction counts (perf stat) and peak RSS (GNU time)
+          linux-perf time)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
