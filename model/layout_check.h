@@ -33,6 +33,14 @@ struct LayoutNames {
   std::string vocab_multiple = "vocabulary multiple";
 };
 
+// What the caller calls the batch's sizes in its messages (flags, job-spec fields); the memory
+// estimate's errors (memory_estimate.h) use these names.
+struct BatchNames {
+  std::string batch = "the batch size";
+  std::string seq_len = "the sequence length";
+  std::string microbatches = "the number of micro-batches";
+};
+
 // The vocabulary the embedding and head are padded to inside the model: vocab_size rounded up
 // to a multiple of tp x vocab_multiple (Megatron-LM's make-vocab-size-divisible-by), so each
 // of the tp ranks holds an equal slice whose width is a multiple of vocab_multiple. The

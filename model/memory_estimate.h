@@ -50,13 +50,6 @@ struct MemoryShape {
   int virtual_stages = 1;          // model chunks per pipeline rank (interleaved 1F1B)
 };
 
-// What the caller calls the batch's sizes in its messages (flags, job-spec fields).
-struct BatchNames {
-  std::string batch = "the batch size";
-  std::string seq_len = "the sequence length";
-  std::string microbatches = "the number of micro-batches";
-};
-
 struct MemoryEstimate {
   int64_t parameters = 0;     // elements on this rank
   int64_t parameter_bytes = 0, gradient_bytes = 0, optimizer_bytes = 0;  // optimizer: moments

@@ -14,7 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "data/mqar.h"
-#include "model/memory_estimate.h"
+#include "model/layout_check.h"
 #include "worker/flags.h"
 
 namespace satdar::worker {

@@ -18,6 +18,7 @@
 #include "model/cost_model.h"
 #include "model/hardware.h"
 #include "model/layout_search.h"
+#include "model/memory_estimate.h"
 #include "model/step_time.h"
 #include "nlohmann/json.hpp"
 #include "worker/cli_util.h"
