@@ -347,7 +347,7 @@ absl::StatusOr<ValidJob> ValidateJobSpec(const satdar::v1::JobSpec& spec) {
     // What the GPU path cannot run yet (the design itself is checked by the rank: it needs the
     // GPU build). As `satdar train --device cuda`, statistics are off unless asked for.
     if (!flags.Has("--stats-every")) o.stats_every = 0;
-    absl::Status gpu = worker::CheckGpuPathOptions(o);
+    absl::Status gpu = worker::CheckGpuPathOptions(o, worker::OptionNames::kFlags);
     if (!gpu.ok()) return AsSpecError(gpu);
   }
   if (o.mqar.has_value()) {

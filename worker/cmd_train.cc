@@ -183,7 +183,9 @@ absl::StatusOr<TrainSummary> TrainOnGpu(const FlagSet& flags, TrainOptions o, bo
   if (gpu.device < 0 && flags.Get("--launcher") == "slurm") gpu.device = EnvInt("SLURM_LOCALID", -1);
   SATDAR_RETURN_IF_ERROR(core::CheckDeviceAvailable(device));
   if (!flags.Has("--stats-every")) o.stats_every = 0;
-  // What the GPU engine cannot run is refused before any rank connects.
+  // What the GPU engine cannot run is refused before any rank connects: the flags, then the
+  // design.
+  SATDAR_RETURN_IF_ERROR(CheckGpuPathOptions(o, OptionNames::kFlags));
   SATDAR_RETURN_IF_ERROR(CheckCudaEngine(o));
   const bool staged = flags.Get("--gpu-comm") == "host";
   std::unique_ptr<comm::Communicator> host, device_world;

@@ -392,8 +392,9 @@ absl::StatusOr<double> CudaEngine::ValidationLoss(data::BatchSource* source, int
 }  // namespace
 
 absl::Status CheckCudaEngine(const TrainOptions& o) {
-  // The flags (shared with the coordinator's check of a job spec), then the design.
-  SATDAR_RETURN_IF_ERROR(CheckGpuPathOptions(o));
+  // The options (`satdar train` and the coordinator check them first, in their words), then
+  // the design.
+  SATDAR_RETURN_IF_ERROR(CheckGpuPathOptions(o, OptionNames::kFields));
   return model::gpu::CheckGpuSupport(o.config);
 }
 

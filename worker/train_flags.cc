@@ -275,28 +275,37 @@ absl::Status ParseTrainOptions(const FlagSet& flags, TrainOptions* o) {
   return absl::OkStatus();
 }
 
-absl::Status CheckGpuPathOptions(const TrainOptions& o) {
+absl::Status CheckGpuPathOptions(const TrainOptions& o, OptionNames names) {
+  // "stats_every" as the flag --stats-every or the field stats_every.
+  auto n = [names](std::string field) {
+    if (names == OptionNames::kFields) return field;
+    for (char& c : field) c = c == '_' ? '-' : c;
+    return "--" + field;
+  };
+  const std::string cuda = n("device") + " cuda: ";
   if (o.mesh.tp != 1 || o.mesh.pp != 1 || o.mesh.ep != 1) {
-    return absl::InvalidArgumentError(
-        "--device cuda: tensor, pipeline and expert parallelism are not on the GPU path yet "
-        "(data parallelism is: --dp N); use --device cpu for --tp/--pp/--ep");
+    return absl::InvalidArgumentError(absl::StrCat(
+        cuda, "tensor, pipeline and expert parallelism are not on the GPU path yet (data "
+        "parallelism is: ", n("dp"), " N); use ", n("device"), " cpu for ", n("tp"), "/",
+        n("pp"), "/", n("ep")));
   }
   if (o.stats_every > 0) {
-    return absl::InvalidArgumentError("--device cuda: --stats-every is not on the GPU path yet");
-  }
-  if (o.f64) return absl::InvalidArgumentError("--device cuda: --dtype must be bf16 or f32");
-  if (o.virtual_stages > 1) {
     return absl::InvalidArgumentError(
-        "--device cuda: --virtual-stages is not on the GPU path yet (it needs --pp)");
+        absl::StrCat(cuda, n("stats_every"), " is not on the GPU path yet"));
+  }
+  if (o.f64) return absl::InvalidArgumentError(absl::StrCat(cuda, n("dtype"), " must be bf16 or f32"));
+  if (o.virtual_stages > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        cuda, n("virtual_stages"), " is not on the GPU path yet (it needs ", n("pp"), ")"));
   }
   if (o.sequence_parallel) {
-    return absl::InvalidArgumentError(
-        "--device cuda: --sequence-parallel is not on the GPU path yet (it needs --tp)");
+    return absl::InvalidArgumentError(absl::StrCat(
+        cuda, n("sequence_parallel"), " is not on the GPU path yet (it needs ", n("tp"), ")"));
   }
   if (o.vocab_multiple != 1) {
-    return absl::InvalidArgumentError(
-        "--device cuda: --vocab-multiple is not on the GPU path yet (the GPU model's head runs "
-        "the true vocabulary); use --vocab-multiple 1");
+    return absl::InvalidArgumentError(absl::StrCat(
+        cuda, n("vocab_multiple"), " is not on the GPU path yet (the GPU model's head runs the "
+        "true vocabulary); use ", n("vocab_multiple"), " 1"));
   }
   return absl::OkStatus();
 }

@@ -17,10 +17,13 @@ void DefineTrainFlags(FlagSet* flags);
 // flag for anything out of bounds or inconsistent.
 absl::Status ParseTrainOptions(const FlagSet& flags, TrainOptions* o);
 
-// What the GPU path (--device cuda) cannot run yet, from the flags alone: TP/PP/EP, statistics,
-// f64, virtual stages, sequence parallelism, a vocabulary multiple. The GPU trainer checks it
-// (with the design, CheckCudaEngine); the coordinator checks a cuda job's spec with it.
-absl::Status CheckGpuPathOptions(const TrainOptions& o);
+// What the GPU path (device cuda) cannot run yet, from the options alone: TP/PP/EP,
+// statistics, f64, virtual stages, sequence parallelism, a vocabulary multiple. The messages
+// name the options as `names` says: `satdar train`'s flags (kFlags: "--tp", which the
+// coordinator turns into a job spec's fields) or TrainOptions' fields (kFields: "tp", for the
+// GPU trainer's own check, CheckCudaEngine).
+enum class OptionNames { kFlags, kFields };
+absl::Status CheckGpuPathOptions(const TrainOptions& o, OptionNames names);
 
 // The layout sizes as `satdar train` (and a job spec's "train" flags) call them.
 // --virtual-stages against the config: pp x V dividing the layers, and a design whose
