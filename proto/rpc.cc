@@ -115,11 +115,11 @@ absl::StatusOr<TlsKeyPair> LoadTlsKeyPair(const std::string& cert_file,
   return pair;
 }
 
-absl::StatusOr<std::string> LoadTlsRoots(const std::string& ca_file) {
-  SATDAR_ASSIGN_OR_RETURN(std::string pem, ReadPem("ca_file", ca_file));
+absl::StatusOr<std::string> LoadTlsRoots(const std::string& ca_file, const std::string& name) {
+  SATDAR_ASSIGN_OR_RETURN(std::string pem, ReadPem(name, ca_file));
   if (FirstCertificate(pem) == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "ca_file: ", ca_file, " holds no PEM certificate (-----BEGIN CERTIFICATE-----)"));
+        name, ": ", ca_file, " holds no PEM certificate (-----BEGIN CERTIFICATE-----)"));
   }
   return pem;
 }
@@ -262,7 +262,7 @@ absl::Status ExplainUnavailable(const std::string& address, const ChannelOptions
   if (!absl::IsUnavailable(status)) return status;
   std::string roots;
   if (!options.ca_file.empty()) {
-    auto pem = LoadTlsRoots(options.ca_file);
+    auto pem = LoadTlsRoots(options.ca_file, options.ca_name);
     if (pem.ok()) roots = *pem;
   }
   std::string why;
@@ -270,16 +270,19 @@ absl::Status ExplainUnavailable(const std::string& address, const ChannelOptions
   if (options.ca_file.empty() && probe == TlsProbe::kTls) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the coordinator at ", address,
-        " speaks TLS; give a ca_file (or $SATDAR_TLS_CA) with the PEM roots of its certificate"));
+        " speaks TLS; give ", options.ca_name,
+        " FILE (or $SATDAR_TLS_CA) with the PEM roots of its certificate"));
   }
   if (!options.ca_file.empty() && probe == TlsProbe::kNotTls) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "the coordinator at ", address, " does not speak TLS; drop ca_file (and $SATDAR_TLS_CA)"));
+        "the coordinator at ", address, " does not speak TLS; drop ", options.ca_name,
+        " (and $SATDAR_TLS_CA)"));
   }
   if (probe == TlsProbe::kUntrusted) {
     return absl::InvalidArgumentError(absl::StrCat("the coordinator at ", address,
-                                                   " presents a certificate that ca_file ",
-                                                   options.ca_file, " does not verify (", why, ")"));
+                                                   " presents a certificate that ", options.ca_name,
+                                                   " ", options.ca_file, " does not verify (", why,
+                                                   ")"));
   }
   return status;
 }
@@ -289,7 +292,7 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& ad
   SATDAR_RETURN_IF_ERROR(CheckAddress(address, "coordinator address"));
   std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
   if (!options.ca_file.empty()) {
-    SATDAR_ASSIGN_OR_RETURN(std::string roots, LoadTlsRoots(options.ca_file));
+    SATDAR_ASSIGN_OR_RETURN(std::string roots, LoadTlsRoots(options.ca_file, options.ca_name));
     grpc::SslCredentialsOptions ssl;
     ssl.pem_root_certs = roots;
     creds = grpc::SslCredentials(ssl);

@@ -25,8 +25,11 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
 
 struct ChannelOptions {
   std::string ca_file;  // PEM roots for TLS; empty: plaintext
+  // What the caller calls ca_file in messages that tell the user what to give or drop
+  // (satdar's commands: "--tls-ca").
+  std::string ca_name = "ca_file";
 };
-// InvalidArgument naming --tls-ca and the file when ca_file cannot be read or holds no PEM
+// InvalidArgument naming ca_name and the file when ca_file cannot be read or holds no PEM
 // certificate.
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& address,
                                                            const ChannelOptions& options);
@@ -39,7 +42,9 @@ struct TlsKeyPair {
 };
 absl::StatusOr<TlsKeyPair> LoadTlsKeyPair(const std::string& cert_file,
                                           const std::string& key_file);
-absl::StatusOr<std::string> LoadTlsRoots(const std::string& ca_file);
+// `name`: what the caller calls the file in messages.
+absl::StatusOr<std::string> LoadTlsRoots(const std::string& ca_file,
+                                         const std::string& name = "ca_file");
 
 // Whether the server at HOST:PORT speaks TLS: a TCP connection and a TLS handshake within
 // `timeout`. With roots_pem, also whether they verify its certificate for HOST as gRPC would

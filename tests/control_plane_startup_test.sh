@@ -253,16 +253,16 @@ expect "coordinator --tls-cert missing" 2 \
   "satdar coordinator: error: --tls-cert: cannot open missing.pem: No such file or directory" \
   "$SATDAR" coordinator --listen 127.0.0.1:0 --state-dir s4 --tls-cert missing.pem --tls-key tls.key --quiet
 expect "client --tls-ca not PEM (no 10 s connect timeout)" 2 \
-  "satdar jobs: error: ca_file: garbage.pem holds no PEM certificate (-----BEGIN CERTIFICATE-----)" \
+  "satdar jobs: error: --tls-ca: garbage.pem holds no PEM certificate (-----BEGIN CERTIFICATE-----)" \
   "$SATDAR" jobs --coordinator 127.0.0.1:1 --tls-ca garbage.pem
 expect "client --tls-ca missing" 2 \
-  "satdar status: error: ca_file: cannot open missing.pem: No such file or directory" \
+  "satdar status: error: --tls-ca: cannot open missing.pem: No such file or directory" \
   "$SATDAR" status job-1 --coordinator 127.0.0.1:1 --tls-ca missing.pem
 expect "client \$SATDAR_TLS_CA not PEM" 2 \
-  "satdar workers: error: ca_file: garbage.pem holds no PEM certificate (-----BEGIN CERTIFICATE-----)" \
+  "satdar workers: error: --tls-ca: garbage.pem holds no PEM certificate (-----BEGIN CERTIFICATE-----)" \
   env SATDAR_TLS_CA=garbage.pem "$SATDAR" workers --coordinator 127.0.0.1:1
 expect "worker --tls-ca not PEM" 2 \
-  "satdar worker: error: ca_file: garbage.pem holds no PEM certificate (-----BEGIN CERTIFICATE-----)" \
+  "satdar worker: error: --tls-ca: garbage.pem holds no PEM certificate (-----BEGIN CERTIFICATE-----)" \
   "$SATDAR" worker --coordinator 127.0.0.1:1 --slots 1 --work-dir wB --shared-dir shared --tls-ca garbage.pem --quiet
 
 echo "== TLS on one side only: said at once"
@@ -270,36 +270,36 @@ start_coordinator s5 --tls-cert tls.crt --tls-key tls.key
 TLS_ADDR=$ADDR
 SECONDS=0
 expect "plaintext client to a TLS coordinator: exit 2, says so" 2 \
-  "satdar jobs: error: the coordinator at $TLS_ADDR speaks TLS; give a ca_file (or \$SATDAR_TLS_CA) with the PEM roots of its certificate" \
+  "satdar jobs: error: the coordinator at $TLS_ADDR speaks TLS; give --tls-ca FILE (or \$SATDAR_TLS_CA) with the PEM roots of its certificate" \
   "$SATDAR" jobs --coordinator "$TLS_ADDR"
 [[ $SECONDS -le 8 ]] && ok "  ... within 8 s (${SECONDS} s, not 10 retries)" || fail "plaintext vs TLS took $SECONDS s"
 expect "plaintext logs to a TLS coordinator: exit 2, says so" 2 \
-  "satdar logs: error: the coordinator at $TLS_ADDR speaks TLS; give a ca_file (or \$SATDAR_TLS_CA) with the PEM roots of its certificate" \
+  "satdar logs: error: the coordinator at $TLS_ADDR speaks TLS; give --tls-ca FILE (or \$SATDAR_TLS_CA) with the PEM roots of its certificate" \
   "$SATDAR" logs job-1 --coordinator "$TLS_ADDR"
 expect "plaintext worker to a TLS coordinator: exit 2, says so" 2 \
-  "satdar worker: error: the coordinator at $TLS_ADDR speaks TLS; give a ca_file (or \$SATDAR_TLS_CA) with the PEM roots of its certificate" \
+  "satdar worker: error: the coordinator at $TLS_ADDR speaks TLS; give --tls-ca FILE (or \$SATDAR_TLS_CA) with the PEM roots of its certificate" \
   "$SATDAR" worker --coordinator "$TLS_ADDR" --slots 1 --work-dir wC --shared-dir shared --quiet
 "$SATDAR" jobs --coordinator "$TLS_ADDR" --tls-ca tls.crt --json >out.txt 2>&1 && [[ $(cat out.txt) == "[]" ]] &&
   ok "with --tls-ca the same client is served" || fail "TLS client: $(cat out.txt)"
 SECONDS=0
 expect "client whose --tls-ca did not sign the coordinator's certificate: exit 2, says so" 2 \
-  "satdar jobs: error: the coordinator at $TLS_ADDR presents a certificate that ca_file other.crt does not verify (self-signed certificate)" \
+  "satdar jobs: error: the coordinator at $TLS_ADDR presents a certificate that --tls-ca other.crt does not verify (self-signed certificate)" \
   "$SATDAR" jobs --coordinator "$TLS_ADDR" --tls-ca other.crt
 [[ $SECONDS -le 8 ]] && ok "  ... within 8 s (${SECONDS} s, not 10 retries)" || fail "untrusted took $SECONDS s"
 expect "worker whose --tls-ca did not sign the coordinator's certificate: exit 2" 2 \
-  "satdar worker: error: the coordinator at $TLS_ADDR presents a certificate that ca_file other.crt does not verify (self-signed certificate)" \
+  "satdar worker: error: the coordinator at $TLS_ADDR presents a certificate that --tls-ca other.crt does not verify (self-signed certificate)" \
   "$SATDAR" worker --coordinator "$TLS_ADDR" --slots 1 --work-dir wC --shared-dir shared --tls-ca other.crt --quiet
 # The certificate is for 127.0.0.1 (its subjectAltName): reached as localhost, it does not fit.
 LOCAL_ADDR="localhost:${TLS_ADDR##*:}"
 expect "client reaching the coordinator by a name its certificate lacks: exit 2" 2 \
-  "satdar jobs: error: the coordinator at $LOCAL_ADDR presents a certificate that ca_file tls.crt does not verify (it is not for localhost)" \
+  "satdar jobs: error: the coordinator at $LOCAL_ADDR presents a certificate that --tls-ca tls.crt does not verify (it is not for localhost)" \
   "$SATDAR" jobs --coordinator "$LOCAL_ADDR" --tls-ca tls.crt
 kill "$COORD"
 wait "$COORD" 2>/dev/null
 start_coordinator s6
 PLAIN_ADDR=$ADDR
 expect "TLS client to a plaintext coordinator: exit 2, says so" 2 \
-  "satdar jobs: error: the coordinator at $PLAIN_ADDR does not speak TLS; drop ca_file (and \$SATDAR_TLS_CA)" \
+  "satdar jobs: error: the coordinator at $PLAIN_ADDR does not speak TLS; drop --tls-ca (and \$SATDAR_TLS_CA)" \
   "$SATDAR" jobs --coordinator "$PLAIN_ADDR" --tls-ca tls.crt
 
 echo "== a worker's token problems: exit 3, as a client's"

@@ -467,7 +467,7 @@ done
 grep -qF 'evil\x1b[2J\x0dforged' out.txt && ! grep -q $'[\e\r]' out.txt &&
   ok "workers prints a name's control characters escaped" || fail "workers table: $(cat -v out.txt)"
 timeout 20 "$SATDAR" jobs --coordinator "$ADDR" >out.txt 2>&1
-[[ $? -eq 2 ]] && grep -qF "speaks TLS; give a ca_file" out.txt &&
+[[ $? -eq 2 ]] && grep -qF "speaks TLS; give --tls-ca FILE" out.txt &&
   ok "a plaintext client cannot talk to the TLS coordinator, and is told so (exit 2)" ||
   fail "plaintext vs TLS: $(cat out.txt)"
 echo "$passed passed, $failed failed"

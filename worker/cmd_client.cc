@@ -60,6 +60,7 @@ absl::StatusOr<Client> Connect(const FlagSet& flags) {
     c.token = *t;
   }
   c.channel.ca_file = FlagOrEnv(flags, "--tls-ca", "SATDAR_TLS_CA");
+  c.channel.ca_name = "--tls-ca";
   SATDAR_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
                           rpc::MakeChannel(c.address, c.channel));
   c.stub = v1::JobService::NewStub(channel);

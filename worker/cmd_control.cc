@@ -135,6 +135,7 @@ absl::Status RunWorkerCommand(const std::vector<std::string>& args) {
   o.quiet = flags.GetBool("--quiet");
   o.token_file = FlagOrEnv(flags, "--token-file", "SATDAR_TOKEN_FILE");
   o.channel.ca_file = FlagOrEnv(flags, "--tls-ca", "SATDAR_TLS_CA");
+  o.channel.ca_name = "--tls-ca";
   char self[4096];
   const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (n <= 0) return absl::InternalError("satdar worker: cannot find the satdar program");

@@ -106,6 +106,7 @@ absl::StatusOr<CoordinatorStoreOptions> CoordinatorOptions(const FlagSet& flags)
   c.channel.ca_file = flags.Has("--tls-ca") ? flags.Get("--tls-ca")
                       : std::getenv("SATDAR_TLS_CA") ? std::getenv("SATDAR_TLS_CA")
                                                      : "";
+  c.channel.ca_name = "--tls-ca";
   return c;
 }
 
