@@ -171,7 +171,7 @@ run_one() {
   # shellcheck disable=SC2054 # -x, is perf's CSV separator, not an array separator
   [ $count_instructions = 1 ] && counter=("$PERF" stat -x, -e instructions:u -o "$tmp/perf.txt" --)
   rm -f "$tmp/summary.json" "$tmp/perf.txt" "$tmp/time.txt"
-  if ! (cd "$tmp/cwd" && "$GNU_TIME" -v -o "$tmp/time.txt" "${counter[@]}" "${cmd[@]}") \
+  if ! (cd "$tmp/cwd" && "$GNU_TIME" -v -o "$tmp/time.txt" ${counter[@]+"${counter[@]}"} "${cmd[@]}") \
     >"$tmp/log.txt" 2>&1; then
     echo "instr_count.sh: error: $side run of $design failed:" >&2
     echo "  ${counter[*]} ${cmd[*]}" >&2

@@ -176,7 +176,9 @@ TEST(BuildParamTable, EqualsTheRecordedTablesOfEveryDesignAndLayout) {
   }
 }
 
-TEST(BuildParamTable, EqualsTheModelsOwnTable) {
+// Every design's classes find their parameters in the table they are given (a missing name
+// aborts in Bind), for a sharded rank with the final stage.
+TEST(BuildParamTable, EveryDesignBindsTheTableItIsGiven) {
   for (const Design& d : Designs()) {
     const ModelConfig c = Config(d);
     Sharding shard;
@@ -234,6 +236,35 @@ TEST(BuildParamTable, RolesAndBlocksAgreeWithTheNames) {
     EXPECT_EQ(table.BlockStarts(), expected) << key;
   });
   EXPECT_EQ(tables, 312);
+}
+
+// A pipeline rank with virtual stages holds its chunks' tables appended (ParamTable::Append):
+// the roles travel with the specs, and the blocks are still found in table order.
+TEST(BuildParamTable, BlockStartsOfAppendedChunks) {
+  ModelConfig c = Config(Designs()[0]);  // tied embeddings: the last stage holds a copy
+  c.num_hidden_layers = 4;
+  ParamTable rank;
+  std::vector<int64_t> expected;
+  for (int stage : {1, 3}) {  // pipeline rank 1 of 2 with 2 virtual stages: stages 1 and 3 of 4
+    Sharding shard;
+    shard.pp_size = 4;
+    shard.pp_rank = stage;
+    absl::StatusOr<ParamTable> chunk = BuildParamTable(c, shard);
+    ASSERT_TRUE(chunk.ok()) << chunk.status();
+    const int64_t base = rank.Append(*chunk);
+    for (size_t i : chunk->BlockStarts()) {
+      if (i < chunk->specs().size()) expected.push_back(base + chunk->specs()[i].offset);
+    }
+  }
+  std::vector<int64_t> actual;
+  for (size_t i : rank.BlockStarts()) actual.push_back(rank.specs()[i].offset);
+  // Layer 1, layer 3, then the final norm (the last chunk's).
+  ASSERT_EQ(actual.size(), 3u);
+  EXPECT_EQ(actual, expected);
+  EXPECT_EQ(rank.specs()[rank.BlockStarts()[0]].name, "model.layers.1.input_layernorm.weight");
+  EXPECT_EQ(rank.specs()[rank.BlockStarts()[1]].name, "model.layers.3.input_layernorm.weight");
+  EXPECT_EQ(rank.specs()[rank.BlockStarts()[2]].name, "model.norm.weight");
+  EXPECT_EQ(rank.Find("model.embed_tokens.weight")->role, ParamRole::kEmbedding);
 }
 
 TEST(BuildParamTable, RefusesALayoutTheConfigCannotSplit) {

@@ -20,8 +20,9 @@ absl::Status ParseTrainOptions(const FlagSet& flags, TrainOptions* o);
 // What the GPU path (device cuda) cannot run yet, from the options alone: TP/PP/EP,
 // statistics, f64, virtual stages, sequence parallelism, a vocabulary multiple. The messages
 // name the options as `names` says: `satdar train`'s flags (kFlags: "--tp", which the
-// coordinator turns into a job spec's fields) or TrainOptions' fields (kFields: "tp", for the
-// GPU trainer's own check, CheckCudaEngine).
+// coordinator turns into a job spec's fields) or the flags' names without dashes, the way
+// MODELS.md and a job spec's fields spell them (kFields: "tp", "stats_every", "device"; for
+// the GPU trainer's own check, CheckCudaEngine).
 enum class OptionNames { kFlags, kFields };
 absl::Status CheckGpuPathOptions(const TrainOptions& o, OptionNames names);
 
