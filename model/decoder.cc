@@ -15,17 +15,25 @@ namespace satdar::model {
 
 namespace cpu = core::cpu;
 
+namespace {
+
+// The first stage looks tokens up; with tied embeddings the last stage's head is the same
+// matrix, so it holds a copy too (the trainer sums the two copies' gradients).
+bool HoldsEmbedding(const ModelConfig& c, const Sharding& shard) {
+  return shard.first_stage() || (shard.last_stage() && c.tie_word_embeddings);
+}
+
+}  // namespace
+
 ParamTable DecoderParams(const ModelConfig& c, const Sharding& shard,
                          const DesignParams& design) {
   ParamTable table;
   const ParamInit normal = ParamInit::Normal(c.initializer_range);
   const int r = shard.tp_rank, tp = shard.tp_size;
   // Vocabulary-parallel: each TP rank holds a contiguous range of rows of the padded
-  // vocabulary (Sharding::PaddedVocab; the rows past vocab_size are zero). With tied
-  // embeddings split across pipeline stages, the first and the last stage each hold a copy
-  // whose gradients the trainer sums.
+  // vocabulary (Sharding::PaddedVocab; the rows past vocab_size are zero).
   const int64_t padded = shard.PaddedVocab(c);
-  if (shard.first_stage() || (shard.last_stage() && c.tie_word_embeddings)) {
+  if (HoldsEmbedding(c, shard)) {
     table.AddPaddedShard("model.embed_tokens.weight", {c.vocab_size, c.hidden_size}, normal, 0,
                          r, tp, padded)
         .role = ParamRole::kEmbedding;
@@ -69,7 +77,7 @@ DecoderModel<T>::DecoderModel(const ModelConfig& config, const Sharding& shard,
                               std::unique_ptr<Topology<T>> topology)
     : config_(config), shard_(shard), first_sublayer_(2 * shard.first_layer(config) + 1),
       last_sublayer_(2 * shard.end_layer(config)),
-      has_embedding_(shard.first_stage() || (shard.last_stage() && config.tie_word_embeddings)),
+      has_embedding_(HoldsEmbedding(config, shard)),
       v0_(shard.TpFirst(shard.PaddedVocab(config))), vl_(shard.TpCount(shard.PaddedVocab(config))),
       vtrue_(std::max(0, std::min(vl_, config.vocab_size - v0_))), pool_(pool),
       branches_(std::move(branches)), topology_(std::move(topology)), table_(std::move(table)) {

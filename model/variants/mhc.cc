@@ -24,7 +24,7 @@ class Mhc : public Topology<T> {
   // A pipeline stage keeps its own sublayers' steps; its boundary carries the n streams.
   Mhc(const ModelConfig& c, const Sharding& shard, core::ThreadPool* pool)
       : sublayers_(2 * c.num_hidden_layers), n_(c.hc_streams), d_(c.hidden_size),
-        mixes_(n_ * (n_ + 2)), eps_(c.rms_norm_eps), std_(c.initializer_range), pool_(pool),
+        mixes_(n_ * (n_ + 2)), eps_(c.rms_norm_eps), pool_(pool),
         offsets_(sublayers_), steps_(sublayers_), first_(2 * shard.first_layer(c) + 1),
         last_(2 * shard.end_layer(c)) {}
 
@@ -326,7 +326,7 @@ class Mhc : public Topology<T> {
   }
 
   const int sublayers_, n_, d_, mixes_;
-  const double eps_, std_;
+  const double eps_;
   core::ThreadPool* pool_;
   std::vector<Offsets> offsets_;
   std::vector<Step> steps_;

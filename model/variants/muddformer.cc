@@ -31,8 +31,7 @@ class MuddFormer : public Topology<T> {
   // all-reduce the attention output and the three inputs' gradients; the connections are
   // replicated.
   MuddFormer(const ModelConfig& c, const Sharding& shard, core::ThreadPool* pool)
-      : layers_(c.num_hidden_layers), d_(c.hidden_size), eps_(c.rms_norm_eps),
-        std_(c.initializer_range), pool_(pool), blocks_(layers_), a_(shard.first_layer(c)),
+      : layers_(c.num_hidden_layers), d_(c.hidden_size), eps_(c.rms_norm_eps), pool_(pool), blocks_(layers_), a_(shard.first_layer(c)),
         b_(shard.end_layer(c)) {}
 
   // Block i's connections: four (q, k, v, the residual), the last block's one.
@@ -281,7 +280,7 @@ class MuddFormer : public Topology<T> {
   }
 
   const int layers_, d_;
-  const double eps_, std_;
+  const double eps_;
   core::ThreadPool* pool_;
   std::vector<Block> blocks_;
   const int a_, b_;  // this pipeline stage's blocks [a_, b_)

@@ -18,9 +18,7 @@ class Resformer : public ValueResidual<T> {
   // and the trainer sums them over the stages.
   Resformer(const ModelConfig& c, const Sharding& shard, core::ThreadPool* pool)
       : learnable_(c.resformer_mode == ResformerMode::kLearnablePlus), layers_(c.num_hidden_layers),
-        width_(shard.TpCount(c.num_key_value_heads) * c.head_size()), partial_(shard.tp_size > 1),
-        stages_(shard.pp_size > 1),
-        pool_(pool), lambda2_(layers_, -1) {}
+        width_(shard.TpCount(c.num_key_value_heads) * c.head_size()), pool_(pool), lambda2_(layers_, -1) {}
 
   static std::string Lambda2(int i) { return absl::StrCat("model.layers.", i, ".self_attn.lambda2"); }
 
@@ -106,7 +104,6 @@ class Resformer : public ValueResidual<T> {
 
   const bool learnable_;
   const int layers_, width_;
-  const bool partial_, stages_;
   core::ThreadPool* pool_;
   int rows_ = 0;
   int64_t scale_ = -1, logits_ = -1;

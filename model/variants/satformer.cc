@@ -15,8 +15,7 @@ class Satformer : public ValueResidual<T> {
   // Under tensor parallelism each rank gates its own KV heads (its rows of W_alpha), which
   // meet its own heads of V and V1: no communication beyond the block's.
   Satformer(const ModelConfig& c, const Sharding& shard, core::ThreadPool* pool)
-      : shard_(shard), c_(c.hidden_size), nkv_(shard.TpCount(c.num_key_value_heads)),
-        nkv_global_(c.num_key_value_heads), hs_(c.head_size()),
+      : c_(c.hidden_size), nkv_(shard.TpCount(c.num_key_value_heads)), hs_(c.head_size()),
         layers_(c.num_hidden_layers), pool_(pool), offsets_(layers_, -1), alpha_(layers_),
         gate_sum_(layers_, std::vector<double>(nkv_, 0.0)),
         gate_zeros_(layers_, std::vector<int64_t>(nkv_, 0)), gate_count_(layers_, 0) {}
@@ -149,8 +148,7 @@ class Satformer : public ValueResidual<T> {
     return gate_count_[i] > 0 ? gate_sum_[i][j] / gate_count_[i] : 0.0;
   }
 
-  const Sharding shard_;
-  const int c_, nkv_, nkv_global_, hs_, layers_;
+  const int c_, nkv_, hs_, layers_;
   core::ThreadPool* pool_;
   int rows_ = 0;
   std::vector<int64_t> offsets_;
