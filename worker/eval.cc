@@ -18,6 +18,63 @@ namespace satdar::worker {
 
 namespace {
 
+// The held-out data: a dataset's validation split, MQAR, or windows of raw text / synthetic
+// tokens that training never reads.
+struct HeldOut {
+  std::unique_ptr<data::BatchSource> source;
+  std::shared_ptr<const data::Dataset> dataset;  // when reading a prepared dataset
+  const data::DatasetBatches* val = nullptr;     // its validation split (in source)
+  const data::MqarBatches* mqar = nullptr;       // MQAR (in source)
+};
+
+absl::StatusOr<HeldOut> OpenHeldOut(const EvalOptions& o) {
+  HeldOut h;
+  if (o.mqar.has_value()) {
+    SATDAR_RETURN_IF_ERROR(o.mqar->Validate(o.config.vocab_size, o.seq_len));
+    auto m = std::make_unique<data::MqarBatches>(o.seed ^ 0x76616c69ull, *o.mqar);
+    h.mqar = m.get();
+    h.source = std::move(m);
+  } else if (!o.synthetic_data && data::Dataset::IsDataset(o.data_dir)) {
+    SATDAR_ASSIGN_OR_RETURN(h.dataset, data::Dataset::Open(o.data_dir, o.config.vocab_size));
+    SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<data::DatasetBatches> v,
+                            data::OpenValidation(h.dataset, o.seq_len, o.seed, "data_dir"));
+    h.val = v.get();
+    h.source = std::move(v);
+  } else {
+    SATDAR_ASSIGN_OR_RETURN(h.source, data::OpenBatchSource({o.synthetic_data, o.data_dir,
+                                                             o.data_format, o.seed,
+                                                             o.config.vocab_size, o.seq_len,
+                                                             "data_dir", "seq_len"},
+                                                            nullptr));
+  }
+  return h;
+}
+
+// result["gate_by_category"][group] = [layer 2..L][KV head] mean gates, and
+// result["category_tokens"][group], from the sums over each group's tokens.
+void AddGateByCategory(const std::vector<double>& gate_sum,
+                       const std::vector<int64_t>& group_tokens, int layers, int heads,
+                       nlohmann::json* result) {
+  nlohmann::json by = nlohmann::json::object(), counts = nlohmann::json::object();
+  for (int g = data::kPosContent; g < data::kNumPosGroups; ++g) {
+    nlohmann::json per_layer = nlohmann::json::array();
+    for (int layer = 1; layer < layers; ++layer) {
+      nlohmann::json per_head = nlohmann::json::array();
+      for (int h = 0; h < heads; ++h) {
+        const double sum = gate_sum[(static_cast<size_t>(g) * layers + layer) * heads + h];
+        // A group with no token has no mean (null), never a gate of 0.
+        per_head.push_back(group_tokens[g] > 0 ? nlohmann::json(sum / group_tokens[g])
+                                               : nlohmann::json(nullptr));
+      }
+      per_layer.push_back(per_head);
+    }
+    by[data::PosGroupName(g)] = per_layer;
+    counts[data::PosGroupName(g)] = group_tokens[g];
+  }
+  (*result)["gate_by_category"] = by;
+  (*result)["category_tokens"] = counts;
+}
+
 template <typename T>
 absl::StatusOr<nlohmann::json> EvaluateTyped(const EvalOptions& o) {
   model::GateAblation ablation = model::GateAblation::kNone;
@@ -35,30 +92,11 @@ absl::StatusOr<nlohmann::json> EvaluateTyped(const EvalOptions& o) {
   std::vector<bool> present;
   SATDAR_RETURN_IF_ERROR(LoadWeights<T>("weights", o.weights, model->params(),
                                         model::ModelConfigToJson(o.config), &params, &present));
-  // Held-out data: a dataset's validation split, MQAR, or windows of raw text / synthetic
-  // tokens that training never reads.
-  std::unique_ptr<data::BatchSource> source;
-  std::shared_ptr<const data::Dataset> dataset;
-  const data::DatasetBatches* val = nullptr;
-  const data::MqarBatches* mqar = nullptr;
-  if (o.mqar.has_value()) {
-    SATDAR_RETURN_IF_ERROR(o.mqar->Validate(o.config.vocab_size, o.seq_len));
-    auto m = std::make_unique<data::MqarBatches>(o.seed ^ 0x76616c69ull, *o.mqar);
-    mqar = m.get();
-    source = std::move(m);
-  } else if (!o.synthetic_data && data::Dataset::IsDataset(o.data_dir)) {
-    SATDAR_ASSIGN_OR_RETURN(dataset, data::Dataset::Open(o.data_dir, o.config.vocab_size));
-    SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<data::DatasetBatches> v,
-                            data::OpenValidation(dataset, o.seq_len, o.seed, "data_dir"));
-    val = v.get();
-    source = std::move(v);
-  } else {
-    SATDAR_ASSIGN_OR_RETURN(source, data::OpenBatchSource({o.synthetic_data, o.data_dir,
-                                                           o.data_format, o.seed,
-                                                           o.config.vocab_size, o.seq_len,
-                                                           "data_dir", "seq_len"},
-                                                          nullptr));
-  }
+  SATDAR_ASSIGN_OR_RETURN(HeldOut held_out, OpenHeldOut(o));
+  const data::BatchSource* source = held_out.source.get();
+  const data::Dataset* dataset = held_out.dataset.get();
+  const data::DatasetBatches* val = held_out.val;
+  const data::MqarBatches* mqar = held_out.mqar;
   if (o.gate_by_category) {
     if (o.config.value_residual != model::ValueResidualKind::kSatFormer) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -145,26 +183,7 @@ absl::StatusOr<nlohmann::json> EvaluateTyped(const EvalOptions& o) {
     result["mqar_accuracy"] = queries > 0 ? static_cast<double>(recalled) / queries : 0.0;
     result["queries"] = queries;
   }
-  if (o.gate_by_category) {
-    nlohmann::json by = nlohmann::json::object(), counts = nlohmann::json::object();
-    for (int g = data::kPosContent; g < data::kNumPosGroups; ++g) {
-      nlohmann::json per_layer = nlohmann::json::array();
-      for (int layer = 1; layer < layers; ++layer) {
-        nlohmann::json per_head = nlohmann::json::array();
-        for (int h = 0; h < heads; ++h) {
-          const double sum = gate_sum[(static_cast<size_t>(g) * layers + layer) * heads + h];
-          // A group with no token has no mean (null), never a gate of 0.
-          per_head.push_back(group_tokens[g] > 0 ? nlohmann::json(sum / group_tokens[g])
-                                                 : nlohmann::json(nullptr));
-        }
-        per_layer.push_back(per_head);
-      }
-      by[data::PosGroupName(g)] = per_layer;  // [layer 2..L][KV head]
-      counts[data::PosGroupName(g)] = group_tokens[g];
-    }
-    result["gate_by_category"] = by;
-    result["category_tokens"] = counts;
-  }
+  if (o.gate_by_category) AddGateByCategory(gate_sum, group_tokens, layers, heads, &result);
   if (ablation != model::GateAblation::kNone) {
     SATDAR_CHECK(model->SetGateAblation(ablation)) << "a SATFormer model without gates";
     SATDAR_ASSIGN_OR_RETURN(const double ablated, mean_loss(false));
