@@ -26,8 +26,8 @@ bool HoldsEmbedding(const ModelConfig& c, const Sharding& shard) {
 }  // namespace
 
 ParamTable DecoderParams(const ModelConfig& c, const Sharding& shard,
-                         const DesignParams& design) {
-  ParamTable table;
+                         const DesignParams& design, int64_t align) {
+  ParamTable table(align);
   const ParamInit normal = ParamInit::Normal(c.initializer_range);
   const int r = shard.tp_rank, tp = shard.tp_size;
   // Vocabulary-parallel: each TP rank holds a contiguous range of rows of the padded

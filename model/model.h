@@ -85,8 +85,11 @@ absl::StatusOr<std::unique_ptr<Model<T>>> CreateModel(const ModelConfig& config,
 
 // This rank's parameter table (names, shapes, offsets, sharding flags) without building the
 // model: what checkpoints, the planner and the GPU path read. InvalidArgument for a layout
-// the config cannot be split into (layout_check.h).
-absl::StatusOr<ParamTable> BuildParamTable(const ModelConfig& config, const Sharding& shard);
+// the config cannot be split into (layout_check.h). align: every tensor starts at a multiple
+// of `align` elements (ParamTable; the CPU models bind align 1, whose q/k/v and gate/up are
+// adjacent for their fused GEMMs).
+absl::StatusOr<ParamTable> BuildParamTable(const ModelConfig& config, const Sharding& shard,
+                                           int64_t align = 1);
 
 // What the built topology of `config` says of itself (Topology::SupportsStages); the layout
 // check reads the design table instead (layout_check.h), which a test holds to this.

@@ -33,9 +33,9 @@ struct DesignParams {
 
 // The whole table of this rank in the order above (model/decoder.cc). The config and the
 // sharding must already be valid together (ValidateSharding); BuildParamTable (model.h)
-// checks that and picks the design's rows.
+// checks that and picks the design's rows. align: ParamTable's (1 on the CPU).
 ParamTable DecoderParams(const ModelConfig& config, const Sharding& shard,
-                         const DesignParams& design);
+                         const DesignParams& design, int64_t align = 1);
 
 }  // namespace satdar::model
 

@@ -6,6 +6,7 @@
 // read by these names and offsets, so any change to a line is a change to the checkpoint
 // format. To print the current lines: SATDAR_PRINT_PARAM_TABLES=1 bazel test
 // //model:param_layout_test --test_output=all.
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -110,8 +111,8 @@ std::string Digest(const ParamTable& table) {
   return absl::StrCat(table.specs().size(), " specs ", table.size(), " elements ", hex);
 }
 
-// Calls fn("design layout tp_rank/pp_rank/ep_rank", config, table) for every rank of every
-// layout of every design.
+// Calls fn("design layout tp_rank/pp_rank/ep_rank", config, table, sharding) for every rank of
+// every layout of every design.
 template <typename Fn>
 void ForEachRankTable(Fn fn) {
   for (const Design& d : Designs()) {
@@ -132,7 +133,7 @@ void ForEachRankTable(Fn fn) {
             const std::string key = absl::StrCat(d.name, " ", l.name, " ", tr, "/", pr, "/", er);
             absl::StatusOr<ParamTable> table = BuildParamTable(c, shard);
             EXPECT_TRUE(table.ok()) << key << ": " << table.status();
-            if (table.ok()) fn(key, c, *table);
+            if (table.ok()) fn(key, c, *table, shard);
           }
         }
       }
@@ -142,7 +143,8 @@ void ForEachRankTable(Fn fn) {
 
 std::map<std::string, std::string> Actual() {
   std::map<std::string, std::string> out;
-  ForEachRankTable([&](const std::string& key, const ModelConfig&, const ParamTable& table) {
+  ForEachRankTable([&](const std::string& key, const ModelConfig&, const ParamTable& table,
+                       const Sharding&) {
     out[key] = Digest(table);
   });
   return out;
@@ -200,7 +202,8 @@ TEST(BuildParamTable, EveryDesignBindsTheTableItIsGiven) {
 // first parameter and the final norm.
 TEST(BuildParamTable, RolesAndBlocksAgreeWithTheNames) {
   int tables = 0;
-  ForEachRankTable([&](const std::string& key, const ModelConfig& c, const ParamTable& table) {
+  ForEachRankTable([&](const std::string& key, const ModelConfig& c, const ParamTable& table,
+                       const Sharding&) {
     ++tables;
     const std::vector<ParamSpec>& specs = table.specs();
     std::vector<size_t> expected;
@@ -265,6 +268,58 @@ TEST(BuildParamTable, BlockStartsOfAppendedChunks) {
   EXPECT_EQ(rank.specs()[rank.BlockStarts()[1]].name, "model.layers.3.input_layernorm.weight");
   EXPECT_EQ(rank.specs()[rank.BlockStarts()[2]].name, "model.norm.weight");
   EXPECT_EQ(rank.Find("model.embed_tokens.weight")->role, ParamRole::kEmbedding);
+}
+
+// The GPU's tables (align 32) hold the same tensors as the packed ones, each at a multiple of
+// 32 elements, with zero padding that CopyTensors leaves alone both ways.
+TEST(BuildParamTable, AlignedTablesHoldTheSameTensors) {
+  constexpr int64_t kAlign = 32;
+  int ranks = 0;
+  ForEachRankTable([&](const std::string& key, const ModelConfig& c, const ParamTable& packed,
+                       const Sharding& shard) {
+    absl::StatusOr<ParamTable> aligned = BuildParamTable(c, shard, kAlign);
+    ASSERT_TRUE(aligned.ok()) << key << ": " << aligned.status();
+    ++ranks;
+    EXPECT_EQ(packed.align(), 1) << key;
+    EXPECT_EQ(packed.packed_size(), packed.size()) << key;
+    EXPECT_EQ(aligned->align(), kAlign) << key;
+    EXPECT_EQ(aligned->packed_size(), packed.size()) << key;
+    EXPECT_EQ(aligned->size() % kAlign, 0) << key;
+    EXPECT_EQ(aligned->BlockStarts(), packed.BlockStarts()) << key;
+    ASSERT_EQ(aligned->specs().size(), packed.specs().size()) << key;
+    int64_t next = 0;
+    for (size_t i = 0; i < packed.specs().size(); ++i) {
+      const ParamSpec &a = aligned->specs()[i], &p = packed.specs()[i];
+      EXPECT_EQ(a.name, p.name) << key;
+      EXPECT_EQ(a.shape, p.shape) << key << " " << a.name;
+      EXPECT_EQ(a.role, p.role) << key << " " << a.name;
+      EXPECT_EQ(a.layer, p.layer) << key << " " << a.name;
+      EXPECT_EQ(a.expert, p.expert) << key << " " << a.name;
+      EXPECT_EQ(a.shard_index, p.shard_index) << key << " " << a.name;
+      EXPECT_EQ(p.stride, p.numel) << key << " " << p.name;
+      EXPECT_EQ(a.offset, next) << key << " " << a.name;
+      EXPECT_EQ(a.offset % kAlign, 0) << key << " " << a.name;
+      EXPECT_GE(a.stride, a.numel) << key << " " << a.name;
+      EXPECT_LT(a.stride - a.numel, kAlign) << key << " " << a.name;
+      next = a.offset + a.stride;
+    }
+    EXPECT_EQ(next, aligned->size()) << key;
+    std::vector<float> p(packed.size()), device(aligned->size(), 0.0f), back(packed.size(), 0.0f);
+    packed.Initialize(p.data(), 5);
+    CopyTensors(packed, p.data(), *aligned, device.data());
+    CopyTensors(*aligned, device.data(), packed, back.data());
+    EXPECT_EQ(back, p) << key;
+    double padding = 0;
+    for (const ParamSpec& a : aligned->specs()) {
+      for (int64_t e = a.offset + a.numel; e < a.offset + a.stride; ++e) padding += std::abs(device[e]);
+    }
+    EXPECT_EQ(padding, 0.0) << key;
+  });
+  EXPECT_EQ(ranks, 312);
+  absl::StatusOr<ParamTable> bad = BuildParamTable(Config(Designs()[0]), Sharding{}, 0);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.status().message(), "parameter alignment 0 is not positive");
 }
 
 TEST(BuildParamTable, RefusesALayoutTheConfigCannotSplit) {

@@ -26,6 +26,10 @@ int64_t ParamSpec::TrueCount() const {
   return std::max<int64_t>(0, std::min<int64_t>(shape[shard_dim], rest));
 }
 
+ParamTable::ParamTable(int64_t align) : align_(align) {
+  SATDAR_CHECK(align >= 1) << "parameter table alignment " << align;
+}
+
 ParamSpec& ParamTable::AddShard(const std::string& name, const core::Shape& global_shape,
                                 ParamInit init, int dim, int index, int count) {
   if (count == 1) return Add(name, global_shape, std::move(init));
@@ -72,7 +76,9 @@ ParamSpec& ParamTable::Add(const std::string& name, core::Shape shape, ParamInit
   spec.init = std::move(init);
   spec.unused = unused;
   spec.offset = size_;
-  size_ += spec.numel;
+  spec.stride = (spec.numel + align_ - 1) / align_ * align_;
+  size_ += spec.stride;
+  packed_size_ += spec.numel;
   spec.global_shape = spec.shape;
   index_[name] = specs_.size();
   specs_.push_back(std::move(spec));
@@ -83,9 +89,10 @@ int64_t ParamTable::Append(const ParamTable& other) {
   const int64_t base = size_;
   for (const ParamSpec& s : other.specs()) {
     ParamSpec& spec = Add(s.name, s.shape, s.init, s.unused);
-    const int64_t offset = spec.offset;
+    const int64_t offset = spec.offset, stride = spec.stride;
     spec = s;
     spec.offset = offset;
+    spec.stride = stride;
   }
   return base;
 }
@@ -141,5 +148,20 @@ void ParamTable::Initialize(T* params, uint64_t seed) const {
 
 template void ParamTable::Initialize<float>(float*, uint64_t) const;
 template void ParamTable::Initialize<double>(double*, uint64_t) const;
+
+template <typename T>
+void CopyTensors(const ParamTable& from, const T* src, const ParamTable& to, T* dst) {
+  SATDAR_CHECK(from.specs().size() == to.specs().size())
+      << "copying " << from.specs().size() << " tensors into a table of " << to.specs().size();
+  for (size_t i = 0; i < from.specs().size(); ++i) {
+    const ParamSpec &a = from.specs()[i], &b = to.specs()[i];
+    SATDAR_CHECK(a.name == b.name && a.numel == b.numel)
+        << "tensor " << i << ": " << a.name << " is " << b.name << " in the other table";
+    std::copy(src + a.offset, src + a.offset + a.numel, dst + b.offset);
+  }
+}
+
+template void CopyTensors<float>(const ParamTable&, const float*, const ParamTable&, float*);
+template void CopyTensors<double>(const ParamTable&, const double*, const ParamTable&, double*);
 
 }  // namespace satdar::model

@@ -45,6 +45,9 @@ struct ParamSpec {
   ParamInit init;
   int64_t offset = 0;  // elements
   int64_t numel = 0;
+  // Elements from offset to the next tensor's: numel rounded up to the table's alignment. The
+  // stride - numel padding elements belong to no tensor and stay 0.
+  int64_t stride = 0;
   // Kept for checkpoint compatibility but never read by the model (its gradient is 0):
   // weight files may omit it (e.g. layer 0's ResFormer lambda2).
   bool unused = false;
@@ -77,6 +80,11 @@ struct ParamSpec {
 
 class ParamTable {
  public:
+  // align: every tensor starts at a multiple of `align` elements (1: packed, the CPU's table;
+  // 32 on the GPU, so every GEMM operand is aligned for cuBLASLt's fast kernels, where a DAR
+  // layer's few scalars would otherwise misalign everything after them).
+  explicit ParamTable(int64_t align = 1);
+
   // Appends a parameter after the previous one. Names must be unique. The reference stays
   // valid until the next Add (to set the flags above).
   ParamSpec& Add(const std::string& name, core::Shape shape, ParamInit init, bool unused = false);
@@ -113,7 +121,12 @@ class ParamTable {
   const ParamSpec* Find(const std::string& name) const;
   // Offset of `name`; aborts if absent (a programming error in a model).
   int64_t Offset(const std::string& name) const;
+  // Elements of a flat buffer (parameters, gradients, moments): the tensors and their padding.
   int64_t size() const { return size_; }
+  // Elements of the tensors alone (including a padded vocabulary shard's rows): size() at
+  // align 1, what the descriptions and the FLOP count report as the parameters.
+  int64_t packed_size() const { return packed_size_; }
+  int64_t align() const { return align_; }
 
   // Every element is a pure function of (seed, name, index): N(0, std) or a constant.
   template <typename T>
@@ -126,8 +139,14 @@ class ParamTable {
 
   std::vector<ParamSpec> specs_;
   std::map<std::string, size_t> index_;
-  int64_t size_ = 0;
+  int64_t align_ = 1;
+  int64_t size_ = 0, packed_size_ = 0;
 };
+
+// Copies every tensor of `src` (laid out by `from`) into `dst` (laid out by `to`): the same
+// specs in the same order, at any two alignments. Leaves to's padding elements as they are.
+template <typename T>
+void CopyTensors(const ParamTable& from, const T* src, const ParamTable& to, T* dst);
 
 }  // namespace satdar::model
 

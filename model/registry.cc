@@ -152,10 +152,14 @@ absl::StatusOr<std::unique_ptr<Model<T>>> CreateModel(const ModelConfig& config,
       d.topology->make(config, shard, pool)));
 }
 
-absl::StatusOr<ParamTable> BuildParamTable(const ModelConfig& config, const Sharding& shard) {
+absl::StatusOr<ParamTable> BuildParamTable(const ModelConfig& config, const Sharding& shard,
+                                           int64_t align) {
+  if (align < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("parameter alignment ", align, " is not positive"));
+  }
   Registry<float> r;
   SATDAR_ASSIGN_OR_RETURN(Design<float> d, FindDesign(r, config, shard));
-  return DecoderParams(config, shard, d.params());
+  return DecoderParams(config, shard, d.params(), align);
 }
 
 template absl::StatusOr<std::unique_ptr<Model<float>>> CreateModel<float>(const ModelConfig&,

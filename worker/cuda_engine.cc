@@ -157,23 +157,20 @@ class CudaEngine : public StepEngine {
   double Mfu(double tokens_per_second) const {
     return worker::Mfu(tokens_per_second, world_size_, flops_per_token_, peak_flops_);
   }
+  // The host copies are laid out by the device table (padding included), as the device's.
   absl::Status Upload(float* dst, const std::vector<float>& src) {
-    model::gpu::PackToDevice(params(), model_->layout(), src.data(), staging_.data());
-    return kc::CopyToDevice(dst, staging_.data(), nd_ * sizeof(float));
+    return kc::CopyToDevice(dst, src.data(), nd_ * sizeof(float));
   }
   absl::Status Download(std::vector<float>* dst, const float* src) {
     SATDAR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-    SATDAR_RETURN_IF_ERROR(kc::CopyToHost(staging_.data(), src, nd_ * sizeof(float)));
-    model::gpu::UnpackFromDevice(params(), model_->layout(), staging_.data(), dst->data());
-    return absl::OkStatus();
+    return kc::CopyToHost(dst->data(), src, nd_ * sizeof(float));
   }
-  // A moment (host, table layout) into this replica's device slice (the whole buffer without
-  // ZeRO-1; the padding past the table stays 0).
+  // A moment (host) into this replica's device slice (the whole buffer without ZeRO-1; the
+  // padding past the table stays 0).
   absl::Status UploadMoment(float* dst, const std::vector<float>& src) {
-    model::gpu::PackToDevice(params(), model_->layout(), src.data(), staging_.data());
     const int64_t count = std::max<int64_t>(0, std::min(shard_len_, nd_ - lo_));
     if (count == 0) return absl::OkStatus();
-    return kc::CopyToDevice(dst, staging_.data() + lo_, count * sizeof(float));
+    return kc::CopyToDevice(dst, src.data() + lo_, count * sizeof(float));
   }
   // The whole moment into *dst (every replica takes part under ZeRO-1: an all-gather of the
   // slices into a temporary device buffer).
@@ -214,9 +211,10 @@ class CudaEngine : public StepEngine {
   kc::Stream compute_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<model::gpu::GpuModel> model_;
-  int64_t nd_ = 0;  // elements of each device buffer (aligned tensors)
-  // Host copies for initialisation, resume and checkpoints; the device holds the truth.
-  std::vector<float> params_, exp_avg_, exp_avg_sq_, staging_;
+  int64_t nd_ = 0;  // elements of each device buffer: params().size() (aligned tensors)
+  // Host copies for initialisation, resume and checkpoints, laid out by params(); the device
+  // holds the truth.
+  std::vector<float> params_, exp_avg_, exp_avg_sq_;
   std::unique_ptr<DeviceBuffers> dev_;
   float *master_ = nullptr, *grads_ = nullptr, *m_ = nullptr, *v_ = nullptr;
   double *scalars_ = nullptr, *norm_scratch_ = nullptr, *eval_sum_ = nullptr;
@@ -248,16 +246,14 @@ absl::Status CudaEngine::Init() {
   SATDAR_ASSIGN_OR_RETURN(model_, model::gpu::GpuModel::Create(
                                       o_.config, {o_.gpu.compute, o_.gpu.recompute}, stream_,
                                       &alloc_));
-  const model::ParamTable& table = model_->params();
-  const model::gpu::DeviceLayout& layout = model_->layout();
-  nd_ = layout.size;
+  const model::ParamTable& table = model_->params();  // aligned: model::gpu::kDeviceAlign
+  nd_ = table.size();
   padded_ = zero_ ? (nd_ + world_size_ - 1) / world_size_ * world_size_ : nd_;
   shard_len_ = zero_ ? padded_ / world_size_ : nd_;
   lo_ = zero_ ? rank_ * shard_len_ : 0;
   params_.assign(table.size(), 0.0f);
   exp_avg_.assign(table.size(), 0.0f);
   exp_avg_sq_.assign(table.size(), 0.0f);
-  staging_.assign(nd_, 0.0f);
   table.Initialize(params_.data(), o_.seed);
   dev_ = std::make_unique<DeviceBuffers>(&alloc_);
   SATDAR_ASSIGN_OR_RETURN(master_, dev_->Zeros<float>(padded_));
@@ -272,12 +268,14 @@ absl::Status CudaEngine::Init() {
   SATDAR_ASSIGN_OR_RETURN(eval_sum_, dev_->Zeros<double>(1));
   SATDAR_RETURN_IF_ERROR(UploadState());
   // One rank holds every block and the final norm (no pipeline on the GPU path yet).
-  for (size_t i : table.BlockStarts()) layer_start_.push_back(layout.offsets[i]);
+  for (size_t i : table.BlockStarts()) {
+    layer_start_.push_back(i < table.specs().size() ? table.specs()[i].offset : nd_);
+  }
   ready_.resize(o_.config.num_hidden_layers + 1);
   for (auto& e : ready_) {
     SATDAR_ASSIGN_OR_RETURN(e, kc::Event::Create());
   }
-  flops_per_token_ = model::FlopsPerToken(table.size(), o_.config, o_.seq_len);
+  flops_per_token_ = model::FlopsPerToken(table.packed_size(), o_.config, o_.seq_len);
   // --peak-tflops 0: the GPU's own peak from the table, H100/H200's when it is not listed.
   const double listed = GpuPeakFlops(kc::DeviceName(device_));
   peak_flops_ = o_.peak_tflops > 0 ? o_.peak_tflops * 1e12 : listed > 0 ? listed : 989e12;
@@ -289,7 +287,7 @@ std::string CudaEngine::Describe() const {
       "model: %s residual, %s gate, %lld parameters on %s (cuda:%d), %s compute, fp32 master "
       "weights%s; batch %d x %d tokens x %d replica(s)%s%s, %d micro-batch(es)",
       model::Name(o_.config.residual), model::Name(o_.config.value_residual),
-      static_cast<long long>(params().size()), kc::DeviceName(device_), device_,
+      static_cast<long long>(params().packed_size()), kc::DeviceName(device_), device_,
       o_.gpu.compute == core::DType::kBF16 ? "bf16" : "f32",
       o_.gpu.recompute ? ", activation recomputation" : "", o_.batch_size, o_.seq_len,
       world_size_, world_size_ > 1 ? absl::StrCat(" over ", o_.gpu.world_kind) : "",

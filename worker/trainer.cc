@@ -348,7 +348,7 @@ absl::StatusOr<TrainSummary> TrainRun::Finish() {
             {"final_loss", summary_.final_loss},
             {"tokens_per_second", summary_.tokens_per_second},
             {"peak_rss_bytes", summary_.peak_rss_bytes},
-            {"parameters", engine_->params().size()},
+            {"parameters", engine_->params().packed_size()},
             {"data_parallel", g_.data_size()},
             {"already_complete", summary_.already_complete}};
   engine_->AddToSummary(summary_.tokens_per_second, &j, &summary_);

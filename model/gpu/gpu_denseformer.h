@@ -33,7 +33,7 @@ class GpuDenseFormer {
   using BranchForward = GpuBranchForward<T>;
   using BranchBackward = GpuBranchBackward<T>;
 
-  // offset_of(name): where parameter `name` starts in the device layout.
+  // offset_of(name): where parameter `name` starts in the device buffers.
   GpuDenseFormer(const ModelConfig& config, cudaStream_t stream,
                  core::cuda::CachingAllocator* alloc,
                  const std::function<int64_t(const std::string&)>& offset_of);

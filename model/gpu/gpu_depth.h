@@ -37,7 +37,7 @@ class GpuDepthResidual {
   using BranchBackward = GpuBranchBackward<T>;
 
   // config.residual "dar" or "attnres"; offset_of(name): where parameter `name` starts in the
-  // device layout.
+  // device buffers.
   GpuDepthResidual(const ModelConfig& config, cudaStream_t stream,
                    core::cuda::CachingAllocator* alloc,
                    const std::function<int64_t(const std::string&)>& offset_of);
@@ -48,7 +48,7 @@ class GpuDepthResidual {
   absl::Status Resize(int b, int t, const T* h0, T* x_final);
   int64_t activation_bytes() const { return arena_.bytes(); }
 
-  // w: compute weights, master: fp32 master weights (device layout).
+  // w: compute weights, master: fp32 master weights (device buffers).
   absl::Status Forward(const T* w, const float* master, const BranchForward& branch);
   // From d loss / d x_final; grads (fp32) +=; *dh0 = d loss / d h0 (valid until the next call).
   absl::Status Backward(const T* w, const float* master, float* grads, const T* dx_final,

@@ -42,7 +42,7 @@ class GpuHyper {
   using BranchBackward = GpuBranchBackward<T>;
 
   // config.residual "hc" or "mhc"; offset_of(name): where parameter `name` starts in the
-  // device layout. Fails (InternalError) if a design's projection weights are not adjacent.
+  // device buffers. Fails (InternalError) if a design's projection weights are not adjacent.
   static absl::StatusOr<std::unique_ptr<GpuHyper>> Create(
       const ModelConfig& config, cudaStream_t stream, core::cuda::GemmHandle* gemm,
       core::cuda::CachingAllocator* alloc,
@@ -52,7 +52,7 @@ class GpuHyper {
   absl::Status Resize(int b, int t);
   int64_t activation_bytes() const { return arena_.bytes(); }
 
-  // w: the compute weights, master: the fp32 master weights (both in the device layout).
+  // w: the compute weights, master: the fp32 master weights (both in the device buffers).
   absl::Status Forward(const T* w, const float* master, const T* h0, T* x_final,
                        const BranchForward& branch);
   // grads (fp32) +=; *dh0 = d loss / d h0 (valid until the next call).

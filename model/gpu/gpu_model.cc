@@ -78,8 +78,7 @@ class GpuDecoder : public GpuModel {
         learnable_res_(resformer_ && c.resformer_mode == ResformerMode::kLearnablePlus),
         d_(c.hidden_size), nh_(c.num_attention_heads),
         nkv_(c.num_key_value_heads), hs_(c.head_size()), f_(c.intermediate_size),
-        v_(c.vocab_size), eps_(static_cast<float>(c.rms_norm_eps)),
-        layout_(MakeDeviceLayout(table_)), arena_(alloc, stream) {}
+        v_(c.vocab_size), eps_(static_cast<float>(c.rms_norm_eps)), arena_(alloc, stream) {}
 
   ~GpuDecoder() override {
     cudaStreamSynchronize(stream_);
@@ -140,14 +139,13 @@ class GpuDecoder : public GpuModel {
       depth_res_ = std::make_unique<GpuDepthResidual<T>>(c_, stream_, alloc_, offset_of);
     }
     if (kDt != core::DType::kF32) {
-      SATDAR_ASSIGN_OR_RETURN(void* raw, alloc_->Allocate(layout_.size * sizeof(T), stream_));
+      SATDAR_ASSIGN_OR_RETURN(void* raw, alloc_->Allocate(table_.size() * sizeof(T), stream_));
       w_copy_ = static_cast<T*>(raw);
     }
     return absl::OkStatus();
   }
 
   const ParamTable& params() const override { return table_; }
-  const DeviceLayout& layout() const override { return layout_; }
   const ModelConfig& config() const override { return c_; }
   int64_t activation_bytes() const override {
     return arena_.bytes() + (moe_ ? moe_->activation_bytes() : 0) +
@@ -164,7 +162,7 @@ class GpuDecoder : public GpuModel {
     if constexpr (std::is_same<T, float>::value) {
       w_ = master;
     } else {
-      GPU_CHECK(CastFromF32(w_copy_, master, layout_.size, stream_));
+      GPU_CHECK(CastFromF32(w_copy_, master, table_.size(), stream_));
       w_ = w_copy_;
     }
     return absl::OkStatus();
@@ -301,12 +299,8 @@ class GpuDecoder : public GpuModel {
     }
     return p;
   }
-  // Where tensor `name` starts in the device layout.
-  int64_t Off(const std::string& name) const {
-    const ParamSpec* spec = table_.Find(name);
-    SATDAR_CHECK(spec != nullptr) << "no parameter " << name;
-    return layout_.offsets[spec - table_.specs().data()];
-  }
+  // Where tensor `name` starts in the device buffers.
+  int64_t Off(const std::string& name) const { return table_.Offset(name); }
   const int32_t* targets() const { return inputs_ + static_cast<size_t>(b_) * t_; }
 
   // An activation or scratch buffer of (B, T), freed by the next Resize.
@@ -604,7 +598,6 @@ class GpuDecoder : public GpuModel {
   const bool learnable_res_;  // ResFormer learnable_plus
   const int d_, nh_, nkv_, hs_, f_, v_;
   const float eps_;
-  const DeviceLayout layout_;
   std::unique_ptr<kc::GemmHandle> gemm_;
   std::vector<LayerOffsets> off_;
   int64_t embed_off_ = -1, norm_off_ = -1, head_off_ = -1;
@@ -658,8 +651,8 @@ absl::StatusOr<std::unique_ptr<GpuModel>> GpuModel::Create(const ModelConfig& co
   if (options.compute != core::DType::kBF16 && options.compute != core::DType::kF32) {
     return absl::InvalidArgumentError("GpuModel: compute dtype must be bf16 or f32");
   }
-  // The CPU model's table: the same parameters in the same order.
-  SATDAR_ASSIGN_OR_RETURN(ParamTable table, BuildParamTable(config, Sharding{}));
+  // The CPU model's table (the same parameters in the same order), aligned for the GPU.
+  SATDAR_ASSIGN_OR_RETURN(ParamTable table, BuildParamTable(config, Sharding{}, kDeviceAlign));
   if (options.compute == core::DType::kF32) {
     auto m = std::make_unique<GpuDecoder<float>>(config, options, stream, alloc, std::move(table));
     SATDAR_RETURN_IF_ERROR(m->Init());

@@ -3,12 +3,12 @@
 // weights, fp32 gradients and fp32 accumulation everywhere.
 //
 //   SATDAR_ASSIGN_OR_RETURN(auto m, GpuModel::Create(config, {DType::kBF16, false}, stream, &alloc));
-//   m->SetWeights(master);                       // fp32 device buffer in m->layout()
+//   m->SetWeights(master);                       // fp32 device buffer, m->params() offsets
 //   m->Forward(tokens, B, T, 1.0, loss_acc);     // tokens: host (B, T+1); loss: device fp64 +=
 //   m->Backward(grads);                          // grads: device fp32 +=
 //
-// The parameter table is the CPU model's (same names, shapes, order and offsets), so
-// checkpoints, initialisation and exports are shared with the CPU path. Everything is
+// The parameter table is the CPU model's (same names, shapes and order; offsets aligned to
+// kDeviceAlign), so checkpoints, initialisation and exports are shared with the CPU path. Everything is
 // enqueued on one stream and nothing synchronises with the host except the token upload's
 // reuse of its pinned staging buffer. Designs: every residual topology (standard here; DAR and
 // AttnRes in gpu_depth.h, DenseFormer in gpu_denseformer.h, HC and mHC in gpu_hyper.h,
@@ -50,21 +50,11 @@ struct GpuModelOptions {
 // OK when the GPU path has this design; otherwise InvalidArgument naming the field.
 absl::Status CheckGpuSupport(const ModelConfig& config);
 
-// The device layout of the flat buffers (master weights, gradients, AdamW moments): the param
-// table's tensors in table order, each starting at a multiple of kDeviceAlign elements, so
-// every GEMM operand is aligned for cuBLASLt's fast kernels (the table itself is packed, and a
-// DAR layer's few scalars would misalign everything after them). Padding elements stay 0.
+// The GPU's parameter tables start every tensor at a multiple of kDeviceAlign elements
+// (ParamTable's align): the flat buffers (master weights, gradients, AdamW moments) hold the
+// same tensors as the CPU's packed table, with zero padding between them. Checkpoints are
+// written per tensor, so they move between the two.
 constexpr int64_t kDeviceAlign = 32;
-struct DeviceLayout {
-  std::vector<int64_t> offsets;  // per ParamTable spec, in table order
-  int64_t size = 0;              // elements of a device buffer
-};
-DeviceLayout MakeDeviceLayout(const ParamTable& table);
-// Host copies between the table's packed layout and the device layout.
-void PackToDevice(const ParamTable& table, const DeviceLayout& layout, const float* packed,
-                  float* device_layout);
-void UnpackFromDevice(const ParamTable& table, const DeviceLayout& layout,
-                      const float* device_layout, float* packed);
 
 class GpuModel {
  public:
@@ -78,9 +68,7 @@ class GpuModel {
 
   virtual const ParamTable& params() const = 0;
   virtual const ModelConfig& config() const = 0;
-  // The layout of every device buffer below (MakeDeviceLayout(params())).
-  virtual const DeviceLayout& layout() const = 0;
-  // master: fp32 device weights in layout(), read in place until the model is destroyed (the
+  // master: fp32 device weights laid out by params() (align kDeviceAlign), read in place until the model is destroyed (the
   // scalar parameters of DAR are read from it); refreshes the compute copy. Call after every
   // change of the master weights.
   virtual absl::Status SetWeights(const float* master) = 0;
@@ -92,7 +80,7 @@ class GpuModel {
   // Validation: adds the mean cross-entropy alone (no MoE aux or z loss) to *ce_acc (device
   // fp64); keeps nothing for a Backward (which then fails).
   virtual absl::Status Evaluate(const int32_t* tokens, int b, int t, double* ce_acc) = 0;
-  // grads (device fp32, in layout()) += d(loss_scale * loss)/d(params) of the last Forward.
+  // grads (device fp32, laid out by params()) += d(loss_scale * loss)/d(params) of the last Forward.
   virtual absl::Status Backward(float* grads) = 0;
   // As Model::SetLayerGradientsReadyHook: called (at enqueue time, on the host) once all of
   // layer i's gradient work is enqueued on the stream, for layers L-1 .. 1.

@@ -80,13 +80,16 @@ Result Gpu(const ModelConfig& c, const std::vector<int32_t>& tokens, core::DType
   core::cuda::CachingAllocator alloc;
   auto model = GpuModel::Create(c, {dtype, recompute}, nullptr, &alloc);
   EXPECT_TRUE(model.ok()) << model.status();
+  // The CPU's packed table gives the same weights as Cpu(); the device table is aligned.
   const ParamTable& table = (*model)->params();
-  const DeviceLayout& layout = (*model)->layout();
-  const std::vector<float> p = Params(table);
-  std::vector<float> staged(layout.size);
-  PackToDevice(table, layout, p.data(), staged.data());
+  EXPECT_EQ(table.align(), kDeviceAlign);
+  auto packed = BuildParamTable(c, Sharding{});
+  EXPECT_TRUE(packed.ok()) << packed.status();
+  const std::vector<float> p = Params(*packed);
+  std::vector<float> staged(table.size(), 0.0f);
+  CopyTensors(*packed, p.data(), table, staged.data());
   gt::DeviceBuffer master(staged, core::DType::kF32);
-  gt::DeviceBuffer grads(std::vector<float>(layout.size, 0.0f), core::DType::kF32);
+  gt::DeviceBuffer grads(std::vector<float>(table.size(), 0.0f), core::DType::kF32);
   gt::DeviceVector<double> loss(std::vector<double>{0.0});
   EXPECT_TRUE((*model)->SetWeights(master.f32()).ok());
   absl::Status s = (*model)->Forward(tokens.data(), kB, kT, 1.0, loss.get());
@@ -98,12 +101,13 @@ Result Gpu(const ModelConfig& c, const std::vector<int32_t>& tokens, core::DType
   EXPECT_TRUE(core::cuda::CopyToHost(&r.loss, loss.get(), sizeof(double)).ok());
   const std::vector<float> g = grads.Download();
   r.grads.assign(p.size(), 0.0f);
-  UnpackFromDevice(table, layout, g.data(), r.grads.data());
+  CopyTensors(table, g.data(), *packed, r.grads.data());
   // Padding stays zero.
   float padding = 0;
-  for (size_t i = 0; i < table.specs().size(); ++i) {
-    const int64_t end = i + 1 < table.specs().size() ? layout.offsets[i + 1] : layout.size;
-    for (int64_t e = layout.offsets[i] + table.specs()[i].numel; e < end; ++e) padding += std::abs(g[e]);
+  for (const ParamSpec& spec : table.specs()) {
+    for (int64_t e = spec.offset + spec.numel; e < spec.offset + spec.stride; ++e) {
+      padding += std::abs(g[e]);
+    }
   }
   EXPECT_EQ(padding, 0.0f);
   return r;
@@ -290,31 +294,6 @@ TEST(GpuModelSupportTest, NamesTheField) {
   s = CheckGpuSupport(c);
   EXPECT_NE(std::string(s.message()).find("intermediate_size x hidden_size = 97 x 66"),
             std::string::npos) << s;
-}
-
-TEST(GpuModelSupportTest, DeviceLayoutAlignsEveryTensorAndRoundTrips) {
-  core::ThreadPool pool(1);
-  auto cpu = CreateModel<float>(Tiny("dar", "satformer", 3, false), &pool);
-  ASSERT_TRUE(cpu.ok());
-  const ParamTable& table = (*cpu)->params();
-  const DeviceLayout layout = MakeDeviceLayout(table);
-  ASSERT_EQ(layout.offsets.size(), table.specs().size());
-  for (size_t i = 0; i < layout.offsets.size(); ++i) {
-    EXPECT_EQ(layout.offsets[i] % kDeviceAlign, 0) << table.specs()[i].name;
-    if (i > 0) {
-      EXPECT_GE(layout.offsets[i], layout.offsets[i - 1] + table.specs()[i - 1].numel);
-    }
-  }
-  EXPECT_GE(layout.size, table.size());
-  const std::vector<float> p = Params(table);
-  std::vector<float> dev(layout.size, 1.0f), back(p.size(), 0.0f);
-  PackToDevice(table, layout, p.data(), dev.data());
-  UnpackFromDevice(table, layout, dev.data(), back.data());
-  EXPECT_EQ(back, p);
-  double sum_dev = 0, sum_p = 0;
-  for (float x : dev) sum_dev += x;
-  for (float x : p) sum_p += x;
-  EXPECT_DOUBLE_EQ(sum_dev, sum_p);  // the padding is zero
 }
 
 TEST(GpuModelSupportTest, CreateFailsClearlyWithoutGpu) {

@@ -69,7 +69,7 @@ absl::StatusOr<std::unique_ptr<GpuMoe<T>>> GpuMoe<T>::Create(
         if (offset_of(prefix + "up_proj.weight") != gate + fd ||
             offset_of(prefix + "down_proj.weight") != gate + 2 * fd) {
           return absl::InternalError(
-              absl::StrCat(prefix, "{gate,up,down}_proj are not adjacent in the device layout"));
+              absl::StrCat(prefix, "{gate,up,down}_proj are not adjacent in the device buffers"));
         }
         (routed ? o.experts : o.shared).push_back(gate);
       }

@@ -37,7 +37,7 @@ namespace satdar::model::gpu {
 template <typename T>  // float or __nv_bfloat16
 class GpuMoe {
  public:
-  // offset_of(name): where parameter `name` starts in the device layout (weights, gradients).
+  // offset_of(name): where parameter `name` starts in the device buffers (weights, gradients).
   static absl::StatusOr<std::unique_ptr<GpuMoe>> Create(
       const ModelConfig& config, cudaStream_t stream, core::cuda::GemmHandle* gemm,
       core::cuda::CachingAllocator* alloc,

@@ -47,7 +47,7 @@ class GpuMuddFormer {
     GpuBranchBackward<T> backward;
   };
 
-  // offset_of(name): where parameter `name` starts in the device layout.
+  // offset_of(name): where parameter `name` starts in the device buffers.
   GpuMuddFormer(const ModelConfig& config, cudaStream_t stream, core::cuda::GemmHandle* gemm,
                 core::cuda::CachingAllocator* alloc,
                 const std::function<int64_t(const std::string&)>& offset_of);
@@ -60,7 +60,7 @@ class GpuMuddFormer {
   absl::Status Resize(int b, int t, const T* h0, T* x_final, const T* dx_final);
   int64_t activation_bytes() const { return arena_.bytes(); }
 
-  // w: compute weights, master: fp32 master weights (device layout).
+  // w: compute weights, master: fp32 master weights (device buffers).
   absl::Status Forward(const T* w, const float* master, const Branches& br);
   // From d loss / d x_final (Resize's dx_final); grads (fp32) +=; *dh0 = d loss / d h0
   // (valid until the next call).

@@ -1,6 +1,4 @@
-// CheckGpuSupport and the device layout of gpu_model.h: plain host code, built with or without
-// CUDA.
-#include <algorithm>
+// CheckGpuSupport of gpu_model.h: plain host code, built with or without CUDA.
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -21,7 +19,7 @@ absl::Status CheckGpuSupport(const ModelConfig& c) {
                                                      cuda::kMaxHyperStreams));
     }
     // HC's dynamic_alpha (n+1, C) and dynamic_beta (1, C) run as one projection: adjacent in
-    // the device layout.
+    // the device table (align kDeviceAlign).
     const int64_t alpha = static_cast<int64_t>(c.hc_streams + 1) * c.hidden_size;
     if (c.residual == Residual::kHc && alpha % kDeviceAlign != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -29,7 +27,7 @@ absl::Status CheckGpuSupport(const ModelConfig& c) {
           c.hidden_size, " must be a multiple of ", kDeviceAlign));
     }
   }
-  // gate_proj and up_proj run as one (2F, D) weight: adjacent in the device layout, whose tensors
+  // gate_proj and up_proj run as one (2F, D) weight: adjacent in the device table, whose tensors
   // start at multiples of kDeviceAlign elements.
   const int64_t ffn = static_cast<int64_t>(c.intermediate_size) * c.hidden_size;
   if (!c.moe.has_value() && ffn % kDeviceAlign != 0) {
@@ -62,34 +60,6 @@ absl::Status CheckGpuSupport(const ModelConfig& c) {
         " exceeds the attention kernel's limit of 128"));
   }
   return absl::OkStatus();
-}
-
-DeviceLayout MakeDeviceLayout(const ParamTable& table) {
-  DeviceLayout l;
-  for (const ParamSpec& spec : table.specs()) {
-    l.offsets.push_back(l.size);
-    l.size += (spec.numel + kDeviceAlign - 1) / kDeviceAlign * kDeviceAlign;
-  }
-  return l;
-}
-
-void PackToDevice(const ParamTable& table, const DeviceLayout& layout, const float* packed,
-                  float* device_layout) {
-  std::fill(device_layout, device_layout + layout.size, 0.0f);
-  for (size_t i = 0; i < table.specs().size(); ++i) {
-    const ParamSpec& spec = table.specs()[i];
-    std::copy(packed + spec.offset, packed + spec.offset + spec.numel,
-              device_layout + layout.offsets[i]);
-  }
-}
-
-void UnpackFromDevice(const ParamTable& table, const DeviceLayout& layout,
-                      const float* device_layout, float* packed) {
-  for (size_t i = 0; i < table.specs().size(); ++i) {
-    const ParamSpec& spec = table.specs()[i];
-    std::copy(device_layout + layout.offsets[i], device_layout + layout.offsets[i] + spec.numel,
-              packed + spec.offset);
-  }
 }
 
 }  // namespace satdar::model::gpu
