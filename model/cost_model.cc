@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
 #include "model/model.h"
+#include "model/param_roles.h"
 
 namespace satdar::model {
 
@@ -13,18 +14,18 @@ namespace {
 
 constexpr int64_t kScalar = 8;  // a loss, a norm: one f64
 
-// What rank 0's parameter table says for the reductions (worker/gradient_sync.cc's roles).
-RankParameters RolesOf(const ParamTable& table, bool tied, bool pipeline) {
+// What rank 0's parameter table says for the reductions (param_roles.h, as the trainer's).
+RankParameters ParametersOf(const ParamTable& table, bool tied, bool pipeline) {
+  RankPlace rank0;
+  rank0.pipeline = pipeline;
+  const ParamRoles roles = RolesOf(table, rank0, tied);
   RankParameters r;
   r.total = table.size();
-  for (const ParamSpec& s : table.specs()) {
-    if (s.tp_partial_grad) r.tp_partial += s.numel;
-    if (s.pp_partial_grad && pipeline) r.pp_partial += s.numel;
-    if (s.expert) r.experts += s.numel;
-    const bool embedding = s.role == ParamRole::kEmbedding;
-    if (embedding && tied && pipeline) r.embedding = s.numel;
-    if (embedding || s.role == ParamRole::kHead) r.vocabulary += s.numel;
-  }
+  r.tp_partial = RunElements(roles.tp_partial);
+  r.pp_partial = RunElements(roles.pp_partial);
+  r.experts = RunElements(roles.experts);
+  r.embedding = roles.tied_embedding.second;
+  r.vocabulary = RunElements(roles.vocabulary);
   return r;
 }
 
@@ -122,7 +123,7 @@ absl::StatusOr<StepCost> PredictStep(const ModelConfig& c, const MemoryShape& l)
     table.Append(chunk);
   }
   StepCost cost;
-  const RankParameters roles = RolesOf(table, c.tie_word_embeddings, l.pp > 1);
+  const RankParameters roles = ParametersOf(table, c.tie_word_embeddings, l.pp > 1);
   cost.parameters = roles;
   // The pipeline: what every virtual boundary carries (the topology's state, V1).
   auto boundary = [&](int j) {  // after virtual stage j

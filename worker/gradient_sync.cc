@@ -7,37 +7,13 @@
 
 namespace satdar::worker {
 
-namespace {
-
-void AddRun(Runs* runs, int64_t offset, int64_t length) {
-  if (!runs->empty() && runs->back().first + runs->back().second == offset) {
-    runs->back().second += length;
-  } else {
-    runs->emplace_back(offset, length);
-  }
-}
-
-}  // namespace
-
 ParamRoles RolesOf(const model::ParamTable& table, const MeshGroups& g, bool tied) {
-  ParamRoles r;
-  const bool pipeline = g.shape.pp > 1;
-  for (const model::ParamSpec& spec : table.specs()) {
-    if (spec.tp_partial_grad) r.tp_partial.emplace_back(spec.offset, spec.numel);
-    if (spec.pp_partial_grad && pipeline) r.pp_partial.emplace_back(spec.offset, spec.numel);
-    AddRun(spec.expert ? &r.experts : &r.dense, spec.offset, spec.numel);
-    const bool embedding = spec.role == model::ParamRole::kEmbedding;
-    if (embedding && tied && pipeline) r.tied_embedding = {spec.offset, spec.numel};
-    // Replicated copies count once: on TP rank 0 (unless sharded), EP rank 0 (unless an
-    // expert), and the first pipeline stage for a tied embedding and the stages' shared ones.
-    const bool later_stage_copy =
-        pipeline && g.coord.pp != 0 && ((embedding && tied) || spec.pp_partial_grad);
-    const bool counted_zero = (spec.sharded() || g.coord.tp == 0) && !later_stage_copy;
-    const bool counted = counted_zero && (spec.expert || g.coord.ep == 0);
-    if (counted) AddRun(&r.in_norm, spec.offset, spec.numel);
-    if (counted_zero) AddRun(&r.in_norm_zero, spec.offset, spec.numel);
-  }
-  return r;
+  model::RankPlace place;
+  place.tp = g.coord.tp;
+  place.pp = g.coord.pp;
+  place.ep = g.coord.ep;
+  place.pipeline = g.shape.pp > 1;
+  return model::RolesOf(table, place, tied);
 }
 
 template <typename T>

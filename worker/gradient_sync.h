@@ -28,6 +28,7 @@
 #include "absl/status/statusor.h"
 #include "model/config.h"
 #include "model/model.h"
+#include "model/param_roles.h"
 #include "model/param_table.h"
 #include "comm/communicator.h"
 #include "worker/mesh_groups.h"
@@ -35,20 +36,9 @@
 
 namespace satdar::worker {
 
-// What one rank's parameters mean for reductions and the gradient norm.
-struct ParamRoles {
-  Runs tp_partial;  // summed over TP
-  Runs pp_partial;  // summed over the pipeline stages
-  // The flat buffer as maximal runs of replicated weights (averaged over the data group) and
-  // of routed experts' (averaged over dp only).
-  Runs dense, experts;
-  std::pair<int64_t, int64_t> tied_embedding{-1, 0};  // on both end stages of a pipeline
-  Runs in_norm;  // counted in the global gradient norm (replicated copies on one rank only)
-  // Under ZeRO-1 each replica counts its shard: in_norm without the EP-rank-0 rule (the dense
-  // partition's sum is then taken on EP rank 0 only).
-  Runs in_norm_zero;
-};
-
+// What one rank's parameters mean for reductions and the gradient norm (model/param_roles.h)
+// at its place in `groups`.
+using model::ParamRoles;
 ParamRoles RolesOf(const model::ParamTable& table, const MeshGroups& groups, bool tied);
 
 template <typename T>

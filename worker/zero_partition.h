@@ -9,7 +9,7 @@
 // and the routed experts over the dp group (the replicas of this rank's experts), whose
 // averaged gradients are then divided by ep (the loss is the mean over all dp x ep replicas).
 //
-//   auto parts = ZeroPartitions(RolesOf(table, groups, tied), groups);
+//   auto parts = ZeroPartitions(RolesOf(table, groups, tied), groups);  // model/param_roles.h
 //   parts[p].Pack(grads, packed.data());   // flat -> packed (padding stays as it was)
 #ifndef SATDAR_WORKER_ZERO_PARTITION_H_
 #define SATDAR_WORKER_ZERO_PARTITION_H_
@@ -20,11 +20,12 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "model/param_roles.h"
 #include "worker/mesh_groups.h"
 
 namespace satdar::worker {
 
-using Runs = std::vector<std::pair<int64_t, int64_t>>;  // (offset, length), ascending
+using Runs = model::Runs;  // (offset, length), ascending
 
 struct ZeroPartition {
   Runs runs;               // the partition's elements in the flat buffer
