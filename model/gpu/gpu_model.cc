@@ -28,8 +28,8 @@
 #include "model/gpu/gpu_moe.h"
 #include "model/gpu/gpu_muddformer.h"
 #include "model/gpu/train_kernels.h"
-#include "model/layers/value_gate_cuda.h"
 #include "model/variants/resformer_ops.h"
+#include "model/variants/satformer_ops.h"
 #endif
 
 namespace satdar::model::gpu {
@@ -480,8 +480,9 @@ class GpuDecoder : public GpuModel {
     GPU_CHECK(kc::RopeForward(a.k, cos_, sin_, b_, t_, nkv_, hs_, stream_));
     const T* values = a.v;
     if (satformer_ && i >= 1) {
-      GPU_CHECK(lc::ValueGateForward(a.vmix, a.alpha, xv, W(o.gate), a.v, v1_, n, nkv_, hs_,
-                                     d_, stream_));
+      SATDAR_RETURN_IF_ERROR(lc::ValueGateForward<T>(a.alpha, xv, W(o.gate), n, nkv_, d_, stream_));
+      SATDAR_RETURN_IF_ERROR(
+          lc::ValueMixForward<T>(a.vmix, a.alpha, a.v, v1_, n, nkv_, hs_, stream_));
       values = a.vmix;
     } else if (resformer_ && i >= 1) {
       SATDAR_RETURN_IF_ERROR(
@@ -561,8 +562,10 @@ class GpuDecoder : public GpuModel {
     }
     const T* dv_proj = dv_;
     if (mixed && satformer_) {
-      GPU_CHECK(lc::ValueGateBackward(dxv, g + o.gate, dv_raw_, dv1_, dalpha_, dv_, xv,
-                                      W(o.gate), v1_, a.alpha, n, nkv_, hs_, d_, stream_));
+      SATDAR_RETURN_IF_ERROR(lc::ValueMixBackward<T>(dv_raw_, dv1_, dalpha_, dv_, v1_, a.alpha, n,
+                                                     nkv_, hs_, stream_));
+      SATDAR_RETURN_IF_ERROR(
+          lc::ValueGateBackward<T>(dxv, g + o.gate, dalpha_, xv, W(o.gate), n, nkv_, d_, stream_));
       dv_proj = dv_raw_;
     } else if (mixed) {
       const ResformerLambdas<float> grad = Resformer(i, g);

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "core/ops/matmul.h"
+#include "model/variants/satformer_ops.h"
 
 namespace satdar::model {
 
@@ -43,64 +43,31 @@ class Satformer : public ValueResidual<T> {
 
   void Forward(int i, const T* params, const T* x, const T* v, const T* v1, T* vmix) override {
     T* alpha = alpha_[i].data();
-    core::cpu::MatmulForward(alpha, x, params + offsets_[i], rows_, nkv_, c_, pool_);
+    cpu::ValueGateForward(alpha, x, params + offsets_[i], rows_, nkv_, c_, pool_);
     const size_t n = static_cast<size_t>(rows_) * nkv_;
     if (ablation_ == GateAblation::kZero) {
       std::fill(alpha, alpha + n, T(0));
     } else if (ablation_ == GateAblation::kMean) {
       for (size_t j = 0; j < n; ++j) alpha[j] = static_cast<T>(MeanGate(i, j % nkv_));
-    } else {
-      for (size_t j = 0; j < n; ++j) alpha[j] = alpha[j] > T(0) ? alpha[j] : T(0);
+    } else if (!recomputing_) {
       // Statistics of the live gates, for logging and for the mean ablation (a recomputed
       // forward has been counted already).
-      if (!recomputing_) {
-        for (size_t j = 0; j < n; ++j) {
-          gate_sum_[i][j % nkv_] += alpha[j];
-          gate_zeros_[i][j % nkv_] += alpha[j] == T(0);
-        }
-        gate_count_[i] += rows_;
+      for (size_t j = 0; j < n; ++j) {
+        gate_sum_[i][j % nkv_] += alpha[j];
+        gate_zeros_[i][j % nkv_] += alpha[j] == T(0);
       }
+      gate_count_[i] += rows_;
     }
-    pool_->ParallelFor(
-        rows_,
-        [&](int64_t r0, int64_t r1) {
-          for (int64_t r = r0; r < r1; ++r) {
-            for (int j = 0; j < nkv_; ++j) {
-              const T a = alpha[r * nkv_ + j];
-              const int64_t o = (r * nkv_ + j) * hs_;
-              for (int e = 0; e < hs_; ++e) vmix[o + e] = v[o + e] + a * v1[o + e];
-            }
-          }
-        },
-        16);
+    cpu::ValueMixForward(vmix, alpha, v, v1, rows_, nkv_, hs_, pool_);
   }
 
   void Backward(int i, const T* params, T* grads, const T* x, const T* v, const T* v1,
                 const T* dvmix, T* dx, T* dv, T* dv1) override {
     (void)v;
-    const T* alpha = alpha_[i].data();
-    T* dalpha = dalpha_.data();
-    pool_->ParallelFor(
-        rows_,
-        [&](int64_t r0, int64_t r1) {
-          for (int64_t r = r0; r < r1; ++r) {
-            for (int j = 0; j < nkv_; ++j) {
-              const T a = alpha[r * nkv_ + j];
-              const int64_t o = (r * nkv_ + j) * hs_;
-              T dot = 0;
-              for (int e = 0; e < hs_; ++e) {
-                dot += v1[o + e] * dvmix[o + e];
-                dv[o + e] = dvmix[o + e];
-                dv1[o + e] += a * dvmix[o + e];
-              }
-              // ReLU: no gradient through a closed gate.
-              dalpha[r * nkv_ + j] = a > T(0) ? dot : T(0);
-            }
-          }
-        },
-        16);
-    core::cpu::MatmulBackward(dx, grads + offsets_[i], dalpha, x, params + offsets_[i], rows_,
-                              nkv_, c_, pool_);
+    cpu::ValueMixBackward(dv, dv1, dalpha_.data(), dvmix, v1, alpha_[i].data(), rows_, nkv_,
+                          hs_, pool_);
+    cpu::ValueGateBackward(dx, grads + offsets_[i], dalpha_.data(), x, params + offsets_[i],
+                           rows_, nkv_, c_, pool_);
   }
 
   void SetRecomputing(bool on) override { recomputing_ = on; }
