@@ -12,9 +12,7 @@
 #include "core/json.h"
 #include "model/config.h"
 #include "model/layout_check.h"
-#include "worker/cli_util.h"
-#include "worker/flags.h"
-#include "worker/train_flags.h"
+#include "settings/train_settings.h"
 
 namespace satdar::coordinator {
 
@@ -103,35 +101,6 @@ absl::Status CheckText(const std::string& field, const std::string& value) {
   return absl::OkStatus();
 }
 
-// An error of `satdar train`'s flag checks in the spec's words: "satdar train: flag
-// --batch-size must be ..." -> "job spec: train.batch_size must be ...".
-absl::Status AsSpecError(const absl::Status& error) {
-  std::string m(error.message());
-  const std::string prefix = "satdar train: ";
-  if (m.rfind(prefix, 0) == 0) m = m.substr(prefix.size());
-  // "flag --batch-size must be ..." -> "train.batch_size must be ..."
-  for (size_t at = m.find("--"); at != std::string::npos; at = m.find("--", at)) {
-    size_t end = at + 2;
-    while (end < m.size() && (std::isalnum(static_cast<unsigned char>(m[end])) || m[end] == '-')) {
-      ++end;
-    }
-    std::string name = m.substr(at + 2, end - at - 2);
-    for (char& c : name) c = c == '-' ? '_' : c;
-    const bool layout = name == "dp" || name == "tp" || name == "pp" || name == "ep" ||
-                        name == "microbatches";
-    const std::string field = name == "device"    ? "resources.device"
-                              : name == "threads" ? "resources.threads_per_rank"
-                                                  : (layout ? "layout." : "train.") + name;
-    m.replace(at, end - at, field);
-    at += field.size();
-  }
-  const std::string flag_word = "flag ";
-  for (size_t at = m.find(flag_word); at != std::string::npos; at = m.find(flag_word, at)) {
-    m.erase(at, flag_word.size());
-  }
-  return absl::InvalidArgumentError(absl::StrCat("job spec: ", m));
-}
-
 }  // namespace
 
 absl::StatusOr<satdar::v1::JobSpec> JobSpecFromJson(const std::string& json_text,
@@ -208,7 +177,7 @@ absl::StatusOr<satdar::v1::JobSpec> JobSpecFromJson(const std::string& json_text
       spec.mutable_resources()->set_device(r["device"].get<std::string>());
     }
     SATDAR_ASSIGN_OR_RETURN(int threads, PositiveInt(r, "threads_per_rank", "resources.",
-                                                     static_cast<int>(worker::kMaxThreads)));
+                                                     static_cast<int>(settings::kMaxThreads)));
     spec.mutable_resources()->set_threads_per_rank(threads);
   }
   if (j.contains("max_restarts")) {
@@ -246,12 +215,12 @@ absl::StatusOr<ValidJob> ValidateJobSpec(const satdar::v1::JobSpec& spec) {
     if (v < 0) return Bad("layout", "every entry must be >= 1");
   }
   const int64_t world = static_cast<int64_t>(dp) * tp * pp * ep;
-  if (world > worker::kMaxRanks) {
+  if (world > settings::kMaxRanks) {
     return Bad("layout", absl::StrCat("dp x tp x pp x ep = ", world, " ranks, more than ",
-                                      worker::kMaxRanks));
+                                      settings::kMaxRanks));
   }
-  absl::Status split = model::ValidateSharding(
-      *config, tp, pp, ep, {"layout.tp", "layout.pp", "layout.ep", "train.vocab_multiple"});
+  absl::Status split = model::ValidateSharding(*config, tp, pp, ep,
+                                               settings::LayoutNamesOf(settings::Spelling::kSpec));
   if (!split.ok()) return Bad("layout", std::string(split.message()));
   job.world_size = static_cast<int>(world);
   job.tp = tp;
@@ -260,24 +229,19 @@ absl::StatusOr<ValidJob> ValidateJobSpec(const satdar::v1::JobSpec& spec) {
     return Bad("resources.device", absl::StrCat("must be \"cpu\" or \"cuda\", got \"", job.device, "\""));
   }
   job.threads = one(spec.resources().threads_per_rank());
-  if (job.threads < 1 || job.threads > worker::kMaxThreads) {
-    return Bad("resources.threads_per_rank", absl::StrCat("must be in [1, ", worker::kMaxThreads, "]"));
+  if (job.threads < 1 || job.threads > settings::kMaxThreads) {
+    return Bad("resources.threads_per_rank", absl::StrCat("must be in [1, ", settings::kMaxThreads, "]"));
   }
   if (spec.max_restarts() < 0 || spec.max_restarts() > kMaxRestarts) {
     return Bad("max_restarts", absl::StrCat("must be in [0, ", kMaxRestarts, "]"));
   }
-  // The train flags, checked by `satdar train`'s own parser with the layout added.
-  worker::FlagSet flags("train");
-  worker::DefineTrainFlags(&flags);
-  std::vector<std::string> args;
-  std::set<std::string> seen;
+  // The train settings (settings/train_settings.h: the bounds and rules `satdar train` has),
+  // with the layout, the resources and what the worker adds.
+  std::map<std::string, std::string> given;
   for (const satdar::v1::TrainFlag& f : spec.train()) {
     const std::string& name = f.name();
-    std::string flag = "--" + name;
-    for (char& c : flag) c = c == '_' ? '-' : c;
-    if (name.empty() || name.find('-') != std::string::npos || !flags.Knows(flag)) {
-      return Bad("train." + name, "is not a satdar train flag (names use '_' for '-')");
-    }
+    const settings::SettingDef* def = settings::FindTrainSetting(name);
+    if (def == nullptr) return Bad("train." + name, "is not a satdar train flag (names use '_' for '-')");
     if (!JobTrainFlags().count(name)) {
       auto elsewhere = SetElsewhere().find(name);
       return Bad("train." + name,
@@ -287,8 +251,9 @@ absl::StatusOr<ValidJob> ValidateJobSpec(const satdar::v1::JobSpec& spec) {
                                   : "the worker sets it, or it is not a job's to set",
                               "; a job may set ", absl::StrJoin(JobTrainFlags(), ", "), ")"));
     }
-    if (!seen.insert(name).second) return Bad("train." + name, "is given twice");
+    if (given.count(name)) return Bad("train." + name, "is given twice");
     if (f.value().size() > 4096) return Bad("train." + name, "value longer than 4096 bytes");
+    const std::string flag = settings::NameOf(name, settings::Spelling::kFlags);
     if (name == "data") {
       const std::string& d = f.value();
       if (d.empty() || d[0] == '/' || d == ".." || d.rfind("../", 0) == 0 ||
@@ -298,58 +263,50 @@ absl::StatusOr<ValidJob> ValidateJobSpec(const satdar::v1::JobSpec& spec) {
                                               "data root (relative, without ..)"));
       }
       job.data_path = d;
-      args.push_back("--data=/data-root/" + d);  // only for the check below
+      given[name] = "/data-root/" + d;  // only for the checks below
       continue;
     }
-    if (flags.IsBool(flag)) {
+    if (def->kind == settings::SettingKind::kBool) {
       if (f.value() != "true" && f.value() != "false") {
         return Bad("train." + name, absl::StrCat("must be true or false, got '", f.value(), "'"));
       }
       if (f.value() == "true") job.train_args.push_back(flag);
-      args.push_back(flag + "=" + f.value());
+      given[name] = f.value();
       continue;
     }
     job.train_args.push_back(flag + "=" + f.value());
-    args.push_back(flag + "=" + f.value());
+    given[name] = f.value();
   }
-  for (const auto& [flag, v] : {std::pair<const char*, int>{"--dp", dp}, {"--tp", tp}, {"--pp", pp},
-                                {"--ep", ep}, {"--microbatches", micro}}) {
-    job.train_args.push_back(absl::StrCat(flag, "=", v));
-    args.push_back(absl::StrCat(flag, "=", v));
+  for (const auto& [name, v] : {std::pair<const char*, int>{"dp", dp}, {"tp", tp}, {"pp", pp},
+                                {"ep", ep}, {"microbatches", micro}}) {
+    job.train_args.push_back(
+        absl::StrCat(settings::NameOf(name, settings::Spelling::kFlags), "=", v));
+    given[name] = absl::StrCat(v);
   }
   // What the worker adds: the config (checked above), the job's checkpoint folder, and the
-  // resources, so that the rules between flags (--dtype bf16 only on cuda, ...) hold here too.
-  args.push_back("--config=job.json");
-  args.push_back("--checkpoint-dir=checkpoints");
-  args.push_back("--device=" + job.device);
-  args.push_back(absl::StrCat("--threads=", job.threads));
-  absl::Status parsed = flags.Parse(args);
-  worker::TrainOptions o;
-  if (parsed.ok()) parsed = worker::ParseTrainOptions(flags, &o);
-  if (!parsed.ok()) return AsSpecError(parsed);
-  if (o.virtual_stages > 1) {
-    absl::Status chunks = worker::ValidateVirtualStages(
-        *config, o, {"layout.tp", "layout.pp", "layout.ep", "train.vocab_multiple"});
-    if (!chunks.ok()) {
-      std::string m(chunks.message());
-      const std::string flag = "--virtual-stages";
-      if (size_t at = m.find(flag); at != std::string::npos) m.replace(at, flag.size(), "train.virtual_stages");
-      return absl::InvalidArgumentError(absl::StrCat("job spec: ", m));
-    }
+  // resources, so that the rules between settings (bf16 only on cuda, ...) hold here too.
+  given["config"] = "job.json";
+  given["checkpoint_dir"] = "checkpoints";
+  given["device"] = job.device;
+  given["threads"] = absl::StrCat(job.threads);
+  const bool stats_given = given.count("stats_every") > 0;
+  const settings::SettingValues values(std::move(given), settings::Spelling::kSpec);
+  absl::Status parsed = values.CheckGiven();
+  settings::TrainOptions o;
+  if (parsed.ok()) parsed = settings::ParseTrainSettings(values, &o);
+  if (parsed.ok()) parsed = settings::ValidateVirtualStages(*config, o, settings::Spelling::kSpec);
+  if (parsed.ok() && o.vocab_multiple > 1) {
+    parsed = model::ValidateSharding(*config, tp, pp, ep,
+                                     settings::LayoutNamesOf(settings::Spelling::kSpec),
+                                     o.vocab_multiple);
   }
-  if (o.vocab_multiple > 1) {
-    absl::Status padded = model::ValidateSharding(
-        *config, tp, pp, ep, {"layout.tp", "layout.pp", "layout.ep", "train.vocab_multiple"},
-        o.vocab_multiple);
-    if (!padded.ok()) return absl::InvalidArgumentError(absl::StrCat("job spec: ", padded.message()));
-  }
-  if (job.device == "cuda") {
+  if (parsed.ok() && job.device == "cuda") {
     // What the GPU path cannot run yet (the design itself is checked by the rank: it needs the
     // GPU build). As `satdar train --device cuda`, statistics are off unless asked for.
-    if (!flags.Has("--stats-every")) o.stats_every = 0;
-    absl::Status gpu = worker::CheckGpuPathOptions(o, worker::OptionNames::kFlags);
-    if (!gpu.ok()) return AsSpecError(gpu);
+    if (!stats_given) o.stats_every = 0;
+    parsed = settings::CheckGpuPathOptions(o, settings::Spelling::kSpec);
   }
+  if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat("job spec: ", parsed.message()));
   if (o.mqar.has_value()) {
     // What `satdar train` checks against the config before its first batch.
     absl::Status task = o.mqar->Validate(config->vocab_size, o.seq_len);

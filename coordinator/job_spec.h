@@ -43,9 +43,9 @@ struct ValidJob {
 // The spec's strings are printable text (no NUL or other control character), its config
 // parses, its layout splits the config (divisibility, world size), its train flags are ones a
 // job may set (an allow-list of `satdar train`'s model, optimizer, schedule, data, evaluation,
-// statistics and layout flags) within their bounds and `satdar train`'s own rules between
-// flags (ParseTrainOptions: --eval-every needs a dataset, bf16 is for cuda, ...), and its data
-// path stays inside the data root.
+// statistics and layout flags) within the bounds and rules between settings that `satdar
+// train` has too (settings/train_settings.h: eval_every needs a dataset, bf16 is for cuda, ...),
+// and its data path stays inside the data root.
 absl::StatusOr<ValidJob> ValidateJobSpec(const satdar::v1::JobSpec& spec);
 
 }  // namespace satdar::coordinator

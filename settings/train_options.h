@@ -1,8 +1,8 @@
-// worker/train_options.h: what `satdar train` is asked to do (TrainOptions) and what it
-// reports (TrainSummary). Header-only, so the flag parser (train_flags.h) and the coordinator,
-// which validates job specs, use them without linking the trainer.
-#ifndef SATDAR_WORKER_TRAIN_OPTIONS_H_
-#define SATDAR_WORKER_TRAIN_OPTIONS_H_
+// settings/train_options.h: what `satdar train` is asked to do (TrainOptions), filled from the
+// settings by ParseTrainSettings (train_settings.h) and completed by the command (the config,
+// the communicators, the GPU's choices). Header-only.
+#ifndef SATDAR_SETTINGS_TRAIN_OPTIONS_H_
+#define SATDAR_SETTINGS_TRAIN_OPTIONS_H_
 
 #include <cstdint>
 #include <functional>
@@ -17,7 +17,7 @@
 #include "comm/communicator.h"
 #include "comm/mesh.h"
 
-namespace satdar::worker {
+namespace satdar::settings {
 
 // `satdar train --device cuda`: one GPU per rank (or several ranks sharing one through host
 // staging), bf16 or f32 compute, fp32 master weights (worker/cuda_engine.h).
@@ -118,18 +118,6 @@ struct TrainOptions {
   GpuOptions gpu;
 };
 
-struct TrainSummary {
-  int64_t steps = 0;
-  double final_loss = 0;
-  double tokens_per_second = 0;
-  int64_t peak_rss_bytes = 0;
-  // GPU runs: the caching allocator's peak and the model FLOPs utilisation.
-  int64_t peak_device_bytes = 0;
-  double mfu = 0;
-  // --resume found the run finished: no step ran, final_loss is the last checkpoint's.
-  bool already_complete = false;
-};
+}  // namespace satdar::settings
 
-}  // namespace satdar::worker
-
-#endif  // SATDAR_WORKER_TRAIN_OPTIONS_H_
+#endif  // SATDAR_SETTINGS_TRAIN_OPTIONS_H_

@@ -2,6 +2,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
@@ -40,34 +42,47 @@ absl::Status PrintHelp(const FlagSet& flags) {
   return absl::OkStatus();
 }
 
+void DefineSettingFlags(FlagSet* flags,
+                        const std::function<bool(const settings::SettingDef&)>& pick) {
+  for (const settings::SettingDef& d : settings::TrainSettingDefs()) {
+    if (!pick(d)) continue;
+    const std::string flag = settings::NameOf(d.name, settings::Spelling::kFlags);
+    switch (d.kind) {
+      case settings::SettingKind::kValue:
+        flags->Define(flag, d.help, d.required, d.default_value);
+        break;
+      case settings::SettingKind::kBool:
+        flags->DefineBool(flag, d.help);
+        break;
+      case settings::SettingKind::kEnum:
+        flags->DefineEnum(flag, d.help, d.choices, d.default_value);
+        break;
+    }
+  }
+}
+
+settings::SettingValues SettingsOf(const FlagSet& flags) {
+  std::map<std::string, std::string> given;
+  for (const settings::SettingDef& d : settings::TrainSettingDefs()) {
+    const std::string flag = settings::NameOf(d.name, settings::Spelling::kFlags);
+    if (!flags.Knows(flag) || !flags.Has(flag)) continue;
+    given[d.name] = d.kind == settings::SettingKind::kBool
+                        ? (flags.GetBool(flag) ? "true" : "false")
+                        : flags.Get(flag);
+  }
+  return settings::SettingValues(std::move(given), settings::Spelling::kFlags);
+}
+
 void DefineTaskFlags(FlagSet* flags) {
-  flags->DefineEnum("--task", "the training task: the data's language modelling, or multi-query "
-                    "associative recall", {"lm", "mqar"}, "lm");
-  flags->Define("--mqar-keys", "MQAR: distinct key ids", false, "64");
-  flags->Define("--mqar-values", "MQAR: distinct value ids", false, "64");
-  flags->Define("--mqar-pairs", "MQAR: key-value pairs per sequence", false, "8");
-  flags->Define("--mqar-queries", "MQAR: queries per sequence", false, "8");
+  DefineSettingFlags(flags, [](const settings::SettingDef& d) { return settings::IsTaskSetting(d.name); });
 }
 
 absl::StatusOr<std::optional<data::MqarOptions>> TaskFromFlags(const FlagSet& flags) {
-  if (flags.Get("--task") == "lm") {
-    for (const char* f : {"--mqar-keys", "--mqar-values", "--mqar-pairs", "--mqar-queries"}) {
-      if (flags.Has(f)) {
-        return absl::InvalidArgumentError(absl::StrCat("flag ", f, " needs --task mqar"));
-      }
-    }
-    return std::optional<data::MqarOptions>();
-  }
-  data::MqarOptions m;
-  SATDAR_ASSIGN_OR_RETURN(int64_t keys, flags.GetInt("--mqar-keys", 1, kMaxBatch));
-  SATDAR_ASSIGN_OR_RETURN(int64_t values, flags.GetInt("--mqar-values", 1, kMaxBatch));
-  SATDAR_ASSIGN_OR_RETURN(int64_t pairs, flags.GetInt("--mqar-pairs", 1, kMaxSeqLen));
-  SATDAR_ASSIGN_OR_RETURN(int64_t queries, flags.GetInt("--mqar-queries", 1, kMaxSeqLen));
-  m.keys = static_cast<int>(keys);
-  m.values = static_cast<int>(values);
-  m.pairs = static_cast<int>(pairs);
-  m.queries = static_cast<int>(queries);
-  return std::optional<data::MqarOptions>(m);
+  absl::StatusOr<std::optional<data::MqarOptions>> task =
+      settings::TaskFromSettings(SettingsOf(flags));
+  if (task.ok()) return task;
+  return absl::Status(task.status().code(),
+                      absl::StrCat("satdar ", flags.command(), ": ", task.status().message()));
 }
 
 absl::Status CheckInputs(const std::vector<InputPath>& inputs) {

@@ -8,6 +8,7 @@
 #define SATDAR_WORKER_CLI_UTIL_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -15,19 +16,19 @@
 #include "absl/status/statusor.h"
 #include "data/mqar.h"
 #include "model/layout_check.h"
+#include "settings/train_settings.h"
 #include "worker/flags.h"
 
 namespace satdar::worker {
 
-// Upper bounds of counts given on the command line (far above any real run; the memory
-// estimate refuses what does not fit long before).
-inline constexpr int64_t kMaxThreads = 1024;
-inline constexpr int64_t kMaxSteps = int64_t{1} << 40;
-inline constexpr int64_t kMaxBatch = int64_t{1} << 24;
-inline constexpr int64_t kMaxSeqLen = int64_t{1} << 22;  // model::kMaxPositions
-inline constexpr int64_t kMaxRanks = int64_t{1} << 16;   // per mesh axis and world size
-inline constexpr int64_t kMaxSeed = INT64_MAX;
-inline constexpr int64_t kMaxCount = int64_t{1} << 40;   // cadences, batches, shard sizes
+// Upper bounds of counts given on the command line (settings/train_settings.h).
+using settings::kMaxBatch;
+using settings::kMaxCount;
+using settings::kMaxRanks;
+using settings::kMaxSeed;
+using settings::kMaxSeqLen;
+using settings::kMaxSteps;
+using settings::kMaxThreads;
 
 bool WantsHelp(const std::vector<std::string>& args);
 // The flag's value, else the environment variable's, else "".
@@ -38,8 +39,15 @@ absl::Status PrintHelp(const FlagSet& flags);
 // The batch sizes as the commands' flags call them (for the memory check's advice).
 inline const model::BatchNames kCliBatchNames = {"--batch-size", "--seq-len", "--microbatches"};
 
+// Defines a flag (--batch-size for "batch_size") for every training setting `pick` accepts,
+// in the settings' order.
+void DefineSettingFlags(FlagSet* flags, const std::function<bool(const settings::SettingDef&)>& pick);
+// The training settings given as flags (those of `flags` that are settings), spelled as flags.
+settings::SettingValues SettingsOf(const FlagSet& flags);
+
 // --task and the MQAR flags, shared by train and eval.
 void DefineTaskFlags(FlagSet* flags);
+// InvalidArgument "satdar COMMAND: ..." naming the flag.
 absl::StatusOr<std::optional<data::MqarOptions>> TaskFromFlags(const FlagSet& flags);
 
 // A path a command reads, named by its flag.

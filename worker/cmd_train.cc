@@ -23,6 +23,7 @@
 #include "comm/mpi_communicator.h"
 #include "comm/nccl_communicator.h"
 #include "comm/staged_communicator.h"
+#include "settings/train_settings.h"
 #include "worker/cli.h"
 #include "worker/cpu_engine.h"
 #include "worker/cli_util.h"
@@ -186,7 +187,7 @@ absl::StatusOr<TrainSummary> TrainOnGpu(const FlagSet& flags, TrainOptions o, bo
   if (!flags.Has("--stats-every")) o.stats_every = 0;
   // What the GPU engine cannot run is refused before any rank connects: the flags, then the
   // design.
-  SATDAR_RETURN_IF_ERROR(CheckGpuPathOptions(o, OptionNames::kFlags));
+  SATDAR_RETURN_IF_ERROR(settings::CheckGpuPathOptions(o, settings::Spelling::kFlags));
   SATDAR_RETURN_IF_ERROR(CheckCudaEngine(o));
   const bool staged = flags.Get("--gpu-comm") == "host";
   std::unique_ptr<comm::Communicator> host, device_world;
@@ -361,8 +362,9 @@ absl::Status RunTrain(const std::vector<std::string>& args) {
   }
   // Layout errors (divisibility, designs that cannot be split) before any rank starts.
   SATDAR_RETURN_IF_ERROR(model::ValidateSharding(o.config, o.mesh.tp, o.mesh.pp, o.mesh.ep,
-                                                 TrainLayoutNames(), o.vocab_multiple));
-  SATDAR_RETURN_IF_ERROR(ValidateVirtualStages(o.config, o, TrainLayoutNames()));
+                                                 settings::LayoutNamesOf(settings::Spelling::kFlags),
+                                                 o.vocab_multiple));
+  SATDAR_RETURN_IF_ERROR(settings::ValidateVirtualStages(o.config, o, settings::Spelling::kFlags));
   if (!cuda) {
     // What a rank will allocate, against what this machine has (all ranks it runs).
     const model::MemoryShape shape = TrainMemoryShape(o);

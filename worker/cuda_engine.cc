@@ -2,8 +2,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/gpu/gpu_model.h"
+#include "settings/train_settings.h"
 #include "worker/mfu.h"
-#include "worker/train_flags.h"
 
 #ifdef SATDAR_WITH_CUDA
 #include <cuda_runtime.h>
@@ -392,7 +392,7 @@ absl::StatusOr<double> CudaEngine::ValidationLoss(data::BatchSource* source, int
 absl::Status CheckCudaEngine(const TrainOptions& o) {
   // The options (`satdar train` and the coordinator check them first, in their words), then
   // the design.
-  SATDAR_RETURN_IF_ERROR(CheckGpuPathOptions(o, OptionNames::kFields));
+  SATDAR_RETURN_IF_ERROR(settings::CheckGpuPathOptions(o, settings::Spelling::kFields));
   return model::gpu::CheckGpuSupport(o.config);
 }
 

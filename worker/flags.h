@@ -58,6 +58,7 @@ class FlagSet {
                                    bool min_inclusive = true,
                                    double max_value = 1e300) const;
 
+  const std::string& command() const { return command_; }  // "train" for `satdar train`
   std::string UsageLine() const;  // "usage: satdar CMD [ARGS] [flags]"
   std::string Usage() const;      // the usage line, then every flag
 
