@@ -1,7 +1,6 @@
-// The CUDA kernels of the HC / mHC residuals (hyper_cuda.h) and of MUDDFormer's dense
-// connection (muddformer_cuda.h) against host loops transcribed from the CPU models
-// (hyper_connections.cc, mhc.cc, muddformer.cc), forward and backward, in f32 and bf16.
-// Skips without a CUDA build or a GPU.
+// The CUDA kernels of the HC / mHC residuals (hyper_cuda.h) against host loops transcribed
+// from the CPU models (hyper_connections.cc, mhc.cc), forward and backward, in f32 and bf16.
+// Skips without a CUDA build or a GPU. (MUDDFormer's dense connection: muddformer_ops_test.)
 //
 // Tolerances (ExpectClose: |gpu - cpu| <= rtol * max(|cpu|, rms(cpu))). The host loops run in
 // f32 (double for sums) on the same bf16-rounded inputs. f32: 1e-5 (only the order of
@@ -9,13 +8,11 @@
 // relative, plus fp32 sums); fp32 outputs (coefficients, dot products, sums) get 1e-4.
 #include <cmath>
 #include <cstdint>
-#include <memory>
 #include <vector>
 
 #include "core/cuda/testing/gpu_test_util.h"
 #include "gtest/gtest.h"
 #include "model/variants/hyper_cuda.h"
-#include "model/variants/muddformer_cuda.h"
 
 namespace satdar::model {
 namespace {
@@ -24,7 +21,6 @@ namespace {
 
 using core::gpu_test::Bf16;
 using core::gpu_test::DeviceArray;
-using core::gpu_test::DeviceVector;
 using core::gpu_test::ExpectClose;
 using core::gpu_test::kIsBf16;
 using core::gpu_test::Quantize;
@@ -219,80 +215,6 @@ void CheckMhc() {
   ExpectClose(gdh.Download(), dh, Tol<T>(true), "mhc dH");
 }
 
-// MUDDFormer: GELU and the dense combination (MuddFormer::DenseConnection and its backward).
-template <typename T>
-void CheckMudd() {
-  const int rows = 9, c = 40, ways = 4, sources = 3, ld = 16;
-  std::vector<std::vector<float>> xs, douts, dxs0;
-  for (int j = 0; j < sources; ++j) xs.push_back(Quantize<T>(RandomNormal(Sz(rows, c), 20 + j)));
-  for (int w = 0; w < ways; ++w) douts.push_back(Quantize<T>(RandomNormal(Sz(rows, c), 30 + w)));
-  for (int j = 0; j < sources; ++j) dxs0.push_back(Quantize<T>(RandomNormal(Sz(rows, c), 40 + j)));
-  const auto a = RandomNormal(Sz(rows, ld), 50);
-  const auto stat = RandomNormal(ways * sources, 51);
-  const auto hpre = Quantize<T>(RandomNormal(Sz(rows, c), 52, 2.0f));
-  const auto dg = Quantize<T>(RandomNormal(hpre.size(), 53));
-  std::vector<std::vector<float>> outs(ways, std::vector<float>(Sz(rows, c), 0.0f)), dxs = dxs0;
-  std::vector<float> da(Sz(rows, ld), 0.0f), gelu(hpre.size()), dgelu(hpre.size());
-  for (int r = 0; r < rows; ++r) {
-    for (int w = 0; w < ways; ++w) {
-      for (int j = 0; j < sources; ++j) {
-        const float coef = a[r * ld + w * sources + j] + stat[w * sources + j];
-        double dot = 0;
-        for (int e = 0; e < c; ++e) {
-          outs[w][r * c + e] += coef * xs[j][r * c + e];
-          dxs[j][r * c + e] += coef * douts[w][r * c + e];
-          dot += double(xs[j][r * c + e]) * douts[w][r * c + e];
-        }
-        da[r * ld + w * sources + j] = static_cast<float>(dot);
-      }
-    }
-  }
-  for (size_t i = 0; i < hpre.size(); ++i) {
-    const float x = hpre[i];
-    gelu[i] = 0.5f * x * (1 + std::erf(x / std::sqrt(2.0f)));
-    dgelu[i] = dg[i] * (0.5f * (1 + std::erf(x / std::sqrt(2.0f))) +
-                        x * std::exp(-x * x / 2) / std::sqrt(2.0f * static_cast<float>(M_PI)));
-  }
-  std::vector<std::unique_ptr<DeviceArray<T>>> gxs, gouts, gdouts, gdxs;
-  std::vector<T*> pxs, pouts, pdouts, pdxs;
-  for (int j = 0; j < sources; ++j) {
-    gxs.push_back(std::make_unique<DeviceArray<T>>(xs[j]));
-    gdxs.push_back(std::make_unique<DeviceArray<T>>(dxs0[j]));
-    pxs.push_back(gxs.back()->get());
-    pdxs.push_back(gdxs.back()->get());
-  }
-  for (int w = 0; w < ways; ++w) {
-    gouts.push_back(std::make_unique<DeviceArray<T>>(Sz(rows, c)));
-    gdouts.push_back(std::make_unique<DeviceArray<T>>(douts[w]));
-    pouts.push_back(gouts.back()->get());
-    pdouts.push_back(gdouts.back()->get());
-  }
-  DeviceVector<T*> lxs(pxs), louts(pouts), ldouts(pdouts), ldxs(pdxs);
-  DeviceArray<float> ga(a), gstat(stat), gda(da.size());
-  DeviceArray<T> gda_t(da.size()), gh(hpre), gg(hpre.size()), gdg(dg);
-  ASSERT_EQ(cuda::DenseCombineForward(louts.get(), ways, lxs.get(), sources, ga.f32(), ld,
-                                      gstat.f32(), rows, c, nullptr),
-            cudaSuccess);
-  ASSERT_EQ(cuda::DenseCombineBackward(gda.f32(), gda_t.get(), ldxs.get(), ldouts.get(), ways,
-                                       lxs.get(), sources, ga.f32(), ld, gstat.f32(), rows, c,
-                                       nullptr),
-            cudaSuccess);
-  ASSERT_EQ(cuda::GeluForward(gg.get(), gh.get(), static_cast<int64_t>(hpre.size()), nullptr),
-            cudaSuccess);
-  ASSERT_EQ(cuda::GeluBackward(gdg.get(), gdg.get(), gh.get(), static_cast<int64_t>(hpre.size()),
-                               nullptr),
-            cudaSuccess);
-  for (int w = 0; w < ways; ++w) ExpectClose(gouts[w]->Download(), outs[w], Tol<T>(true), "mudd out");
-  for (int j = 0; j < sources; ++j) ExpectClose(gdxs[j]->Download(), dxs[j], Tol<T>(true), "mudd dX");
-  ExpectClose(gda.Download(), da, Tol<T>(false), "mudd da");
-  ExpectClose(gda_t.Download(), da, Tol<T>(true), "mudd da (compute dtype)");
-  ExpectClose(gg.Download(), gelu, Tol<T>(true), "gelu");
-  ExpectClose(gdg.Download(), dgelu, Tol<T>(true), "gelu backward");
-  EXPECT_EQ(cuda::DenseCombineForward(louts.get(), 5, lxs.get(), sources, ga.f32(), 20,
-                                      gstat.f32(), rows, c, nullptr),
-            cudaErrorInvalidValue);
-}
-
 #endif  // SATDAR_WITH_CUDA
 
 TEST(ResidualMixingCuda, HcF32) {
@@ -310,14 +232,6 @@ TEST(ResidualMixingCuda, MhcF32) {
 TEST(ResidualMixingCuda, MhcBf16) {
   SATDAR_SKIP_WITHOUT_GPU();
   SATDAR_IF_CUDA(CheckMhc<Bf16>());
-}
-TEST(ResidualMixingCuda, MuddFormerF32) {
-  SATDAR_SKIP_WITHOUT_GPU();
-  SATDAR_IF_CUDA(CheckMudd<float>());
-}
-TEST(ResidualMixingCuda, MuddFormerBf16) {
-  SATDAR_SKIP_WITHOUT_GPU();
-  SATDAR_IF_CUDA(CheckMudd<Bf16>());
 }
 
 }  // namespace

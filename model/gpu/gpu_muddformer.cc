@@ -14,8 +14,7 @@
 #include "core/ops/cuda_ops.h"
 #include "core/ops/gemm_cuda.h"
 #include "model/gpu/train_kernels.h"
-#include "model/variants/hyper_cuda.h"
-#include "model/variants/muddformer_cuda.h"
+#include "model/variants/muddformer_ops.h"
 
 namespace satdar::model::gpu {
 
@@ -161,14 +160,15 @@ absl::Status GpuMuddFormer<T>::ConnectionForward(const T* w, const float* master
   const int cs = b.ways * b.sources;
   GPU_CHECK(kc::RmsNormForward(b.r, b.r_rstd, x_[i + 1], ones_, rows_, d_, eps_, stream_));
   SATDAR_RETURN_IF_ERROR(kc::MatmulForward(gemm_, kDt, b.h, b.r, w + b.w1, rows_, b.hidden, d_));
-  GPU_CHECK(lc::GeluForward(b.g, b.h, static_cast<int64_t>(rows_) * b.hidden, stream_));
+  SATDAR_RETURN_IF_ERROR(
+      lc::GeluForward(b.g, b.h, static_cast<int64_t>(rows_) * b.hidden, stream_));
   SATDAR_RETURN_IF_ERROR(gemm_->GemmMixed(kDt, core::DType::kF32, false, true, rows_, cs,
                                           b.hidden, 1.0f, b.g, b.hidden, w + b.w2, b.hidden,
                                           0.0f, b.a, b.ld));
   T* const* outs = b.lists;
   const T* const* xs = b.lists + b.ways;
-  GPU_CHECK(lc::DenseCombineForward(outs, b.ways, xs, b.sources, b.a, b.ld, master + b.stat,
-                                    rows_, d_, stream_));
+  SATDAR_RETURN_IF_ERROR(lc::DenseCombineForward(outs, b.ways, xs, b.sources, b.a, b.ld,
+                                                 master + b.stat, rows_, d_, stream_));
   return absl::OkStatus();
 }
 
@@ -181,16 +181,17 @@ absl::Status GpuMuddFormer<T>::ConnectionBackward(const T* w, const float* maste
   const T* const* xs = b.lists + b.ways;
   T* const* dxs = b.lists + b.ways + b.sources;
   const T* const* douts = b.lists + b.ways + 2 * b.sources;
-  GPU_CHECK(lc::DenseCombineBackward(da_, da_t_, dxs, douts, b.ways, xs, b.sources, b.a, b.ld,
-                                     master + b.stat, rows_, d_, stream_));
-  GPU_CHECK(lc::ColumnSums(grads + b.stat, da_, rows_, cs, b.ld, stream_));
+  SATDAR_RETURN_IF_ERROR(lc::DenseCombineBackward(da_, da_t_, grads + b.stat, dxs, douts,
+                                                  b.ways, xs, b.sources, b.a, b.ld,
+                                                  master + b.stat, rows_, d_, stream_));
   // a = g w2^T: dw2 (cs, hidden) += da^T g; dg = da w2.
   SATDAR_RETURN_IF_ERROR(gemm_->GemmMixed(kDt, core::DType::kF32, true, false, cs, b.hidden,
                                           rows_, 1.0f, da_t_, b.ld, b.g, b.hidden, 1.0f,
                                           grads + b.w2, b.hidden));
   SATDAR_RETURN_IF_ERROR(gemm_->Gemm(kDt, false, false, rows_, b.hidden, cs, 1.0f, da_t_, b.ld,
                                      w + b.w2, b.hidden, 0.0f, dg_, b.hidden));
-  GPU_CHECK(lc::GeluBackward(dg_, dg_, b.h, static_cast<int64_t>(rows_) * b.hidden, stream_));
+  SATDAR_RETURN_IF_ERROR(
+      lc::GeluBackward(dg_, dg_, b.h, static_cast<int64_t>(rows_) * b.hidden, stream_));
   SATDAR_RETURN_IF_ERROR(
       kc::MatmulBackwardInput(gemm_, kDt, dr_, dg_, w + b.w1, rows_, b.hidden, d_, 0.0f));
   SATDAR_RETURN_IF_ERROR(

@@ -1,5 +1,5 @@
 // model/gpu/gpu_muddformer.h: MUDDFormer's topology (model/variants/muddformer.cc) for
-// model/gpu/gpu_model.cc, over the kernels of model/variants/muddformer_cuda.h. Block i reads
+// model/gpu/gpu_model.cc, over the cuda:: ops of model/variants/muddformer_ops.h. Block i reads
 // four inputs X^Q, X^K, X^V, X^R (block 0: h0 four times):
 //   X_A = X^R + Attn(RMSNorm(X^Q; input_layernorm), RMSNorm(X^K; mudd.k_norm),
 //                    RMSNorm(X^V; mudd.v_norm));   X_{i+1} = X_A + f_mlp(X_A)

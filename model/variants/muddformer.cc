@@ -1,17 +1,15 @@
 #include "model/variants/muddformer.h"
 
 #include <algorithm>
-#include <cmath>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
 #include "core/ops/matmul.h"
 #include "core/ops/rmsnorm.h"
+#include "model/variants/muddformer_ops.h"
 
 namespace satdar::model {
-
-namespace cpu = core::cpu;
 
 namespace {
 
@@ -74,6 +72,8 @@ class MuddFormer : public Topology<T> {
     x_.assign(layers_ + 1, std::vector<T>());
     for (int j = a_ == 0 ? 0 : a_ + 1; j <= b_; ++j) x_[j].resize(nc);
     dx_.assign(b_ + 1, std::vector<T>(nc));
+    dxs_.clear();
+    for (auto& d : dx_) dxs_.push_back(d.data());
     xs_.assign(layers_ + 1, nullptr);
     for (int j = 0; j <= layers_; ++j) {
       if (!x_[j].empty()) xs_[j] = x_[j].data();
@@ -132,8 +132,8 @@ class MuddFormer : public Topology<T> {
       Block& b = blocks_[i];
       const int64_t norms[3] = {b.ln_attn, b.k_norm, b.v_norm};
       for (int w = 0; w < 3; ++w) {
-        cpu::RmsNormForward(b.normed[w].data(), b.rstd[w].data(), b.ways[w].data(), p + norms[w],
-                            rows_, d_, eps_, pool_);
+        core::cpu::RmsNormForward(b.normed[w].data(), b.rstd[w].data(), b.ways[w].data(),
+                                  p + norms[w], rows_, d_, eps_, pool_);
       }
       br->AttentionNormedForward(i, b.normed[kQ].data(), b.normed[kK].data(), b.normed[kV].data(),
                                  y_.data());
@@ -186,8 +186,9 @@ class MuddFormer : public Topology<T> {
       const int64_t norms[3] = {b.ln_attn, b.k_norm, b.v_norm};
       for (int w = 0; w < 3; ++w) {
         std::fill(b.dways[w].begin(), b.dways[w].end(), T(0));
-        cpu::RmsNormBackward(b.dways[w].data(), grads + norms[w], dnormed_[w].data(),
-                             b.ways[w].data(), p + norms[w], b.rstd[w].data(), rows_, d_, pool_);
+        core::cpu::RmsNormBackward(b.dways[w].data(), grads + norms[w], dnormed_[w].data(),
+                                   b.ways[w].data(), p + norms[w], b.rstd[w].data(), rows_, d_,
+                                   pool_);
       }
     }
     if (first_block > 0) {
@@ -211,72 +212,42 @@ class MuddFormer : public Topology<T> {
     std::vector<T> ways[4], dways[4];  // this block's inputs X^Q, X^K, X^V, X^R and gradients
     std::vector<T> normed[3], rstd[3];
     std::vector<T> xa;                 // X_A
-    std::vector<T> r, r_rstd, h, g, a;  // the connection after this block
+    std::vector<T> r, r_rstd, h, g;     // the connection after this block
+    std::vector<T> a;  // its dynamic coefficients (N, ways * sources), the static not added
   };
-
-  static T Gelu(T x) { return T(0.5) * x * (T(1) + std::erf(x / std::sqrt(T(2)))); }
-  static T GeluGrad(T x) {
-    return T(0.5) * (T(1) + std::erf(x / std::sqrt(T(2)))) +
-           x * std::exp(-x * x / 2) / std::sqrt(T(2) * T(M_PI));
-  }
 
   // Ways of the connection after block i, written into next's inputs (or x_final).
   void DenseConnection(int i, T* p, Block* next, T* x_final) {
     Block& b = blocks_[i];
     const int c = Ways(i), s = i + 2, k = Hidden(c, s);
     std::vector<T> ones(d_, T(1));
-    cpu::RmsNormForward(b.r.data(), b.r_rstd.data(), x_[i + 1].data(), ones.data(), rows_, d_,
-                        eps_, pool_);
-    cpu::MatmulForward(b.h.data(), b.r.data(), p + b.w1, rows_, k, d_, pool_);
-    for (size_t e = 0; e < b.h.size(); ++e) b.g[e] = Gelu(b.h[e]);
-    cpu::MatmulForward(b.a.data(), b.g.data(), p + b.w2, rows_, c * s, k, pool_);
-    for (int r = 0; r < rows_; ++r) {
-      T* a = b.a.data() + static_cast<size_t>(r) * c * s;
-      for (int q = 0; q < c * s; ++q) a[q] += p[b.stat + q];
-      for (int w = 0; w < c; ++w) {
-        // With one way it is R (the final hidden state).
-        T* out = (next ? next->ways[w].data() : x_final) + static_cast<size_t>(r) * d_;
-        std::fill(out, out + d_, T(0));
-        for (int j = 0; j < s; ++j) {
-          const T* xj = xs_[j] + static_cast<size_t>(r) * d_;
-          for (int e = 0; e < d_; ++e) out[e] += a[w * s + j] * xj[e];
-        }
-      }
-    }
+    core::cpu::RmsNormForward(b.r.data(), b.r_rstd.data(), x_[i + 1].data(), ones.data(), rows_,
+                              d_, eps_, pool_);
+    core::cpu::MatmulForward(b.h.data(), b.r.data(), p + b.w1, rows_, k, d_, pool_);
+    cpu::GeluForward(b.g.data(), b.h.data(), static_cast<int64_t>(b.h.size()), pool_);
+    core::cpu::MatmulForward(b.a.data(), b.g.data(), p + b.w2, rows_, c * s, k, pool_);
+    T* outs[4] = {};  // with one way it is R (the final hidden state)
+    for (int w = 0; w < c; ++w) outs[w] = next ? next->ways[w].data() : x_final;
+    cpu::DenseCombineForward(outs, c, xs_.data(), s, b.a.data(), c * s, p + b.stat, rows_, d_,
+                             pool_);
   }
 
   void DenseConnectionBackward(int i, T* p, T* grads, const std::vector<const T*>& dways) {
     Block& b = blocks_[i];
     const int c = Ways(i), s = i + 2, k = Hidden(c, s);
-    for (int r = 0; r < rows_; ++r) {
-      const T* a = b.a.data() + static_cast<size_t>(r) * c * s;
-      T* da = da_.data() + static_cast<size_t>(r) * c * s;
-      for (int w = 0; w < c; ++w) {
-        const T* g = dways[w] + static_cast<size_t>(r) * d_;
-        for (int j = 0; j < s; ++j) {
-          const T* xj = xs_[j] + static_cast<size_t>(r) * d_;
-          T* dxj = dx_[j].data() + static_cast<size_t>(r) * d_;
-          T dot = 0;
-          for (int e = 0; e < d_; ++e) {
-            dot += xj[e] * g[e];
-            dxj[e] += a[w * s + j] * g[e];
-          }
-          da[w * s + j] = dot;
-          grads[b.stat + w * s + j] += dot;
-        }
-      }
-    }
+    cpu::DenseCombineBackward(da_.data(), grads + b.stat, dxs_.data(), dways.data(), c,
+                              xs_.data(), s, b.a.data(), c * s, p + b.stat, rows_, d_, pool_);
     std::fill(dh_.begin(), dh_.begin() + static_cast<size_t>(rows_) * k, T(0));
-    cpu::MatmulBackward(dh_.data(), grads + b.w2, da_.data(), b.g.data(), p + b.w2, rows_, c * s,
-                        k, pool_);
-    for (size_t e = 0; e < static_cast<size_t>(rows_) * k; ++e) dh_[e] *= GeluGrad(b.h[e]);
+    core::cpu::MatmulBackward(dh_.data(), grads + b.w2, da_.data(), b.g.data(), p + b.w2, rows_,
+                              c * s, k, pool_);
+    cpu::GeluBackward(dh_.data(), dh_.data(), b.h.data(), static_cast<int64_t>(rows_) * k, pool_);
     std::fill(dr_.begin(), dr_.end(), T(0));
-    cpu::MatmulBackward(dr_.data(), grads + b.w1, dh_.data(), b.r.data(), p + b.w1, rows_, k, d_,
-                        pool_);
+    core::cpu::MatmulBackward(dr_.data(), grads + b.w1, dh_.data(), b.r.data(), p + b.w1, rows_, k,
+                              d_, pool_);
     // RMS without a gain: the gain gradient is discarded.
     std::vector<T> ones(d_, T(1)), dgain(d_, T(0));
-    cpu::RmsNormBackward(dx_[i + 1].data(), dgain.data(), dr_.data(), x_[i + 1].data(), ones.data(),
-                         b.r_rstd.data(), rows_, d_, pool_);
+    core::cpu::RmsNormBackward(dx_[i + 1].data(), dgain.data(), dr_.data(), x_[i + 1].data(),
+                               ones.data(), b.r_rstd.data(), rows_, d_, pool_);
   }
 
   const int layers_, d_;
@@ -287,6 +258,7 @@ class MuddFormer : public Topology<T> {
   int rows_ = 0;
   std::vector<std::vector<T>> x_, dx_;  // X_0..X_L (this stage's) and their gradients
   std::vector<const T*> xs_;            // X_j: x_[j], or an earlier stage's, read in place
+  std::vector<T*> dxs_;                 // dx_[j].data(), the ops' list of the X_j gradients
   std::vector<T> y_, dxa_, dn_, dr_, dh_, da_;
   std::vector<T> dnormed_[3];
 };
