@@ -9,8 +9,8 @@
 #include "core/cuda/allocator.h"
 #include "core/cuda/check.h"
 #include "model/gpu/train_kernels.h"
-#include "model/layers/depth_retrieval_cuda.h"
 #include "model/variants/dar_ops.h"
+#include "model/variants/depth_retrieval_ops.h"
 
 namespace satdar::model::gpu {
 
@@ -153,9 +153,9 @@ absl::Status GpuDepthResidual<T>::RunForward() {
     const DarOffsets& o = dar_off_[l - 1];
     T* u = l <= sublayers_ ? st.u : x_final_;
     for (int s = 0; s < streams_; ++s) {
-      GPU_CHECK(lc::DepthRetrievalForward(attnres_ ? u : st.r[s], st.alpha[s], PtrList(l, s, 0),
-                                          PtrList(l, s, 1), Sources(l), W(o.query + s * d_),
-                                          W(o.norm), n, d_, eps_, stream_));
+      SATDAR_RETURN_IF_ERROR(lc::DepthRetrievalForward(
+          attnres_ ? u : st.r[s], st.alpha[s], PtrList(l, s, 0), PtrList(l, s, 1), Sources(l),
+          W(o.query + s * d_), W(o.norm), n, d_, eps_, stream_));
     }
     if (dar_) SATDAR_RETURN_IF_ERROR(lc::DarMixForward(u, st.r[0], st.r[1], master_ + o.mix, nc, stream_));
     if (l > sublayers_) break;
@@ -187,7 +187,7 @@ absl::Status GpuDepthResidual<T>::DarRetrievalBackward(int l, const T* du) {
                              g_ + o.mix, scratch_, static_cast<int64_t>(n) * d_, stream_));
   }
   for (int s = 0; s < streams_; ++s) {
-    GPU_CHECK(lc::DepthRetrievalBackward(
+    SATDAR_RETURN_IF_ERROR(lc::DepthRetrievalBackward(
         PtrList(l, s, 2), PtrList(l, s, 3), g_ + o.query + s * d_, g_ + o.norm, dar_work_,
         attnres_ ? du : dr_[s],
         st.alpha[s], PtrList(l, s, 0), PtrList(l, s, 1), Sources(l), W(o.query + s * d_),

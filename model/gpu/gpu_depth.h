@@ -1,6 +1,6 @@
 // model/gpu/gpu_depth.h: the depth-retrieval residuals, DAR (model/variants/dar.cc; two
 // streams, every dar_variant, full and block) and AttnRes (model/variants/attnres.cc; one
-// stream), for model/gpu/gpu_model.cc, over the kernels of model/layers/depth_retrieval_cuda.h
+// stream), for model/gpu/gpu_model.cc, over the cuda:: ops of model/variants/depth_retrieval_ops.h
 // and model/gpu/train_kernels.h. Each sublayer retrieves its input from the history of block
 // states (softmax over RMSNorm keys with a learned query), runs the decoder's branch (a
 // callback), and writes the result into the partial block state; the final retrieval is

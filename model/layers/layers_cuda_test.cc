@@ -1,35 +1,23 @@
 // The model-level CUDA kernels against the CPU path, on random inputs, forward and backward:
-// the depth retrieval of AttnRes/DAR
-// (depth_retrieval_cuda.h; CPU: model/layers/depth_retrieval.cc, called directly) and mHC's
-// Sinkhorn normalisation (sinkhorn_cuda.h; CPU: the private loops of Mhc in
+// mHC's Sinkhorn normalisation (sinkhorn_cuda.h; CPU: the private loops of Mhc in
 // model/variants/mhc.cc, transcribed below as SinkhornReference). Skips without a CUDA build
-// or without a GPU.
+// or without a GPU. (The depth retrieval of AttnRes/DAR is tested by depth_retrieval_ops_test.)
 //
-// Tolerances. An element passes when |gpu - cpu| <= rtol * max(|cpu|, rms(cpu)), rms over the
-// whole compared array.
-//   f32:  rtol 1e-5 (fp32 on both sides; only the order of additions differs). For the
-//         Sinkhorn backward (39 chained normalisation backwards, each subtracting a dot
-//         product) the CPU reference in float differs from the same loops in double by at most
-//         9e-7 on these inputs (measured), so 1e-5 leaves a 10x margin.
-//   bf16: the CPU reference runs in f32 on the same bf16-rounded inputs and initial values.
-//         Outputs stored in bf16 (out, dkeys, dvalues) get rtol 1e-2 (one bf16 rounding is
-//         <= 2^-9 relative); fp32 outputs (retrieval weights, dw, dg) get rtol 1e-4.
-//   Sinkhorn is fp32 only.
+// Tolerance. An element passes when |gpu - cpu| <= rtol * max(|cpu|, rms(cpu)), rms over the
+// whole compared array: rtol 1e-5, fp32 only (fp32 on both sides; only the order of additions
+// differs). For the Sinkhorn backward (39 chained normalisation backwards, each subtracting a
+// dot product) the CPU reference in float differs from the same loops in double by at most
+// 9e-7 on these inputs (measured), so 1e-5 leaves a 10x margin.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <memory>
-#include <string>
 #include <vector>
 
 #include "core/cuda/runtime.h"
 #include "core/cuda/testing/gpu_test_util.h"
 #include "core/dtype.h"
 #include "core/ops/matmul.h"
-#include "core/thread_pool.h"
 #include "gtest/gtest.h"
-#include "model/layers/depth_retrieval.h"
-#include "model/layers/depth_retrieval_cuda.h"
 #include "model/layers/sinkhorn_cuda.h"
 
 namespace satdar::model {
@@ -37,97 +25,11 @@ namespace {
 
 #ifdef SATDAR_WITH_CUDA
 
-using core::gpu_test::Bf16;
 using core::gpu_test::DeviceArray;
-using core::gpu_test::DeviceVector;
 using core::gpu_test::ExpectClose;
-using core::gpu_test::kIsBf16;
-using core::gpu_test::Quantize;
 using core::gpu_test::RandomNormal;
 
 constexpr double kF32Tol = 1e-5;
-
-template <typename T>
-double StoredTol(double bf16_tol) {
-  return kIsBf16<T> ? bf16_tol : kF32Tol;
-}
-
-// same_sources: AttnRes (keys == values, dkeys == dvalues); otherwise DAR's cross-stream form
-// (keys and values from different arrays) with one key gradient skipped (null).
-template <typename T>
-void CheckDepthRetrieval(bool same_sources) {
-  const int s = 5, n = 19, c = 48;
-  const double eps = 1e-6;
-  const size_t nc = static_cast<size_t>(n) * c;
-  core::ThreadPool pool(2);
-  std::vector<std::vector<float>> k(s), v(s), dk0(s), dv0(s);
-  for (int i = 0; i < s; ++i) {
-    k[i] = Quantize<T>(RandomNormal(nc, 100 + i));
-    v[i] = same_sources ? k[i] : Quantize<T>(RandomNormal(nc, 200 + i));
-    dk0[i] = Quantize<T>(RandomNormal(nc, 300 + i, 0.1f));
-    dv0[i] = same_sources ? dk0[i] : Quantize<T>(RandomNormal(nc, 400 + i, 0.1f));
-  }
-  const auto w = Quantize<T>(RandomNormal(c, 61, 0.5f));
-  const auto g = Quantize<T>(RandomNormal(c, 62, 0.5f));
-  const auto dout = Quantize<T>(RandomNormal(nc, 63));
-  const auto dw0 = RandomNormal(c, 64, 0.1f), dg0 = RandomNormal(c, 65, 0.1f);
-  const int skipped = same_sources ? -1 : 2;  // this source's key gradient is not wanted
-  // CPU.
-  std::vector<std::vector<float>> dk = dk0, dv = dv0;
-  std::vector<const float*> kp(s), vp(s);
-  std::vector<float*> dkp(s), dvp(s);
-  for (int i = 0; i < s; ++i) {
-    kp[i] = k[i].data();
-    vp[i] = same_sources ? kp[i] : v[i].data();
-    dkp[i] = i == skipped ? nullptr : dk[i].data();
-    dvp[i] = same_sources ? dkp[i] : dv[i].data();
-  }
-  std::vector<float> out(nc), alpha(static_cast<size_t>(n) * s), dw = dw0, dg = dg0;
-  DepthRetrievalForward<float>(out.data(), alpha.data(), kp, vp, w.data(), g.data(), n, c, eps,
-                               &pool);
-  DepthRetrievalBackward<float>(dkp, dvp, dw.data(), dg.data(), dout.data(), alpha.data(), kp, vp,
-                                w.data(), g.data(), n, c, eps, &pool);
-  // GPU.
-  std::vector<std::unique_ptr<DeviceArray<T>>> gk, gv, gdk, gdv;
-  std::vector<const T*> gkp(s), gvp(s);
-  std::vector<T*> gdkp(s), gdvp(s);
-  for (int i = 0; i < s; ++i) {
-    gk.push_back(std::make_unique<DeviceArray<T>>(k[i]));
-    gdk.push_back(std::make_unique<DeviceArray<T>>(dk0[i]));
-    if (!same_sources) {
-      gv.push_back(std::make_unique<DeviceArray<T>>(v[i]));
-      gdv.push_back(std::make_unique<DeviceArray<T>>(dv0[i]));
-    }
-    gkp[i] = gk[i]->get();
-    gvp[i] = same_sources ? gkp[i] : gv[i]->get();
-    gdkp[i] = i == skipped ? nullptr : gdk[i]->get();
-    gdvp[i] = same_sources ? gdkp[i] : gdv[i]->get();
-  }
-  DeviceVector<const T*> dkeys(gkp), dvalues(gvp);
-  DeviceVector<T*> ddkeys(gdkp), ddvalues(gdvp);
-  DeviceArray<T> gw(w), gg(g), gdout(dout), gout(nc);
-  DeviceArray<float> galpha(alpha.size()), gws(alpha.size()), gdw(dw0), gdg(dg0);
-  ASSERT_EQ(cuda::DepthRetrievalForward(gout.get(), galpha.get(), dkeys.get(), dvalues.get(), s,
-                                        gw.get(), gg.get(), n, c, static_cast<float>(eps), nullptr),
-            cudaSuccess);
-  ASSERT_EQ(cuda::DepthRetrievalBackward(ddkeys.get(), ddvalues.get(), gdw.get(), gdg.get(),
-                                         gws.get(), gdout.get(), galpha.get(), dkeys.get(),
-                                         dvalues.get(), s, gw.get(), gg.get(), n, c,
-                                         static_cast<float>(eps), nullptr),
-            cudaSuccess);
-  const std::string tag = same_sources ? " (same sources)" : " (cross sources)";
-  ExpectClose(gout.Download(), out, StoredTol<T>(1e-2), "retrieval out" + tag);
-  ExpectClose(galpha.Download(), alpha, StoredTol<T>(1e-4), "retrieval alpha" + tag);
-  for (int i = 0; i < s; ++i) {
-    const std::string src = " of source " + std::to_string(i) + tag;
-    ExpectClose(gdk[i]->Download(), dk[i], StoredTol<T>(1e-2), "retrieval dkeys" + src);
-    if (!same_sources) {
-      ExpectClose(gdv[i]->Download(), dv[i], StoredTol<T>(1e-2), "retrieval dvalues" + src);
-    }
-  }
-  ExpectClose(gdw.Download(), dw, StoredTol<T>(1e-4), "retrieval dw" + tag);
-  ExpectClose(gdg.Download(), dg, StoredTol<T>(1e-4), "retrieval dg" + tag);
-}
 
 // The loops of Mhc::Coefficients (Sinkhorn part) and Mhc::CoefficientsBackward, per token.
 void SinkhornReference(std::vector<float>* steps, std::vector<float>* dlogits,
@@ -216,16 +118,6 @@ void CheckSinkhorn() {
 
 #endif  // SATDAR_WITH_CUDA
 
-TEST(LayersCuda, DepthRetrievalF32) {
-  SATDAR_SKIP_WITHOUT_GPU();
-  SATDAR_IF_CUDA(CheckDepthRetrieval<float>(false));
-  SATDAR_IF_CUDA(CheckDepthRetrieval<float>(true));
-}
-TEST(LayersCuda, DepthRetrievalBf16) {
-  SATDAR_SKIP_WITHOUT_GPU();
-  SATDAR_IF_CUDA(CheckDepthRetrieval<Bf16>(false));
-  SATDAR_IF_CUDA(CheckDepthRetrieval<Bf16>(true));
-}
 TEST(LayersCuda, SinkhornF32) {
   SATDAR_SKIP_WITHOUT_GPU();
   SATDAR_IF_CUDA(CheckSinkhorn());

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "model/layers/depth_retrieval.h"
+#include "model/variants/depth_retrieval_ops.h"
 
 namespace satdar::model {
 
@@ -91,8 +91,9 @@ class AttnRes : public Topology<T> {
       s.has_partial = has_p;
       T* u = l <= sublayers_ ? s.u.data() : x_final;
       std::vector<const T*> x = Inputs(s);
-      DepthRetrievalForward(u, s.alpha.data(), x, x, params + query_[l - 1],
-                            params + norm_[l - 1], rows_, d_, eps_, pool_);
+      cpu::DepthRetrievalForward(u, s.alpha.data(), x.data(), x.data(), static_cast<int>(x.size()),
+                                 params + query_[l - 1], params + norm_[l - 1], rows_, d_, eps_,
+                                 pool_);
       Accumulate(l - 1, s);
       if (l > sublayers_) break;
       br->Forward(l, u, y_.data());
@@ -196,9 +197,11 @@ class AttnRes : public Topology<T> {
     std::vector<T*> dx;
     for (int i = 0; i < s.sources; ++i) dx.push_back(dsources_[i].data());
     if (s.has_partial) dx.push_back(dpartial_.data());
-    DepthRetrievalBackward(dx, dx, grads + query_[l - 1], grads + norm_[l - 1], dout,
-                           s.alpha.data(), Inputs(s), Inputs(s), params + query_[l - 1],
-                           params + norm_[l - 1], rows_, d_, eps_, pool_);
+    const std::vector<const T*> x = Inputs(s);
+    cpu::DepthRetrievalBackward(dx.data(), dx.data(), grads + query_[l - 1], grads + norm_[l - 1],
+                                dout, s.alpha.data(), x.data(), x.data(),
+                                static_cast<int>(x.size()), params + query_[l - 1],
+                                params + norm_[l - 1], rows_, d_, eps_, pool_);
   }
   void Accumulate(int index, const Step& s) {
     const int count = s.sources + (s.has_partial ? 1 : 0);

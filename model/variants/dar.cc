@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "model/layers/depth_retrieval.h"
 #include "model/variants/dar_ops.h"
+#include "model/variants/depth_retrieval_ops.h"
 
 namespace satdar::model {
 
@@ -125,7 +125,8 @@ class Dar : public Topology<T> {
       const std::vector<const T*> x0 = Inputs(st, 0), x1 = Inputs(st, 1);
       T* const out[2] = {st.r[0].data(), st.r[1].data()};
       T* const alpha[2] = {st.alpha[0].data(), st.alpha[1].data()};
-      DualDepthRetrievalForward(out, alpha, Route(params, o, &x0, &x1), rows_, d_, eps_, pool_);
+      cpu::DualDepthRetrievalForward(out, alpha, Route(params, o, x0, x1), rows_, d_, eps_,
+                                     pool_);
       T* u = l <= sublayers_ ? st.u.data() : x_final;
       cpu::DarMixForward(u, st.r[0].data(), st.r[1].data(), params + o.mix, nc, pool_);
       Accumulate(l - 1, st);
@@ -292,18 +293,20 @@ class Dar : public Topology<T> {
                         params + o.mix, grads + o.mix, static_cast<int64_t>(du_.size()), pool_);
     const std::vector<const T*> x0 = Inputs(st, 0), x1 = Inputs(st, 1);
     const std::vector<T*> g0 = Grads(st, 0), g1 = Grads(st, 1);
-    const std::vector<T*>* const dstreams[2] = {&g0, &g1};
+    T* const* const dstreams[2] = {g0.data(), g1.data()};
     T* const dw[2] = {grads + o.query, grads + o.query + d_};
     const T* const dout[2] = {dr_[0].data(), dr_[1].data()};
     const T* const alpha[2] = {st.alpha[0].data(), st.alpha[1].data()};
-    DualDepthRetrievalBackward(dstreams, dw, grads + o.norm, dout, alpha,
-                               Route(params, o, &x0, &x1), rows_, d_, eps_, pool_);
+    cpu::DualDepthRetrievalBackward(dstreams, dw, grads + o.norm, dout, alpha,
+                                    Route(params, o, x0, x1), rows_, d_, eps_, pool_);
   }
-  DualRetrieval<T> Route(const T* params, const Offsets& o, const std::vector<const T*>* x0,
-                         const std::vector<const T*>* x1) const {
+  // x0, x1: the step's sources of each stream (Inputs), which must outlive the call.
+  DualRetrieval<T> Route(const T* params, const Offsets& o, const std::vector<const T*>& x0,
+                         const std::vector<const T*>& x1) const {
     DualRetrieval<T> r;
-    r.streams[0] = x0;
-    r.streams[1] = x1;
+    r.streams[0] = x0.data();
+    r.streams[1] = x1.data();
+    r.sources = static_cast<int>(x0.size());
     for (int s = 0; s < 2; ++s) {
       r.key[s] = route_[s][0];
       r.value[s] = route_[s][1];

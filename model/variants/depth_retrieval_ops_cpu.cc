@@ -1,14 +1,24 @@
-#include "model/layers/depth_retrieval.h"
-
+// AttnRes's and DAR's depth retrieval on the CPU (depth_retrieval_ops.h): the reference the
+// CUDA side is tested against, and what the CPU models run (DAR's hot path). The loops are
+// those of the former model/layers/depth_retrieval.cc with the std::vector source lists
+// replaced by pointer arrays: per element the same operations in the same order, so the models'
+// results did not change bit for bit when they moved here. Rows run in parallel (at least 16 a
+// worker); the backward accumulates d/dw and d/dg per chunk of rows (one per thread) and adds
+// the chunks in chunk order.
 #include <cmath>
+#include <cstdint>
+#include <vector>
 
-namespace satdar::model {
+#include "core/thread_pool.h"
+#include "model/variants/depth_retrieval_ops.h"
+
+namespace satdar::model::cpu {
 
 template <typename T>
-void DepthRetrievalForward(T* out, T* alpha, const std::vector<const T*>& keys,
-                           const std::vector<const T*>& values, const T* w, const T* g, int n,
-                           int c, double eps, core::ThreadPool* pool) {
-  const int s = static_cast<int>(keys.size());
+void DepthRetrievalForward(T* out, T* alpha, const T* const* keys, const T* const* values,
+                           int sources, const T* w, const T* g, int n, int c, double eps,
+                           core::ThreadPool* pool) {
+  const int s = sources;
   std::vector<T> wg(c);
   for (int e = 0; e < c; ++e) wg[e] = w[e] * g[e];
   const T* __restrict wgp = wg.data();
@@ -46,12 +56,11 @@ void DepthRetrievalForward(T* out, T* alpha, const std::vector<const T*>& keys,
 }
 
 template <typename T>
-void DepthRetrievalBackward(const std::vector<T*>& dkeys, const std::vector<T*>& dvalues, T* dw,
-                            T* dg, const T* dout, const T* alpha,
-                            const std::vector<const T*>& keys, const std::vector<const T*>& values,
-                            const T* w, const T* g, int n, int c, double eps,
+void DepthRetrievalBackward(T* const* dkeys, T* const* dvalues, T* dw, T* dg, const T* dout,
+                            const T* alpha, const T* const* keys, const T* const* values,
+                            int sources, const T* w, const T* g, int n, int c, double eps,
                             core::ThreadPool* pool) {
-  const int s = static_cast<int>(keys.size());
+  const int s = sources;
   const int chunks = pool->num_threads();
   // Per chunk: sum over rows and sources of (d/dz * rstd) x; dw = g * sum, dg = w * sum.
   std::vector<T> partial(static_cast<size_t>(chunks) * c, T(0));
@@ -147,7 +156,7 @@ void DepthRetrievalBackward(const std::vector<T*>& dkeys, const std::vector<T*>&
 template <typename T>
 void DualDepthRetrievalForward(T* const out[2], T* const alpha[2], const DualRetrieval<T>& r,
                                int n, int c, double eps, core::ThreadPool* pool) {
-  const int s = static_cast<int>(r.streams[0]->size());
+  const int s = r.sources;
   pool->ParallelFor(
       n,
       [&](int64_t r0, int64_t r1) {
@@ -163,7 +172,7 @@ void DualDepthRetrievalForward(T* const out[2], T* const alpha[2], const DualRet
           for (int i = 0; i < s; ++i) {
             for (int t = 0; t < 2; ++t) {
               if (r.key[0] != t && r.key[1] != t) continue;
-              const T* __restrict x = (*r.streams[t])[i] + row * c;
+              const T* __restrict x = r.streams[t][i] + row * c;
               T ss = 0, z0 = 0, z1 = 0;
 #pragma omp simd reduction(+ : ss, z0, z1)
               for (int e = 0; e < c; ++e) {
@@ -186,7 +195,7 @@ void DualDepthRetrievalForward(T* const out[2], T* const alpha[2], const DualRet
             T* __restrict o = out[t] + row * c;
             for (int e = 0; e < c; ++e) o[e] = 0;
             for (int i = 0; i < s; ++i) {
-              const T* __restrict v = (*r.streams[r.value[t]])[i] + row * c;
+              const T* __restrict v = r.streams[r.value[t]][i] + row * c;
               const T ai = a[i];
 #pragma omp simd
               for (int e = 0; e < c; ++e) o[e] += ai * v[e];
@@ -198,11 +207,11 @@ void DualDepthRetrievalForward(T* const out[2], T* const alpha[2], const DualRet
 }
 
 template <typename T>
-void DualDepthRetrievalBackward(const std::vector<T*>* const dstreams[2], T* const dw[2], T* dg,
+void DualDepthRetrievalBackward(T* const* const dstreams[2], T* const dw[2], T* dg,
                                 const T* const dout[2], const T* const alpha[2],
                                 const DualRetrieval<T>& r, int n, int c, double eps,
                                 core::ThreadPool* pool) {
-  const int s = static_cast<int>(r.streams[0]->size());
+  const int s = r.sources;
   const int chunks = pool->num_threads();
   // Per chunk: sums over rows and sources of (d/dz_0 * rstd) x and (d/dz_1 * rstd) x, which
   // give dw_s = g * sum_s and dg = w_0 * sum_0 + w_1 * sum_1 at the end.
@@ -227,7 +236,7 @@ void DualDepthRetrievalBackward(const std::vector<T*>* const dstreams[2], T* con
           const T* __restrict d = dout[t] + row * c;
           T dot = 0;
           for (int i = 0; i < s; ++i) {
-            const T* __restrict v = (*r.streams[r.value[t]])[i] + row * c;
+            const T* __restrict v = r.streams[r.value[t]][i] + row * c;
             T acc = 0;
 #pragma omp simd reduction(+ : acc)
             for (int e = 0; e < c; ++e) acc += v[e] * d[e];
@@ -236,7 +245,7 @@ void DualDepthRetrievalBackward(const std::vector<T*>* const dstreams[2], T* con
           }
           for (int i = 0; i < s; ++i) {
             dz[t * s + i] = a[i] * (dz[t * s + i] - dot);
-            T* dv = (*dstreams[r.value[t]])[i];
+            T* dv = dstreams[r.value[t]][i];
             if (dv == nullptr) continue;
             T* __restrict dvr = dv + row * c;
             const T ai = a[i];
@@ -249,7 +258,7 @@ void DualDepthRetrievalBackward(const std::vector<T*>* const dstreams[2], T* con
           for (int k = 0; k < 2; ++k) {
             const bool used0 = r.key[0] == k, used1 = r.key[1] == k;
             if (!used0 && !used1) continue;
-            const T* __restrict x = (*r.streams[k])[i] + row * c;
+            const T* __restrict x = r.streams[k][i] + row * c;
             T ss = 0, q0 = 0, q1 = 0;
 #pragma omp simd reduction(+ : ss, q0, q1)
             for (int e = 0; e < c; ++e) {
@@ -265,7 +274,7 @@ void DualDepthRetrievalBackward(const std::vector<T*>* const dstreams[2], T* con
               acc0[e] += a0 * x[e];
               acc1[e] += a1 * x[e];
             }
-            T* dk = (*dstreams[k])[i];
+            T* dk = dstreams[k][i];
             if (dk == nullptr) continue;
             // d/dx of rstd * (q . x): rstd * q - rstd^3 (q . x) x / C, with q = d0 wg0 + d1 wg1.
             T* __restrict dkr = dk + row * c;
@@ -287,22 +296,21 @@ void DualDepthRetrievalBackward(const std::vector<T*>* const dstreams[2], T* con
   }
 }
 
-#define SATDAR_INSTANTIATE(T)                                                                  \
-  template void DepthRetrievalForward<T>(T*, T*, const std::vector<const T*>&,                 \
-                                         const std::vector<const T*>&, const T*, const T*, int, \
-                                         int, double, core::ThreadPool*);                      \
-  template void DepthRetrievalBackward<T>(                                                     \
-      const std::vector<T*>&, const std::vector<T*>&, T*, T*, const T*, const T*,              \
-      const std::vector<const T*>&, const std::vector<const T*>&, const T*, const T*, int, int, \
-      double, core::ThreadPool*);                                                              \
-  template void DualDepthRetrievalForward<T>(T* const[2], T* const[2], const DualRetrieval<T>&, \
-                                             int, int, double, core::ThreadPool*);             \
-  template void DualDepthRetrievalBackward<T>(const std::vector<T*>* const[2], T* const[2], T*, \
-                                              const T* const[2], const T* const[2],            \
-                                              const DualRetrieval<T>&, int, int, double,       \
+#define SATDAR_INSTANTIATE(T)                                                                      \
+  template void DepthRetrievalForward<T>(T*, T*, const T* const*, const T* const*, int,            \
+                                         const T*, const T*, int, int, double,                     \
+                                         core::ThreadPool*);                                       \
+  template void DepthRetrievalBackward<T>(T* const*, T* const*, T*, T*, const T*, const T*,        \
+                                          const T* const*, const T* const*, int, const T*,         \
+                                          const T*, int, int, double, core::ThreadPool*);          \
+  template void DualDepthRetrievalForward<T>(T* const[2], T* const[2], const DualRetrieval<T>&,    \
+                                             int, int, double, core::ThreadPool*);                 \
+  template void DualDepthRetrievalBackward<T>(T* const* const[2], T* const[2], T*,                 \
+                                              const T* const[2], const T* const[2],                \
+                                              const DualRetrieval<T>&, int, int, double,           \
                                               core::ThreadPool*);
 SATDAR_INSTANTIATE(float)
 SATDAR_INSTANTIATE(double)
 #undef SATDAR_INSTANTIATE
 
-}  // namespace satdar::model
+}  // namespace satdar::model::cpu

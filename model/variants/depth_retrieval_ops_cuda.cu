@@ -1,18 +1,20 @@
-// CUDA depth retrieval (see depth_retrieval_cuda.h and depth_retrieval.cc). One block per
-// token: each warp takes sources i = warp, warp + warps, ... and reduces its per-source dot
-// products over C with shuffles; thread 0 does the softmax over the S sources; then every
-// thread handles its columns for all sources in source order. In the backward the per-token
-// kernel also stores a_i = dz_i * rstd_i (the factor of x_i in d/dw and d/dg) in the
-// workspace, and a column-tiled kernel sums a_i x_i over tokens and sources in a fixed order.
-#include "model/layers/depth_retrieval_cuda.h"
-
+// AttnRes's and DAR's depth retrieval on the GPU (depth_retrieval_ops.h;
+// depth_retrieval_ops_cpu.cc is the reference). One block per token: each warp takes sources
+// i = warp, warp + warps, ... and reduces its per-source dot products over C with shuffles;
+// thread 0 does the softmax over the S sources; then every thread handles its columns for all
+// sources in source order. In the backward the per-token kernel also stores a_i = dz_i * rstd_i
+// (the factor of x_i in d/dw and d/dg) in the workspace, and a column-tiled kernel sums a_i x_i
+// over tokens and sources in a fixed order. The Dual ops are two calls of the single ones.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
+#include "absl/status/status.h"
 #include "core/cuda/bf16.cuh"
+#include "core/cuda/check.h"
 #include "core/cuda/launch.h"
+#include "model/variants/depth_retrieval_ops.h"
 
 namespace satdar::model::cuda {
 
@@ -21,7 +23,7 @@ constexpr int kRowThreads = 256;  // the most threads per row block (a multiple 
 constexpr int kTileCols = 32;
 constexpr int kTileRows = 8;
 
-using namespace ::satdar::core::cuda::device;  // ToF, FromF, Ld, St, WarpSum (bf16.cuh)
+using namespace ::satdar::core::cuda::device;  // NOLINT: ToF, FromF, WarpSum (bf16.cuh)
 using ::satdar::core::cuda::Launch;
 
 // Dynamic shared memory: s floats (logits, then weights).
@@ -162,41 +164,81 @@ unsigned RowThreads(int s, int c) {
 }  // namespace
 
 template <typename T>
-cudaError_t DepthRetrievalForward(T* out, float* alpha, const T* const* keys,
-                                  const T* const* values, int s, const T* w, const T* g, int n,
-                                  int c, float eps, cudaStream_t stream) {
-  if (n <= 0 || c <= 0 || s <= 0) return cudaSuccess;
+absl::Status DepthRetrievalForward(T* out, float* alpha, const T* const* keys,
+                                   const T* const* values, int sources, const T* w, const T* g,
+                                   int n, int c, float eps, cudaStream_t stream) {
+  const int s = sources;
+  if (n <= 0 || c <= 0 || s <= 0) return absl::OkStatus();
   const size_t smem = static_cast<size_t>(s) * sizeof(float);
-  return Launch("DepthRetrievalForwardKernel", ForwardKernel<T>, dim3(n), dim3(RowThreads(s, c)),
-                smem, stream, out, alpha, keys, values, s, w, g, c, eps);
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("DepthRetrievalForwardKernel", ForwardKernel<T>, dim3(n),
+                                     dim3(RowThreads(s, c)), smem, stream, out, alpha, keys,
+                                     values, s, w, g, c, eps));
+  return absl::OkStatus();
 }
 
 template <typename T>
-cudaError_t DepthRetrievalBackward(T* const* dkeys, T* const* dvalues, float* dw, float* dg,
-                                   float* workspace, const T* dout, const float* alpha,
-                                   const T* const* keys, const T* const* values, int s,
-                                   const T* w, const T* g, int n, int c, float eps,
-                                   cudaStream_t stream) {
-  if (n <= 0 || c <= 0 || s <= 0) return cudaSuccess;
+absl::Status DepthRetrievalBackward(T* const* dkeys, T* const* dvalues, float* dw, float* dg,
+                                    float* workspace, const T* dout, const float* alpha,
+                                    const T* const* keys, const T* const* values, int sources,
+                                    const T* w, const T* g, int n, int c, float eps,
+                                    cudaStream_t stream) {
+  const int s = sources;
+  if (n <= 0 || c <= 0 || s <= 0) return absl::OkStatus();
   const size_t smem = 4 * static_cast<size_t>(s) * sizeof(float);
-  const cudaError_t err =
-      Launch("DepthRetrievalBackwardRowKernel", BackwardRowKernel<T>, dim3(n),
-             dim3(RowThreads(s, c)), smem, stream, dkeys, dvalues, workspace, dout, alpha, keys,
-             values, s, w, g, c, eps);
-  if (err != cudaSuccess || (dw == nullptr && dg == nullptr)) return err;
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("DepthRetrievalBackwardRowKernel", BackwardRowKernel<T>,
+                                     dim3(n), dim3(RowThreads(s, c)), smem, stream, dkeys,
+                                     dvalues, workspace, dout, alpha, keys, values, s, w, g, c,
+                                     eps));
+  if (dw == nullptr && dg == nullptr) return absl::OkStatus();
   const unsigned tiles = static_cast<unsigned>((c + kTileCols - 1) / kTileCols);
-  return Launch("DepthRetrievalBackwardWeightKernel", BackwardWeightKernel<T>, dim3(tiles),
-                dim3(kTileCols, kTileRows), 0, stream, dw, dg, workspace, keys, s, w, g, n, c);
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("DepthRetrievalBackwardWeightKernel",
+                                     BackwardWeightKernel<T>, dim3(tiles),
+                                     dim3(kTileCols, kTileRows), 0, stream, dw, dg, workspace,
+                                     keys, s, w, g, n, c));
+  return absl::OkStatus();
 }
 
-#define SATDAR_INSTANTIATE(T)                                                                   \
-  template cudaError_t DepthRetrievalForward<T>(T*, float*, const T* const*, const T* const*,   \
-                                                int, const T*, const T*, int, int, float,       \
-                                                cudaStream_t);                                  \
-  template cudaError_t DepthRetrievalBackward<T>(T* const*, T* const*, float*, float*, float*,  \
-                                                 const T*, const float*, const T* const*,       \
-                                                 const T* const*, int, const T*, const T*, int, \
-                                                 int, float, cudaStream_t);
+template <typename T>
+absl::Status DualDepthRetrievalForward(T* const out[2], float* const alpha[2],
+                                       const DualRetrieval<T>& r, int n, int c, float eps,
+                                       cudaStream_t stream) {
+  for (int t = 0; t < 2; ++t) {
+    absl::Status status =
+        DepthRetrievalForward(out[t], alpha[t], r.streams[r.key[t]], r.streams[r.value[t]],
+                              r.sources, r.w[t], r.g, n, c, eps, stream);
+    if (!status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
+// Target 1's call adds to the gradients target 0's wrote (dstreams, dg), in stream order.
+template <typename T>
+absl::Status DualDepthRetrievalBackward(T* const* const dstreams[2], float* const dw[2],
+                                        float* dg, float* workspace, const T* const dout[2],
+                                        const float* const alpha[2], const DualRetrieval<T>& r,
+                                        int n, int c, float eps, cudaStream_t stream) {
+  for (int t = 0; t < 2; ++t) {
+    absl::Status status = DepthRetrievalBackward(
+        dstreams[r.key[t]], dstreams[r.value[t]], dw[t], dg, workspace, dout[t], alpha[t],
+        r.streams[r.key[t]], r.streams[r.value[t]], r.sources, r.w[t], r.g, n, c, eps, stream);
+    if (!status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
+#define SATDAR_INSTANTIATE(T)                                                                      \
+  template absl::Status DepthRetrievalForward<T>(T*, float*, const T* const*, const T* const*,     \
+                                                 int, const T*, const T*, int, int, float,         \
+                                                 cudaStream_t);                                    \
+  template absl::Status DepthRetrievalBackward<T>(                                                 \
+      T* const*, T* const*, float*, float*, float*, const T*, const float*, const T* const*,       \
+      const T* const*, int, const T*, const T*, int, int, float, cudaStream_t);                    \
+  template absl::Status DualDepthRetrievalForward<T>(T* const[2], float* const[2],                 \
+                                                     const DualRetrieval<T>&, int, int, float,     \
+                                                     cudaStream_t);                                \
+  template absl::Status DualDepthRetrievalBackward<T>(                                             \
+      T* const* const[2], float* const[2], float*, float*, const T* const[2],                      \
+      const float* const[2], const DualRetrieval<T>&, int, int, float, cudaStream_t);
 SATDAR_INSTANTIATE(float)
 SATDAR_INSTANTIATE(__nv_bfloat16)
 #undef SATDAR_INSTANTIATE
