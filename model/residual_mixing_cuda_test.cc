@@ -1,6 +1,7 @@
-// The CUDA kernels of the HC / mHC residuals (hyper_cuda.h) against host loops transcribed
-// from the CPU models (hyper_connections.cc, mhc.cc), forward and backward, in f32 and bf16.
-// Skips without a CUDA build or a GPU. (MUDDFormer's dense connection: muddformer_ops_test.)
+// The CUDA kernels of the HC residual (hyper_cuda.h) against host loops transcribed from the
+// CPU model (hyper_connections.cc), forward and backward, in f32 and bf16. Skips without a
+// CUDA build or a GPU. (mHC's coefficients and Sinkhorn: hyper_ops_test; MUDDFormer's dense
+// connection: muddformer_ops_test.)
 //
 // Tolerances (ExpectClose: |gpu - cpu| <= rtol * max(|cpu|, rms(cpu))). The host loops run in
 // f32 (double for sums) on the same bf16-rounded inputs. f32: 1e-5 (only the order of
@@ -148,73 +149,6 @@ void CheckHc() {
             cudaErrorInvalidValue);
 }
 
-// mHC: the RMS of vec(H), coefficients, their backward and the RMS path (Mhc::Coefficients,
-// CoefficientsBackward and the draw_ loop of Mhc::Backward).
-template <typename T>
-void CheckMhc() {
-  const int rows = 11, n = 4, c = 24, nc = n * c, mixes = n * (n + 2), ld = 24;
-  const float eps = 1e-6f;
-  const auto h = Quantize<T>(RandomNormal(Sz(rows, nc), 11));
-  const auto raw = RandomNormal(Sz(rows, ld), 12);
-  const auto base = RandomNormal(mixes, 13);
-  const std::vector<float> scale = {0.7f, -0.4f, 1.3f};
-  const auto dcoef = RandomNormal(Sz(rows, mixes), 14);
-  const auto dlogits = RandomNormal(Sz(rows, n * n), 15);
-  const auto dh0 = Quantize<T>(RandomNormal(h.size(), 16));
-  auto sig = [](float x) { return 1.0f / (1.0f + std::exp(-x)); };
-  std::vector<float> rms(rows), coef(Sz(rows, 2 * n)), logits(Sz(rows, n * n)), dz(Sz(rows, mixes)),
-      scales(Sz(rows, 3), 0.0f), draw(Sz(rows, ld), 0.0f), rowcoef(rows), dh = dh0;
-  for (int r = 0; r < rows; ++r) {
-    double ss = 0;
-    for (int e = 0; e < nc; ++e) ss += double(h[r * nc + e]) * h[r * nc + e];
-    const float s = 1.0f / std::sqrt(static_cast<float>(ss / nc) + eps);
-    rms[r] = s;
-    const float* x = raw.data() + r * ld;
-    for (int j = 0; j < n; ++j) {
-      coef[r * 2 * n + j] = sig(scale[0] * x[j] * s + base[j]);
-      coef[r * 2 * n + n + j] = 2 * sig(scale[1] * x[n + j] * s + base[n + j]);
-    }
-    for (int k = 0; k < n * n; ++k) logits[r * n * n + k] = scale[2] * x[2 * n + k] * s + base[2 * n + k];
-    float* z = dz.data() + r * mixes;
-    for (int j = 0; j < n; ++j) {
-      const float pre = coef[r * 2 * n + j], post = coef[r * 2 * n + n + j];
-      z[j] = dcoef[r * mixes + j] * pre * (1 - pre);
-      z[n + j] = dcoef[r * mixes + n + j] * post * (1 - post / 2);
-    }
-    for (int k = 0; k < n * n; ++k) z[2 * n + k] = dlogits[r * n * n + k];
-    double drms = 0;
-    for (int k = 0; k < mixes; ++k) {
-      const int grp = k < n ? 0 : (k < 2 * n ? 1 : 2);
-      scales[r * 3 + grp] += z[k] * x[k] * s;
-      drms += double(z[k]) * scale[grp] * x[k];
-      draw[r * ld + k] = z[k] * scale[grp] * s;
-    }
-    rowcoef[r] = static_cast<float>(-drms * s * s * s / nc);
-    for (int e = 0; e < nc; ++e) dh[r * nc + e] += rowcoef[r] * h[r * nc + e];
-  }
-  DeviceArray<T> gh(h), gdraw(draw.size()), gdh(dh0);
-  DeviceArray<float> graw(raw), gbase(base), gscale(scale), gdcoef(dcoef), gdlogits(dlogits),
-      grms(rows), gcoef(coef.size()), glogits(logits.size()), gdz(dz.size()),
-      gscales(scales.size()), growcoef(rows);
-  ASSERT_EQ(cuda::MhcRms(grms.f32(), gh.get(), rows, nc, eps, nullptr), cudaSuccess);
-  ASSERT_EQ(cuda::MhcCoefForward(gcoef.f32(), glogits.f32(), graw.f32(), ld, grms.f32(),
-                                 gscale.f32(), gbase.f32(), rows, n, nullptr),
-            cudaSuccess);
-  ASSERT_EQ(cuda::MhcCoefBackward(gdraw.get(), gdz.f32(), gscales.f32(), growcoef.f32(),
-                                  gdcoef.f32(), gdlogits.f32(), gcoef.f32(), graw.f32(), ld,
-                                  grms.f32(), gscale.f32(), rows, n, nc, nullptr),
-            cudaSuccess);
-  ASSERT_EQ(cuda::RowScaleAdd(gdh.get(), growcoef.f32(), gh.get(), rows, nc, nullptr), cudaSuccess);
-  ExpectClose(grms.Download(), rms, 1e-5, "mhc rms");
-  ExpectClose(gcoef.Download(), coef, 1e-5, "mhc pre/post");
-  ExpectClose(glogits.Download(), logits, 1e-5, "mhc logits");
-  ExpectClose(gdz.Download(), dz, 1e-5, "mhc dz");
-  ExpectClose(gscales.Download(), scales, 1e-5, "mhc scale sums");
-  ExpectClose(gdraw.Download(), draw, Tol<T>(true), "mhc draw");
-  ExpectClose(growcoef.Download(), rowcoef, 1e-5, "mhc rms path");
-  ExpectClose(gdh.Download(), dh, Tol<T>(true), "mhc dH");
-}
-
 #endif  // SATDAR_WITH_CUDA
 
 TEST(ResidualMixingCuda, HcF32) {
@@ -224,14 +158,6 @@ TEST(ResidualMixingCuda, HcF32) {
 TEST(ResidualMixingCuda, HcBf16) {
   SATDAR_SKIP_WITHOUT_GPU();
   SATDAR_IF_CUDA(CheckHc<Bf16>());
-}
-TEST(ResidualMixingCuda, MhcF32) {
-  SATDAR_SKIP_WITHOUT_GPU();
-  SATDAR_IF_CUDA(CheckMhc<float>());
-}
-TEST(ResidualMixingCuda, MhcBf16) {
-  SATDAR_SKIP_WITHOUT_GPU();
-  SATDAR_IF_CUDA(CheckMhc<Bf16>());
 }
 
 }  // namespace

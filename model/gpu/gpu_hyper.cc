@@ -13,8 +13,8 @@
 #include "core/cuda/check.h"
 #include "core/ops/cuda_ops.h"
 #include "core/ops/gemm_cuda.h"
-#include "model/layers/sinkhorn_cuda.h"
 #include "model/variants/hyper_cuda.h"
+#include "model/variants/hyper_ops.h"
 
 namespace satdar::model::gpu {
 
@@ -23,7 +23,7 @@ namespace {
 namespace kc = ::satdar::core::cuda;
 namespace lc = ::satdar::model::cuda;
 
-constexpr int kSinkhornIterations = 20;  // as model/variants/mhc.cc
+constexpr int kSinkhornIterations = ::satdar::model::kMhcSinkhornIterations;  // as mhc.cc
 constexpr int kSinkhornSteps = 2 * kSinkhornIterations;
 
 #define GPU_CHECK(call) SATDAR_CUDA_RETURN_IF_ERROR(call)
@@ -111,7 +111,7 @@ absl::Status GpuHyper<T>::Resize(int b, int t) {
     SATDAR_RETURN_IF_ERROR(arena_.Alloc(&dres_, n * n_ * n_));
     SATDAR_RETURN_IF_ERROR(arena_.Alloc(&dlogits_, n * n_ * n_));
     SATDAR_RETURN_IF_ERROR(arena_.Alloc(&dz_, n * k_));
-    SATDAR_RETURN_IF_ERROR(arena_.Alloc(&rowcoef_, n));
+    SATDAR_RETURN_IF_ERROR(arena_.Alloc(&mhc_work_, n * 4));
   } else {
     SATDAR_RETURN_IF_ERROR(arena_.Alloc(&dproj_, hr * ld_));
     SATDAR_RETURN_IF_ERROR(arena_.Alloc(&hbar_, hc));
@@ -127,13 +127,13 @@ absl::Status GpuHyper<T>::Coefficients(const T* w, const float* master, int l) {
   const Offsets& o = off_[l - 1];
   const int hr = rows_ * n_, nd = n_ * d_;
   if (mhc_) {
-    GPU_CHECK(lc::MhcRms(s.rms, s.h, rows_, nd, eps_, stream_));
+    SATDAR_RETURN_IF_ERROR(lc::MhcRms(s.rms, s.h, rows_, nd, eps_, stream_));
     SATDAR_RETURN_IF_ERROR(gemm_->GemmMixed(kDt, core::DType::kF32, false, true, rows_, k_, nd,
                                             1.0f, s.h, nd, w + o.fn, nd, 0.0f, s.proj, ld_));
-    GPU_CHECK(lc::MhcCoefForward(s.coef, s.logits, s.proj, ld_, s.rms, master + o.scale,
-                                 master + o.base, rows_, n_, stream_));
-    GPU_CHECK(lc::SinkhornForward(sinkhorn_, s.logits, rows_, n_, kSinkhornIterations, stream_));
-    return absl::OkStatus();
+    SATDAR_RETURN_IF_ERROR(lc::MhcCoefForward(s.coef, s.logits, s.proj, ld_, s.rms,
+                                              master + o.scale, master + o.base, rows_, n_,
+                                              stream_));
+    return lc::SinkhornForward(sinkhorn_, s.logits, rows_, n_, kSinkhornIterations, stream_);
   }
   GPU_CHECK(kc::RmsNormForward(hbar_, s.rstd, s.h, w + o.norm, hr, d_, eps_, stream_));
   SATDAR_RETURN_IF_ERROR(gemm_->GemmMixed(kDt, core::DType::kF32, false, true, hr, k_, d_, 1.0f,
@@ -201,7 +201,8 @@ absl::Status GpuHyper<T>::Backward(const T* w, const float* master, float* grads
   for (int l = sublayers_; l >= 1; --l) {
     const Step& s = steps_[l - 1];
     if (mhc_) {  // the Sinkhorn iterates of this sublayer (the same bits as in the forward)
-      GPU_CHECK(lc::SinkhornForward(sinkhorn_, s.logits, rows_, n_, kSinkhornIterations, stream_));
+      SATDAR_RETURN_IF_ERROR(
+          lc::SinkhornForward(sinkhorn_, s.logits, rows_, n_, kSinkhornIterations, stream_));
     }
     const lc::HyperCoefs c = Coefs(s.coef), dc = GradCoefs();
     GPU_CHECK(lc::HyperDepthBackward(dy_, dh_, dc, dnext_, s.y, s.h, c, rows_, n_, d_, stream_));
@@ -225,13 +226,12 @@ absl::Status GpuHyper<T>::CoefficientsBackward(const T* w, const float* master, 
   const Offsets& o = off_[l - 1];
   const int hr = rows_ * n_, nd = n_ * d_;
   if (mhc_) {
-    GPU_CHECK(lc::SinkhornBackward(dlogits_, dres_, sinkhorn_, rows_, n_, kSinkhornIterations,
-                                   stream_));
-    GPU_CHECK(lc::MhcCoefBackward(dproj_, dz_, scales_, rowcoef_, dcoef_, dlogits_, s.coef,
-                                  s.proj, ld_, s.rms, master + o.scale, rows_, n_, nd, stream_));
-    GPU_CHECK(lc::ColumnSums(grads + o.base, dz_, rows_, k_, k_, stream_));
-    GPU_CHECK(lc::ColumnSums(grads + o.scale, scales_, rows_, 3, 3, stream_));
-    GPU_CHECK(lc::RowScaleAdd(dh, rowcoef_, s.h, rows_, nd, stream_));
+    SATDAR_RETURN_IF_ERROR(lc::SinkhornBackward(dlogits_, dres_, sinkhorn_, rows_, n_,
+                                                kSinkhornIterations, stream_));
+    SATDAR_RETURN_IF_ERROR(lc::MhcCoefBackward(dproj_, dz_, mhc_work_, grads + o.scale,
+                                               grads + o.base, dh, dcoef_, dlogits_, s.coef,
+                                               s.proj, ld_, s.rms, master + o.scale, s.h, rows_,
+                                               n_, nd, stream_));
     SATDAR_RETURN_IF_ERROR(gemm_->Gemm(kDt, false, false, rows_, nd, k_, 1.0f, dproj_, ld_,
                                        w + o.fn, nd, 1.0f, dh, nd));
     return gemm_->GemmMixed(kDt, core::DType::kF32, true, false, k_, nd, rows_, 1.0f, dproj_, ld_,

@@ -1,13 +1,13 @@
 // model/gpu/gpu_hyper.h: the n-stream residual topologies, Hyper-Connections
 // (model/variants/hyper_connections.cc) and mHC (model/variants/mhc.cc), for
-// model/gpu/gpu_model.cc, over the kernels of model/variants/hyper_cuda.h and
-// model/layers/sinkhorn_cuda.h. Each sublayer l reads u = sum_j pre_j H_j from the hyper
-// state H (N, n, C), runs the decoder's branch y = f_l(u) (a callback), and writes
-// H'_m = post_m y + sum_j res_jm H_j. Coefficient projections are cuBLASLt GEMMs with bf16 (or
-// f32) operands and fp32 outputs; the scalars (static parts, scales, biases) are read from
-// the fp32 master weights. Kept per sublayer: H, the coefficients and their inputs (the
-// normalised HC rows and mHC's Sinkhorn iterates are recomputed in the backward). CUDA builds
-// only.
+// model/gpu/gpu_model.cc, over the kernels of model/variants/hyper_cuda.h and the cuda:: side
+// of model/variants/hyper_ops.h (mHC's coefficients and Sinkhorn). Each sublayer l reads
+// u = sum_j pre_j H_j from the hyper state H (N, n, C), runs the decoder's branch y = f_l(u)
+// (a callback), and writes H'_m = post_m y + sum_j res_jm H_j. Coefficient projections are
+// cuBLASLt GEMMs with bf16 (or f32) operands and fp32 outputs; the scalars (static parts,
+// scales, biases) are read from the fp32 master weights. Kept per sublayer: H, the
+// coefficients and their inputs (the normalised HC rows and mHC's Sinkhorn iterates are
+// recomputed in the backward). CUDA builds only.
 #ifndef SATDAR_MODEL_GPU_GPU_HYPER_H_
 #define SATDAR_MODEL_GPU_GPU_HYPER_H_
 
@@ -101,7 +101,7 @@ class GpuHyper {
   float* dcoef_ = nullptr;  // (N, n(n+2))
   float* scales_ = nullptr;  // (N, 3)
   float *sinkhorn_ = nullptr, *dres_ = nullptr, *dlogits_ = nullptr, *dz_ = nullptr,
-        *rowcoef_ = nullptr;  // mHC
+        *mhc_work_ = nullptr;  // mHC; mhc_work_ (N, 4): cuda::MhcCoefBackward's scratch
 };
 
 }  // namespace satdar::model::gpu

@@ -1,6 +1,7 @@
-// CUDA kernels of HC and mHC (hyper_cuda.h). Elementwise kernels walk (token, stream, channel)
-// with a grid stride; per-token dot products run one block per token (or token and stream),
-// each thread a fixed channel slice, then a shared-memory tree in a fixed order.
+// CUDA kernels of HC and mHC (hyper_cuda.h; mHC's coefficients: hyper_ops_cuda.cu). Elementwise
+// kernels walk (token, stream, channel) with a grid stride; per-token dot products run one
+// block per token (or token and stream), each thread a fixed channel slice, then a
+// shared-memory tree in a fixed order.
 #include "model/variants/hyper_cuda.h"
 
 #include "core/cuda/bf16.cuh"
@@ -18,8 +19,6 @@ constexpr int kThreads = 256;
 constexpr int kS = kMaxHyperStreams;
 
 int Blocks(int64_t n) { return GridBlocks(n, kThreads); }
-
-__device__ __forceinline__ float Sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 __device__ __forceinline__ float Pre(const HyperCoefs& c, int64_t r, int j) {
   return c.pre[r * c.pre_token + j * c.pre_step];
@@ -216,73 +215,6 @@ __global__ void HcCoefBackwardKernel(T* dproj, float* scales, const float* dcoef
   scales[2 * r + 1] = dsb;
 }
 
-template <typename T>
-__global__ void MhcRmsKernel(float* rms, const T* h, int nc, float eps) {
-  const int64_t r = blockIdx.x;
-  float acc[1] = {0.0f};
-  for (int e = threadIdx.x; e < nc; e += blockDim.x) {
-    const float x = Ld(h + r * nc + e);
-    acc[0] += x * x;
-  }
-  BlockSums<kThreads, 1>(acc);
-  if (threadIdx.x == 0) rms[r] = 1.0f / sqrtf(acc[0] / nc + eps);
-}
-
-__global__ void MhcCoefForwardKernel(float* coef, float* logits, const float* raw, int ld,
-                                     const float* rms, const float* scale, const float* base,
-                                     int rows, int n) {
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (r >= rows) return;
-  const float* x = raw + r * ld;
-  const float s = rms[r];
-  for (int j = 0; j < n; ++j) {
-    coef[r * 2 * n + j] = Sigmoid(scale[0] * x[j] * s + base[j]);
-    coef[r * 2 * n + n + j] = 2.0f * Sigmoid(scale[1] * x[n + j] * s + base[n + j]);
-  }
-  for (int k = 0; k < n * n; ++k) {
-    logits[r * n * n + k] = scale[2] * x[2 * n + k] * s + base[2 * n + k];
-  }
-}
-
-template <typename T>
-__global__ void MhcCoefBackwardKernel(T* draw, float* dz, float* scales, float* rowcoef,
-                                      const float* dcoef, const float* dlogits, const float* coef,
-                                      const float* raw, int ld, const float* rms,
-                                      const float* scale, int rows, int n, int nc) {
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (r >= rows) return;
-  const int mixes = n * (n + 2);
-  const float* x = raw + r * ld;
-  const float* dc = dcoef + r * mixes;
-  const float s = rms[r];
-  float* z = dz + r * mixes;
-  for (int j = 0; j < n; ++j) {
-    const float pre = coef[r * 2 * n + j], post = coef[r * 2 * n + n + j];
-    z[j] = dc[j] * pre * (1.0f - pre);
-    z[n + j] = dc[n + j] * post * (1.0f - post / 2.0f);  // post = 2 sigmoid
-  }
-  for (int k = 0; k < n * n; ++k) z[2 * n + k] = dlogits[r * n * n + k];
-  float group[3] = {0.0f, 0.0f, 0.0f};
-  float drms = 0.0f;
-  for (int k = 0; k < mixes; ++k) {
-    const int g = k < n ? 0 : (k < 2 * n ? 1 : 2);
-    group[g] += z[k] * x[k] * s;
-    drms += z[k] * scale[g] * x[k];
-    St(draw + r * ld + k, z[k] * scale[g] * s);
-  }
-  for (int k = mixes; k < ld; ++k) St(draw + r * ld + k, 0.0f);
-  for (int g = 0; g < 3; ++g) scales[r * 3 + g] = group[g];
-  rowcoef[r] = -drms * s * s * s / nc;
-}
-
-template <typename T>
-__global__ void RowScaleAddKernel(T* dh, const float* rowcoef, const T* h, int64_t rows, int nc) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < rows * nc;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    St(dh + i, Ld(dh + i) + rowcoef[i / nc] * Ld(h + i));
-  }
-}
-
 bool BadStreams(int n) { return n < 1 || n > kMaxHyperStreams; }
 
 }  // namespace
@@ -390,43 +322,6 @@ cudaError_t HcCoefBackward(T* dproj, float* scales, const float* dcoef, const fl
                 dim3(128), 0, stream, dproj, scales, dcoef, tanh_proj, ld, p, rows, n);
 }
 
-template <typename T>
-cudaError_t MhcRms(float* rms, const T* h, int rows, int nc, float eps, cudaStream_t stream) {
-  if (rows == 0) return cudaSuccess;
-  return Launch("MhcRmsKernel", MhcRmsKernel<T>, dim3(rows), dim3(kThreads), 0, stream, rms, h,
-                nc, eps);
-}
-
-cudaError_t MhcCoefForward(float* coef, float* logits, const float* raw, int ld, const float* rms,
-                           const float* scale, const float* base, int rows, int n,
-                           cudaStream_t stream) {
-  if (BadStreams(n) || ld < n * (n + 2)) return cudaErrorInvalidValue;
-  if (rows == 0) return cudaSuccess;
-  return Launch("MhcCoefForwardKernel", MhcCoefForwardKernel, dim3((rows + 127) / 128),
-                dim3(128), 0, stream, coef, logits, raw, ld, rms, scale, base, rows, n);
-}
-
-template <typename T>
-cudaError_t MhcCoefBackward(T* draw, float* dz, float* scales, float* rowcoef, const float* dcoef,
-                            const float* dlogits, const float* coef, const float* raw, int ld,
-                            const float* rms, const float* scale, int rows, int n, int nc,
-                            cudaStream_t stream) {
-  if (BadStreams(n) || ld < n * (n + 2)) return cudaErrorInvalidValue;
-  if (rows == 0) return cudaSuccess;
-  return Launch("MhcCoefBackwardKernel", MhcCoefBackwardKernel<T>, dim3((rows + 127) / 128),
-                dim3(128), 0, stream, draw, dz, scales, rowcoef, dcoef, dlogits, coef, raw, ld,
-                rms, scale, rows, n, nc);
-}
-
-template <typename T>
-cudaError_t RowScaleAdd(T* dh, const float* rowcoef, const T* h, int rows, int nc,
-                        cudaStream_t stream) {
-  if (rows == 0) return cudaSuccess;
-  return Launch("RowScaleAddKernel", RowScaleAddKernel<T>,
-                dim3(Blocks(static_cast<int64_t>(rows) * nc)), dim3(kThreads), 0, stream, dh,
-                rowcoef, h, rows, nc);
-}
-
 #define SATDAR_INSTANTIATE(T)                                                                   \
   template cudaError_t StreamsBroadcast<T>(T*, const T*, int, int, int, cudaStream_t);          \
   template cudaError_t StreamsSum<T>(T*, const T*, int, int, int, cudaStream_t);                \
@@ -440,13 +335,7 @@ cudaError_t RowScaleAdd(T* dh, const float* rowcoef, const T* h, int rows, int n
   template cudaError_t HyperWidthBackward<T>(T*, const HyperCoefs&, const T*, const T*,         \
                                              const HyperCoefs&, int, int, int, cudaStream_t);   \
   template cudaError_t HcCoefBackward<T>(T*, float*, const float*, const float*, int,           \
-                                         const HcParams&, int, int, cudaStream_t);              \
-  template cudaError_t MhcRms<T>(float*, const T*, int, int, float, cudaStream_t);              \
-  template cudaError_t MhcCoefBackward<T>(T*, float*, float*, float*, const float*,             \
-                                          const float*, const float*, const float*, int,        \
-                                          const float*, const float*, int, int, int,            \
-                                          cudaStream_t);                                        \
-  template cudaError_t RowScaleAdd<T>(T*, const float*, const T*, int, int, cudaStream_t);
+                                         const HcParams&, int, int, cudaStream_t);
 
 SATDAR_INSTANTIATE(float)
 SATDAR_INSTANTIATE(__nv_bfloat16)

@@ -13,7 +13,8 @@
 // atomics): results are bit-identical run to run. Per-token kernels run one block per token.
 // n <= kMaxHyperStreams (larger n returns cudaErrorInvalidValue). Device pointers; enqueued
 // on `stream`; each returns the launch's cudaError_t. Declared only in CUDA builds; tested
-// by //model:layers_cuda_test (tag gpu) and the whole models in //model/gpu:gpu_model_test.
+// by //model:residual_mixing_cuda_test (tag gpu) and the whole models in
+// //model/gpu:gpu_model_test.
 #ifndef SATDAR_MODEL_VARIANTS_HYPER_CUDA_H_
 #define SATDAR_MODEL_VARIANTS_HYPER_CUDA_H_
 
@@ -93,30 +94,7 @@ template <typename T>
 cudaError_t HcCoefBackward(T* dproj, float* scales, const float* dcoef, const float* tanh_proj,
                            int ld, const HcParams& p, int rows, int n, cudaStream_t stream);
 
-// ---- mHC. mixes = n(n+2) = [pre n | post n | res n*n]; raw (N, ld) fp32 = vec(H) . fn^T;
-// rms (N) = 1 / sqrt(mean(vec(H)^2) + eps) over n*C.
-template <typename T>
-cudaError_t MhcRms(float* rms, const T* h, int rows, int nc, float eps, cudaStream_t stream);
-// coef (N, 2n): pre = sigmoid(scale[0] raw rms + base), post = 2 sigmoid(scale[1] raw rms +
-// base); logits (N, n, n) = scale[2] raw rms + base (fed to SinkhornForward). scale (3) and
-// base (mixes): the fp32 master weights.
-cudaError_t MhcCoefForward(float* coef, float* logits, const float* raw, int ld, const float* rms,
-                           const float* scale, const float* base, int rows, int n,
-                           cudaStream_t stream);
-// From dcoef (N, mixes): [dpre | dpost | unused], and dlogits (N, n, n) (SinkhornBackward's):
-// dz (N, mixes) fp32, the gradient of each mix logit (ColumnSums -> base); scales (N, 3)
-// fp32: per token sum dz raw rms per group (ColumnSums -> scale); draw (N, ld) of T =
-// dz scale rms (padding 0); rowcoef (N) = -rms^3 / nC * sum dz scale raw (the rms path:
-// RowScaleAdd into dH).
-template <typename T>
-cudaError_t MhcCoefBackward(T* draw, float* dz, float* scales, float* rowcoef, const float* dcoef,
-                            const float* dlogits, const float* coef, const float* raw, int ld,
-                            const float* rms, const float* scale, int rows, int n, int nc,
-                            cudaStream_t stream);
-// dh (N, nc) += rowcoef[r] * h (N, nc).
-template <typename T>
-cudaError_t RowScaleAdd(T* dh, const float* rowcoef, const T* h, int rows, int nc,
-                        cudaStream_t stream);
+// mHC's coefficients (RMS of vec(H), sigmoids, Sinkhorn) and their backward: hyper_ops.h.
 
 }  // namespace satdar::model::cuda
 

@@ -6,17 +6,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/ops/matmul.h"
+#include "core/thread_pool.h"
+#include "model/variants/hyper_ops.h"
 #include "model/variants/hyper_streams.h"
 
 namespace satdar::model {
 
-namespace cpu = core::cpu;
-
 namespace {
 
-constexpr int kSinkhornIterations = 20;  // column normalisations
 // Matrices kept per token: the row softmax, then the output of each normalisation.
-constexpr int kSinkhornSteps = 2 * kSinkhornIterations;
+constexpr int kSinkhornSteps = 2 * kMhcSinkhornIterations;
 
 template <typename T>
 class Mhc : public Topology<T> {
@@ -65,6 +64,7 @@ class Mhc : public Topology<T> {
       s.raw.resize(static_cast<size_t>(rows) * mixes_);
       s.rms.resize(rows);
       s.coef.resize(static_cast<size_t>(rows) * 2 * n_);
+      s.logits.resize(static_cast<size_t>(rows) * n_ * n_);
       s.sinkhorn.resize(static_cast<size_t>(rows) * kSinkhornSteps * n_ * n_);
       s.u.resize(nc);
       s.y.resize(nc);
@@ -74,6 +74,9 @@ class Mhc : public Topology<T> {
     du_.resize(nc);
     dy_.resize(nc);
     draw_.resize(static_cast<size_t>(rows) * mixes_);
+    dz_.resize(static_cast<size_t>(rows) * mixes_);
+    dres_.resize(static_cast<size_t>(rows) * n_ * n_);
+    dlogits_.resize(static_cast<size_t>(rows) * n_ * n_);
   }
 
   // The state after sublayer l is the n streams.
@@ -88,12 +91,13 @@ class Mhc : public Topology<T> {
       Step& s = steps_[l - 1];
       const Offsets& o = offsets_[l - 1];
       // mixes = (fn x) / rms(x) over x = vec(H) of each token.
-      cpu::MatmulForward(s.raw.data(), hyper_[l - 1].data(), p + o.fn, rows_, mixes_, n_ * d_, pool_);
-      pool_->ParallelFor(rows_, [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r) {
-          Coefficients(params, o, hyper_[l - 1].data(), &s, static_cast<int>(r));
-        }
-      });
+      const T* h = hyper_[l - 1].data();
+      core::cpu::MatmulForward(s.raw.data(), h, p + o.fn, rows_, mixes_, n_ * d_, pool_);
+      cpu::MhcRms(s.rms.data(), h, rows_, n_ * d_, eps_, pool_);
+      cpu::MhcCoefForward(s.coef.data(), s.logits.data(), s.raw.data(), mixes_, s.rms.data(),
+                          params + o.scale, params + o.base, rows_, n_, pool_);
+      cpu::SinkhornForward(s.sinkhorn.data(), s.logits.data(), rows_, n_, kMhcSinkhornIterations,
+                           pool_);
       for (int r = 0; r < rows_; ++r) {
         T* u = s.u.data() + static_cast<size_t>(r) * d_;
         std::fill(u, u + d_, T(0));
@@ -174,30 +178,17 @@ class Mhc : public Topology<T> {
           PreGrad(r)[j] = dpre;
         }
       }
-      // Through the coefficients to the mixes, then to fn and x.
-      std::vector<double> dscale(3, 0.0);
-      std::vector<double> dbase(mixes_, 0.0);
-      for (int r = 0; r < rows_; ++r) CoefficientsBackward(params, o, s, r, &dscale, &dbase);
-      for (int k = 0; k < 3; ++k) grads[o.scale + k] += static_cast<T>(dscale[k]);
-      for (int k = 0; k < mixes_; ++k) grads[o.base + k] += static_cast<T>(dbase[k]);
-      // draw_ holds d/d(mixes); mixes = raw * rms with rms = 1/sqrt(mean(x^2) + eps).
+      // Through the Sinkhorn and the coefficients to raw (draw_, in place of [dpre | dpost]),
+      // scale, base and the rms path into dH, then through the projection to fn and H.
       const int nd = n_ * d_;
-      for (int r = 0; r < rows_; ++r) {
-        T* dr = draw_.data() + static_cast<size_t>(r) * mixes_;
-        const T* raw = s.raw.data() + static_cast<size_t>(r) * mixes_;
-        const T rms = s.rms[r];
-        T drms = 0;
-        for (int k = 0; k < mixes_; ++k) {
-          drms += dr[k] * raw[k];
-          dr[k] *= rms;
-        }
-        const T* x = hyper_[l - 1].data() + static_cast<size_t>(r) * nd;
-        T* dx = dhyper_.data() + static_cast<size_t>(r) * nd;
-        const T coef = -drms * rms * rms * rms / nd;
-        for (int e = 0; e < nd; ++e) dx[e] += coef * x[e];
-      }
-      cpu::MatmulBackward(dhyper_.data(), grads + o.fn, draw_.data(), hyper_[l - 1].data(),
-                          p + o.fn, rows_, mixes_, nd, pool_);
+      cpu::SinkhornBackward(dlogits_.data(), dres_.data(), s.sinkhorn.data(), rows_, n_,
+                            kMhcSinkhornIterations, pool_);
+      cpu::MhcCoefBackward(draw_.data(), dz_.data(), grads + o.scale, grads + o.base,
+                           dhyper_.data(), draw_.data(), dlogits_.data(), s.coef.data(),
+                           s.raw.data(), mixes_, s.rms.data(), params + o.scale,
+                           hyper_[l - 1].data(), rows_, n_, nd, pool_);
+      core::cpu::MatmulBackward(dhyper_.data(), grads + o.fn, draw_.data(),
+                                hyper_[l - 1].data(), p + o.fn, rows_, mixes_, nd, pool_);
     }
     StreamsInBackward(dh0, din, first == 1, dhyper_.data(), rows_, n_, d_);
   }
@@ -210,6 +201,7 @@ class Mhc : public Topology<T> {
     std::vector<T> raw;       // (N, n(n+2)): fn x before the RMS scale
     std::vector<T> rms;       // (N)
     std::vector<T> coef;      // (N, 2n): pre, post
+    std::vector<T> logits;    // (N, n, n): the Sinkhorn's input
     std::vector<T> sinkhorn;  // (N, steps, n, n): softmax, then every normalisation
     std::vector<T> u, y;
   };
@@ -218,112 +210,12 @@ class Mhc : public Topology<T> {
   const T* Final(const Step& s, int r) const {
     return s.sinkhorn.data() + (static_cast<size_t>(r) * kSinkhornSteps + kSinkhornSteps - 1) * n_ * n_;
   }
-  // Gradient slots reuse draw_ (N, n(n+2)) laid out as [pre | post | res] before the
-  // coefficient backward turns them into d/d(mixes) in place.
+  // The mixing backward's gradients of pre and post go to draw_ (N, n(n+2)) laid out as
+  // [pre | post | unused], which cpu::MhcCoefBackward turns into d/d(raw) in place; those of
+  // the Sinkhorn's result to dres_ (N, n, n).
   T* PreGrad(int r) { return draw_.data() + static_cast<size_t>(r) * mixes_; }
   T* PostGrad(int r) { return PreGrad(r) + n_; }
-  T* ResGrad(int r) { return PreGrad(r) + 2 * n_; }
-
-  static T Sigmoid(T x) { return T(1) / (T(1) + std::exp(-x)); }
-
-  // pre, post and the Sinkhorn matrices of token r from its hyper state hyper_in.
-  void Coefficients(const T* p, const Offsets& o, const T* hyper_in, Step* s, int r) {
-    const int nd = n_ * d_;
-    const T* h = hyper_in + static_cast<size_t>(r) * nd;
-    T ss = 0;
-    for (int e = 0; e < nd; ++e) ss += h[e] * h[e];
-    const T rms = T(1) / std::sqrt(ss / nd + static_cast<T>(eps_));
-    s->rms[r] = rms;
-    const T* raw = s->raw.data() + static_cast<size_t>(r) * mixes_;
-    T* coef = s->coef.data() + static_cast<size_t>(r) * 2 * n_;
-    for (int j = 0; j < n_; ++j) {
-      coef[j] = Sigmoid(p[o.scale] * raw[j] * rms + p[o.base + j]);
-      coef[n_ + j] = T(2) * Sigmoid(p[o.scale + 1] * raw[n_ + j] * rms + p[o.base + n_ + j]);
-    }
-    // Sinkhorn: row softmax, then column / row normalisations, ending on a column one.
-    T* m = s->sinkhorn.data() + static_cast<size_t>(r) * kSinkhornSteps * n_ * n_;
-    for (int j = 0; j < n_; ++j) {
-      T* row = m + j * n_;
-      T mx = -1e300;
-      for (int k = 0; k < n_; ++k) {
-        row[k] = p[o.scale + 2] * raw[2 * n_ + j * n_ + k] * rms + p[o.base + 2 * n_ + j * n_ + k];
-        mx = std::max(mx, row[k]);
-      }
-      T sum = 0;
-      for (int k = 0; k < n_; ++k) sum += row[k] = std::exp(row[k] - mx);
-      for (int k = 0; k < n_; ++k) row[k] /= sum;
-    }
-    for (int step = 1; step < kSinkhornSteps; ++step) {
-      const T* a = m + (step - 1) * n_ * n_;
-      T* b = m + step * n_ * n_;
-      const bool column = step % 2 == 1;
-      for (int q = 0; q < n_; ++q) {
-        T sum = 0;
-        for (int t = 0; t < n_; ++t) sum += column ? a[t * n_ + q] : a[q * n_ + t];
-        for (int t = 0; t < n_; ++t) {
-          if (column) {
-            b[t * n_ + q] = a[t * n_ + q] / sum;
-          } else {
-            b[q * n_ + t] = a[q * n_ + t] / sum;
-          }
-        }
-      }
-    }
-  }
-
-  // Turns the [pre | post | res] gradients of token r (in draw_) into d/d(mixes) in place.
-  void CoefficientsBackward(const T* p, const Offsets& o, const Step& s, int r,
-                            std::vector<double>* dscale, std::vector<double>* dbase) {
-    const T* raw = s.raw.data() + static_cast<size_t>(r) * mixes_;
-    const T rms = s.rms[r];
-    const T* coef = s.coef.data() + static_cast<size_t>(r) * 2 * n_;
-    T* g = draw_.data() + static_cast<size_t>(r) * mixes_;
-    for (int j = 0; j < n_; ++j) {
-      const T pre = coef[j];
-      const T dz = g[j] * pre * (T(1) - pre);
-      (*dscale)[0] += static_cast<double>(dz) * raw[j] * rms;
-      (*dbase)[j] += dz;
-      g[j] = dz * p[o.scale];
-      const T post = coef[n_ + j];  // 2 sigmoid(z): d/dz = post (1 - post / 2)
-      const T dzp = g[n_ + j] * post * (T(1) - post / 2);
-      (*dscale)[1] += static_cast<double>(dzp) * raw[n_ + j] * rms;
-      (*dbase)[n_ + j] += dzp;
-      g[n_ + j] = dzp * p[o.scale + 1];
-    }
-    // Back through the normalisations, then the row softmax.
-    const T* m = s.sinkhorn.data() + static_cast<size_t>(r) * kSinkhornSteps * n_ * n_;
-    std::vector<T> dm(g + 2 * n_, g + 2 * n_ + n_ * n_), da(n_ * n_);
-    for (int step = kSinkhornSteps - 1; step >= 1; --step) {
-      const T* a = m + (step - 1) * n_ * n_;
-      const T* b = m + step * n_ * n_;
-      const bool column = step % 2 == 1;
-      for (int q = 0; q < n_; ++q) {
-        T sum = 0, dot = 0;
-        for (int t = 0; t < n_; ++t) {
-          const int idx = column ? t * n_ + q : q * n_ + t;
-          sum += a[idx];
-          dot += dm[idx] * b[idx];
-        }
-        for (int t = 0; t < n_; ++t) {
-          const int idx = column ? t * n_ + q : q * n_ + t;
-          da[idx] = (dm[idx] - dot) / sum;
-        }
-      }
-      dm.swap(da);
-    }
-    for (int j = 0; j < n_; ++j) {
-      const T* row = m + j * n_;
-      T dot = 0;
-      for (int k = 0; k < n_; ++k) dot += dm[j * n_ + k] * row[k];
-      for (int k = 0; k < n_; ++k) {
-        const int idx = 2 * n_ + j * n_ + k;
-        const T dz = row[k] * (dm[j * n_ + k] - dot);
-        (*dscale)[2] += static_cast<double>(dz) * raw[idx] * rms;
-        (*dbase)[idx] += dz;
-        g[idx] = dz * p[o.scale + 2];
-      }
-    }
-  }
+  T* ResGrad(int r) { return dres_.data() + static_cast<size_t>(r) * n_ * n_; }
 
   const int sublayers_, n_, d_, mixes_;
   const double eps_;
@@ -334,6 +226,7 @@ class Mhc : public Topology<T> {
   int rows_ = 0;
   std::vector<std::vector<T>> hyper_;
   std::vector<T> dhyper_, dnext_, du_, dy_, draw_;
+  std::vector<T> dz_, dres_, dlogits_;  // (N, mixes), (N, n, n), (N, n, n)
 };
 
 }  // namespace
