@@ -1,6 +1,5 @@
 #include "coordinator/job_spec.h"
 
-#include <cctype>
 #include <map>
 #include <set>
 
@@ -59,6 +58,15 @@ const std::set<std::string>& JobTrainFlags() {
       "eval_batches", "task", "mqar_keys", "mqar_values", "mqar_pairs", "mqar_queries",
       "stats_every", "checkpoint_every", "keep_checkpoints", "virtual_stages",
       "sequence_parallel", "vocab_multiple", "comm_timeout", "zero"};
+  // A renamed setting must be renamed here too, or jobs could silently no longer set it.
+  static const bool checked = [] {
+    for (const std::string& name : *s) {
+      SATDAR_CHECK(settings::FindTrainSetting(name) != nullptr)
+          << "job spec allow-list names " << name << ", which is no training setting";
+    }
+    return true;
+  }();
+  (void)checked;
   return *s;
 }
 

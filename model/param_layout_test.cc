@@ -322,6 +322,27 @@ TEST(BuildParamTable, AlignedTablesHoldTheSameTensors) {
   EXPECT_EQ(bad.status().message(), "parameter alignment 0 is not positive");
 }
 
+// Appending keeps the chunks' relative offsets only at one alignment: aligned chunks append to
+// an aligned table, each tensor still at a multiple of the alignment.
+TEST(BuildParamTable, AlignedChunksAppendToAnAlignedTable) {
+  const ModelConfig c = Config(Designs()[0]);
+  ParamTable rank(32);
+  for (int stage : {1, 3}) {  // pipeline rank 1 of 2 with 2 virtual stages
+    Sharding shard;
+    shard.pp_size = 4;
+    shard.pp_rank = stage;
+    absl::StatusOr<ParamTable> chunk = BuildParamTable(c, shard, 32);
+    ASSERT_TRUE(chunk.ok()) << chunk.status();
+    const int64_t base = rank.Append(*chunk);
+    EXPECT_EQ(base % 32, 0);
+    for (size_t i = 0; i < chunk->specs().size(); ++i) {
+      EXPECT_EQ(rank.Find(chunk->specs()[i].name)->offset, base + chunk->specs()[i].offset);
+    }
+  }
+  for (const ParamSpec& spec : rank.specs()) EXPECT_EQ(spec.offset % 32, 0) << spec.name;
+  EXPECT_DEATH(rank.Append(ParamTable()), "appending a table of align 1 to one of align 32");
+}
+
 TEST(BuildParamTable, RefusesALayoutTheConfigCannotSplit) {
   ModelConfig c = Config(Designs()[0]);
   Sharding shard;

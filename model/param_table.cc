@@ -86,6 +86,9 @@ ParamSpec& ParamTable::Add(const std::string& name, core::Shape shape, ParamInit
 }
 
 int64_t ParamTable::Append(const ParamTable& other) {
+  // The appended specs keep their relative offsets only at the same alignment.
+  SATDAR_CHECK(other.align() == align_)
+      << "appending a table of align " << other.align() << " to one of align " << align_;
   const int64_t base = size_;
   for (const ParamSpec& s : other.specs()) {
     ParamSpec& spec = Add(s.name, s.shape, s.init, s.unused);

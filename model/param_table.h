@@ -98,8 +98,8 @@ class ParamTable {
                             ParamInit init, int dim, int index, int count, int64_t padded_size);
 
   const std::vector<ParamSpec>& specs() const { return specs_; }
-  // Appends every parameter of `other` (flags and sharding kept) after this table's; returns
-  // where they start. A pipeline rank with virtual stages holds its chunks' tables this way.
+  // Appends every parameter of `other` (flags and sharding kept; the same align) after this
+  // table's; returns where they start. A pipeline rank with virtual stages holds its chunks' tables this way.
   int64_t Append(const ParamTable& other);
   // Marks specs [first, end) tp_partial_grad (sequence parallelism: computed on this rank's
   // token rows).

@@ -3,12 +3,10 @@
 #include <algorithm>
 #include <cmath>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/address.h"
 #include "core/check.h"
 
 namespace satdar::settings {
@@ -208,6 +206,10 @@ absl::Status SettingValues::CheckGiven() const {
   }
   for (const SettingDef& d : TrainSettingDefs()) {
     auto it = given_.find(d.name);
+    if (d.kind == SettingKind::kBool && it != given_.end() && it->second != "true" &&
+        it->second != "false") {
+      return Bad(absl::StrCat(Subject(d.name), " must be true or false, got '", it->second, "'"));
+    }
     if (!d.choices.empty() && it != given_.end() &&
         std::find(d.choices.begin(), d.choices.end(), it->second) == d.choices.end()) {
       return Bad(absl::StrCat(Subject(d.name), " must be ", Choices(d.choices), ", got '",

@@ -72,8 +72,8 @@ class SettingValues {
   SettingValues(std::map<std::string, std::string> given, Spelling spelling)
       : given_(std::move(given)), spelling_(spelling) {}
 
-  // InvalidArgument for a name that is no setting, an enum's value outside its choices or a
-  // required setting not given (in TrainSettingDefs order).
+  // InvalidArgument for a name that is no setting, a bool that is not true or false, an enum's
+  // value outside its choices or a required setting not given (in TrainSettingDefs order).
   absl::Status CheckGiven() const;
 
   bool Has(const std::string& name) const { return given_.count(name) > 0; }

@@ -2,6 +2,7 @@
 // setting as its caller's user wrote it, and a valid set of values becomes TrainOptions.
 #include "settings/train_settings.h"
 
+#include <algorithm>
 #include <map>
 #include <string>
 
@@ -163,6 +164,16 @@ TEST(TrainSettings, RulesBetweenSettings) {
             "layout.dp x layout.tp x layout.pp x layout.ep is more than 65536 ranks");
   EXPECT_EQ(Error(With({{"job_id", ""}}), Spelling::kFlags),
             "--job-id must be 1 to 256 printable ASCII characters");
+  EXPECT_EQ(Error(With({{"job_id", std::string(257, 'j')}}), Spelling::kSpec),
+            "train.job_id must be 1 to 256 printable ASCII characters");
+  EXPECT_EQ(Error(With({{"job_id", "a\tb"}}), Spelling::kFields),
+            "job_id must be 1 to 256 printable ASCII characters");
+  const std::string listen = Error(With({{"metrics_listen", "nohost"}}), Spelling::kFlags);
+  EXPECT_EQ(listen.rfind("--metrics-listen", 0), 0u) << listen;
+  EXPECT_EQ(Error(With({{"resume", "yes"}}), Spelling::kSpec),
+            "train.resume must be true or false, got 'yes'");
+  EXPECT_EQ(Error(With({{"quiet", "1"}}), Spelling::kFlags),
+            "flag --quiet must be true or false, got '1'");
 }
 
 TEST(TrainSettings, TheMqarTask) {
@@ -197,6 +208,19 @@ TEST(TrainSettings, TheGpuPathAndVirtualStages) {
             "runs the true vocabulary); use --vocab-multiple 1");
   o.vocab_multiple = 1;
   EXPECT_TRUE(CheckGpuPathOptions(o, Spelling::kFlags).ok());
+  o.f64 = true;
+  EXPECT_EQ(CheckGpuPathOptions(o, Spelling::kSpec).message(),
+            "resources.device cuda: train.dtype must be bf16 or f32");
+  o.f64 = false;
+  o.virtual_stages = 2;
+  EXPECT_EQ(CheckGpuPathOptions(o, Spelling::kFlags).message(),
+            "--device cuda: --virtual-stages is not on the GPU path yet (it needs --pp)");
+  o.virtual_stages = 1;
+  o.sequence_parallel = true;
+  EXPECT_EQ(CheckGpuPathOptions(o, Spelling::kSpec).message(),
+            "resources.device cuda: train.sequence_parallel is not on the GPU path yet (it "
+            "needs layout.tp)");
+  o.sequence_parallel = false;
 
   model::ModelConfig c;
   c.num_hidden_layers = 6;
@@ -207,6 +231,11 @@ TEST(TrainSettings, TheGpuPathAndVirtualStages) {
             "field \"num_hidden_layers\" (6)");
   c.num_hidden_layers = 8;
   EXPECT_TRUE(ValidateVirtualStages(c, o, Spelling::kFlags).ok());
+  c.value_residual = model::ValueResidualKind::kResFormer;
+  c.resformer_mode = model::ResformerMode::kLearnablePlus;
+  EXPECT_EQ(ValidateVirtualStages(c, o, Spelling::kSpec).message(),
+            "config field \"resformer_mode\" \"learnable_plus\" shares its lambdas across every "
+            "stage, which a rank's several chunks cannot hold yet; use train.virtual_stages 1");
   const model::LayoutNames names = LayoutNamesOf(Spelling::kSpec);
   EXPECT_EQ(names.tp, "layout.tp");
   EXPECT_EQ(names.vocab_multiple, "train.vocab_multiple");

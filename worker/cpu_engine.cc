@@ -59,7 +59,7 @@ class CpuEngine : public StepEngine {
     std::string s = absl::StrFormat(
         "model: %s residual, %lld parameters on rank 0 (%s); batch %d x %d tokens per replica, "
         "%d micro-batch(es), %d thread(s), %s",
-        model::Name(o_.config.residual), static_cast<long long>(params().size()),
+        model::Name(o_.config.residual), static_cast<long long>(params().packed_size()),
         g_.shape.ToString(), o_.batch_size, o_.seq_len, o_.microbatches, o_.threads,
         o_.f64 ? "f64" : "f32");
     if (g_.shape.pp > 1 && o_.virtual_stages == 1) {

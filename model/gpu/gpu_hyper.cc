@@ -104,7 +104,7 @@ absl::Status GpuHyper<T>::Resize(int b, int t) {
   SATDAR_RETURN_IF_ERROR(arena_.Alloc(&du_, nc));
   SATDAR_RETURN_IF_ERROR(arena_.Alloc(&dh0_, nc));
   SATDAR_RETURN_IF_ERROR(arena_.Alloc(&dcoef_, n * n_ * (n_ + 2)));
-  SATDAR_RETURN_IF_ERROR(arena_.Alloc(&scales_, n * 3));
+  if (!mhc_) SATDAR_RETURN_IF_ERROR(arena_.Alloc(&scales_, n * 3));  // HC's scale gradients
   if (mhc_) {
     SATDAR_RETURN_IF_ERROR(arena_.Alloc(&dproj_, n * ld_));
     SATDAR_RETURN_IF_ERROR(arena_.Alloc(&sinkhorn_, n * kSinkhornSteps * n_ * n_));

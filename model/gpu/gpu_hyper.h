@@ -99,7 +99,7 @@ class GpuHyper {
   T* hbar_ = nullptr;     // HC: recomputed RMSNorm(H_j) (N*n, C); its gradient after
   T* dproj_ = nullptr;    // (rows, ld) gradient of the projections
   float* dcoef_ = nullptr;  // (N, n(n+2))
-  float* scales_ = nullptr;  // (N, 3)
+  float* scales_ = nullptr;  // HC: (N, 3) per-token scale gradients
   float *sinkhorn_ = nullptr, *dres_ = nullptr, *dlogits_ = nullptr, *dz_ = nullptr,
         *mhc_work_ = nullptr;  // mHC; mhc_work_ (N, 4): cuda::MhcCoefBackward's scratch
 };

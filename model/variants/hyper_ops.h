@@ -18,7 +18,9 @@
 //
 // The width / depth connections and the stream entry / exit (shared with HC) stay as they were:
 // inline loops in hyper_connections.cc / mhc.cc / hyper_streams.h on the CPU, hyper_cuda.h on
-// the GPU (their granularity differs: see the report of the draft).
+// the GPU: the CPU loops run per row around the branch call and sum HC's scale gradients in
+// double across rows, the GPU kernels are strided by HyperCoefs with per-token partial sums,
+// so one op for both needs the fused treatment MhcCoefBackward got (docs/ONE_MODEL_PLAN.md).
 //
 // The CPU side keeps the CPU model's results bit for bit: per element the same operations in
 // the same order as the loops that were inline in mhc.cc; the sums of scale's and base's
