@@ -1,13 +1,11 @@
 #include "settings/train_settings.h"
 
 #include <algorithm>
-#include <cmath>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "core/check.h"
+#include "core/parse_number.h"
 
 namespace satdar::settings {
 
@@ -148,13 +146,6 @@ std::vector<SettingDef> MakeTrainSettingDefs() {
   };
 }
 
-// "a, b or c"
-std::string Choices(const std::vector<std::string>& choices) {
-  std::vector<std::string> head(choices.begin(), choices.end() - 1);
-  return head.empty() ? choices.back()
-                      : absl::StrCat(absl::StrJoin(head, ", "), " or ", choices.back());
-}
-
 absl::Status Bad(std::string message) { return absl::InvalidArgumentError(std::move(message)); }
 
 }  // namespace
@@ -212,7 +203,7 @@ absl::Status SettingValues::CheckGiven() const {
     }
     if (!d.choices.empty() && it != given_.end() &&
         std::find(d.choices.begin(), d.choices.end(), it->second) == d.choices.end()) {
-      return Bad(absl::StrCat(Subject(d.name), " must be ", Choices(d.choices), ", got '",
+      return Bad(absl::StrCat(Subject(d.name), " must be ", core::JoinChoices(d.choices), ", got '",
                               it->second, "'"));
     }
     if (d.required && it == given_.end()) {
@@ -231,37 +222,12 @@ std::string SettingValues::Get(const std::string& name) const {
 
 absl::StatusOr<int64_t> SettingValues::GetInt(const std::string& name, int64_t min_value,
                                               int64_t max_value) const {
-  const std::string text = Get(name);
-  int64_t v;
-  if (!absl::SimpleAtoi(text, &v)) {
-    const size_t sign = !text.empty() && (text[0] == '-' || text[0] == '+') ? 1 : 0;
-    const bool digits = text.size() > sign &&
-                        text.find_first_not_of("0123456789", sign) == std::string::npos;
-    return Bad(absl::StrCat(Subject(name),
-                            digits ? " is out of range (" : " must be an integer, got '",
-                            digits ? absl::StrCat(min_value, " to ", max_value, "), got ", text)
-                                   : absl::StrCat(text, "'")));
-  }
-  if (v < min_value || v > max_value) {
-    return Bad(absl::StrCat(Subject(name), v < min_value ? " must be >= " : " must be <= ",
-                            v < min_value ? min_value : max_value, ", got ", v));
-  }
-  return v;
+  return core::ParseBoundedInt(Subject(name), Get(name), min_value, max_value);
 }
 
 absl::StatusOr<double> SettingValues::GetDouble(const std::string& name, double min_value,
                                                 bool min_inclusive, double max_value) const {
-  const std::string text = Get(name);
-  double v;
-  if (!absl::SimpleAtod(text, &v) || !std::isfinite(v)) {
-    return Bad(absl::StrCat(Subject(name), " must be a finite number, got '", text, "'"));
-  }
-  if (min_inclusive ? v < min_value : v <= min_value) {
-    return Bad(absl::StrCat(Subject(name), " must be ", min_inclusive ? ">= " : "> ", min_value,
-                            ", got ", text));
-  }
-  if (v > max_value) return Bad(absl::StrCat(Subject(name), " must be <= ", max_value, ", got ", text));
-  return v;
+  return core::ParseBoundedDouble(Subject(name), Get(name), min_value, min_inclusive, max_value);
 }
 
 absl::StatusOr<std::optional<data::MqarOptions>> TaskFromSettings(const SettingValues& values) {

@@ -1,11 +1,10 @@
 #include "worker/flags.h"
 
 #include <algorithm>
-#include <cmath>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/parse_number.h"
 
 namespace satdar::worker {
 
@@ -82,13 +81,9 @@ absl::Status FlagSet::Parse(const std::vector<std::string>& args) {
     if (!flag.choices.empty() && values_.count(name)) {
       const std::string& v = values_[name].front();
       if (std::find(flag.choices.begin(), flag.choices.end(), v) == flag.choices.end()) {
-        // "must be a, b or c"
-        std::vector<std::string> head(flag.choices.begin(), flag.choices.end() - 1);
-        const std::string choices =
-            head.empty() ? flag.choices.back()
-                         : absl::StrCat(absl::StrJoin(head, ", "), " or ", flag.choices.back());
         return absl::InvalidArgumentError(absl::StrCat("satdar ", command_, ": flag ", name,
-                                                       " must be ", choices, ", got '", v, "'"));
+                                                       " must be ", core::JoinChoices(flag.choices),
+                                                       ", got '", v, "'"));
       }
     }
     if (flags_[name].required && !values_.count(name)) {
@@ -121,45 +116,14 @@ std::vector<std::string> FlagSet::GetList(const std::string& name) const {
 
 absl::StatusOr<int64_t> FlagSet::GetInt(const std::string& name, int64_t min_value,
                                         int64_t max_value) const {
-  std::string text = Get(name);
-  int64_t v;
-  if (!absl::SimpleAtoi(text, &v)) {
-    const size_t sign = !text.empty() && (text[0] == '-' || text[0] == '+') ? 1 : 0;
-    const bool digits = text.size() > sign &&
-                        text.find_first_not_of("0123456789", sign) == std::string::npos;
-    return absl::InvalidArgumentError(absl::StrCat(
-        "satdar ", command_, ": flag ", name,
-        digits ? " is out of range (" : " must be an integer, got '",
-        digits ? absl::StrCat(min_value, " to ", max_value, "), got ", text)
-               : absl::StrCat(text, "'")));
-  }
-  if (v < min_value || v > max_value) {
-    return absl::InvalidArgumentError(absl::StrCat("satdar ", command_, ": flag ", name,
-                                                   v < min_value ? " must be >= " : " must be <= ",
-                                                   v < min_value ? min_value : max_value,
-                                                   ", got ", v));
-  }
-  return v;
+  return core::ParseBoundedInt(absl::StrCat("satdar ", command_, ": flag ", name), Get(name),
+                               min_value, max_value);
 }
 
 absl::StatusOr<double> FlagSet::GetDouble(const std::string& name, double min_value,
                                           bool min_inclusive, double max_value) const {
-  std::string text = Get(name);
-  double v;
-  if (!absl::SimpleAtod(text, &v) || !std::isfinite(v)) {
-    return absl::InvalidArgumentError(absl::StrCat("satdar ", command_, ": flag ", name,
-                                                   " must be a finite number, got '", text, "'"));
-  }
-  if (min_inclusive ? v < min_value : v <= min_value) {
-    return absl::InvalidArgumentError(absl::StrCat("satdar ", command_, ": flag ", name,
-                                                   " must be ", min_inclusive ? ">= " : "> ",
-                                                   min_value, ", got ", text));
-  }
-  if (v > max_value) {
-    return absl::InvalidArgumentError(absl::StrCat("satdar ", command_, ": flag ", name,
-                                                   " must be <= ", max_value, ", got ", text));
-  }
-  return v;
+  return core::ParseBoundedDouble(absl::StrCat("satdar ", command_, ": flag ", name), Get(name),
+                                  min_value, min_inclusive, max_value);
 }
 
 std::string FlagSet::UsageLine() const {
