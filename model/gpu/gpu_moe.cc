@@ -13,8 +13,7 @@
 #include "core/ops/cuda_ops.h"
 #include "core/ops/gemm_cuda.h"
 #include "model/gpu/train_kernels.h"
-#include "model/variants/moe_cuda.h"
-#include "model/variants/moe_router_cuda.h"
+#include "model/variants/moe_ops.h"
 
 namespace satdar::model::gpu {
 
@@ -153,7 +152,7 @@ absl::Status GpuMoe<T>::Forward(int layer, const T* w, const T* z, T* out, doubl
   SATDAR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   s.host_counts.assign(pinned_counts_, pinned_counts_ + e_);
   const int rows = n * k_;
-  SATDAR_RETURN_IF_ERROR(lc::MoePermute(kDt, s.xp, z, s.slots, rows, k_, d_, stream_));
+  SATDAR_RETURN_IF_ERROR(lc::MoePermute<T>(s.xp, z, s.slots, rows, k_, d_, stream_));
   const std::vector<const void*> gate_w = ExpertWeights(o, w, 0), down_w = ExpertWeights(o, w, 2);
   SATDAR_RETURN_IF_ERROR(kc::GroupedMatmulForward(gemm_, kDt, s.gate_up, s.xp, gate_w.data(),
                                                   s.host_counts.data(), e_, 2 * f_, d_));
@@ -161,7 +160,7 @@ absl::Status GpuMoe<T>::Forward(int layer, const T* w, const T* z, T* out, doubl
   SATDAR_RETURN_IF_ERROR(kc::GroupedMatmulForward(gemm_, kDt, s.y, s.act, down_w.data(),
                                                   s.host_counts.data(), e_, d_, f_));
   SATDAR_RETURN_IF_ERROR(
-      lc::MoeCombine(kDt, out, s.y, s.weight, s.row_of_slot, n, k_, d_, stream_));
+      lc::MoeCombine<T>(out, s.y, s.weight, s.row_of_slot, n, k_, d_, stream_));
   for (int j = 0; j < shared_; ++j) {
     SATDAR_RETURN_IF_ERROR(
         kc::MatmulForward(gemm_, kDt, s.shared_gate_up[j], z, w + o.shared[j], n, 2 * f_, d_));
@@ -202,7 +201,7 @@ absl::Status GpuMoe<T>::Backward(int layer, const T* w, float* grads, const T* z
         kc::MatmulBackwardWeightF32(gemm_, kDt, grads + gate, dsgate_up_, z, n, 2 * f_, d_));
   }
   // Combine: each row's output gradient and each slot's weight gradient.
-  SATDAR_RETURN_IF_ERROR(lc::MoeCombineBackward(kDt, dy_, dweight_, dout, s.y, s.weight, s.slots,
+  SATDAR_RETURN_IF_ERROR(lc::MoeCombineBackward<T>(dy_, dweight_, dout, s.y, s.weight, s.slots,
                                                 rows, k_, d_, stream_));
   const std::vector<const void*> gate_w = ExpertWeights(o, w, 0), down_w = ExpertWeights(o, w, 2);
   std::vector<float*> gate_g(e_), down_g(e_);
@@ -217,12 +216,12 @@ absl::Status GpuMoe<T>::Backward(int layer, const T* w, float* grads, const T* z
   SATDAR_RETURN_IF_ERROR(kc::GroupedMatmulBackwardF32(gemm_, kDt, dxp_, gate_g.data(), dgate_up_,
                                                       s.xp, gate_w.data(), s.host_counts.data(),
                                                       e_, 2 * f_, d_));
-  SATDAR_RETURN_IF_ERROR(lc::MoePermuteBackward(kDt, dz, dxp_, s.row_of_slot, n, k_, d_, stream_));
+  SATDAR_RETURN_IF_ERROR(lc::MoePermuteBackward<T>(dz, dxp_, s.row_of_slot, n, k_, d_, stream_));
   // The router: the routing weights' gradient plus the aux and z losses, through the softmax.
   const double aux_grad =
       loss_scale * c_.moe->router_aux_loss_coef * e_ / (static_cast<double>(b_) * t_);
   const double z_grad = loss_scale * c_.moe->router_z_loss_coef * 2.0 / n;
-  SATDAR_RETURN_IF_ERROR(lc::MoeRouteBackward(kDt, dlogits_, s.probs, s.lse, s.sel, s.weight,
+  SATDAR_RETURN_IF_ERROR(lc::MoeRouteBackward<T>(dlogits_, s.probs, s.lse, s.sel, s.weight,
                                               dweight_, s.fraction, b_, t_, e_, k_, norm_topk_,
                                               aux_grad, z_grad, stream_));
   SATDAR_RETURN_IF_ERROR(

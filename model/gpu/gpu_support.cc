@@ -4,8 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "model/gpu/gpu_model.h"
 #include "model/variants/hyper_cuda.h"
-#include "model/variants/moe_cuda.h"
-#include "model/variants/moe_router_cuda.h"
+#include "model/variants/moe_ops.h"
 
 namespace satdar::model::gpu {
 
@@ -43,15 +42,15 @@ absl::Status CheckGpuSupport(const ModelConfig& c) {
           c.moe->expert_intermediate_size, " x ", c.hidden_size, " must be a multiple of ",
           kDeviceAlign));
     }
-    if (c.moe->num_experts > cuda::kMoeMaxExperts) {
+    if (c.moe->num_experts > kMoeMaxExperts) {
       return absl::InvalidArgumentError(
           absl::StrCat("device cuda: moe.num_experts ", c.moe->num_experts,
-                       " exceeds the GPU router's limit of ", cuda::kMoeMaxExperts));
+                       " exceeds the GPU router's limit of ", kMoeMaxExperts));
     }
-    if (c.moe->top_k > cuda::kMoeMaxTopK) {
+    if (c.moe->top_k > kMoeMaxTopK) {
       return absl::InvalidArgumentError(absl::StrCat("device cuda: moe.top_k ", c.moe->top_k,
                                                      " exceeds the GPU router's limit of ",
-                                                     cuda::kMoeMaxTopK));
+                                                     kMoeMaxTopK));
     }
   }
   if (c.head_size() > 128) {

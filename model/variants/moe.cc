@@ -1,12 +1,12 @@
 #include "model/variants/moe.h"
 
 #include <algorithm>
-#include <cmath>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/ops/matmul.h"
 #include "model/layers/mlp.h"
+#include "model/variants/moe_ops.h"
 
 namespace satdar::model {
 
@@ -72,6 +72,10 @@ class Moe : public Ffn<T> {
       L.probs.resize(n * e_);
       L.lse.resize(n);
       L.sel.resize(n * k_);
+      L.counts.resize(e_);
+      L.send_slots.resize(n * k_);
+      L.row_of_slot.resize(n * k_);
+      L.fraction.resize(static_cast<size_t>(b) * e_);
       L.weight.resize(n * k_);
       L.expert_acts.resize(el_);
       L.expert_in.resize(el_);
@@ -88,19 +92,21 @@ class Moe : public Ffn<T> {
     const int n = b_ * t_;
     T* p = const_cast<T*>(params);
     core::cpu::MatmulForward(L.logits.data(), z, p + L.router, n, e_, d_, pool_);
-    Route(&L, n);
+    // Softmax, top-k (ties to the lower index) and the plan: slots in (expert, token) order.
+    cpu::MoeRoute(L.probs.data(), L.lse.data(), L.sel.data(), L.weight.data(), L.logits.data(),
+                  n, e_, k_, m_.norm_topk_prob, pool_);
+    cpu::MoePlan(L.counts.data(), L.send_slots.data(), L.row_of_slot.data(), L.sel.data(), n,
+                 e_, k_);
     if (!recomputing_) {  // a recomputed forward was counted already
-      for (int e = 0; e < e_; ++e) load_[i][e] += static_cast<int64_t>(L.tokens[e].size());
+      for (int e = 0; e < e_; ++e) load_[i][e] += L.counts[e];
     }
     // Dispatch: every routed (token, choice) slot, in (expert, token) order, to the rank that
     // holds its expert; the experts run on what arrives; the outputs come back in the same
     // order (dropless: every slot is computed).
     Dispatch(&L);
-    std::vector<T> xsend(L.send_slots.size() * d_), xrecv;
-    for (size_t r = 0; r < L.send_slots.size(); ++r) {
-      const T* src = z + static_cast<size_t>(L.send_slots[r] / k_) * d_;
-      std::copy(src, src + d_, xsend.data() + r * d_);
-    }
+    const int rows = n * k_;
+    std::vector<T> xsend(static_cast<size_t>(rows) * d_), xrecv;
+    cpu::MoePermute(xsend.data(), z, L.send_slots.data(), rows, k_, d_, pool_);
     Exchange(std::move(xsend), &xrecv, L.send_rows, L.recv_rows);
     std::vector<T> yrecv(xrecv.size());
     for (int j = 0; j < el_; ++j) {
@@ -115,31 +121,18 @@ class Moe : public Ffn<T> {
     }
     Exchange(std::move(yrecv), &L.slot_out, L.recv_rows, L.send_rows);
     // Combine, in (expert, token) order.
-    std::fill(out, out + static_cast<size_t>(n) * d_, T(0));
-    for (size_t r = 0; r < L.send_slots.size(); ++r) {
-      const int slot = L.send_slots[r], tok = slot / k_;
-      const T w = L.weight[slot];
-      const T* y = L.slot_out.data() + r * d_;
-      T* o = out + static_cast<size_t>(tok) * d_;
-      for (int c = 0; c < d_; ++c) o[c] += w * y[c];
-    }
+    cpu::MoeCombine(out, L.slot_out.data(), L.weight.data(), L.row_of_slot.data(), n, k_, d_,
+                    pool_);
     for (int s = 0; s < m_.num_shared_experts; ++s) {
       MlpForward(shared_out_.data(), &L.shared_acts[s], z, Weights(p, L.shared[s]),
                  MlpDims{n, d_, f_}, pool_);
       for (size_t j = 0; j < shared_out_.size(); ++j) out[j] += shared_out_[j];
     }
-    // Sequence-wise aux loss: coef * mean_b E sum_e f_e^b P_e^b; z-loss: coef * mean lse^2.
-    double aux = 0;
-    for (int b = 0; b < b_; ++b) {
-      double sum = 0;
-      for (int e = 0; e < e_; ++e) sum += L.fraction[b * e_ + e] * MeanProb(L, b, e);
-      aux += e_ * sum;
-    }
-    aux = m_.router_aux_loss_coef * aux / b_;
-    double zl = 0;
-    for (int r = 0; r < n; ++r) zl += static_cast<double>(L.lse[r]) * L.lse[r];
-    zl = m_.router_z_loss_coef * zl / n;
-    return aux + zl;
+    // f_e^b (a count: it carries no gradient), the sequence-wise aux loss and the z-loss.
+    double loss = 0;
+    cpu::MoeRouterLoss(&loss, L.fraction.data(), L.probs.data(), L.lse.data(), L.sel.data(), b_,
+                       t_, e_, k_, m_.router_aux_loss_coef, m_.router_z_loss_coef, 1.0);
+    return loss;
   }
 
   void Backward(int i, const T* params, T* grads, const T* z, const T* dout, T* dz,
@@ -154,18 +147,10 @@ class Moe : public Ffn<T> {
     }
     std::fill(dweight_.begin(), dweight_.end(), T(0));
     // The slots' output gradients go to their experts' ranks and the input gradients come back.
-    std::vector<T> dysend(L.send_slots.size() * d_), dyrecv;
-    for (size_t r = 0; r < L.send_slots.size(); ++r) {
-      const int slot = L.send_slots[r], tok = slot / k_;
-      const T* g = dout + static_cast<size_t>(tok) * d_;
-      const T* y = L.slot_out.data() + r * d_;
-      T dot = 0;
-      for (int c = 0; c < d_; ++c) {
-        dysend[r * d_ + c] = L.weight[slot] * g[c];
-        dot += y[c] * g[c];
-      }
-      dweight_[slot] = dot;
-    }
+    const int rows = n * k_;
+    std::vector<T> dysend(static_cast<size_t>(rows) * d_), dyrecv;
+    cpu::MoeCombineBackward(dysend.data(), dweight_.data(), dout, L.slot_out.data(),
+                            L.weight.data(), L.send_slots.data(), rows, k_, d_, pool_);
     Exchange(std::move(dysend), &dyrecv, L.send_rows, L.recv_rows);
     std::vector<T> dxrecv(dyrecv.size()), dy, dxe;
     for (int j = 0; j < el_; ++j) {
@@ -180,39 +165,13 @@ class Moe : public Ffn<T> {
     }
     std::vector<T> dxsend;
     Exchange(std::move(dxrecv), &dxsend, L.recv_rows, L.send_rows);
-    for (size_t r = 0; r < L.send_slots.size(); ++r) {
-      T* o = dz + static_cast<size_t>(L.send_slots[r] / k_) * d_;
-      const T* g = dxsend.data() + r * d_;
-      for (int c = 0; c < d_; ++c) o[c] += g[c];
-    }
+    cpu::MoePermuteBackward(dz, dxsend.data(), L.row_of_slot.data(), n, k_, d_, pool_);
     // d loss / d router probabilities, then through the softmax to the logits.
     const double aux_coef = loss_scale * m_.router_aux_loss_coef * e_ / (b_ * static_cast<double>(t_));
     const double z_coef = loss_scale * m_.router_z_loss_coef * 2.0 / n;
-    std::vector<double> dp(e_);
-    for (int r = 0; r < n; ++r) {
-      const int b = r / t_;
-      for (int e = 0; e < e_; ++e) dp[e] = aux_coef * L.fraction[b * e_ + e];
-      const int* sel = L.sel.data() + static_cast<size_t>(r) * k_;
-      const T* w = L.weight.data() + static_cast<size_t>(r) * k_;
-      const T* dw = dweight_.data() + static_cast<size_t>(r) * k_;
-      if (m_.norm_topk_prob) {
-        double sum = 0, dot = 0;
-        for (int j = 0; j < k_; ++j) {
-          sum += L.probs[static_cast<size_t>(r) * e_ + sel[j]];
-          dot += static_cast<double>(dw[j]) * w[j];
-        }
-        for (int j = 0; j < k_; ++j) dp[sel[j]] += (dw[j] - dot) / sum;
-      } else {
-        for (int j = 0; j < k_; ++j) dp[sel[j]] += dw[j];
-      }
-      const T* pr = L.probs.data() + static_cast<size_t>(r) * e_;
-      double pdp = 0;
-      for (int e = 0; e < e_; ++e) pdp += pr[e] * dp[e];
-      T* dl = dlogits_.data() + static_cast<size_t>(r) * e_;
-      for (int e = 0; e < e_; ++e) {
-        dl[e] = static_cast<T>(pr[e] * (dp[e] - pdp) + z_coef * L.lse[r] * pr[e]);
-      }
-    }
+    cpu::MoeRouteBackward(dlogits_.data(), L.probs.data(), L.lse.data(), L.sel.data(),
+                          L.weight.data(), dweight_.data(), L.fraction.data(), b_, t_, e_, k_,
+                          m_.norm_topk_prob, aux_coef, z_coef, pool_);
     core::cpu::MatmulBackward(dz, grads + L.router, dlogits_.data(), z, p + L.router, n, e_, d_,
                               pool_);
   }
@@ -232,15 +191,15 @@ class Moe : public Ffn<T> {
     std::vector<int64_t> experts, shared;  // offsets of each expert's gate_proj
     std::vector<T> logits, probs, lse, weight;
     std::vector<int> sel;                   // (N, k) chosen experts
-    // Dispatch plan: slots in (expert, token) order; rows sent to / received from each EP
-    // rank; recv_count[src * el + j]: rows of local expert j from rank src.
-    std::vector<int> send_slots;
+    // Dispatch plan: counts (E) slots routed to each expert; send_slots (N*k) every slot in
+    // (expert, token) order and row_of_slot (N*k) its inverse; rows sent to / received from
+    // each EP rank; recv_count[src * el + j]: rows of local expert j from rank src.
+    std::vector<int> counts, send_slots, row_of_slot;
     std::vector<size_t> send_rows, recv_rows;
     std::vector<int64_t> recv_count;
     std::vector<std::vector<T>> expert_in;  // per local expert: its input rows
     std::vector<T> slot_out;                // per sent slot: its expert's output
     std::vector<double> fraction;           // (B, E): f_e^b
-    std::vector<std::vector<int>> tokens;   // per expert: slots (token * k + j) routed to it
     std::vector<MlpActs<T>> expert_acts, shared_acts;
   };
 
@@ -248,17 +207,15 @@ class Moe : public Ffn<T> {
     const int64_t size = static_cast<int64_t>(f_) * d_;
     return {base + gate, base + gate + size, base + gate + 2 * size};
   }
-  // The dispatch plan of the last Route: which slots go to which rank, and how many rows of
-  // each local expert arrive from each rank (exchanged over the EP group).
+  // The dispatch plan of the last MoePlan: which slots go to which rank, and how many rows
+  // of each local expert arrive from each rank (exchanged over the EP group).
   void Dispatch(Layer* L) {
     const int ep = shard_.ep_size;
-    L->send_slots.clear();
     L->send_rows.assign(ep, 0);
     std::vector<int64_t> send_count(e_);
     for (int e = 0; e < e_; ++e) {
-      L->send_slots.insert(L->send_slots.end(), L->tokens[e].begin(), L->tokens[e].end());
-      send_count[e] = static_cast<int64_t>(L->tokens[e].size());
-      L->send_rows[e / el_] += L->tokens[e].size();
+      send_count[e] = L->counts[e];
+      L->send_rows[e / el_] += L->counts[e];
     }
     L->recv_count.assign(static_cast<size_t>(ep) * el_, 0);
     if (ep == 1) {
@@ -321,48 +278,6 @@ class Moe : public Ffn<T> {
       }
     }
   }
-  // Softmax, top-k (ties to the lower index) and the per-expert token lists.
-  void Route(Layer* L, int n) {
-    L->tokens.assign(e_, {});
-    for (int r = 0; r < n; ++r) {
-      const T* x = L->logits.data() + static_cast<size_t>(r) * e_;
-      T* pr = L->probs.data() + static_cast<size_t>(r) * e_;
-      T mx = x[0];
-      for (int e = 1; e < e_; ++e) mx = std::max(mx, x[e]);
-      T sum = 0;
-      for (int e = 0; e < e_; ++e) sum += pr[e] = std::exp(x[e] - mx);
-      for (int e = 0; e < e_; ++e) pr[e] /= sum;
-      L->lse[r] = mx + std::log(sum);
-      int* sel = L->sel.data() + static_cast<size_t>(r) * k_;
-      std::vector<int> order(e_);
-      for (int e = 0; e < e_; ++e) order[e] = e;
-      std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return pr[a] > pr[b]; });
-      T total = 0;
-      for (int j = 0; j < k_; ++j) total += pr[order[j]];
-      for (int j = 0; j < k_; ++j) {
-        sel[j] = order[j];
-        L->weight[static_cast<size_t>(r) * k_ + j] =
-            m_.norm_topk_prob ? pr[order[j]] / total : pr[order[j]];
-      }
-    }
-    // Token lists in token order, so every run groups the same way; f_e^b, the fraction of
-    // sequence b's T*k assignments routed to e (a count: it carries no gradient).
-    L->fraction.assign(static_cast<size_t>(b_) * e_, 0.0);
-    for (int r = 0; r < n; ++r) {
-      for (int j = 0; j < k_; ++j) {
-        const int e = L->sel[static_cast<size_t>(r) * k_ + j];
-        L->tokens[e].push_back(r * k_ + j);
-        L->fraction[(r / t_) * e_ + e] += 1.0 / (static_cast<double>(t_) * k_);
-      }
-    }
-  }
-  // P_e^b: mean router probability of e over sequence b.
-  double MeanProb(const Layer& L, int b, int e) const {
-    double sum = 0;
-    for (int r = b * t_; r < (b + 1) * t_; ++r) sum += L.probs[static_cast<size_t>(r) * e_ + e];
-    return sum / t_;
-  }
-
   const ModelConfig c_;
   const MoeConfig m_;
   const Sharding shard_;

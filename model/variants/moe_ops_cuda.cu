@@ -1,30 +1,37 @@
-// MoE router kernels (see moe_router_cuda.h). One warp per token for the softmax, top-k and
-// backward (a token's E <= 256 values in shared memory); the dispatch plan is a counting sort,
-// one block per expert scanning every slot in order (block-wide prefix sums from warp ballots),
-// so slots come out in (expert, token) order with no atomics; the per-sequence statistics count
-// with shared-memory integer atomics (exact) and sum probabilities in a fixed order.
+// The MoE FFN's router, plan, permute and combine on the GPU (moe_ops.h; moe_ops_cpu.cc is the
+// reference). The kernels moved here unchanged from moe_router_cuda.cu and moe_cuda.cu, typed
+// by the row data T (float, __nv_bfloat16) instead of a DType argument. One warp per token for
+// the softmax, top-k and router backward (a token's E <= kMoeMaxExperts values in shared
+// memory); the dispatch plan is a counting sort, one block per expert scanning every slot in
+// order (block-wide prefix sums from warp ballots), so slots come out in (expert, token) order
+// with no atomics; the per-sequence statistics count with shared-memory integer atomics (exact)
+// and sum probabilities in a fixed order. The per-token sums of combine and permute backward
+// use one block per token whose first thread orders the token's rows (at most kMoeMaxTopK), so
+// every sum runs in row order. No atomics on floating-point values: bit-identical run to run.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "core/cuda/bf16.cuh"
 #include "core/cuda/check.h"
 #include "core/cuda/launch.h"
-#include "model/variants/moe_cuda.h"
-#include "model/variants/moe_router_cuda.h"
+#include "model/variants/moe_ops.h"
 
 namespace satdar::model::cuda {
 
 namespace {
 
-using namespace ::satdar::core::cuda::device;  // St, WarpSum (bf16.cuh)
+using namespace ::satdar::core::cuda::device;  // NOLINT: Ld, St, WarpSum (bf16.cuh)
 using ::satdar::core::cuda::Launch;
 
 constexpr int kWarps = 4;  // tokens per block in the per-token kernels
 constexpr int kPlanThreads = 256;
+constexpr int kThreads = 128;  // the row kernels
 constexpr unsigned kFull = 0xffffffffu;
 
 __device__ float WarpMax(float v) {
@@ -223,6 +230,102 @@ __global__ void RouteBackwardKernel(T* dlogits, const float* probs, const float*
   for (int j = lane; j < e; j += 32) St(dl + j, pr[j] * (dp[j] - pdp) + zl * pr[j]);
 }
 
+__global__ void FillKernel(int* p, int64_t n, int value) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) p[i] = value;
+}
+
+__global__ void InvertKernel(int* row_of_slot, const int* slots, int rows) {
+  const int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r < rows) row_of_slot[slots[r]] = r;
+}
+
+template <typename T>
+__global__ void PermuteKernel(T* xp, const T* x, const int* slots, int rows, int k, int d) {
+  const int64_t total = static_cast<int64_t>(rows) * d;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = e / d, c = e % d;
+    xp[e] = x[static_cast<int64_t>(slots[r] / k) * d + c];
+  }
+}
+
+// The token's dispatched (row, slot) pairs in increasing row order, into shared memory; returns
+// their count. Called by every thread of the block.
+__device__ int OrderRows(const int* row_of_slot, int tok, int k, int* rows_s, int* slot_s) {
+  __shared__ int count;
+  if (threadIdx.x == 0) {
+    int cnt = 0;
+    for (int j = 0; j < k; ++j) {
+      const int slot = tok * k + j, r = row_of_slot[slot];
+      if (r < 0) continue;
+      int p = cnt++;
+      while (p > 0 && rows_s[p - 1] > r) {  // insertion sort, k is small
+        rows_s[p] = rows_s[p - 1];
+        slot_s[p] = slot_s[p - 1];
+        --p;
+      }
+      rows_s[p] = r;
+      slot_s[p] = slot;
+    }
+    count = cnt;
+  }
+  __syncthreads();
+  return count;
+}
+
+template <typename T>
+__global__ void CombineKernel(T* out, const T* y, const float* weight, const int* row_of_slot,
+                              int k, int d) {
+  __shared__ int rows_s[kMoeMaxTopK], slot_s[kMoeMaxTopK];
+  const int tok = blockIdx.x;
+  const int cnt = OrderRows(row_of_slot, tok, k, rows_s, slot_s);
+  for (int c = threadIdx.x; c < d; c += blockDim.x) {
+    float acc = 0.0f;
+    for (int j = 0; j < cnt; ++j) {
+      acc += weight[slot_s[j]] * Ld(y + static_cast<int64_t>(rows_s[j]) * d + c);
+    }
+    St(out + static_cast<int64_t>(tok) * d + c, acc);
+  }
+}
+
+template <typename T>
+__global__ void PermuteBackwardKernel(T* dx, const T* dxp, const int* row_of_slot, int k, int d) {
+  __shared__ int rows_s[kMoeMaxTopK], slot_s[kMoeMaxTopK];
+  const int tok = blockIdx.x;
+  const int cnt = OrderRows(row_of_slot, tok, k, rows_s, slot_s);
+  for (int c = threadIdx.x; c < d; c += blockDim.x) {
+    float acc = 0.0f;
+    for (int j = 0; j < cnt; ++j) acc += Ld(dxp + static_cast<int64_t>(rows_s[j]) * d + c);
+    T* o = dx + static_cast<int64_t>(tok) * d + c;
+    St(o, Ld(o) + acc);
+  }
+}
+
+// One block per row: dy[r] = w dout[tok], dweight[slot] = y[r] . dout[tok] (tree reduction).
+template <typename T>
+__global__ void CombineBackwardKernel(T* dy, float* dweight, const T* dout, const T* y,
+                                      const float* weight, const int* slots, int k, int d) {
+  __shared__ float part[kThreads];
+  const int r = blockIdx.x, slot = slots[r], tok = slot / k;
+  const float w = weight[slot];
+  const T* g = dout + static_cast<int64_t>(tok) * d;
+  const T* yr = y + static_cast<int64_t>(r) * d;
+  float dot = 0.0f;
+  for (int c = threadIdx.x; c < d; c += blockDim.x) {
+    const float gc = Ld(g + c);
+    St(dy + static_cast<int64_t>(r) * d + c, w * gc);
+    dot += Ld(yr + c) * gc;
+  }
+  part[threadIdx.x] = dot;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s /= 2) {
+    if (threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) dweight[slot] = part[0];
+}
+
 absl::Status CheckRouter(int e, int k) {
   if (e <= 0 || e > kMoeMaxExperts) {
     return absl::InvalidArgumentError(
@@ -235,12 +338,22 @@ absl::Status CheckRouter(int e, int k) {
   return absl::OkStatus();
 }
 
+absl::Status CheckTopK(int k) {
+  if (k <= 0 || k > kMoeMaxTopK) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MoE cuda: top_k ", k, " outside [1, ", kMoeMaxTopK, "]"));
+  }
+  return absl::OkStatus();
+}
+
+unsigned Blocks(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
+
 unsigned TokenBlocks(int n) { return static_cast<unsigned>((n + kWarps - 1) / kWarps); }
 
 }  // namespace
 
 absl::Status MoeRoute(float* probs, float* lse, int* sel, float* weight, const float* logits,
-                      int n, int e, int k, bool norm_topk, CUstream_st* stream) {
+                      int n, int e, int k, bool norm_topk, cudaStream_t stream) {
   if (absl::Status st = CheckRouter(e, k); !st.ok()) return st;
   if (n == 0) return absl::OkStatus();
   SATDAR_CUDA_RETURN_IF_ERROR(Launch("RouteKernel", RouteKernel, dim3(TokenBlocks(n)),
@@ -250,7 +363,7 @@ absl::Status MoeRoute(float* probs, float* lse, int* sel, float* weight, const f
 }
 
 absl::Status MoePlan(int* counts, int* slots, int* row_of_slot, const int* sel, int n, int e,
-                     int k, CUstream_st* stream) {
+                     int k, cudaStream_t stream) {
   if (absl::Status st = CheckRouter(e, k); !st.ok()) return st;
   const int64_t nk = static_cast<int64_t>(n) * k;
   if (nk > INT_MAX) {
@@ -265,9 +378,24 @@ absl::Status MoePlan(int* counts, int* slots, int* row_of_slot, const int* sel, 
   return absl::OkStatus();
 }
 
-absl::Status MoeRouterLoss(double* loss_acc, float* fraction, double* scratch, const float* probs,
-                           const float* lse, const int* sel, int b, int t, int e, int k,
-                           double aux_coef, double z_coef, double scale, CUstream_st* stream) {
+absl::Status MoeInvertSlots(int* row_of_slot, const int* slots, int rows, int n, int k,
+                            cudaStream_t stream) {
+  const int64_t nk = static_cast<int64_t>(n) * k;
+  if (nk > 0) {
+    SATDAR_CUDA_RETURN_IF_ERROR(Launch("FillKernel", FillKernel, dim3(Blocks(nk)),
+                                       dim3(kThreads), 0, stream, row_of_slot, nk, -1));
+  }
+  if (rows > 0) {
+    SATDAR_CUDA_RETURN_IF_ERROR(Launch("InvertKernel", InvertKernel, dim3(Blocks(rows)),
+                                       dim3(kThreads), 0, stream, row_of_slot, slots, rows));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MoeRouterLoss(double* loss_acc, float* fraction, double* scratch,
+                           const float* probs, const float* lse, const int* sel, int b, int t,
+                           int e, int k, double aux_coef, double z_coef, double scale,
+                           cudaStream_t stream) {
   if (absl::Status st = CheckRouter(e, k); !st.ok()) return st;
   if (b == 0 || t == 0) return absl::OkStatus();
   SATDAR_CUDA_RETURN_IF_ERROR(Launch("SeqStatsKernel", SeqStatsKernel, dim3(b),
@@ -280,30 +408,79 @@ absl::Status MoeRouterLoss(double* loss_acc, float* fraction, double* scratch, c
   return absl::OkStatus();
 }
 
-absl::Status MoeRouteBackward(core::DType dtype, void* dlogits, const float* probs,
-                              const float* lse, const int* sel, const float* weight,
-                              const float* dweight, const float* fraction, int b, int t, int e,
-                              int k, bool norm_topk, double aux_grad, double z_grad,
-                              CUstream_st* stream) {
+template <typename T>
+absl::Status MoeRouteBackward(T* dlogits, const float* probs, const float* lse, const int* sel,
+                              const float* weight, const float* dweight, const float* fraction,
+                              int b, int t, int e, int k, bool norm_topk, double aux_grad,
+                              double z_grad, cudaStream_t stream) {
   if (absl::Status st = CheckRouter(e, k); !st.ok()) return st;
   const int n = b * t;
   if (n == 0) return absl::OkStatus();
-  const float ag = static_cast<float>(aux_grad), zg = static_cast<float>(z_grad);
-  if (dtype == core::DType::kBF16) {
-    SATDAR_CUDA_RETURN_IF_ERROR(Launch(
-        "RouteBackwardKernel", RouteBackwardKernel<__nv_bfloat16>, dim3(TokenBlocks(n)),
-        dim3(kWarps * 32), 0, stream, static_cast<__nv_bfloat16*>(dlogits), probs, lse, sel,
-        weight, dweight, fraction, n, t, e, k, norm_topk, ag, zg));
-  } else if (dtype == core::DType::kF32) {
-    SATDAR_CUDA_RETURN_IF_ERROR(Launch(
-        "RouteBackwardKernel", RouteBackwardKernel<float>, dim3(TokenBlocks(n)),
-        dim3(kWarps * 32), 0, stream, static_cast<float*>(dlogits), probs, lse, sel, weight,
-        dweight, fraction, n, t, e, k, norm_topk, ag, zg));
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat("MoE router cuda: dtype ",
-                                                   core::DTypeName(dtype), " (f32, bf16)"));
-  }
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("RouteBackwardKernel", RouteBackwardKernel<T>,
+                                     dim3(TokenBlocks(n)), dim3(kWarps * 32), 0, stream, dlogits,
+                                     probs, lse, sel, weight, dweight, fraction, n, t, e, k,
+                                     norm_topk, static_cast<float>(aux_grad),
+                                     static_cast<float>(z_grad)));
   return absl::OkStatus();
 }
+
+template <typename T>
+absl::Status MoePermute(T* xp, const T* x, const int* slots, int rows, int k, int d,
+                        cudaStream_t stream) {
+  if (absl::Status st = CheckTopK(k); !st.ok()) return st;
+  const int64_t total = static_cast<int64_t>(rows) * d;
+  if (total == 0) return absl::OkStatus();
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(Blocks(total), 65535 * 8));
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("PermuteKernel", PermuteKernel<T>, dim3(blocks),
+                                     dim3(kThreads), 0, stream, xp, x, slots, rows, k, d));
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status MoePermuteBackward(T* dx, const T* dxp, const int* row_of_slot, int n, int k, int d,
+                                cudaStream_t stream) {
+  if (absl::Status st = CheckTopK(k); !st.ok()) return st;
+  if (n == 0 || d == 0) return absl::OkStatus();
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("PermuteBackwardKernel", PermuteBackwardKernel<T>, dim3(n),
+                                     dim3(kThreads), 0, stream, dx, dxp, row_of_slot, k, d));
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status MoeCombine(T* out, const T* y, const float* weight, const int* row_of_slot, int n,
+                        int k, int d, cudaStream_t stream) {
+  if (absl::Status st = CheckTopK(k); !st.ok()) return st;
+  if (n == 0 || d == 0) return absl::OkStatus();
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("CombineKernel", CombineKernel<T>, dim3(n), dim3(kThreads),
+                                     0, stream, out, y, weight, row_of_slot, k, d));
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status MoeCombineBackward(T* dy, float* dweight, const T* dout, const T* y,
+                                const float* weight, const int* slots, int rows, int k, int d,
+                                cudaStream_t stream) {
+  if (absl::Status st = CheckTopK(k); !st.ok()) return st;
+  if (rows == 0) return absl::OkStatus();
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("CombineBackwardKernel", CombineBackwardKernel<T>,
+                                     dim3(rows), dim3(kThreads), 0, stream, dy, dweight, dout, y,
+                                     weight, slots, k, d));
+  return absl::OkStatus();
+}
+
+#define SATDAR_MOE_OPS_INSTANTIATE(T)                                                           \
+  template absl::Status MoeRouteBackward<T>(T*, const float*, const float*, const int*,        \
+                                            const float*, const float*, const float*, int, int, \
+                                            int, int, bool, double, double, cudaStream_t);      \
+  template absl::Status MoePermute<T>(T*, const T*, const int*, int, int, int, cudaStream_t);  \
+  template absl::Status MoePermuteBackward<T>(T*, const T*, const int*, int, int, int,         \
+                                              cudaStream_t);                                    \
+  template absl::Status MoeCombine<T>(T*, const T*, const float*, const int*, int, int, int,   \
+                                      cudaStream_t);                                            \
+  template absl::Status MoeCombineBackward<T>(T*, float*, const T*, const T*, const float*,    \
+                                              const int*, int, int, int, cudaStream_t);
+SATDAR_MOE_OPS_INSTANTIATE(float)
+SATDAR_MOE_OPS_INSTANTIATE(__nv_bfloat16)
+#undef SATDAR_MOE_OPS_INSTANTIATE
 
 }  // namespace satdar::model::cuda
