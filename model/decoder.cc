@@ -1,8 +1,6 @@
 #include "model/decoder.h"
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
@@ -10,6 +8,7 @@
 #include "core/ops/embedding.h"
 #include "core/ops/matmul.h"
 #include "core/ops/rmsnorm.h"
+#include "core/ops/vocab_parallel.h"
 
 namespace satdar::model {
 
@@ -144,15 +143,7 @@ void DecoderModel<T>::EmbeddingForward(const T* table, T* h0) {
   // sequence parallelism reduce-scattered: this rank's token rows).
   const bool sp = rows_ != n;
   T* all = sp ? full_.data() : h0;
-  for (int r = 0; r < n; ++r) {
-    const int id = inputs_[r] - v0_;
-    T* out = all + static_cast<size_t>(r) * d;
-    if (id >= 0 && id < vl_) {
-      std::copy(table + static_cast<size_t>(id) * d, table + static_cast<size_t>(id + 1) * d, out);
-    } else {
-      std::fill(out, out + d, T(0));
-    }
-  }
+  cpu::VocabSliceEmbeddingForward(all, inputs_.data(), table, v0_, vl_, n, d, pool_);
   if (sp) {
     TpReduceScatter(shard_, all, h0, static_cast<size_t>(rows_) * d);
   } else {
@@ -172,13 +163,7 @@ void DecoderModel<T>::EmbeddingBackward(T* dtable) {
     TpAllGather(shard_, dh0_.data(), full_.data(), static_cast<size_t>(rows_) * d);
     dh0 = full_.data();
   }
-  for (int r = 0; r < n; ++r) {
-    const int id = inputs_[r] - v0_;
-    if (id < 0 || id >= vl_) continue;
-    T* g = dtable + static_cast<size_t>(id) * d;
-    const T* src = dh0 + static_cast<size_t>(r) * d;
-    for (int c = 0; c < d; ++c) g[c] += src[c];
-  }
+  cpu::VocabSliceEmbeddingBackward(dtable, dh0, inputs_.data(), v0_, vl_, n, d, pool_);
 }
 
 template <typename T>
@@ -190,25 +175,14 @@ double DecoderModel<T>::CrossEntropyForward() {
     // Vocabulary-parallel softmax: the row max, the sum of exponentials and the target's
     // logit are each reduced over the TP group (Megatron-LM's scheme).
     std::vector<T> sum(n), target(n);
-    for (int r = 0; r < n; ++r) {
-      const T* row = logits_.data() + static_cast<size_t>(r) * vl_;
-      row_max_[r] = *std::max_element(row, row + vl_);
-    }
+    cpu::VocabParallelRowMax(row_max_.data(), logits_.data(), n, vl_, pool_);
     TpAllReduce(shard_, row_max_.data(), n, comm::ReduceOp::kMax);
-    for (int r = 0; r < n; ++r) {
-      const T* row = logits_.data() + static_cast<size_t>(r) * vl_;
-      double s = 0;
-      for (int j = 0; j < vl_; ++j) s += std::exp(static_cast<double>(row[j] - row_max_[r]));
-      sum[r] = static_cast<T>(s);
-      const int id = targets_[r] - v0_;
-      target[r] = id >= 0 && id < vl_ ? row[id] : T(0);
-    }
+    cpu::VocabParallelSumExp(sum.data(), target.data(), logits_.data(), row_max_.data(),
+                             targets_.data(), v0_, n, vl_, pool_);
     TpAllReduce(shard_, sum.data(), n);
     TpAllReduce(shard_, target.data(), n);
-    for (int r = 0; r < n; ++r) {
-      row_lse_[r] = row_max_[r] + static_cast<T>(std::log(static_cast<double>(sum[r])));
-      losses_[r] = row_lse_[r] - target[r];
-    }
+    cpu::VocabParallelLoss(losses_.data(), row_lse_.data(), row_max_.data(), sum.data(),
+                           target.data(), n, pool_);
   }
   double sum = 0;
   for (T l : losses_) sum += static_cast<double>(l);
@@ -224,12 +198,8 @@ void DecoderModel<T>::CrossEntropyBackward(double loss_scale) {
                               pool_);
     return;
   }
-  for (int r = 0; r < n; ++r) {
-    T* row = logits_.data() + static_cast<size_t>(r) * vl_;
-    for (int j = 0; j < vl_; ++j) row[j] = scale * std::exp(row[j] - row_lse_[r]);
-    const int id = targets_[r] - v0_;
-    if (id >= 0 && id < vl_) row[id] -= scale;
-  }
+  cpu::VocabParallelCrossEntropyBackward(logits_.data(), logits_.data(), row_lse_.data(),
+                                         targets_.data(), scale, v0_, n, vl_, pool_);
 }
 
 template <typename T>
@@ -300,14 +270,8 @@ double DecoderModel<T>::ForwardPass(const T* params, const int32_t* tokens, int 
                       c.rms_norm_eps, pool_);
   if (rows_ != n) TpAllGather(shard_, lnf, lnf_.data(), static_cast<size_t>(rows_) * d);
   cpu::MatmulForward(logits_.data(), lnf_.data(), params + head_off_, n, vl_, d, pool_);
-  if (vtrue_ < vl_) {
-    // Padded vocabulary rows: no probability (their gradients stay 0).
-    const T none = -std::numeric_limits<T>::infinity();
-    for (int r = 0; r < n; ++r) {
-      T* row = logits_.data() + static_cast<size_t>(r) * vl_;
-      std::fill(row + vtrue_, row + vl_, none);
-    }
-  }
+  // Padded vocabulary rows: no probability (their gradients stay 0).
+  cpu::MaskPaddedVocab(logits_.data(), n, vl_, vtrue_, pool_);
   cross_entropy_ = CrossEntropyForward();
   return cross_entropy_ + branches_->aux_loss();
 }

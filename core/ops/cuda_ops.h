@@ -10,8 +10,9 @@
 // order, so every kernel here gives bit-identical results run to run (no atomics).
 //
 // Declared only in CUDA builds (SATDAR_WITH_CUDA, or when nvcc compiles the kernels); the
-// kernels live in rmsnorm_cuda.cu, rope_cuda.cu, swiglu_cuda.cu, embedding_cuda.cu and
-// cross_entropy_cuda.cu. Tested against the CPU path by //core/ops:ops_cuda_test (tag gpu).
+// kernels live in rmsnorm_cuda.cu, rope_cuda.cu, swiglu_cuda.cu, embedding_cuda.cu,
+// cross_entropy_cuda.cu and vocab_parallel_cuda.cu. Tested against the CPU path by
+// //core/ops:ops_cuda_test (tag gpu).
 #ifndef SATDAR_CORE_OPS_CUDA_OPS_H_
 #define SATDAR_CORE_OPS_CUDA_OPS_H_
 
@@ -79,6 +80,44 @@ template <typename T>
 cudaError_t CrossEntropyForwardBackward(float* losses, T* dlogits, const T* logits,
                                         const int32_t* targets, float dloss, int n, int v,
                                         cudaStream_t stream);
+
+// ---- Vocabulary-parallel embedding and cross-entropy (vocab_parallel.h): this TP rank holds
+// the vocabulary slice [v0, v0 + VL); the caller reduces over TP between the steps (max of
+// row_max; sums of the lookup, sum_exp and target_logit). N rows, C hidden, VL >= 1.
+// out (N,C): row i = table[tokens[i] - v0] (table (VL,C)) when the token is in the slice, else 0.
+template <typename T>
+cudaError_t VocabSliceEmbeddingForward(T* out, const int32_t* tokens, const T* table, int v0,
+                                       int vl, int n, int c, cudaStream_t stream);
+// dtable (VL,C) fp32 += dout (N,C) rows whose token is in the slice; deterministic, each
+// element's additions in token order as in EmbeddingBackward (bit-identical to the CPU in f32).
+template <typename T>
+cudaError_t VocabSliceEmbeddingBackward(float* dtable, const T* dout, const int32_t* tokens,
+                                        int v0, int vl, int n, int c, cudaStream_t stream);
+// row_max (N) fp32 = max over this rank's columns of logits (N,VL); one block per row.
+template <typename T>
+cudaError_t VocabParallelRowMax(float* row_max, const T* logits, int n, int vl,
+                                cudaStream_t stream);
+// With row_max reduced over TP: sum_exp (N) fp32 = sum_j exp(logits[i][j] - row_max[i]) over
+// this rank's columns (fixed-order block sum); target_logit (N) fp32 = logits[i][targets[i] -
+// v0] when the target is in the slice, else 0.
+template <typename T>
+cudaError_t VocabParallelSumExp(float* sum_exp, float* target_logit, const T* logits,
+                                const float* row_max, const int32_t* targets, int v0, int n,
+                                int vl, cudaStream_t stream);
+// With sum_exp and target_logit summed over TP: lse (N) = row_max + log(sum_exp),
+// losses (N) = lse - target_logit (all fp32).
+cudaError_t VocabParallelLoss(float* losses, float* lse, const float* row_max,
+                              const float* sum_exp, const float* target_logit, int n,
+                              cudaStream_t stream);
+// dlogits (N,VL) = scale * (exp(logits - lse) - onehot(targets - v0)) (the one-hot only where
+// the target is in the slice); overwrites, may alias logits.
+template <typename T>
+cudaError_t VocabParallelCrossEntropyBackward(T* dlogits, const T* logits, const float* lse,
+                                              const int32_t* targets, float scale, int v0, int n,
+                                              int vl, cudaStream_t stream);
+// logits (N,VL): columns [vtrue, VL) = -infinity (padded vocabulary rows); none when vtrue >= VL.
+template <typename T>
+cudaError_t MaskPaddedVocab(T* logits, int n, int vl, int vtrue, cudaStream_t stream);
 
 }  // namespace satdar::core::cuda
 

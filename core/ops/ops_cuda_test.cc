@@ -13,6 +13,12 @@
 //         bf16 is at most 2^-9 ~ 2e-3 relative, plus fp32 noise. fp32 outputs computed from
 //         bf16 inputs (rstd, dweight, losses, dtable) get rtol 1e-4. The embedding lookup is a
 //         copy and is checked exactly (rtol 0).
+//   Vocabulary-parallel ops (vocab_parallel.h), same rules: the slice lookup, the masked
+//   logits, the row max and the target logit are copies or exact maxima of the same values
+//   and are checked exactly; the slice's table gradient adds in token order on both sides
+//   (rtol 1e-6, expected bit-identical); sum_exp, lse and losses are fp32 outputs (rtol 1e-5
+//   in f32, 1e-4 from bf16 inputs; the CPU sums in double, the GPU in fp32 in a fixed tree);
+//   dlogits are stored in T (1e-5 f32, 1e-2 bf16).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -26,6 +32,7 @@
 #include "core/ops/rmsnorm.h"
 #include "core/ops/rope.h"
 #include "core/ops/swiglu.h"
+#include "core/ops/vocab_parallel.h"
 #include "core/thread_pool.h"
 #include "gtest/gtest.h"
 
@@ -169,6 +176,97 @@ void CheckCrossEntropy() {
   ExpectClose(glogits.Download(), dlogits, StoredTol<T>(1e-2), "fused cross-entropy dlogits");
 }
 
+// Exact comparison that also accepts equal infinities (ExpectClose would see inf - inf = NaN).
+void ExpectSame(const std::vector<float>& got, const std::vector<float>& want,
+                const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got[i] != want[i] && ++bad <= 5) {
+      ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", want " << want[i];
+    }
+  }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+template <typename T>
+void CheckVocabSliceEmbedding() {
+  // The slice [40, 110) of a 150-token vocabulary: about half the tokens fall outside it.
+  const int v = 150, v0 = 40, vl = 70, n = 300, c = 70;
+  ThreadPool pool(2);
+  const auto table = Quantize<T>(RandomNormal(static_cast<size_t>(vl) * c, 61));
+  const auto dout = Quantize<T>(RandomNormal(static_cast<size_t>(n) * c, 62));
+  const auto dtable0 = RandomNormal(table.size(), 63, 0.1f);
+  auto tokens = RandomTokens(n, v, 64);
+  tokens[0] = v0 - 1;  // the edges of the slice
+  tokens[1] = v0;
+  tokens[2] = v0 + vl - 1;
+  tokens[3] = v0 + vl;
+  std::vector<float> out(static_cast<size_t>(n) * c), dtable = dtable0;
+  cpu::VocabSliceEmbeddingForward(out.data(), tokens.data(), table.data(), v0, vl, n, c, &pool);
+  cpu::VocabSliceEmbeddingBackward(dtable.data(), dout.data(), tokens.data(), v0, vl, n, c,
+                                   &pool);
+  DeviceVector<int32_t> gtok(tokens);
+  DeviceArray<T> gtable(table), gdout(dout), gout(out.size());
+  DeviceArray<float> gdtable(dtable0);
+  ASSERT_EQ(cuda::VocabSliceEmbeddingForward(gout.get(), gtok.get(), gtable.get(), v0, vl, n, c,
+                                             nullptr),
+            cudaSuccess);
+  ASSERT_EQ(cuda::VocabSliceEmbeddingBackward(gdtable.get(), gdout.get(), gtok.get(), v0, vl, n,
+                                              c, nullptr),
+            cudaSuccess);
+  ExpectSame(gout.Download(), out, "vocab-slice embedding forward");
+  ExpectClose(gdtable.Download(), dtable, 1e-6, "vocab-slice embedding backward");
+}
+
+template <typename T>
+void CheckVocabParallelCrossEntropy() {
+  // One rank's slice [300, 1000) of the padded vocabulary, its last 50 columns padding; the TP
+  // reductions are identities here (one rank). Each side chains its own steps; every step's
+  // outputs are compared.
+  const int n = 9, vocab = 1000, v0 = 300, vl = 700, vtrue = 650;
+  const float scale = 1.0f / n;
+  ThreadPool pool(2);
+  const auto logits0 = Quantize<T>(RandomNormal(static_cast<size_t>(n) * vl, 51, 3.0f));
+  auto targets = RandomTokens(n, vocab, 52);
+  targets[0] = v0 - 1;  // outside the slice, then its first and last true columns
+  targets[1] = v0;
+  targets[2] = v0 + vtrue - 1;
+  std::vector<float> logits = logits0, row_max(n), sum_exp(n), target(n), lse(n), losses(n),
+                     dlogits(logits.size());
+  cpu::MaskPaddedVocab(logits.data(), n, vl, vtrue, &pool);
+  cpu::VocabParallelRowMax(row_max.data(), logits.data(), n, vl, &pool);
+  cpu::VocabParallelSumExp(sum_exp.data(), target.data(), logits.data(), row_max.data(),
+                           targets.data(), v0, n, vl, &pool);
+  cpu::VocabParallelLoss(losses.data(), lse.data(), row_max.data(), sum_exp.data(), target.data(),
+                         n, &pool);
+  cpu::VocabParallelCrossEntropyBackward(dlogits.data(), logits.data(), lse.data(),
+                                         targets.data(), scale, v0, n, vl, &pool);
+  DeviceVector<int32_t> gt(targets);
+  DeviceArray<T> glogits(logits0);
+  DeviceArray<float> grow_max(n), gsum(n), gtarget(n), glse(n), glosses(n);
+  ASSERT_EQ(cuda::MaskPaddedVocab(glogits.get(), n, vl, vtrue, nullptr), cudaSuccess);
+  ExpectSame(glogits.Download(), logits, "masked logits");
+  ASSERT_EQ(cuda::VocabParallelRowMax(grow_max.get(), glogits.get(), n, vl, nullptr),
+            cudaSuccess);
+  ASSERT_EQ(cuda::VocabParallelSumExp(gsum.get(), gtarget.get(), glogits.get(), grow_max.get(),
+                                      gt.get(), v0, n, vl, nullptr),
+            cudaSuccess);
+  ASSERT_EQ(cuda::VocabParallelLoss(glosses.get(), glse.get(), grow_max.get(), gsum.get(),
+                                    gtarget.get(), n, nullptr),
+            cudaSuccess);
+  // In place: the logits buffer becomes its own gradient.
+  ASSERT_EQ(cuda::VocabParallelCrossEntropyBackward(glogits.get(), glogits.get(), glse.get(),
+                                                    gt.get(), scale, v0, n, vl, nullptr),
+            cudaSuccess);
+  ExpectSame(grow_max.Download(), row_max, "vocab-parallel row max");
+  ExpectSame(gtarget.Download(), target, "vocab-parallel target logit");
+  ExpectClose(gsum.Download(), sum_exp, StoredTol<T>(1e-4), "vocab-parallel sum_exp");
+  ExpectClose(glse.Download(), lse, StoredTol<T>(1e-4), "vocab-parallel lse");
+  ExpectClose(glosses.Download(), losses, StoredTol<T>(1e-4), "vocab-parallel losses");
+  ExpectClose(glogits.Download(), dlogits, StoredTol<T>(1e-2), "vocab-parallel dlogits");
+}
+
 #endif  // SATDAR_WITH_CUDA
 
 TEST(OpsCuda, RmsNormF32) {
@@ -210,6 +308,22 @@ TEST(OpsCuda, CrossEntropyF32) {
 TEST(OpsCuda, CrossEntropyBf16) {
   SATDAR_SKIP_WITHOUT_GPU();
   SATDAR_IF_CUDA(CheckCrossEntropy<Bf16>());
+}
+TEST(OpsCuda, VocabSliceEmbeddingF32) {
+  SATDAR_SKIP_WITHOUT_GPU();
+  SATDAR_IF_CUDA(CheckVocabSliceEmbedding<float>());
+}
+TEST(OpsCuda, VocabSliceEmbeddingBf16) {
+  SATDAR_SKIP_WITHOUT_GPU();
+  SATDAR_IF_CUDA(CheckVocabSliceEmbedding<Bf16>());
+}
+TEST(OpsCuda, VocabParallelCrossEntropyF32) {
+  SATDAR_SKIP_WITHOUT_GPU();
+  SATDAR_IF_CUDA(CheckVocabParallelCrossEntropy<float>());
+}
+TEST(OpsCuda, VocabParallelCrossEntropyBf16) {
+  SATDAR_SKIP_WITHOUT_GPU();
+  SATDAR_IF_CUDA(CheckVocabParallelCrossEntropy<Bf16>());
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // f64 central-difference checks of every CPU kernel's backward, with two threads so the
 // parallel split is exercised. Each loss is sum(out * r) for a fixed random r.
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "core/ops/adamw.h"
@@ -13,6 +15,7 @@
 #include "core/ops/rmsnorm.h"
 #include "core/ops/rope.h"
 #include "core/ops/swiglu.h"
+#include "core/ops/vocab_parallel.h"
 #include "gtest/gtest.h"
 
 namespace satdar::core::cpu {
@@ -213,6 +216,105 @@ TEST_F(OpsGradcheck, CrossEntropyUniformLogits) {
   std::vector<int32_t> target = {42};
   CrossEntropyForward(losses.data(), logits.data(), target.data(), 1, v, &pool_);
   EXPECT_NEAR(losses[0], std::log(256.0), 1e-12);
+}
+
+TEST_F(OpsGradcheck, VocabSliceEmbedding) {
+  // Two slices [0, 3) and [3, 7) of a 7-token vocabulary: the lookups sum to the full lookup,
+  // and each slice's table gets the gradient of the tokens that fall in it.
+  const int n = 13, c = 5, vocab = 7;
+  const int v0[2] = {0, 3}, vl[2] = {3, 4};
+  std::vector<int32_t> tokens(n);
+  for (int i = 0; i < n; ++i) tokens[i] = (i * 5 + 2) % vocab;
+  Vec full = RandomVector(vocab * c, 21), r = RandomVector(n * c, 22);
+  Vec tables[2] = {Vec(full.begin(), full.begin() + 3 * c), Vec(full.begin() + 3 * c, full.end())};
+  auto loss = [&] {
+    Vec sum(n * c, 0.0), out(n * c);
+    for (int q = 0; q < 2; ++q) {
+      VocabSliceEmbeddingForward(out.data(), tokens.data(), tables[q].data(), v0[q], vl[q], n, c,
+                                 &pool_);
+      for (int i = 0; i < n * c; ++i) sum[i] += out[i];
+    }
+    return Dot(sum, r);
+  };
+  Vec whole(n * c), sum(n * c, 0.0), out(n * c);
+  EmbeddingForward(whole.data(), tokens.data(), full.data(), n, c, &pool_);
+  for (int q = 0; q < 2; ++q) {
+    VocabSliceEmbeddingForward(out.data(), tokens.data(), tables[q].data(), v0[q], vl[q], n, c,
+                               &pool_);
+    for (int i = 0; i < n * c; ++i) sum[i] += out[i];
+  }
+  for (int i = 0; i < n * c; ++i) EXPECT_EQ(sum[i], whole[i]);
+  for (int q = 0; q < 2; ++q) {
+    Vec dtable(vl[q] * c, 0.0);
+    VocabSliceEmbeddingBackward(dtable.data(), r.data(), tokens.data(), v0[q], vl[q], n, c,
+                                &pool_);
+    EXPECT_LT(GradError(&tables[q], dtable, loss), kTol) << "slice " << q;
+  }
+}
+
+// The vocabulary-parallel cross-entropy over three slices of a padded vocabulary (true size 10,
+// padded to 12; the last slice holds 2 true and 2 padded columns), with the TP reductions done
+// here: the losses equal the full cross-entropy of the 10 true columns, and the slices'
+// gradients are its gradient (0 on the padded columns).
+TEST_F(OpsGradcheck, VocabParallelCrossEntropy) {
+  const int n = 6, vocab = 10, q_count = 3, vl = 4;
+  std::vector<int32_t> targets = {0, 9, 3, 4, 8, 7};
+  Vec logits = RandomVector(n * vocab, 23, 3.0);  // the true columns, (N, vocab)
+  const double pad_value = 5.0;                   // overwritten by MaskPaddedVocab
+  auto slice = [&](int q) {
+    Vec local(n * vl, pad_value);
+    for (int i = 0; i < n; ++i) {
+      for (int j = 0; j < vl && q * vl + j < vocab; ++j) {
+        local[i * vl + j] = logits[i * vocab + q * vl + j];
+      }
+    }
+    MaskPaddedVocab(local.data(), n, vl, std::min(vl, vocab - q * vl), &pool_);
+    return local;
+  };
+  Vec losses(n), lse(n);
+  auto forward = [&] {
+    Vec local[q_count], row_max(n, -std::numeric_limits<double>::infinity()), sum(n, 0.0),
+        target(n, 0.0), m(n), s(n), t(n);
+    for (int q = 0; q < q_count; ++q) {
+      local[q] = slice(q);
+      VocabParallelRowMax(m.data(), local[q].data(), n, vl, &pool_);
+      for (int i = 0; i < n; ++i) row_max[i] = std::max(row_max[i], m[i]);
+    }
+    for (int q = 0; q < q_count; ++q) {
+      VocabParallelSumExp(s.data(), t.data(), local[q].data(), row_max.data(), targets.data(),
+                          q * vl, n, vl, &pool_);
+      for (int i = 0; i < n; ++i) sum[i] += s[i], target[i] += t[i];
+    }
+    VocabParallelLoss(losses.data(), lse.data(), row_max.data(), sum.data(), target.data(), n,
+                      &pool_);
+    double total = 0;
+    for (double l : losses) total += l;
+    return total / n;
+  };
+  forward();
+  Vec want(n);
+  CrossEntropyForward(want.data(), logits.data(), targets.data(), n, vocab, &pool_);
+  for (int i = 0; i < n; ++i) EXPECT_NEAR(losses[i], want[i], 1e-12);
+  // Each slice's gradient, in place on its logits, assembled into (N, vocab).
+  Vec dlogits(n * vocab);
+  for (int q = 0; q < q_count; ++q) {
+    Vec local = slice(q);
+    VocabParallelCrossEntropyBackward(local.data(), local.data(), lse.data(), targets.data(),
+                                      1.0 / n, q * vl, n, vl, &pool_);
+    for (int i = 0; i < n; ++i) {
+      for (int j = 0; j < vl; ++j) {
+        if (q * vl + j < vocab) {
+          dlogits[i * vocab + q * vl + j] = local[i * vl + j];
+        } else {
+          EXPECT_EQ(local[i * vl + j], 0.0) << "padded column " << q * vl + j;
+        }
+      }
+    }
+  }
+  Vec want_d(n * vocab);
+  CrossEntropyBackward(want_d.data(), logits.data(), targets.data(), 1.0 / n, n, vocab, &pool_);
+  for (int i = 0; i < n * vocab; ++i) EXPECT_NEAR(dlogits[i], want_d[i], 1e-12);
+  EXPECT_LT(GradError(&logits, dlogits, forward), kTol);
 }
 
 TEST_F(OpsGradcheck, AdamWMatchesClosedForm) {
