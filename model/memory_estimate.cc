@@ -76,7 +76,8 @@ double ActivationElements(const ModelConfig& c, double b, double t, int layers, 
     e += steps * streams * (3 * lnc + ln * sources) + streams * sources * lnc + 6 * lnc;
   } else if (r == Residual::kHc || r == Residual::kMhc) {
     const double ns = c.hc_streams;
-    const double per_step = r == Residual::kHc ? ns * lnc + 2 * lnc + ln * ns * (ns + 2)
+    // HC per token: hbar (n C), u and y (C), rstd, ta, tb and the coefficients (2 n(n+2)).
+    const double per_step = r == Residual::kHc ? ns * lnc + 2 * lnc + 2 * ln * ns * (ns + 2)
                                       : 2 * lnc + ln * (ns * ns + 4 * ns + 1 + 20 * ns * ns);
     e += steps * ns * lnc + steps * per_step + 3 * ns * lnc + 2 * lnc;
   } else if (r == Residual::kDenseFormer) {

@@ -13,7 +13,6 @@
 #include "core/cuda/check.h"
 #include "core/ops/cuda_ops.h"
 #include "core/ops/gemm_cuda.h"
-#include "model/variants/hyper_cuda.h"
 #include "model/variants/hyper_ops.h"
 
 namespace satdar::model::gpu {
@@ -104,7 +103,7 @@ absl::Status GpuHyper<T>::Resize(int b, int t) {
   SATDAR_RETURN_IF_ERROR(arena_.Alloc(&du_, nc));
   SATDAR_RETURN_IF_ERROR(arena_.Alloc(&dh0_, nc));
   SATDAR_RETURN_IF_ERROR(arena_.Alloc(&dcoef_, n * n_ * (n_ + 2)));
-  if (!mhc_) SATDAR_RETURN_IF_ERROR(arena_.Alloc(&scales_, n * 3));  // HC's scale gradients
+  if (!mhc_) SATDAR_RETURN_IF_ERROR(arena_.Alloc(&scales_, n * 2));  // HC's scale sums
   if (mhc_) {
     SATDAR_RETURN_IF_ERROR(arena_.Alloc(&dproj_, n * ld_));
     SATDAR_RETURN_IF_ERROR(arena_.Alloc(&sinkhorn_, n * kSinkhornSteps * n_ * n_));
@@ -138,36 +137,35 @@ absl::Status GpuHyper<T>::Coefficients(const T* w, const float* master, int l) {
   GPU_CHECK(kc::RmsNormForward(hbar_, s.rstd, s.h, w + o.norm, hr, d_, eps_, stream_));
   SATDAR_RETURN_IF_ERROR(gemm_->GemmMixed(kDt, core::DType::kF32, false, true, hr, k_, d_, 1.0f,
                                           hbar_, d_, w + o.dynamic, d_, 0.0f, s.proj, ld_));
-  lc::HcParams p{master + o.static_alpha, master + o.static_beta, master + o.alpha_scale,
-                 master + o.beta_scale};
-  GPU_CHECK(lc::HcCoefForward(s.coef, s.proj, ld_, p, rows_, n_, stream_));
-  return absl::OkStatus();
+  // proj holds dynamic_alpha's n+1 columns, then dynamic_beta's one: ta = proj, tb = proj + n+1.
+  return lc::HcCoefForward(s.coef, s.proj, ld_, s.proj + n_ + 1, ld_, master + o.static_alpha,
+                           master + o.static_beta, master + o.alpha_scale, master + o.beta_scale,
+                           rows_, n_, stream_);
 }
 
 template <typename T>
 absl::Status GpuHyper<T>::Forward(const T* w, const float* master, const T* h0, T* x_final,
                                   const BranchForward& branch) {
-  GPU_CHECK(lc::StreamsBroadcast(steps_[0].h, h0, rows_, n_, d_, stream_));
+  SATDAR_RETURN_IF_ERROR(lc::StreamsBroadcast(steps_[0].h, h0, rows_, n_, d_, stream_));
   for (int l = 1; l <= sublayers_; ++l) {
     Step& s = steps_[l - 1];
     SATDAR_RETURN_IF_ERROR(Coefficients(w, master, l));
-    const lc::HyperCoefs c = Coefs(s.coef);
-    GPU_CHECK(lc::HyperWidthForward(s.u, s.h, c, rows_, n_, d_, stream_));
+    const HyperCoefs<float> c = Coefs(s.coef);
+    SATDAR_RETURN_IF_ERROR(lc::HyperWidthForward(s.u, s.h, c, rows_, n_, d_, stream_));
     SATDAR_RETURN_IF_ERROR(branch(l, s.u, s.y));
     T* next = l < sublayers_ ? steps_[l].h : h_last_;
-    GPU_CHECK(lc::HyperDepthForward(next, s.h, s.y, c, rows_, n_, d_, stream_));
+    SATDAR_RETURN_IF_ERROR(lc::HyperDepthForward(next, s.h, s.y, c, rows_, n_, d_, stream_));
   }
-  GPU_CHECK(lc::StreamsSum(x_final, h_last_, rows_, n_, d_, stream_));
-  return absl::OkStatus();
+  return lc::StreamsSum(x_final, h_last_, rows_, n_, d_, stream_);
 }
 
 // mHC's res is the last Sinkhorn iterate in the one shared sinkhorn_ buffer: valid from the
 // step's Coefficients (forward) or its recomputation (backward) until the next sublayer's;
 // the branch in between never touches it.
 template <typename T>
-lc::HyperCoefs GpuHyper<T>::Coefs(float* coef) const {
-  if (!mhc_) return lc::HcCoefs(coef, n_);
-  lc::HyperCoefs c;
+HyperCoefs<float> GpuHyper<T>::Coefs(float* coef) const {
+  if (!mhc_) return HcCoefs(coef, n_);
+  HyperCoefs<float> c;
   c.pre = coef;
   c.pre_token = 2 * n_;
   c.post = coef + n_;
@@ -179,9 +177,9 @@ lc::HyperCoefs GpuHyper<T>::Coefs(float* coef) const {
 }
 
 template <typename T>
-lc::HyperCoefs GpuHyper<T>::GradCoefs() const {
-  if (!mhc_) return lc::HcCoefs(dcoef_, n_);
-  lc::HyperCoefs c;  // [dpre | dpost | unused] per token; dres (N, n, n) for the Sinkhorn
+HyperCoefs<float> GpuHyper<T>::GradCoefs() const {
+  if (!mhc_) return HcCoefs(dcoef_, n_);
+  HyperCoefs<float> c;  // [dpre | dpost | unused] per token; dres (N, n, n) for the Sinkhorn
   c.pre = dcoef_;
   c.pre_token = k_;
   c.post = dcoef_ + n_;
@@ -197,22 +195,24 @@ absl::Status GpuHyper<T>::Backward(const T* w, const float* master, float* grads
                                    const T* dx_final, const BranchBackward& branch,
                                    const T** dh0) {
   const size_t nc = static_cast<size_t>(rows_) * d_;
-  GPU_CHECK(lc::StreamsBroadcast(dnext_, dx_final, rows_, n_, d_, stream_));
+  SATDAR_RETURN_IF_ERROR(lc::StreamsBroadcast(dnext_, dx_final, rows_, n_, d_, stream_));
   for (int l = sublayers_; l >= 1; --l) {
     const Step& s = steps_[l - 1];
     if (mhc_) {  // the Sinkhorn iterates of this sublayer (the same bits as in the forward)
       SATDAR_RETURN_IF_ERROR(
           lc::SinkhornForward(sinkhorn_, s.logits, rows_, n_, kSinkhornIterations, stream_));
     }
-    const lc::HyperCoefs c = Coefs(s.coef), dc = GradCoefs();
-    GPU_CHECK(lc::HyperDepthBackward(dy_, dh_, dc, dnext_, s.y, s.h, c, rows_, n_, d_, stream_));
+    const HyperCoefs<float> c = Coefs(s.coef), dc = GradCoefs();
+    SATDAR_RETURN_IF_ERROR(
+        lc::HyperDepthBackward(dy_, dh_, dc, dnext_, s.y, s.h, c, rows_, n_, d_, stream_));
     GPU_CHECK(cudaMemsetAsync(du_, 0, nc * sizeof(T), stream_));
     SATDAR_RETURN_IF_ERROR(branch(l, s.u, dy_, du_));
-    GPU_CHECK(lc::HyperWidthBackward(dh_, dc, du_, s.h, c, rows_, n_, d_, stream_));
+    SATDAR_RETURN_IF_ERROR(lc::HyperWidthBackward(dh_, dc, du_, s.h, c, rows_, n_, d_, stream_));
     SATDAR_RETURN_IF_ERROR(CoefficientsBackward(w, master, grads, l, dh_));
     std::swap(dnext_, dh_);  // dnext_ = d loss / d H before sublayer l
   }
-  GPU_CHECK(lc::StreamsSum(dh0_, dnext_, rows_, n_, d_, stream_));  // every stream began as h0
+  // Every stream began as h0.
+  SATDAR_RETURN_IF_ERROR(lc::StreamsSum(dh0_, dnext_, rows_, n_, d_, stream_));
   *dh0 = dh0_;
   return absl::OkStatus();
 }
@@ -237,15 +237,12 @@ absl::Status GpuHyper<T>::CoefficientsBackward(const T* w, const float* master, 
     return gemm_->GemmMixed(kDt, core::DType::kF32, true, false, k_, nd, rows_, 1.0f, dproj_, ld_,
                             s.h, nd, 1.0f, grads + o.fn, nd);
   }
-  const lc::HcParams p{master + o.static_alpha, master + o.static_beta, master + o.alpha_scale,
-                       master + o.beta_scale};
-  GPU_CHECK(lc::HcCoefBackward(dproj_, scales_, dcoef_, s.proj, ld_, p, rows_, n_, stream_));
-  const int cols = n_ * (n_ + 2);
-  GPU_CHECK(lc::ColumnSums(grads + o.static_alpha, dcoef_, rows_, n_ * (n_ + 1), cols, stream_));
-  GPU_CHECK(lc::ColumnSums(grads + o.static_beta, dcoef_ + n_ * (n_ + 1), rows_, n_, cols,
-                           stream_));
-  GPU_CHECK(lc::ColumnSums(grads + o.alpha_scale, scales_, rows_, 1, 2, stream_));
-  GPU_CHECK(lc::ColumnSums(grads + o.beta_scale, scales_ + 1, rows_, 1, 2, stream_));
+  // dproj_ (N*n, ld_): d/d the projections (ta's n+1 columns, then tb's); the four
+  // parameters' gradients, summed over the tokens in a fixed order.
+  SATDAR_RETURN_IF_ERROR(lc::HcCoefBackward(
+      dproj_, dproj_ + n_ + 1, scales_, grads + o.static_alpha, grads + o.static_beta,
+      grads + o.alpha_scale, grads + o.beta_scale, dcoef_, s.proj, ld_, s.proj + n_ + 1, ld_,
+      master + o.alpha_scale, master + o.beta_scale, rows_, n_, stream_));
   // RMSNorm(H_j) again (the same bits as the forward's), then back through the projection.
   float* rstd = s.rstd;
   GPU_CHECK(kc::RmsNormForward(hbar_, rstd, s.h, w + o.norm, hr, d_, eps_, stream_));

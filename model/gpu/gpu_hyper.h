@@ -1,7 +1,7 @@
 // model/gpu/gpu_hyper.h: the n-stream residual topologies, Hyper-Connections
 // (model/variants/hyper_connections.cc) and mHC (model/variants/mhc.cc), for
-// model/gpu/gpu_model.cc, over the kernels of model/variants/hyper_cuda.h and the cuda:: side
-// of model/variants/hyper_ops.h (mHC's coefficients and Sinkhorn). Each sublayer l reads
+// model/gpu/gpu_model.cc, over the cuda:: side of model/variants/hyper_ops.h (the stream
+// mixing, HC's and mHC's coefficients, the Sinkhorn). Each sublayer l reads
 // u = sum_j pre_j H_j from the hyper state H (N, n, C), runs the decoder's branch y = f_l(u)
 // (a callback), and writes H'_m = post_m y + sum_j res_jm H_j. Coefficient projections are
 // cuBLASLt GEMMs with bf16 (or f32) operands and fp32 outputs; the scalars (static parts,
@@ -26,7 +26,7 @@
 #include "model/config.h"
 #include "model/gpu/device_arena.h"
 #include "model/gpu/gpu_branches.h"
-#include "model/variants/hyper_cuda.h"
+#include "model/variants/hyper_ops.h"
 
 namespace satdar::core::cuda {
 class CachingAllocator;
@@ -82,8 +82,8 @@ class GpuHyper {
   absl::Status CoefficientsBackward(const T* w, const float* master, float* grads, int l,
                                     T* dh);
   // Where a step's coefficients (coef: Step::coef) and their gradients lie.
-  model::cuda::HyperCoefs Coefs(float* coef) const;
-  model::cuda::HyperCoefs GradCoefs() const;
+  HyperCoefs<float> Coefs(float* coef) const;
+  HyperCoefs<float> GradCoefs() const;
 
   const bool mhc_;
   const int sublayers_, n_, d_, k_, ld_;  // k_: projection outputs; ld_: k_ rounded up to 8
@@ -99,7 +99,7 @@ class GpuHyper {
   T* hbar_ = nullptr;     // HC: recomputed RMSNorm(H_j) (N*n, C); its gradient after
   T* dproj_ = nullptr;    // (rows, ld) gradient of the projections
   float* dcoef_ = nullptr;  // (N, n(n+2))
-  float* scales_ = nullptr;  // HC: (N, 3) per-token scale gradients
+  float* scales_ = nullptr;  // HC: (N, 2) cuda::HcCoefBackward's scratch (per-token scale sums)
   float *sinkhorn_ = nullptr, *dres_ = nullptr, *dlogits_ = nullptr, *dz_ = nullptr,
         *mhc_work_ = nullptr;  // mHC; mhc_work_ (N, 4): cuda::MhcCoefBackward's scratch
 };

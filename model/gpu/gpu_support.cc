@@ -3,7 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/gpu/gpu_model.h"
-#include "model/variants/hyper_cuda.h"
+#include "model/variants/hyper_ops.h"
 #include "model/variants/moe_ops.h"
 
 namespace satdar::model::gpu {

@@ -1,17 +1,15 @@
 #include "model/variants/hyper_connections.h"
 
 #include <algorithm>
-#include <cmath>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/ops/matmul.h"
-#include "model/variants/hyper_streams.h"
 #include "core/ops/rmsnorm.h"
+#include "model/variants/hyper_ops.h"
+#include "model/variants/hyper_streams.h"
 
 namespace satdar::model {
-
-namespace cpu = core::cpu;
 
 namespace {
 
@@ -77,6 +75,7 @@ class HyperConnections : public Topology<T> {
       s.rstd.resize(static_cast<size_t>(rows) * n_);
       s.ta.resize(static_cast<size_t>(rows) * n_ * (n_ + 1));
       s.tb.resize(static_cast<size_t>(rows) * n_);
+      s.coef.resize(static_cast<size_t>(rows) * n_ * (n_ + 2));
       s.u.resize(nc);
       s.y.resize(nc);
     }
@@ -87,6 +86,7 @@ class HyperConnections : public Topology<T> {
     dy_.resize(nc);
     dza_.resize(static_cast<size_t>(rows) * n_ * (n_ + 1));
     dzb_.resize(static_cast<size_t>(rows) * n_);
+    dcoef_.resize(static_cast<size_t>(rows) * n_ * (n_ + 2));
   }
 
   // The state after sublayer l is the n streams.
@@ -96,44 +96,29 @@ class HyperConnections : public Topology<T> {
                     const std::vector<const T*>& in, Branches<T>* br, T* x_final,
                     const std::vector<T*>& out) override {
     T* p = const_cast<T*>(params);
-    StreamsIn(hyper_[first - 1].data(), first == 1, h0, in, rows_, n_, d_);
+    StreamsIn(hyper_[first - 1].data(), first == 1, h0, in, rows_, n_, d_, pool_);
     const int hr = rows_ * n_;
     for (int l = first; l <= last; ++l) {
       Step& s = steps_[l - 1];
       const Offsets& o = offsets_[l - 1];
       const T* h = hyper_[l - 1].data();
-      cpu::RmsNormForward(s.hbar.data(), s.rstd.data(), h, p + o.norm, hr, d_, eps_, pool_);
-      cpu::MatmulForward(s.ta.data(), s.hbar.data(), p + o.dynamic_alpha, hr, n_ + 1, d_, pool_);
-      cpu::MatmulForward(s.tb.data(), s.hbar.data(), p + o.dynamic_beta, hr, 1, d_, pool_);
-      for (T& v : s.ta) v = std::tanh(v);
-      for (T& v : s.tb) v = std::tanh(v);
+      core::cpu::RmsNormForward(s.hbar.data(), s.rstd.data(), h, p + o.norm, hr, d_, eps_,
+                                pool_);
+      core::cpu::MatmulForward(s.ta.data(), s.hbar.data(), p + o.dynamic_alpha, hr, n_ + 1, d_,
+                               pool_);
+      core::cpu::MatmulForward(s.tb.data(), s.hbar.data(), p + o.dynamic_beta, hr, 1, d_, pool_);
+      // ta, tb become their tanh; coef = static + scale * tanh.
+      cpu::HcCoefForward(s.coef.data(), s.ta.data(), n_ + 1, s.tb.data(), 1,
+                         params + o.static_alpha, params + o.static_beta,
+                         params + o.alpha_scale, params + o.beta_scale, rows_, n_, pool_);
+      const HyperCoefs<T> c = HcCoefs(s.coef.data(), n_);
       // Width connection: the branch input h_in = sum_j A_m[j] H_j.
-      for (int r = 0; r < rows_; ++r) {
-        T* u = s.u.data() + static_cast<size_t>(r) * d_;
-        std::fill(u, u + d_, T(0));
-        for (int j = 0; j < n_; ++j) {
-          const T am = Alpha(params, o, s, r, j, 0);
-          const T* hj = H(l - 1, r, j);
-          for (int c = 0; c < d_; ++c) u[c] += am * hj[c];
-        }
-      }
+      cpu::HyperWidthForward(s.u.data(), h, c, rows_, n_, d_, pool_);
       br->Forward(l, s.u.data(), s.y.data());
       // Depth connection: H'_m = B[m] y + sum_j A_r[j, m] H_j.
-      for (int r = 0; r < rows_; ++r) {
-        const T* y = s.y.data() + static_cast<size_t>(r) * d_;
-        for (int m = 0; m < n_; ++m) {
-          T* out = H(l, r, m);
-          const T bm = Beta(params, o, s, r, m);
-          for (int c = 0; c < d_; ++c) out[c] = bm * y[c];
-          for (int j = 0; j < n_; ++j) {
-            const T ar = Alpha(params, o, s, r, j, 1 + m);
-            const T* hj = H(l - 1, r, j);
-            for (int c = 0; c < d_; ++c) out[c] += ar * hj[c];
-          }
-        }
-      }
+      cpu::HyperDepthForward(hyper_[l].data(), h, s.y.data(), c, rows_, n_, d_, pool_);
     }
-    StreamsOut(x_final, out, last == sublayers_, hyper_[last].data(), rows_, n_, d_);
+    StreamsOut(x_final, out, last == sublayers_, hyper_[last].data(), rows_, n_, d_, pool_);
   }
 
   void BackwardRange(const T* params, T* grads, int first, int last, const T* dx_final,
@@ -141,87 +126,35 @@ class HyperConnections : public Topology<T> {
                      const std::vector<T*>& din) override {
     T* p = const_cast<T*>(params);
     const int hr = rows_ * n_;
-    StreamsOutBackward(dhyper_.data(), last == sublayers_, dx_final, dout, rows_, n_, d_);
+    StreamsOutBackward(dhyper_.data(), last == sublayers_, dx_final, dout, rows_, n_, d_,
+                       pool_);
     for (int l = last; l >= first; --l) {
-      const Step& s = steps_[l - 1];
+      Step& s = steps_[l - 1];
       const Offsets& o = offsets_[l - 1];
+      const T* h = hyper_[l - 1].data();
       dnext_.swap(dhyper_);  // dnext_ = d/d H after sublayer l
-      std::fill(dhyper_.begin(), dhyper_.end(), T(0));
-      std::fill(dza_.begin(), dza_.end(), T(0));
-      // Depth connection.
-      for (int r = 0; r < rows_; ++r) {
-        const T* y = s.y.data() + static_cast<size_t>(r) * d_;
-        T* dy = dy_.data() + static_cast<size_t>(r) * d_;
-        std::fill(dy, dy + d_, T(0));
-        for (int m = 0; m < n_; ++m) {
-          const T* g = dnext_.data() + (static_cast<size_t>(r) * n_ + m) * d_;
-          const T bm = Beta(params, o, s, r, m);
-          T dot = 0;
-          for (int c = 0; c < d_; ++c) {
-            dy[c] += bm * g[c];
-            dot += y[c] * g[c];
-          }
-          dzb_[r * n_ + m] = dot;  // d/dB[m], turned into d/dz below
-          for (int j = 0; j < n_; ++j) {
-            const T* hj = H(l - 1, r, j);
-            T* dhj = dhyper_.data() + (static_cast<size_t>(r) * n_ + j) * d_;
-            const T ar = Alpha(params, o, s, r, j, 1 + m);
-            T dar = 0;
-            for (int c = 0; c < d_; ++c) {
-              dar += hj[c] * g[c];
-              dhj[c] += ar * g[c];
-            }
-            dza_[(static_cast<size_t>(r) * n_ + j) * (n_ + 1) + 1 + m] = dar;
-          }
-        }
-      }
+      const HyperCoefs<T> c = HcCoefs(s.coef.data(), n_), dc = HcCoefs(dcoef_.data(), n_);
+      // Depth connection (dy_ and dhyper_ overwritten; d/dA_r, d/dB into dcoef_).
+      cpu::HyperDepthBackward(dy_.data(), dhyper_.data(), dc, dnext_.data(), s.y.data(), h, c,
+                              rows_, n_, d_, pool_);
       std::fill(du_.begin(), du_.end(), T(0));
       br->Backward(l, s.u.data(), dy_.data(), du_.data());
-      // Width connection.
-      for (int r = 0; r < rows_; ++r) {
-        const T* du = du_.data() + static_cast<size_t>(r) * d_;
-        for (int j = 0; j < n_; ++j) {
-          const T* hj = H(l - 1, r, j);
-          T* dhj = dhyper_.data() + (static_cast<size_t>(r) * n_ + j) * d_;
-          const T am = Alpha(params, o, s, r, j, 0);
-          T dam = 0;
-          for (int c = 0; c < d_; ++c) {
-            dam += hj[c] * du[c];
-            dhj[c] += am * du[c];
-          }
-          dza_[(static_cast<size_t>(r) * n_ + j) * (n_ + 1)] = dam;
-        }
-      }
-      // Static and dynamic coefficients: a = s_a tanh(za) + static, B = s_b tanh(zb) + static.
-      const T sa = params[o.alpha_scale], sb = params[o.beta_scale];
-      double dsa = 0, dsb = 0;
-      for (int r = 0; r < rows_; ++r) {
-        for (int j = 0; j < n_; ++j) {
-          for (int c = 0; c <= n_; ++c) {
-            const size_t idx = (static_cast<size_t>(r) * n_ + j) * (n_ + 1) + c;
-            const T da = dza_[idx], t = s.ta[idx];
-            grads[o.static_alpha + j * (n_ + 1) + c] += da;
-            dsa += static_cast<double>(da) * t;
-            dza_[idx] = da * sa * (T(1) - t * t);
-          }
-          const size_t jb = static_cast<size_t>(r) * n_ + j;
-          const T db = dzb_[jb], t = s.tb[jb];
-          grads[o.static_beta + j] += db;
-          dsb += static_cast<double>(db) * t;
-          dzb_[jb] = db * sb * (T(1) - t * t);
-        }
-      }
-      grads[o.alpha_scale] += static_cast<T>(dsa);
-      grads[o.beta_scale] += static_cast<T>(dsb);
+      // Width connection (d/dA_m into dcoef_).
+      cpu::HyperWidthBackward(dhyper_.data(), dc, du_.data(), h, c, rows_, n_, d_, pool_);
+      // Static and dynamic coefficients: dza_, dzb_ = d/d the projections before the tanh.
+      cpu::HcCoefBackward(dza_.data(), dzb_.data(), grads + o.static_alpha,
+                          grads + o.static_beta, grads + o.alpha_scale, grads + o.beta_scale,
+                          dcoef_.data(), s.ta.data(), n_ + 1, s.tb.data(), 1,
+                          params + o.alpha_scale, params + o.beta_scale, rows_, n_, pool_);
       std::fill(dhbar_.begin(), dhbar_.end(), T(0));
-      cpu::MatmulBackward(dhbar_.data(), grads + o.dynamic_alpha, dza_.data(), s.hbar.data(),
-                          p + o.dynamic_alpha, hr, n_ + 1, d_, pool_);
-      cpu::MatmulBackward(dhbar_.data(), grads + o.dynamic_beta, dzb_.data(), s.hbar.data(),
-                          p + o.dynamic_beta, hr, 1, d_, pool_);
-      cpu::RmsNormBackward(dhyper_.data(), grads + o.norm, dhbar_.data(), hyper_[l - 1].data(),
-                           p + o.norm, s.rstd.data(), hr, d_, pool_);
+      core::cpu::MatmulBackward(dhbar_.data(), grads + o.dynamic_alpha, dza_.data(),
+                                s.hbar.data(), p + o.dynamic_alpha, hr, n_ + 1, d_, pool_);
+      core::cpu::MatmulBackward(dhbar_.data(), grads + o.dynamic_beta, dzb_.data(),
+                                s.hbar.data(), p + o.dynamic_beta, hr, 1, d_, pool_);
+      core::cpu::RmsNormBackward(dhyper_.data(), grads + o.norm, dhbar_.data(), h, p + o.norm,
+                                 s.rstd.data(), hr, d_, pool_);
     }
-    StreamsInBackward(dh0, din, first == 1, dhyper_.data(), rows_, n_, d_);
+    StreamsInBackward(dh0, din, first == 1, dhyper_.data(), rows_, n_, d_, pool_);
   }
 
  private:
@@ -229,17 +162,11 @@ class HyperConnections : public Topology<T> {
     int64_t norm, static_alpha, static_beta, dynamic_alpha, dynamic_beta, alpha_scale, beta_scale;
   };
   struct Step {
-    std::vector<T> hbar, rstd, ta, tb, u, y;  // ta, tb: tanh of the dynamic projections
+    std::vector<T> hbar, rstd;  // (N*n, C), (N*n): RMSNorm(H_j)
+    std::vector<T> ta, tb;      // (N*n, n+1), (N*n): tanh of the dynamic projections
+    std::vector<T> coef;        // (N, n(n+2)): [A_m[j] | A_r[j, .]] per j, then B (HcCoefs)
+    std::vector<T> u, y;        // (N, C): the branch's input and output
   };
-  T* H(int l, int r, int j) { return hyper_[l].data() + (static_cast<size_t>(r) * n_ + j) * d_; }
-  // a_j[c] for token r (c = 0: A_m[j]; c = 1 + m: A_r[j, m]).
-  T Alpha(const T* p, const Offsets& o, const Step& s, int r, int j, int c) const {
-    return p[o.alpha_scale] * s.ta[(static_cast<size_t>(r) * n_ + j) * (n_ + 1) + c] +
-           p[o.static_alpha + j * (n_ + 1) + c];
-  }
-  T Beta(const T* p, const Offsets& o, const Step& s, int r, int m) const {
-    return p[o.beta_scale] * s.tb[static_cast<size_t>(r) * n_ + m] + p[o.static_beta + m];
-  }
 
   const int sublayers_, n_, d_;
   const double eps_;
@@ -249,7 +176,9 @@ class HyperConnections : public Topology<T> {
   const int first_, last_;  // this pipeline stage's sublayers
   int rows_ = 0;
   std::vector<std::vector<T>> hyper_;  // H before sublayer l+1 (index 0: the entry copies)
-  std::vector<T> dhyper_, dnext_, dhbar_, du_, dy_, dza_, dzb_;
+  std::vector<T> dhyper_, dnext_, dhbar_, du_, dy_;
+  std::vector<T> dza_, dzb_;  // (N*n, n+1), (N*n): d/d the projections before the tanh
+  std::vector<T> dcoef_;      // (N, n(n+2)): d/d coef, HcCoefs' layout
 };
 
 }  // namespace

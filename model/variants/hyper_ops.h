@@ -1,11 +1,32 @@
-// model/variants/hyper_ops.h: the arithmetic of mHC's coefficients (variants/mhc.cc decides the
-// data flow: the projection GEMM, the width and depth connections, the pipeline boundaries),
-// one header for both devices: cpu:: (hyper_ops_cpu.cc, the readable reference, f32 and f64)
-// and cuda:: (hyper_ops_cuda.cu, fp32 coefficients, H in f32 or bf16). Tested against each
-// other by hyper_ops_test (the CUDA side tag gpu).
+// model/variants/hyper_ops.h: the arithmetic of the n-stream residuals, Hyper-Connections
+// (variants/hyper_connections.cc) and mHC (variants/mhc.cc), which decide the data flow (the
+// projection GEMMs, HC's RMSNorm, the branch calls, the pipeline boundaries); one header for
+// both devices: cpu:: (hyper_ops_cpu.cc, the readable reference, f32 and f64) and cuda::
+// (hyper_ops_cuda.cu, fp32 coefficients, H in f32 or bf16). Tested against each other by
+// hyper_ops_test (the CUDA side tag gpu).
 //
-// Per token r (N = B*T rows) of the hyper state H (N, n, C) with vec(H) of nc = n*C entries and
-// mixes = n(n+2) mix logits laid out [pre n | post n | res n*n]:
+// The hyper state H (N, n, C) (N = B*T rows) is stored interleaved: token r, stream j at
+// (r*n + j)*C. Per token the residual is
+//   entry: H_j = h0 for every j                            StreamsBroadcast
+//   width: u = sum_j pre_j H_j                             HyperWidthForward
+//   the branch y = f(u)                                    the caller
+//   depth: H'_m = post_m y + sum_j res_jm H_j              HyperDepthForward
+//   exit:  x = sum_j H_j                                   StreamsSum
+// and back: HyperDepthBackward, HyperWidthBackward (dH and the coefficients' gradients);
+// the backward of entry is StreamsSum, of exit StreamsBroadcast. HyperCoefs<F> says where a
+// design keeps pre, post and res (F: T on the CPU, fp32 on the GPU), so HC and mHC share them.
+// A pipeline boundary's join / split of the n streams stays in hyper_streams.h (pure copies).
+//
+// HC (coefficients per token from the n rows RMSNorm(H_j), the caller's):
+//   ta (N*n, lda) = RMSNorm(H_j) dynamic_alpha^T (n+1 columns), tb (N*n, ldb) = ... dynamic_beta^T
+//   [pre_j | res_j.] = static_alpha_j + alpha_scale tanh(ta_j)   HcCoefForward (ta, tb <- tanh)
+//   post_j = static_beta_j + beta_scale tanh(tb_j)                coef (N, n(n+2)): HcCoefs
+// and back: HcCoefBackward (d/d ta, d/d tb for the caller's GEMMs; the four parameters').
+// The CPU keeps ta and tb as two buffers (lda = n+1, ldb = 1), the GPU one projection buffer
+// (tb = ta + n + 1, lda = ldb = ld).
+//
+// mHC, per token r with vec(H) of nc = n*C entries and mixes = n(n+2) mix logits laid out
+// [pre n | post n | res n*n]:
 //   raw (N, ld) = vec(H) fn^T, ld >= mixes                the caller (GEMM)
 //   rms = 1 / sqrt(mean(vec(H)^2) + eps)                   MhcRms
 //   pre_j = sigmoid(scale[0] raw_j rms + base_j)           MhcCoefForward: coef (N, 2n)
@@ -16,15 +37,10 @@
 // and back: SinkhornBackward (dlogits from dM_last), MhcCoefBackward (draw = d/d raw for the
 // caller's GEMMs, scale's and base's gradients, and the rms path into dH).
 //
-// The width / depth connections and the stream entry / exit (shared with HC) stay as they were:
-// inline loops in hyper_connections.cc / mhc.cc / hyper_streams.h on the CPU, hyper_cuda.h on
-// the GPU: the CPU loops run per row around the branch call and sum HC's scale gradients in
-// double across rows, the GPU kernels are strided by HyperCoefs with per-token partial sums,
-// so one op for both needs the fused treatment MhcCoefBackward got (docs/ONE_MODEL_PLAN.md).
-//
 // The CPU side keeps the CPU model's results bit for bit: per element the same operations in
-// the same order as the loops that were inline in mhc.cc; the sums of scale's and base's
-// gradients over the rows run in double in row order, as before.
+// the same order as the loops that were inline in hyper_connections.cc / mhc.cc /
+// hyper_streams.h; the sums of the parameters' gradients over the rows run in row order
+// (HC's scales and mHC's scale and base in double), serially, as before.
 #ifndef SATDAR_MODEL_VARIANTS_HYPER_OPS_H_
 #define SATDAR_MODEL_VARIANTS_HYPER_OPS_H_
 
@@ -40,11 +56,44 @@ namespace satdar::core {
 class ThreadPool;
 }  // namespace satdar::core
 
+namespace satdar::model::cuda {
+// The most streams the CUDA side takes (per-thread arrays); also checked by CheckGpuSupport
+// (model/gpu/gpu_support.cc, any build).
+inline constexpr int kMaxHyperStreams = 8;
+}  // namespace satdar::model::cuda
+
 namespace satdar::model {
 
 // mHC's Sinkhorn iterations (column normalisations): the steps buffers hold 2x this many
 // (n, n) matrices per token.
 inline constexpr int kMhcSinkhornIterations = 20;
+
+// Where token r's coefficients lie: pre_j = pre[r*pre_token + j*pre_step],
+// post_m = post[r*post_token + m], res_jm = res[r*res_token + j*res_row + m]. F is T on the
+// CPU and float on the GPU; the same struct describes gradients (written) and values (read).
+template <typename F>
+struct HyperCoefs {
+  F* pre = nullptr;
+  F* post = nullptr;
+  F* res = nullptr;
+  int64_t pre_token = 0, pre_step = 1, post_token = 0, res_token = 0, res_row = 0;
+};
+
+// HC's coefficient layout, coef (N, n(n+2)) per token: the (n, n+1) matrix [pre_j | res_j.]
+// then post (n).
+template <typename F>
+HyperCoefs<F> HcCoefs(F* coef, int n) {
+  HyperCoefs<F> c;
+  c.pre = coef;
+  c.pre_token = n * (n + 2);
+  c.pre_step = n + 1;
+  c.res = coef + 1;
+  c.res_token = n * (n + 2);
+  c.res_row = n + 1;
+  c.post = coef + n * (n + 1);
+  c.post_token = n * (n + 2);
+  return c;
+}
 
 namespace cpu {
 
@@ -82,6 +131,58 @@ void MhcCoefBackward(T* draw, T* dz, T* grad_scale, T* grad_base, T* dh, const T
                      const T* scale, const T* h, int rows, int n, int nc,
                      core::ThreadPool* pool);
 
+
+// ---- The stream mixing (HC and mHC).
+
+// out (N, n, C) = in (N, C) in every stream (entry; the backward of exit).
+template <typename T>
+void StreamsBroadcast(T* out, const T* in, int rows, int n, int c, core::ThreadPool* pool);
+// out (N, C) = sum over the n streams of in (N, n, C), in stream order (exit; the backward
+// of entry). Overwritten.
+template <typename T>
+void StreamsSum(T* out, const T* in, int rows, int n, int c, core::ThreadPool* pool);
+
+// u (N, C) = sum_j pre_j H_j (overwritten; added in stream order).
+template <typename T>
+void HyperWidthForward(T* u, const T* h, const HyperCoefs<T>& coefs, int rows, int n, int c,
+                       core::ThreadPool* pool);
+// h_out (N, n, C): stream m = post_m y + sum_j res_jm H_j (h_out must not alias h).
+template <typename T>
+void HyperDepthForward(T* h_out, const T* h, const T* y, const HyperCoefs<T>& coefs, int rows,
+                       int n, int c, core::ThreadPool* pool);
+// From g (N, n, C), the gradient of h_out: dy (N, C) = sum_m post_m g_m and dh (N, n, C)
+// with dh_j = sum_m res_jm g_m (both overwritten; added in m order); dcoefs' post_m =
+// <y, g_m> and res_jm = <H_j, g_m> (written).
+template <typename T>
+void HyperDepthBackward(T* dy, T* dh, const HyperCoefs<T>& dcoefs, const T* g, const T* y,
+                        const T* h, const HyperCoefs<T>& coefs, int rows, int n, int c,
+                        core::ThreadPool* pool);
+// From du (N, C), the gradient of u: dh_j += pre_j du; dcoefs' pre_j = <H_j, du> (written).
+template <typename T>
+void HyperWidthBackward(T* dh, const HyperCoefs<T>& dcoefs, const T* du, const T* h,
+                        const HyperCoefs<T>& coefs, int rows, int n, int c,
+                        core::ThreadPool* pool);
+
+// ---- HC's coefficients.
+
+// ta (N*n, lda) (columns 0..n) and tb (N*n, ldb) (column 0) are replaced by their tanh;
+// coef (N, n(n+2)) in HcCoefs' layout = static + scale * tanh. static_alpha (n, n+1),
+// static_beta (n), alpha_scale and beta_scale (one value each): the parameters.
+template <typename T>
+void HcCoefForward(T* coef, T* ta, int lda, T* tb, int ldb, const T* static_alpha,
+                   const T* static_beta, const T* alpha_scale, const T* beta_scale, int rows,
+                   int n, core::ThreadPool* pool);
+// From dcoef (N, n(n+2)) in HcCoefs' layout (the mixing backward's) and ta, tb (the tanh
+// HcCoefForward left): dta (N*n, lda), dtb (N*n, ldb) = dcoef scale (1 - tanh^2) (columns
+// 0..n resp. 0 written, others untouched), the gradients before the tanh; grad_static_alpha,
+// grad_static_beta += the sums of dcoef over the rows, grad_alpha_scale, grad_beta_scale +=
+// sum dcoef tanh (row order; the scales' in double, added once). Nothing may alias.
+template <typename T>
+void HcCoefBackward(T* dta, T* dtb, T* grad_static_alpha, T* grad_static_beta,
+                    T* grad_alpha_scale, T* grad_beta_scale, const T* dcoef, const T* ta,
+                    int lda, const T* tb, int ldb, const T* alpha_scale, const T* beta_scale,
+                    int rows, int n, core::ThreadPool* pool);
+
 }  // namespace cpu
 
 #if defined(SATDAR_WITH_CUDA) || defined(__CUDACC__)
@@ -92,8 +193,8 @@ namespace cuda {
 // (the GEMM's fp32 output) and the parameters (fp32 master weights and gradients) are fp32,
 // and all arithmetic is fp32. Device pointers, enqueued on `stream`. Deterministic: per token
 // one thread (coefficients, Sinkhorn) or one block with a fixed tree (MhcRms); the sums over
-// tokens are ColumnSums (hyper_cuda.h: fixed partition and tree). No atomics. Every op returns
-// InvalidArgument for n outside [1, kMaxHyperStreams] (hyper_cuda.h) or ld < mixes.
+// tokens are ColumnSums (below: fixed partition and tree). No atomics. Every op returns
+// InvalidArgument for n outside [1, kMaxHyperStreams] or ld < mixes (mHC) / lda < n + 1 (HC).
 template <typename T>
 absl::Status MhcRms(float* rms, const T* h, int rows, int nc, float eps, cudaStream_t stream);
 absl::Status MhcCoefForward(float* coef, float* logits, const float* raw, int ld,
@@ -112,6 +213,48 @@ absl::Status MhcCoefBackward(T* draw, float* dz, float* work, float* grad_scale,
                              const float* coef, const float* raw, int ld, const float* rms,
                              const float* scale, const T* h, int rows, int n, int nc,
                              cudaStream_t stream);
+
+// The stream mixing (T is float or __nv_bfloat16; coefficients fp32). Elementwise kernels walk
+// (token, stream, channel) with a grid stride; the dot products run a block per token (or
+// token and stream) with a fixed tree.
+template <typename T>
+absl::Status StreamsBroadcast(T* out, const T* in, int rows, int n, int c, cudaStream_t stream);
+template <typename T>
+absl::Status StreamsSum(T* out, const T* in, int rows, int n, int c, cudaStream_t stream);
+template <typename T>
+absl::Status HyperWidthForward(T* u, const T* h, const HyperCoefs<float>& coefs, int rows, int n,
+                               int c, cudaStream_t stream);
+template <typename T>
+absl::Status HyperDepthForward(T* h_out, const T* h, const T* y, const HyperCoefs<float>& coefs,
+                               int rows, int n, int c, cudaStream_t stream);
+template <typename T>
+absl::Status HyperDepthBackward(T* dy, T* dh, const HyperCoefs<float>& dcoefs, const T* g,
+                                const T* y, const T* h, const HyperCoefs<float>& coefs, int rows,
+                                int n, int c, cudaStream_t stream);
+template <typename T>
+absl::Status HyperWidthBackward(T* dh, const HyperCoefs<float>& dcoefs, const T* du, const T* h,
+                                const HyperCoefs<float>& coefs, int rows, int n, int c,
+                                cudaStream_t stream);
+
+// HC's coefficients: ta, tb are the fp32 GEMM outputs (one buffer: tb = ta + n + 1, lda = ldb).
+absl::Status HcCoefForward(float* coef, float* ta, int lda, float* tb, int ldb,
+                           const float* static_alpha, const float* static_beta,
+                           const float* alpha_scale, const float* beta_scale, int rows, int n,
+                           cudaStream_t stream);
+// dta, dtb of T (the GEMMs' operands). The one argument the CPU side lacks: work (N, 2) fp32
+// scratch (per token the two scale sums, summed over tokens in a fixed order afterwards).
+template <typename T>
+absl::Status HcCoefBackward(T* dta, T* dtb, float* work, float* grad_static_alpha,
+                            float* grad_static_beta, float* grad_alpha_scale,
+                            float* grad_beta_scale, const float* dcoef, const float* ta, int lda,
+                            const float* tb, int ldb, const float* alpha_scale,
+                            const float* beta_scale, int rows, int n, cudaStream_t stream);
+
+// A helper without a CPU twin (also used by muddformer_ops_cuda.cu): out[k] += sum over rows r
+// of in[r*ld + k], k < cols (fp32; one block per column, a fixed partition of the rows and a
+// fixed tree: deterministic).
+cudaError_t ColumnSums(float* out, const float* in, int rows, int cols, int ld,
+                       cudaStream_t stream);
 
 }  // namespace cuda
 

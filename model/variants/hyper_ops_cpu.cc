@@ -1,9 +1,9 @@
-// mHC's coefficients on the CPU (hyper_ops.h): the reference the CUDA side is tested against,
-// and what the CPU model runs. The loops are Mhc::Coefficients' and CoefficientsBackward's and
-// the rms path of Mhc::BackwardRange as they were inline in mhc.cc: per element the same
-// operations in the same order, so the model's results did not change bit for bit when they
-// moved here. Rows are independent and run in parallel, except the coefficient backward's
-// first pass: its sums across rows (scale's and base's gradients) run serially in row order.
+// HC's and mHC's ops on the CPU (hyper_ops.h): the reference the CUDA side is tested against,
+// and what the CPU model runs. The loops are those that were inline in hyper_connections.cc,
+// mhc.cc and hyper_streams.h: per element the same operations in the same order, so the
+// models' results did not change bit for bit when they moved here. Rows are independent and
+// run in parallel, except the coefficient backwards' sums across rows (the parameters'
+// gradients), which run serially in row order.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -217,6 +217,220 @@ void MhcCoefBackward(T* draw, T* dz, T* grad_scale, T* grad_base, T* dh, const T
       kRowChunk);
 }
 
+
+// ---- The stream mixing.
+
+namespace {
+
+template <typename T>
+T Pre(const HyperCoefs<T>& c, int64_t r, int j) {
+  return c.pre[r * c.pre_token + j * c.pre_step];
+}
+template <typename T>
+T& Post(const HyperCoefs<T>& c, int64_t r, int m) {
+  return c.post[r * c.post_token + m];
+}
+template <typename T>
+T& Res(const HyperCoefs<T>& c, int64_t r, int j, int m) {
+  return c.res[r * c.res_token + j * c.res_row + m];
+}
+
+}  // namespace
+
+template <typename T>
+void StreamsBroadcast(T* out, const T* in, int rows, int n, int c, core::ThreadPool* pool) {
+  pool->ParallelFor(
+      rows,
+      [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          const T* src = in + r * c;
+          for (int j = 0; j < n; ++j) std::copy(src, src + c, out + (r * n + j) * c);
+        }
+      },
+      kRowChunk);
+}
+
+template <typename T>
+void StreamsSum(T* out, const T* in, int rows, int n, int c, core::ThreadPool* pool) {
+  pool->ParallelFor(
+      rows,
+      [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          T* g = out + r * c;
+          std::fill(g, g + c, T(0));
+          for (int j = 0; j < n; ++j) {
+            const T* dj = in + (r * n + j) * c;
+            for (int e = 0; e < c; ++e) g[e] += dj[e];
+          }
+        }
+      },
+      kRowChunk);
+}
+
+template <typename T>
+void HyperWidthForward(T* u, const T* h, const HyperCoefs<T>& coefs, int rows, int n, int c,
+                       core::ThreadPool* pool) {
+  pool->ParallelFor(
+      rows,
+      [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          T* ur = u + r * c;
+          std::fill(ur, ur + c, T(0));
+          for (int j = 0; j < n; ++j) {
+            const T am = Pre(coefs, r, j);
+            const T* hj = h + (r * n + j) * c;
+            for (int e = 0; e < c; ++e) ur[e] += am * hj[e];
+          }
+        }
+      },
+      kRowChunk);
+}
+
+template <typename T>
+void HyperDepthForward(T* h_out, const T* h, const T* y, const HyperCoefs<T>& coefs, int rows,
+                       int n, int c, core::ThreadPool* pool) {
+  pool->ParallelFor(
+      rows,
+      [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          const T* yr = y + r * c;
+          for (int m = 0; m < n; ++m) {
+            T* out = h_out + (r * n + m) * c;
+            const T bm = Post(coefs, r, m);
+            for (int e = 0; e < c; ++e) out[e] = bm * yr[e];
+            for (int j = 0; j < n; ++j) {
+              const T ar = Res(coefs, r, j, m);
+              const T* hj = h + (r * n + j) * c;
+              for (int e = 0; e < c; ++e) out[e] += ar * hj[e];
+            }
+          }
+        }
+      },
+      kRowChunk);
+}
+
+template <typename T>
+void HyperDepthBackward(T* dy, T* dh, const HyperCoefs<T>& dcoefs, const T* g, const T* y,
+                        const T* h, const HyperCoefs<T>& coefs, int rows, int n, int c,
+                        core::ThreadPool* pool) {
+  pool->ParallelFor(
+      rows,
+      [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          const T* yr = y + r * c;
+          T* dyr = dy + r * c;
+          std::fill(dyr, dyr + c, T(0));
+          std::fill(dh + r * n * c, dh + (r + 1) * n * c, T(0));
+          for (int m = 0; m < n; ++m) {
+            const T* gm = g + (r * n + m) * c;
+            const T bm = Post(coefs, r, m);
+            T dot = 0;
+            for (int e = 0; e < c; ++e) {
+              dyr[e] += bm * gm[e];
+              dot += yr[e] * gm[e];
+            }
+            Post(dcoefs, r, m) = dot;
+            for (int j = 0; j < n; ++j) {
+              const T* hj = h + (r * n + j) * c;
+              T* dhj = dh + (r * n + j) * c;
+              const T ar = Res(coefs, r, j, m);
+              T dar = 0;
+              for (int e = 0; e < c; ++e) {
+                dar += hj[e] * gm[e];
+                dhj[e] += ar * gm[e];
+              }
+              Res(dcoefs, r, j, m) = dar;
+            }
+          }
+        }
+      },
+      kRowChunk);
+}
+
+template <typename T>
+void HyperWidthBackward(T* dh, const HyperCoefs<T>& dcoefs, const T* du, const T* h,
+                        const HyperCoefs<T>& coefs, int rows, int n, int c,
+                        core::ThreadPool* pool) {
+  pool->ParallelFor(
+      rows,
+      [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          const T* dur = du + r * c;
+          for (int j = 0; j < n; ++j) {
+            const T* hj = h + (r * n + j) * c;
+            T* dhj = dh + (r * n + j) * c;
+            const T am = Pre(coefs, r, j);
+            T dam = 0;
+            for (int e = 0; e < c; ++e) {
+              dam += hj[e] * dur[e];
+              dhj[e] += am * dur[e];
+            }
+            dcoefs.pre[r * dcoefs.pre_token + j * dcoefs.pre_step] = dam;
+          }
+        }
+      },
+      kRowChunk);
+}
+
+// ---- HC's coefficients.
+
+template <typename T>
+void HcCoefForward(T* coef, T* ta, int lda, T* tb, int ldb, const T* static_alpha,
+                   const T* static_beta, const T* alpha_scale, const T* beta_scale, int rows,
+                   int n, core::ThreadPool* pool) {
+  SATDAR_CHECK(lda >= n + 1 && ldb >= 1) << "lda " << lda << ", ldb " << ldb << ", n " << n;
+  const int cols = n * (n + 2);
+  pool->ParallelFor(
+      rows,
+      [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          T* cf = coef + r * cols;
+          for (int j = 0; j < n; ++j) {
+            T* a = ta + (r * n + j) * lda;
+            for (int k = 0; k <= n; ++k) {
+              a[k] = std::tanh(a[k]);
+              cf[j * (n + 1) + k] = alpha_scale[0] * a[k] + static_alpha[j * (n + 1) + k];
+            }
+            T& b = tb[(r * n + j) * ldb];
+            b = std::tanh(b);
+            cf[n * (n + 1) + j] = beta_scale[0] * b + static_beta[j];
+          }
+        }
+      },
+      kRowChunk);
+}
+
+template <typename T>
+void HcCoefBackward(T* dta, T* dtb, T* grad_static_alpha, T* grad_static_beta,
+                    T* grad_alpha_scale, T* grad_beta_scale, const T* dcoef, const T* ta,
+                    int lda, const T* tb, int ldb, const T* alpha_scale, const T* beta_scale,
+                    int rows, int n, core::ThreadPool* pool) {
+  (void)pool;  // one serial pass: the parameters' gradients are sums in row order
+  SATDAR_CHECK(lda >= n + 1 && ldb >= 1) << "lda " << lda << ", ldb " << ldb << ", n " << n;
+  const int cols = n * (n + 2);
+  // a = s_a tanh(za) + static, B = s_b tanh(zb) + static.
+  const T sa = alpha_scale[0], sb = beta_scale[0];
+  double dsa = 0, dsb = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* dc = dcoef + r * cols;
+    for (int j = 0; j < n; ++j) {
+      const int64_t row = r * n + j;
+      for (int k = 0; k <= n; ++k) {
+        const T da = dc[j * (n + 1) + k], t = ta[row * lda + k];
+        grad_static_alpha[j * (n + 1) + k] += da;
+        dsa += static_cast<double>(da) * t;
+        dta[row * lda + k] = da * sa * (T(1) - t * t);
+      }
+      const T db = dc[n * (n + 1) + j], t = tb[row * ldb];
+      grad_static_beta[j] += db;
+      dsb += static_cast<double>(db) * t;
+      dtb[row * ldb] = db * sb * (T(1) - t * t);
+    }
+  }
+  grad_alpha_scale[0] += static_cast<T>(dsa);
+  grad_beta_scale[0] += static_cast<T>(dsb);
+}
+
 #define SATDAR_INSTANTIATE(T)                                                                  \
   template void MhcRms<T>(T*, const T*, int, int, double, core::ThreadPool*);                  \
   template void MhcCoefForward<T>(T*, T*, const T*, int, const T*, const T*, const T*, int,    \
@@ -225,7 +439,22 @@ void MhcCoefBackward(T* draw, T* dz, T* grad_scale, T* grad_base, T* dh, const T
   template void SinkhornBackward<T>(T*, const T*, const T*, int, int, int, core::ThreadPool*); \
   template void MhcCoefBackward<T>(T*, T*, T*, T*, T*, const T*, const T*, const T*, const T*, \
                                    int, const T*, const T*, const T*, int, int, int,           \
-                                   core::ThreadPool*);
+                                   core::ThreadPool*);                                         \
+  template void StreamsBroadcast<T>(T*, const T*, int, int, int, core::ThreadPool*);           \
+  template void StreamsSum<T>(T*, const T*, int, int, int, core::ThreadPool*);                 \
+  template void HyperWidthForward<T>(T*, const T*, const HyperCoefs<T>&, int, int, int,        \
+                                     core::ThreadPool*);                                       \
+  template void HyperDepthForward<T>(T*, const T*, const T*, const HyperCoefs<T>&, int, int,   \
+                                     int, core::ThreadPool*);                                  \
+  template void HyperDepthBackward<T>(T*, T*, const HyperCoefs<T>&, const T*, const T*,        \
+                                      const T*, const HyperCoefs<T>&, int, int, int,           \
+                                      core::ThreadPool*);                                      \
+  template void HyperWidthBackward<T>(T*, const HyperCoefs<T>&, const T*, const T*,            \
+                                      const HyperCoefs<T>&, int, int, int, core::ThreadPool*); \
+  template void HcCoefForward<T>(T*, T*, int, T*, int, const T*, const T*, const T*, const T*, \
+                                 int, int, core::ThreadPool*);                                 \
+  template void HcCoefBackward<T>(T*, T*, T*, T*, T*, T*, const T*, const T*, int, const T*,   \
+                                  int, const T*, const T*, int, int, core::ThreadPool*);
 SATDAR_INSTANTIATE(float)
 SATDAR_INSTANTIATE(double)
 #undef SATDAR_INSTANTIATE

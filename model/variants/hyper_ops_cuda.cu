@@ -1,9 +1,12 @@
-// mHC's coefficients on the GPU (hyper_ops.h; hyper_ops_cpu.cc is the reference). The kernels
-// moved here unchanged from hyper_cuda.cu (MhcRms, MhcCoefForward, MhcCoefBackward, RowScaleAdd)
-// and layers/sinkhorn_cuda.cu (the Sinkhorn forward and backward). MhcRms runs a block per
-// token with a fixed tree (BlockSums); the coefficients and the Sinkhorn a thread per token
-// (the matrices are tiny, n <= kMaxHyperStreams: a token's dM stays in registers / local
-// memory); the sums over tokens are ColumnSums (hyper_cuda.h: a fixed partition and tree).
+// HC's and mHC's ops on the GPU (hyper_ops.h; hyper_ops_cpu.cc is the reference). The kernels
+// are those of the former hyper_cuda.cu (stream entry / exit, the width and depth connections,
+// HC's coefficients, ColumnSums; mHC's MhcRms, MhcCoefForward, MhcCoefBackward, RowScaleAdd)
+// and layers/sinkhorn_cuda.cu (the Sinkhorn forward and backward), arithmetic unchanged.
+// Elementwise kernels walk (token, stream, channel) with a grid stride; the dot products of
+// the mixing backward and MhcRms run a block per token (or token and stream), each thread a
+// fixed channel slice, then a fixed tree (BlockSums); the coefficients and the Sinkhorn a
+// thread per token (the matrices are tiny, n <= kMaxHyperStreams: a token's dM stays in
+// registers / local memory); the sums over tokens are ColumnSums (a fixed partition and tree).
 // No atomics: bit-identical run to run, and to the kernels before the move.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -12,11 +15,11 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "core/check.h"
 #include "core/cuda/bf16.cuh"
 #include "core/cuda/check.h"
 #include "core/cuda/launch.h"
 #include "core/cuda/reduce.cuh"
-#include "model/variants/hyper_cuda.h"
 #include "model/variants/hyper_ops.h"
 
 namespace satdar::model::cuda {
@@ -26,7 +29,7 @@ namespace {
 using namespace ::satdar::core::cuda::device;  // NOLINT: Ld, St, GridBlocks, BlockSums
 using ::satdar::core::cuda::Launch;
 
-constexpr int kThreads = 256;      // MhcRms's block, RowScaleAdd's grid stride
+constexpr int kThreads = 256;      // the per-token blocks and the grid-stride kernels
 constexpr int kTokenBlock = 128;   // the thread-per-token kernels
 constexpr int kMaxEntries = kMaxHyperStreams * kMaxHyperStreams;
 
@@ -38,6 +41,14 @@ absl::Status CheckShape(const char* op, int n, int ld, int iterations = 1) {
   if (n < 1 || n > kMaxHyperStreams || ld < n * (n + 2) || iterations < 1) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": n ", n, " (1..", kMaxHyperStreams,
                                                    "), ld ", ld, ", iterations ", iterations));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckStreams(const char* op, int n) {
+  if (n < 1 || n > kMaxHyperStreams) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": n ", n, " (1..", kMaxHyperStreams, ")"));
   }
   return absl::OkStatus();
 }
@@ -181,6 +192,224 @@ __global__ void RowScaleAddKernel(T* dh, const float* rowcoef, const T* h, int64
   }
 }
 
+// ---- The stream mixing and HC's coefficients.
+
+constexpr int kS = kMaxHyperStreams;
+
+int Blocks(int64_t n) { return GridBlocks(n, kThreads); }
+
+__device__ __forceinline__ float Pre(const HyperCoefs<float>& c, int64_t r, int j) {
+  return c.pre[r * c.pre_token + j * c.pre_step];
+}
+__device__ __forceinline__ float Post(const HyperCoefs<float>& c, int64_t r, int m) {
+  return c.post[r * c.post_token + m];
+}
+__device__ __forceinline__ float Res(const HyperCoefs<float>& c, int64_t r, int j, int m) {
+  return c.res[r * c.res_token + j * c.res_row + m];
+}
+
+template <typename T>
+__global__ void BroadcastKernel(T* out, const T* in, int64_t rows, int n, int c) {
+  const int64_t total = rows * n * c;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / (static_cast<int64_t>(n) * c);
+    out[i] = in[r * c + i % c];
+  }
+}
+
+template <typename T>
+__global__ void SumKernel(T* out, const T* in, int64_t rows, int n, int c) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < rows * c;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / c, e = i % c;
+    float s = 0.0f;
+    for (int j = 0; j < n; ++j) s += Ld(in + (r * n + j) * c + e);
+    St(out + i, s);
+  }
+}
+
+template <typename T>
+__global__ void WidthKernel(T* u, const T* h, HyperCoefs<float> coefs, int64_t rows, int n,
+                            int c) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < rows * c;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / c, e = i % c;
+    float s = 0.0f;
+    for (int j = 0; j < n; ++j) s += Pre(coefs, r, j) * Ld(h + (r * n + j) * c + e);
+    St(u + i, s);
+  }
+}
+
+template <typename T>
+__global__ void DepthKernel(T* h_out, const T* h, const T* y, HyperCoefs<float> coefs,
+                            int64_t rows, int n, int c) {
+  const int64_t total = rows * n * c;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t e = i % c, rm = i / c;
+    const int64_t r = rm / n;
+    const int m = static_cast<int>(rm % n);
+    float s = Post(coefs, r, m) * Ld(y + r * c + e);
+    for (int j = 0; j < n; ++j) s += Res(coefs, r, j, m) * Ld(h + (r * n + j) * c + e);
+    St(h_out + i, s);
+  }
+}
+
+// dy = sum_m post_m g_m; dh_j = sum_m res_jm g_m (both written).
+template <typename T>
+__global__ void DepthBackwardKernel(T* dy, T* dh, const T* g, HyperCoefs<float> coefs,
+                                    int64_t rows, int n, int c) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < rows * c;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / c, e = i % c;
+    float gm[kS];
+    float s = 0.0f;
+#pragma unroll
+    for (int m = 0; m < kS; ++m) {
+      gm[m] = m < n ? Ld(g + (r * n + m) * c + e) : 0.0f;
+      if (m < n) s += Post(coefs, r, m) * gm[m];
+    }
+    St(dy + i, s);
+    for (int j = 0; j < n; ++j) {
+      float d = 0.0f;
+#pragma unroll
+      for (int m = 0; m < kS; ++m) {
+        if (m < n) d += Res(coefs, r, j, m) * gm[m];
+      }
+      St(dh + (r * n + j) * c + e, d);
+    }
+  }
+}
+
+// Block (token r, stream m): dpost_m = <y, g_m>, dres_jm = <H_j, g_m>.
+template <typename T>
+__global__ void DepthDotsKernel(HyperCoefs<float> dcoefs, const T* g, const T* y, const T* h,
+                                int n, int c) {
+  const int64_t r = blockIdx.x;
+  const int m = blockIdx.y;
+  float acc[kS + 1];
+#pragma unroll
+  for (int j = 0; j <= kS; ++j) acc[j] = 0.0f;
+  const T* gm = g + (r * n + m) * c;
+  for (int e = threadIdx.x; e < c; e += blockDim.x) {
+    const float ge = Ld(gm + e);
+    acc[kS] += Ld(y + r * c + e) * ge;
+#pragma unroll
+    for (int j = 0; j < kS; ++j) {
+      if (j < n) acc[j] += Ld(h + (r * n + j) * c + e) * ge;
+    }
+  }
+  BlockSums<kThreads, kS + 1>(acc);
+  if (threadIdx.x == 0) {
+    dcoefs.post[r * dcoefs.post_token + m] = acc[kS];
+    for (int j = 0; j < n; ++j) dcoefs.res[r * dcoefs.res_token + j * dcoefs.res_row + m] = acc[j];
+  }
+}
+
+// dh_j += pre_j du.
+template <typename T>
+__global__ void WidthBackwardKernel(T* dh, const T* du, HyperCoefs<float> coefs, int64_t rows,
+                                    int n, int c) {
+  const int64_t total = rows * n * c;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t e = i % c, rj = i / c;
+    const int64_t r = rj / n;
+    const int j = static_cast<int>(rj % n);
+    St(dh + i, Ld(dh + i) + Pre(coefs, r, j) * Ld(du + r * c + e));
+  }
+}
+
+// Block per token: dpre_j = <H_j, du>.
+template <typename T>
+__global__ void WidthDotsKernel(HyperCoefs<float> dcoefs, const T* du, const T* h, int n, int c) {
+  const int64_t r = blockIdx.x;
+  float acc[kS];
+#pragma unroll
+  for (int j = 0; j < kS; ++j) acc[j] = 0.0f;
+  for (int e = threadIdx.x; e < c; e += blockDim.x) {
+    const float d = Ld(du + r * c + e);
+#pragma unroll
+    for (int j = 0; j < kS; ++j) {
+      if (j < n) acc[j] += Ld(h + (r * n + j) * c + e) * d;
+    }
+  }
+  BlockSums<kThreads, kS>(acc);
+  if (threadIdx.x == 0) {
+    for (int j = 0; j < n; ++j) dcoefs.pre[r * dcoefs.pre_token + j * dcoefs.pre_step] = acc[j];
+  }
+}
+
+__global__ void ColumnSumsKernel(float* out, const float* in, int rows, int ld) {
+  const int k = blockIdx.x;
+  float acc[1] = {0.0f};
+  for (int r = threadIdx.x; r < rows; r += blockDim.x) {
+    acc[0] += in[static_cast<int64_t>(r) * ld + k];
+  }
+  BlockSums<kThreads, 1>(acc);
+  if (threadIdx.x == 0) out[k] += acc[0];
+}
+
+// Thread per token: ta, tb <- tanh; coef (N, n(n+2)) in HcCoefs' layout.
+__global__ void HcCoefForwardKernel(float* coef, float* ta, int lda, float* tb, int ldb,
+                                    const float* static_alpha, const float* static_beta,
+                                    const float* alpha_scale, const float* beta_scale, int rows,
+                                    int n) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (r >= rows) return;
+  const float sa = *alpha_scale, sb = *beta_scale;
+  float* out = coef + r * n * (n + 2);
+  for (int j = 0; j < n; ++j) {
+    float* z = ta + (r * n + j) * lda;
+    for (int k = 0; k <= n; ++k) {
+      const float t = tanhf(z[k]);
+      z[k] = t;
+      out[j * (n + 1) + k] = static_alpha[j * (n + 1) + k] + sa * t;
+    }
+    float* zb = tb + (r * n + j) * ldb;
+    const float t = tanhf(*zb);
+    *zb = t;
+    out[n * (n + 1) + j] = static_beta[j] + sb * t;
+  }
+}
+
+// Thread per token: dta, dtb; scales (N, 2) = per token sum dalpha tanh, sum dbeta tanh.
+template <typename T>
+__global__ void HcCoefBackwardKernel(T* dta, T* dtb, float* scales, const float* dcoef,
+                                     const float* ta, int lda, const float* tb, int ldb,
+                                     const float* alpha_scale, const float* beta_scale, int rows,
+                                     int n) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (r >= rows) return;
+  const float sa = *alpha_scale, sb = *beta_scale;
+  const float* dc = dcoef + r * n * (n + 2);
+  float dsa = 0.0f, dsb = 0.0f;
+  for (int j = 0; j < n; ++j) {
+    const int64_t row = r * n + j;
+    const float* t = ta + row * lda;
+    T* out = dta + row * lda;
+    for (int k = 0; k <= n; ++k) {
+      const float da = dc[j * (n + 1) + k];
+      dsa += da * t[k];
+      St(out + k, da * sa * (1.0f - t[k] * t[k]));
+    }
+    const float db = dc[n * (n + 1) + j], tj = tb[row * ldb];
+    dsb += db * tj;
+    St(dtb + row * ldb, db * sb * (1.0f - tj * tj));
+  }
+  scales[2 * r] = dsa;
+  scales[2 * r + 1] = dsb;
+}
+
+absl::Status CheckHc(const char* op, int n, int lda, int ldb) {
+  if (n < 1 || n > kMaxHyperStreams || lda < n + 1 || ldb < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": n ", n, " (1..", kMaxHyperStreams,
+                                                   "), lda ", lda, ", ldb ", ldb));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 template <typename T>
@@ -253,12 +482,144 @@ absl::Status MhcCoefBackward(T* draw, float* dz, float* work, float* grad_scale,
   return absl::OkStatus();
 }
 
+// ---- The stream mixing.
+
+template <typename T>
+absl::Status StreamsBroadcast(T* out, const T* in, int rows, int n, int c, cudaStream_t stream) {
+  SATDAR_RETURN_IF_ERROR(CheckStreams("StreamsBroadcast", n));
+  if (rows <= 0) return absl::OkStatus();
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("BroadcastKernel", BroadcastKernel<T>,
+                                     dim3(Blocks(static_cast<int64_t>(rows) * n * c)),
+                                     dim3(kThreads), 0, stream, out, in, rows, n, c));
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status StreamsSum(T* out, const T* in, int rows, int n, int c, cudaStream_t stream) {
+  SATDAR_RETURN_IF_ERROR(CheckStreams("StreamsSum", n));
+  if (rows <= 0) return absl::OkStatus();
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("SumKernel", SumKernel<T>,
+                                     dim3(Blocks(static_cast<int64_t>(rows) * c)),
+                                     dim3(kThreads), 0, stream, out, in, rows, n, c));
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status HyperWidthForward(T* u, const T* h, const HyperCoefs<float>& coefs, int rows, int n,
+                               int c, cudaStream_t stream) {
+  SATDAR_RETURN_IF_ERROR(CheckStreams("HyperWidthForward", n));
+  if (rows <= 0) return absl::OkStatus();
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("WidthKernel", WidthKernel<T>,
+                                     dim3(Blocks(static_cast<int64_t>(rows) * c)),
+                                     dim3(kThreads), 0, stream, u, h, coefs, rows, n, c));
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status HyperDepthForward(T* h_out, const T* h, const T* y, const HyperCoefs<float>& coefs,
+                               int rows, int n, int c, cudaStream_t stream) {
+  SATDAR_RETURN_IF_ERROR(CheckStreams("HyperDepthForward", n));
+  if (rows <= 0) return absl::OkStatus();
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("DepthKernel", DepthKernel<T>,
+                                     dim3(Blocks(static_cast<int64_t>(rows) * n * c)),
+                                     dim3(kThreads), 0, stream, h_out, h, y, coefs, rows, n, c));
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status HyperDepthBackward(T* dy, T* dh, const HyperCoefs<float>& dcoefs, const T* g,
+                                const T* y, const T* h, const HyperCoefs<float>& coefs, int rows,
+                                int n, int c, cudaStream_t stream) {
+  SATDAR_RETURN_IF_ERROR(CheckStreams("HyperDepthBackward", n));
+  if (rows <= 0) return absl::OkStatus();
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("DepthBackwardKernel", DepthBackwardKernel<T>,
+                                     dim3(Blocks(static_cast<int64_t>(rows) * c)),
+                                     dim3(kThreads), 0, stream, dy, dh, g, coefs, rows, n, c));
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("DepthDotsKernel", DepthDotsKernel<T>, dim3(rows, n),
+                                     dim3(kThreads), 0, stream, dcoefs, g, y, h, n, c));
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status HyperWidthBackward(T* dh, const HyperCoefs<float>& dcoefs, const T* du, const T* h,
+                                const HyperCoefs<float>& coefs, int rows, int n, int c,
+                                cudaStream_t stream) {
+  SATDAR_RETURN_IF_ERROR(CheckStreams("HyperWidthBackward", n));
+  if (rows <= 0) return absl::OkStatus();
+  // The dots read h and du only, so they may run before dh changes.
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("WidthDotsKernel", WidthDotsKernel<T>, dim3(rows),
+                                     dim3(kThreads), 0, stream, dcoefs, du, h, n, c));
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("WidthBackwardKernel", WidthBackwardKernel<T>,
+                                     dim3(Blocks(static_cast<int64_t>(rows) * n * c)),
+                                     dim3(kThreads), 0, stream, dh, du, coefs, rows, n, c));
+  return absl::OkStatus();
+}
+
+cudaError_t ColumnSums(float* out, const float* in, int rows, int cols, int ld,
+                       cudaStream_t stream) {
+  if (cols == 0) return cudaSuccess;
+  return Launch("ColumnSumsKernel", ColumnSumsKernel, dim3(cols), dim3(kThreads), 0, stream, out,
+                in, rows, ld);
+}
+
+// ---- HC's coefficients.
+
+absl::Status HcCoefForward(float* coef, float* ta, int lda, float* tb, int ldb,
+                           const float* static_alpha, const float* static_beta,
+                           const float* alpha_scale, const float* beta_scale, int rows, int n,
+                           cudaStream_t stream) {
+  SATDAR_RETURN_IF_ERROR(CheckHc("HcCoefForward", n, lda, ldb));
+  if (rows <= 0) return absl::OkStatus();
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("HcCoefForwardKernel", HcCoefForwardKernel,
+                                     dim3(TokenBlocks(rows)), dim3(kTokenBlock), 0, stream, coef,
+                                     ta, lda, tb, ldb, static_alpha, static_beta, alpha_scale,
+                                     beta_scale, rows, n));
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status HcCoefBackward(T* dta, T* dtb, float* work, float* grad_static_alpha,
+                            float* grad_static_beta, float* grad_alpha_scale,
+                            float* grad_beta_scale, const float* dcoef, const float* ta, int lda,
+                            const float* tb, int ldb, const float* alpha_scale,
+                            const float* beta_scale, int rows, int n, cudaStream_t stream) {
+  SATDAR_RETURN_IF_ERROR(CheckHc("HcCoefBackward", n, lda, ldb));
+  if (rows <= 0) return absl::OkStatus();
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("HcCoefBackwardKernel", HcCoefBackwardKernel<T>,
+                                     dim3(TokenBlocks(rows)), dim3(kTokenBlock), 0, stream, dta,
+                                     dtb, work, dcoef, ta, lda, tb, ldb, alpha_scale, beta_scale,
+                                     rows, n));
+  const int cols = n * (n + 2);
+  SATDAR_CUDA_RETURN_IF_ERROR(
+      ColumnSums(grad_static_alpha, dcoef, rows, n * (n + 1), cols, stream));
+  SATDAR_CUDA_RETURN_IF_ERROR(
+      ColumnSums(grad_static_beta, dcoef + n * (n + 1), rows, n, cols, stream));
+  SATDAR_CUDA_RETURN_IF_ERROR(ColumnSums(grad_alpha_scale, work, rows, 1, 2, stream));
+  SATDAR_CUDA_RETURN_IF_ERROR(ColumnSums(grad_beta_scale, work + 1, rows, 1, 2, stream));
+  return absl::OkStatus();
+}
+
 #define SATDAR_INSTANTIATE(T)                                                                  \
   template absl::Status MhcRms<T>(float*, const T*, int, int, float, cudaStream_t);            \
   template absl::Status MhcCoefBackward<T>(T*, float*, float*, float*, float*, T*,             \
                                            const float*, const float*, const float*,           \
                                            const float*, int, const float*, const float*,      \
-                                           const T*, int, int, int, cudaStream_t);
+                                           const T*, int, int, int, cudaStream_t);             \
+  template absl::Status StreamsBroadcast<T>(T*, const T*, int, int, int, cudaStream_t);        \
+  template absl::Status StreamsSum<T>(T*, const T*, int, int, int, cudaStream_t);              \
+  template absl::Status HyperWidthForward<T>(T*, const T*, const HyperCoefs<float>&, int, int, \
+                                             int, cudaStream_t);                               \
+  template absl::Status HyperDepthForward<T>(T*, const T*, const T*, const HyperCoefs<float>&, \
+                                             int, int, int, cudaStream_t);                     \
+  template absl::Status HyperDepthBackward<T>(T*, T*, const HyperCoefs<float>&, const T*,      \
+                                              const T*, const T*, const HyperCoefs<float>&,    \
+                                              int, int, int, cudaStream_t);                    \
+  template absl::Status HyperWidthBackward<T>(T*, const HyperCoefs<float>&, const T*,          \
+                                              const T*, const HyperCoefs<float>&, int, int,    \
+                                              int, cudaStream_t);                              \
+  template absl::Status HcCoefBackward<T>(T*, T*, float*, float*, float*, float*, float*,      \
+                                          const float*, const float*, int, const float*, int,  \
+                                          const float*, const float*, int, int, cudaStream_t);
 SATDAR_INSTANTIATE(float)
 SATDAR_INSTANTIATE(__nv_bfloat16)
 #undef SATDAR_INSTANTIATE

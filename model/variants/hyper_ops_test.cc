@@ -1,8 +1,10 @@
-// mHC's coefficient ops (hyper_ops.h): the CPU side by f64 central differences (the Sinkhorn's
-// logits; H, raw, scale and base through the RMS, the sigmoids and the Sinkhorn, with padding
-// columns in raw), and the CUDA side against the CPU side, f32 and bf16 (tag gpu: skipped
-// without a GPU), on the inputs the mHC case of residual_mixing_cuda_test and the Sinkhorn case
-// of layers_cuda_test used.
+// HC's and mHC's ops (hyper_ops.h): the CPU side by f64 central differences (the stream entry
+// and exit; the width and depth connections in HC's and mHC's coefficient layouts; HC's
+// coefficients on both the GPU's one-buffer and the CPU model's two-buffer projection layouts;
+// the Sinkhorn's logits; H, raw, scale and base through the RMS, the sigmoids and the
+// Sinkhorn, with padding columns in raw), and the CUDA side against the CPU side, f32 and bf16
+// (tag gpu: skipped without a GPU), on the inputs the former residual_mixing_cuda_test and the
+// Sinkhorn case of layers_cuda_test used.
 //
 // Tolerances (gpu_test_util's ExpectClose: |gpu - cpu| <= rtol * max(|cpu|, rms(cpu))):
 //   f32: 1e-5 everywhere (fp32 on both sides; only the order of additions and the GPU's fused
@@ -12,17 +14,22 @@
 //   bf16: the CPU runs in f32 on the same bf16-rounded H. Outputs stored in bf16 (draw, dH) get
 //   1e-2 (one bf16 rounding is <= 2^-9 relative, plus fp32 sums); the fp32 outputs computed
 //   from fp32 inputs per token (rms, coefficients, logits, dz, Sinkhorn) keep 1e-5, and the
-//   parameters' gradients (sums over tokens, CPU in double) get 1e-4.
+//   parameters' gradients (sums over tokens, CPU in double) get 1e-4. The stream mixing: the
+//   outputs stored in T (u, H out, dy, dH, the exit's sum) 1e-2, its fp32 dot products (the
+//   coefficients' gradients, from the same bf16-rounded operands on both sides) 1e-4; the entry
+//   is a copy (0). HC's coefficients: tanh and coef 1e-5 (fp32 from fp32 on both sides), dproj
+//   (stored in T) 1e-2, the four parameters' gradients (sums over tokens) 1e-4.
 #include "model/variants/hyper_ops.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/cuda/testing/gpu_test_util.h"
 #include "core/ops/gradcheck_testutil.h"
 #include "core/thread_pool.h"
 #include "gtest/gtest.h"
-#include "model/variants/hyper_cuda.h"  // kMaxHyperStreams
 
 namespace satdar::model {
 namespace {
@@ -136,6 +143,142 @@ TEST(HyperOps, MhcCoefGradientsMatchFiniteDifferences) {
   EXPECT_EQ(dh1, dh2);
 }
 
+// Entry and exit are each other's adjoints: loss = <w, Broadcast(x)> has gradient Sum(w), and
+// loss = <v, Sum(H)> has gradient Broadcast(v).
+TEST(HyperOps, StreamsGradientsMatchFiniteDifferences) {
+  core::ThreadPool pool(2);
+  const int rows = 3, n = 3, c = 4;
+  Vec x = RandomVector(Sz(rows, c), 21), h = RandomVector(Sz(rows * n, c), 22);
+  const Vec w = RandomVector(Sz(rows * n, c), 23), v = RandomVector(Sz(rows, c), 24);
+  Vec hx(w.size()), sx(v.size());
+  auto loss_in = [&] {
+    cpu::StreamsBroadcast(hx.data(), x.data(), rows, n, c, &pool);
+    return Dot(w, hx);
+  };
+  auto loss_out = [&] {
+    cpu::StreamsSum(sx.data(), h.data(), rows, n, c, &pool);
+    return Dot(v, sx);
+  };
+  Vec dx(x.size(), 7.0), dh(h.size(), 7.0);  // overwritten
+  cpu::StreamsSum(dx.data(), w.data(), rows, n, c, &pool);
+  cpu::StreamsBroadcast(dh.data(), v.data(), rows, n, c, &pool);
+  EXPECT_LT(GradError(&x, dx, loss_in), 1e-7);
+  EXPECT_LT(GradError(&h, dh, loss_out), 1e-7);
+}
+
+// The width and depth connections: loss = <wu, u> + <wo, H_out> over H, y and the
+// coefficients, in HC's layout (HcCoefs: pre and res interleaved) and in mHC's (pre, post in
+// one buffer, res in another with a token stride larger than n*n). dH starts nonzero (the depth
+// backward overwrites it) and the width backward adds to it.
+TEST(HyperOps, MixingGradientsMatchFiniteDifferences) {
+  core::ThreadPool pool(2);
+  const int rows = 3, n = 3, c = 5, cols = n * (n + 2), res_token = n * n + 2;
+  for (bool hc : {true, false}) {
+    Vec h = RandomVector(Sz(rows * n, c), 31), y = RandomVector(Sz(rows, c), 32);
+    // HC: coef (N, n(n+2)); mHC: coef (N, 2n) [pre | post] and res (N, res_token).
+    Vec coef = RandomVector(Sz(rows, hc ? cols : 2 * n), 33);
+    Vec res = RandomVector(Sz(rows, res_token), 34);
+    const Vec wu = RandomVector(Sz(rows, c), 35), wo = RandomVector(Sz(rows * n, c), 36);
+    auto layout = [&](double* cf, double* rs) {
+      if (hc) return HcCoefs(cf, n);
+      HyperCoefs<double> k;
+      k.pre = cf;
+      k.pre_token = 2 * n;
+      k.post = cf + n;
+      k.post_token = 2 * n;
+      k.res = rs;
+      k.res_token = res_token;
+      k.res_row = n;
+      return k;
+    };
+    Vec u(wu.size()), hout(wo.size());
+    auto loss = [&] {
+      const HyperCoefs<double> k = layout(coef.data(), res.data());
+      cpu::HyperWidthForward(u.data(), h.data(), k, rows, n, c, &pool);
+      cpu::HyperDepthForward(hout.data(), h.data(), y.data(), k, rows, n, c, &pool);
+      return Dot(wu, u) + Dot(wo, hout);
+    };
+    loss();
+    Vec dh(h.size(), 5.0), dy(y.size(), 5.0), dcoef(coef.size(), 0.0), dres(res.size(), 0.0);
+    const HyperCoefs<double> k = layout(coef.data(), res.data()),
+                             dk = layout(dcoef.data(), dres.data());
+    cpu::HyperDepthBackward(dy.data(), dh.data(), dk, wo.data(), y.data(), h.data(), k, rows, n,
+                            c, &pool);
+    cpu::HyperWidthBackward(dh.data(), dk, wu.data(), h.data(), k, rows, n, c, &pool);
+    EXPECT_LT(GradError(&h, dh, loss), 1e-7) << (hc ? "HC" : "mHC");
+    EXPECT_LT(GradError(&y, dy, loss), 1e-7) << (hc ? "HC" : "mHC");
+    EXPECT_LT(GradError(&coef, dcoef, loss), 1e-7) << (hc ? "HC" : "mHC");
+    // mHC: the padding entries of each token's res row stay untouched (gradient 0).
+    if (!hc) {
+      EXPECT_LT(GradError(&res, dres, loss), 1e-7);
+    }
+  }
+}
+
+// HC's coefficients: loss = <w, coef> over the projections (before the tanh), the static
+// parts and the scales, with the GPU's layout (one buffer, ld = n + 4: ta's n+1 columns, tb's
+// one, two padding columns whose gradient stays 0) and the CPU model's (two buffers, lda =
+// n + 1, ldb = 1), which give the same results exactly. The gradients accumulate into nonzero
+// values.
+TEST(HyperOps, HcCoefGradientsMatchFiniteDifferences) {
+  core::ThreadPool pool(2);
+  const int rows = 4, n = 3, ld = n + 4, cols = n * (n + 2);
+  Vec proj = RandomVector(Sz(rows * n, ld), 41, 0.8);
+  Vec sa = RandomVector(Sz(n, n + 1), 42), sb = RandomVector(n, 43);
+  Vec alpha_scale = {0.7}, beta_scale = {-0.6};
+  const Vec w = RandomVector(Sz(rows, cols), 44);
+  Vec t(proj.size()), coef(Sz(rows, cols));
+  auto loss = [&] {
+    t = proj;  // replaced by its tanh
+    cpu::HcCoefForward(coef.data(), t.data(), ld, t.data() + n + 1, ld, sa.data(), sb.data(),
+                       alpha_scale.data(), beta_scale.data(), rows, n, &pool);
+    return Dot(w, coef);
+  };
+  loss();
+  Vec dproj(proj.size(), 0.0);
+  const Vec gsa0 = RandomVector(sa.size(), 45, 0.1), gsb0 = RandomVector(n, 46, 0.1);
+  Vec gsa = gsa0, gsb = gsb0, gas = {0.25}, gbs = {-0.5};
+  cpu::HcCoefBackward(dproj.data(), dproj.data() + n + 1, gsa.data(), gsb.data(), gas.data(),
+                      gbs.data(), w.data(), t.data(), ld, t.data() + n + 1, ld,
+                      alpha_scale.data(), beta_scale.data(), rows, n, &pool);
+  for (size_t i = 0; i < gsa.size(); ++i) gsa[i] -= gsa0[i];
+  for (int j = 0; j < n; ++j) gsb[j] -= gsb0[j];
+  gas[0] -= 0.25;
+  gbs[0] += 0.5;
+  EXPECT_LT(GradError(&proj, dproj, loss), 1e-7);
+  EXPECT_LT(GradError(&sa, gsa, loss), 1e-7);
+  EXPECT_LT(GradError(&sb, gsb, loss), 1e-7);
+  EXPECT_LT(GradError(&alpha_scale, gas, loss), 1e-7);
+  EXPECT_LT(GradError(&beta_scale, gbs, loss), 1e-7);
+  // The CPU model's layout: ta (N*n, n+1) and tb (N*n, 1) apart.
+  Vec ta(Sz(rows * n, n + 1)), tb(Sz(rows, n)), coef2(coef.size());
+  for (int i = 0; i < rows * n; ++i) {
+    for (int k = 0; k <= n; ++k) ta[Sz(i, n + 1) + k] = proj[Sz(i, ld) + k];
+    tb[i] = proj[Sz(i, ld) + n + 1];
+  }
+  loss();
+  cpu::HcCoefForward(coef2.data(), ta.data(), n + 1, tb.data(), 1, sa.data(), sb.data(),
+                     alpha_scale.data(), beta_scale.data(), rows, n, &pool);
+  EXPECT_EQ(coef2, coef);
+  Vec dta(ta.size()), dtb(tb.size()), g1(sa.size()), g2(n), g3(1), g4(1);
+  Vec h1(sa.size()), h2(n), h3(1), h4(1);
+  cpu::HcCoefBackward(dta.data(), dtb.data(), g1.data(), g2.data(), g3.data(), g4.data(),
+                      w.data(), ta.data(), n + 1, tb.data(), 1, alpha_scale.data(),
+                      beta_scale.data(), rows, n, &pool);
+  std::fill(dproj.begin(), dproj.end(), 0.0);
+  cpu::HcCoefBackward(dproj.data(), dproj.data() + n + 1, h1.data(), h2.data(), h3.data(),
+                      h4.data(), w.data(), t.data(), ld, t.data() + n + 1, ld,
+                      alpha_scale.data(), beta_scale.data(), rows, n, &pool);
+  for (int i = 0; i < rows * n; ++i) {
+    for (int k = 0; k <= n; ++k) EXPECT_EQ(dta[Sz(i, n + 1) + k], dproj[Sz(i, ld) + k]);
+    EXPECT_EQ(dtb[i], dproj[Sz(i, ld) + n + 1]);
+  }
+  EXPECT_EQ(g1, h1);
+  EXPECT_EQ(g2, h2);
+  EXPECT_EQ(g3, h3);
+  EXPECT_EQ(g4, h4);
+}
+
 #ifdef SATDAR_WITH_CUDA
 
 using core::gpu_test::DeviceArray;
@@ -169,8 +312,9 @@ void CheckSinkhorn() {
       gsteps.get(), glogits.get(), 1, cuda::kMaxHyperStreams + 1, iterations, nullptr)));
 }
 
-// The RMS of vec(H), the coefficients, their backward and the rms path (the inputs of
-// residual_mixing_cuda_test's mHC case), accumulating into nonzero dH and parameter gradients.
+// The RMS of vec(H), the coefficients, their backward and the rms path (the inputs of the
+// former residual_mixing_cuda_test's mHC case), accumulating into nonzero dH and parameter
+// gradients.
 template <typename T>
 void CheckCudaAgainstCpu() {
   const double stored = kIsBf16<T> ? 1e-2 : 1e-5, sums = kIsBf16<T> ? 1e-4 : 1e-5;
@@ -223,9 +367,133 @@ void CheckCudaAgainstCpu() {
   if (!kIsBf16<T>) CheckSinkhorn();  // fp32 only
 }
 
+// The stream entry / exit and the width / depth connections, in HC's coefficient layout and in
+// mHC's (res strided as the last of the Sinkhorn iterates), forward and backward, dH
+// accumulating. The inputs of the former residual_mixing_cuda_test's HC case.
+template <typename T>
+void CheckMixingCudaAgainstCpu() {
+  const double stored = kIsBf16<T> ? 1e-2 : 1e-5, dots = kIsBf16<T> ? 1e-4 : 1e-5;
+  const int rows = 13, n = 3, c = 40, cols = n * (n + 2), res_token = 3 * n * n;
+  core::ThreadPool pool(2);
+  const auto h = Quantize<T>(RandomNormal(Sz(rows * n, c), 1));
+  const auto y = Quantize<T>(RandomNormal(Sz(rows, c), 2));
+  const auto g = Quantize<T>(RandomNormal(Sz(rows * n, c), 3));
+  const auto du = Quantize<T>(RandomNormal(Sz(rows, c), 4));
+  const auto x0 = Quantize<T>(RandomNormal(Sz(rows, c), 5));
+  // Entry and exit.
+  std::vector<float> hb(h.size()), xs(x0.size());
+  cpu::StreamsBroadcast(hb.data(), x0.data(), rows, n, c, &pool);
+  cpu::StreamsSum(xs.data(), h.data(), rows, n, c, &pool);
+  DeviceArray<T> gx0(x0), gh(h), ghb(hb.size()), gxs(xs.size());
+  ASSERT_TRUE(cuda::StreamsBroadcast(ghb.get(), gx0.get(), rows, n, c, nullptr).ok());
+  ASSERT_TRUE(cuda::StreamsSum(gxs.get(), gh.get(), rows, n, c, nullptr).ok());
+  ExpectClose(ghb.Download(), hb, 0.0, "entry");  // a copy
+  ExpectClose(gxs.Download(), xs, stored, "exit");
+  for (bool hc : {true, false}) {
+    const char* name = hc ? "HC" : "mHC";
+    const auto coef = RandomNormal(Sz(rows, hc ? cols : 2 * n), 6);
+    const auto res = RandomNormal(Sz(rows, res_token), 7);
+    auto layout = [&](float* cf, float* rs) {
+      if (hc) return HcCoefs(cf, n);
+      HyperCoefs<float> k;
+      k.pre = cf;
+      k.pre_token = 2 * n;
+      k.post = cf + n;
+      k.post_token = 2 * n;
+      k.res = rs + 2 * n * n;  // the last of three iterates
+      k.res_token = res_token;
+      k.res_row = n;
+      return k;
+    };
+    // CPU (f32 on the same T-rounded inputs).
+    std::vector<float> ccoef = coef, cres = res, u(Sz(rows, c)), hout(h.size()), dy(y.size()),
+                       dh(h.size()), dcoef(coef.size(), 0.0f), dres(res.size(), 0.0f);
+    const HyperCoefs<float> k = layout(ccoef.data(), cres.data()),
+                            dk = layout(dcoef.data(), dres.data());
+    cpu::HyperWidthForward(u.data(), h.data(), k, rows, n, c, &pool);
+    cpu::HyperDepthForward(hout.data(), h.data(), y.data(), k, rows, n, c, &pool);
+    cpu::HyperDepthBackward(dy.data(), dh.data(), dk, g.data(), y.data(), h.data(), k, rows, n,
+                            c, &pool);
+    cpu::HyperWidthBackward(dh.data(), dk, du.data(), h.data(), k, rows, n, c, &pool);
+    // GPU.
+    DeviceArray<T> gy(y), gg(g), gdu(du), gu(u.size()), ghout(hout.size()), gdy(dy.size()),
+        gdh(dh.size());
+    DeviceArray<float> gcoef(coef), gres(res), gdcoef(dcoef), gdres(dres);
+    const HyperCoefs<float> gk = layout(gcoef.f32(), gres.f32()),
+                            gdk = layout(gdcoef.f32(), gdres.f32());
+    ASSERT_TRUE(cuda::HyperWidthForward(gu.get(), gh.get(), gk, rows, n, c, nullptr).ok());
+    ASSERT_TRUE(
+        cuda::HyperDepthForward(ghout.get(), gh.get(), gy.get(), gk, rows, n, c, nullptr).ok());
+    ASSERT_TRUE(cuda::HyperDepthBackward(gdy.get(), gdh.get(), gdk, gg.get(), gy.get(), gh.get(),
+                                         gk, rows, n, c, nullptr)
+                    .ok());
+    ASSERT_TRUE(
+        cuda::HyperWidthBackward(gdh.get(), gdk, gdu.get(), gh.get(), gk, rows, n, c, nullptr)
+            .ok());
+    ExpectClose(gu.Download(), u, stored, std::string(name) + " u");
+    ExpectClose(ghout.Download(), hout, stored, std::string(name) + " H out");
+    ExpectClose(gdy.Download(), dy, stored, std::string(name) + " dy");
+    ExpectClose(gdh.Download(), dh, stored, std::string(name) + " dH");
+    ExpectClose(gdcoef.Download(), dcoef, dots, std::string(name) + " dcoef");
+    ExpectClose(gdres.Download(), dres, dots, std::string(name) + " dres");
+  }
+  // More streams than the kernels hold: refused before launching.
+  EXPECT_TRUE(absl::IsInvalidArgument(cuda::HyperWidthForward(
+      ghb.get(), gh.get(), HyperCoefs<float>(), 1, cuda::kMaxHyperStreams + 1, c, nullptr)));
+}
+
+// HC's coefficients and their fused backward, on the GPU's layout (one projection buffer,
+// ld = 8 > n + 2), the parameters' gradients accumulating into nonzero values.
+template <typename T>
+void CheckHcCoefCudaAgainstCpu() {
+  const double stored = kIsBf16<T> ? 1e-2 : 1e-5, sums = kIsBf16<T> ? 1e-4 : 1e-5;
+  const int rows = 13, n = 3, ld = 8, cols = n * (n + 2);
+  core::ThreadPool pool(2);
+  const auto proj = RandomNormal(Sz(rows * n, ld), 51);
+  const auto sa = RandomNormal(Sz(n, n + 1), 52), sb = RandomNormal(n, 53);
+  const std::vector<float> alpha_scale = {0.3f}, beta_scale = {-0.2f};
+  const auto dcoef = RandomNormal(Sz(rows, cols), 54);
+  const auto gsa0 = RandomNormal(sa.size(), 55, 0.1f), gsb0 = RandomNormal(n, 56, 0.1f);
+  const std::vector<float> gas0 = {0.05f}, gbs0 = {-0.07f};
+  // CPU.
+  std::vector<float> t = proj, coef(Sz(rows, cols)), dproj(proj.size(), 0.0f), gsa = gsa0,
+                     gsb = gsb0, gas = gas0, gbs = gbs0;
+  cpu::HcCoefForward(coef.data(), t.data(), ld, t.data() + n + 1, ld, sa.data(), sb.data(),
+                     alpha_scale.data(), beta_scale.data(), rows, n, &pool);
+  cpu::HcCoefBackward(dproj.data(), dproj.data() + n + 1, gsa.data(), gsb.data(), gas.data(),
+                      gbs.data(), dcoef.data(), t.data(), ld, t.data() + n + 1, ld,
+                      alpha_scale.data(), beta_scale.data(), rows, n, &pool);
+  // GPU.
+  DeviceArray<float> gt(proj), gcoef(coef.size()), gsa_p(sa), gsb_p(sb), gas_p(alpha_scale),
+      gbs_p(beta_scale), gdcoef(dcoef), gwork(Sz(rows, 2)), ggsa(gsa0), ggsb(gsb0), ggas(gas0),
+      ggbs(gbs0);
+  DeviceArray<T> gdproj(std::vector<float>(proj.size(), 0.0f));
+  ASSERT_TRUE(cuda::HcCoefForward(gcoef.f32(), gt.f32(), ld, gt.f32() + n + 1, ld, gsa_p.f32(),
+                                  gsb_p.f32(), gas_p.f32(), gbs_p.f32(), rows, n, nullptr)
+                  .ok());
+  ASSERT_TRUE(cuda::HcCoefBackward(gdproj.get(), gdproj.get() + n + 1, gwork.f32(), ggsa.f32(),
+                                   ggsb.f32(), ggas.f32(), ggbs.f32(), gdcoef.f32(), gt.f32(), ld,
+                                   gt.f32() + n + 1, ld, gas_p.f32(), gbs_p.f32(), rows, n,
+                                   nullptr)
+                  .ok());
+  ExpectClose(gt.Download(), t, 1e-5, "hc tanh");
+  ExpectClose(gcoef.Download(), coef, 1e-5, "hc coef");
+  ExpectClose(gdproj.Download(), dproj, stored, "hc dproj");  // padding columns stay 0
+  ExpectClose(ggsa.Download(), gsa, sums, "hc grad static_alpha");
+  ExpectClose(ggsb.Download(), gsb, sums, "hc grad static_beta");
+  ExpectClose(ggas.Download(), gas, sums, "hc grad alpha_scale");
+  ExpectClose(ggbs.Download(), gbs, sums, "hc grad beta_scale");
+  // lda narrower than the n+1 alpha columns: refused before launching.
+  EXPECT_TRUE(absl::IsInvalidArgument(cuda::HcCoefForward(
+      gcoef.f32(), gt.f32(), n, gt.f32() + n + 1, ld, gsa_p.f32(), gsb_p.f32(), gas_p.f32(),
+      gbs_p.f32(), rows, n, nullptr)));
+}
+
 #endif  // SATDAR_WITH_CUDA
 
 SATDAR_CUDA_MATCHES_CPU_TESTS(HyperOps, CheckCudaAgainstCpu)
+SATDAR_CUDA_MATCHES_CPU_TESTS(HyperMixingOps, CheckMixingCudaAgainstCpu)
+SATDAR_CUDA_MATCHES_CPU_TESTS(HcCoefOps, CheckHcCoefCudaAgainstCpu)
 
 }  // namespace
 }  // namespace satdar::model

@@ -1,7 +1,9 @@
-// model/variants/hyper_streams.h: entry and exit of the n-stream hyper hidden state shared by
-// HC and mHC. The state is stored interleaved as (B*T, n, C): token r, stream j at
-// (r*n + j)*C. Entry copies h0 into every stream; exit sums the streams. A pipeline boundary
-// carries the n streams as n tensors of (B*T, C) (JoinStreams / SplitStreams).
+// model/variants/hyper_streams.h: the ends of a range of sublayers over the n-stream hyper
+// state shared by HC and mHC on the CPU. The state is stored interleaved as (B*T, n, C): token
+// r, stream j at (r*n + j)*C. The first sublayer's range enters h0 into every stream and the
+// last one's sums the streams (cpu::StreamsBroadcast / StreamsSum, hyper_ops.h: the ops with
+// a CUDA twin); a pipeline boundary carries the n streams as n tensors of (B*T, C)
+// (JoinStreams / SplitStreams here: pure copies, which only the CPU's pipeline stages use).
 #ifndef SATDAR_MODEL_VARIANTS_HYPER_STREAMS_H_
 #define SATDAR_MODEL_VARIANTS_HYPER_STREAMS_H_
 
@@ -9,39 +11,9 @@
 #include <cstddef>
 #include <vector>
 
+#include "model/variants/hyper_ops.h"
+
 namespace satdar::model {
-
-template <typename T>
-void EnterStreams(T* hyper, const T* h0, int rows, int n, int c) {
-  for (int r = 0; r < rows; ++r) {
-    const T* src = h0 + static_cast<size_t>(r) * c;
-    for (int j = 0; j < n; ++j) std::copy(src, src + c, hyper + (static_cast<size_t>(r) * n + j) * c);
-  }
-}
-
-// dh0 = sum over streams of d/d(hyper) (the backward of EnterStreams).
-template <typename T>
-void EnterStreamsBackward(T* dh0, const T* dhyper, int rows, int n, int c) {
-  for (int r = 0; r < rows; ++r) {
-    T* g = dh0 + static_cast<size_t>(r) * c;
-    std::fill(g, g + c, T(0));
-    for (int j = 0; j < n; ++j) {
-      const T* dj = dhyper + (static_cast<size_t>(r) * n + j) * c;
-      for (int e = 0; e < c; ++e) g[e] += dj[e];
-    }
-  }
-}
-
-template <typename T>
-void ExitStreams(T* x_final, const T* hyper, int rows, int n, int c) {
-  EnterStreamsBackward(x_final, hyper, rows, n, c);  // the same sum over streams
-}
-
-// Every stream receives dx_final (the backward of ExitStreams).
-template <typename T>
-void ExitStreamsBackward(T* dhyper, const T* dx_final, int rows, int n, int c) {
-  EnterStreams(dhyper, dx_final, rows, n, c);
-}
 
 // hyper (B*T, n, C) <- stream j from parts[j] (B*T, C).
 template <typename T>
@@ -70,36 +42,37 @@ void SplitStreams(const std::vector<T*>& parts, const T* hyper, int rows, int n,
 // sublayer) or the n streams for the next stage; backward mirrors both ends.
 template <typename T>
 void StreamsIn(T* hyper, bool from_h0, const T* h0, const std::vector<const T*>& in, int rows,
-               int n, int c) {
+               int n, int c, core::ThreadPool* pool) {
   if (from_h0) {
-    EnterStreams(hyper, h0, rows, n, c);
+    cpu::StreamsBroadcast(hyper, h0, rows, n, c, pool);
   } else {
     JoinStreams(hyper, in, rows, n, c);
   }
 }
 template <typename T>
 void StreamsOut(T* x_final, const std::vector<T*>& out, bool to_final, const T* hyper, int rows,
-                int n, int c) {
+                int n, int c, core::ThreadPool* pool) {
   if (to_final) {
-    ExitStreams(x_final, hyper, rows, n, c);
+    cpu::StreamsSum(x_final, hyper, rows, n, c, pool);
   } else {
     SplitStreams(out, hyper, rows, n, c);
   }
 }
 template <typename T>
 void StreamsOutBackward(T* dhyper, bool to_final, const T* dx_final,
-                        const std::vector<const T*>& dout, int rows, int n, int c) {
+                        const std::vector<const T*>& dout, int rows, int n, int c,
+                        core::ThreadPool* pool) {
   if (to_final) {
-    ExitStreamsBackward(dhyper, dx_final, rows, n, c);
+    cpu::StreamsBroadcast(dhyper, dx_final, rows, n, c, pool);  // every stream gets dx_final
   } else {
     JoinStreams(dhyper, dout, rows, n, c);
   }
 }
 template <typename T>
 void StreamsInBackward(T* dh0, const std::vector<T*>& din, bool from_h0, const T* dhyper,
-                       int rows, int n, int c) {
+                       int rows, int n, int c, core::ThreadPool* pool) {
   if (from_h0) {
-    EnterStreamsBackward(dh0, dhyper, rows, n, c);  // every stream started as h0
+    cpu::StreamsSum(dh0, dhyper, rows, n, c, pool);  // every stream started as h0
   } else {
     SplitStreams(din, dhyper, rows, n, c);
   }

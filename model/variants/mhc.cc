@@ -86,7 +86,7 @@ class Mhc : public Topology<T> {
                     const std::vector<const T*>& in, Branches<T>* br, T* x_final,
                     const std::vector<T*>& out) override {
     T* p = const_cast<T*>(params);
-    StreamsIn(hyper_[first - 1].data(), first == 1, h0, in, rows_, n_, d_);
+    StreamsIn(hyper_[first - 1].data(), first == 1, h0, in, rows_, n_, d_, pool_);
     for (int l = first; l <= last; ++l) {
       Step& s = steps_[l - 1];
       const Offsets& o = offsets_[l - 1];
@@ -98,86 +98,31 @@ class Mhc : public Topology<T> {
                           params + o.scale, params + o.base, rows_, n_, pool_);
       cpu::SinkhornForward(s.sinkhorn.data(), s.logits.data(), rows_, n_, kMhcSinkhornIterations,
                            pool_);
-      for (int r = 0; r < rows_; ++r) {
-        T* u = s.u.data() + static_cast<size_t>(r) * d_;
-        std::fill(u, u + d_, T(0));
-        for (int j = 0; j < n_; ++j) {
-          const T pre = s.coef[static_cast<size_t>(r) * 2 * n_ + j];
-          const T* hj = H(l - 1, r, j);
-          for (int c = 0; c < d_; ++c) u[c] += pre * hj[c];
-        }
-      }
+      const HyperCoefs<T> c = Coefs(&s);
+      cpu::HyperWidthForward(s.u.data(), h, c, rows_, n_, d_, pool_);
       br->Forward(l, s.u.data(), s.y.data());
-      for (int r = 0; r < rows_; ++r) {
-        const T* y = s.y.data() + static_cast<size_t>(r) * d_;
-        const T* m = Final(s, r);
-        for (int k = 0; k < n_; ++k) {
-          T* out = H(l, r, k);
-          const T post = s.coef[static_cast<size_t>(r) * 2 * n_ + n_ + k];
-          for (int c = 0; c < d_; ++c) out[c] = post * y[c];
-          for (int j = 0; j < n_; ++j) {
-            const T* hj = H(l - 1, r, j);
-            const T mjk = m[j * n_ + k];
-            for (int c = 0; c < d_; ++c) out[c] += mjk * hj[c];
-          }
-        }
-      }
+      cpu::HyperDepthForward(hyper_[l].data(), h, s.y.data(), c, rows_, n_, d_, pool_);
     }
-    StreamsOut(x_final, out, last == sublayers_, hyper_[last].data(), rows_, n_, d_);
+    StreamsOut(x_final, out, last == sublayers_, hyper_[last].data(), rows_, n_, d_, pool_);
   }
 
   void BackwardRange(const T* params, T* grads, int first, int last, const T* dx_final,
                      const std::vector<const T*>& dout, Branches<T>* br, T* dh0,
                      const std::vector<T*>& din) override {
     T* p = const_cast<T*>(params);
-    StreamsOutBackward(dhyper_.data(), last == sublayers_, dx_final, dout, rows_, n_, d_);
+    StreamsOutBackward(dhyper_.data(), last == sublayers_, dx_final, dout, rows_, n_, d_,
+                       pool_);
     for (int l = last; l >= first; --l) {
-      const Step& s = steps_[l - 1];
+      Step& s = steps_[l - 1];
       const Offsets& o = offsets_[l - 1];
+      const T* h = hyper_[l - 1].data();
       dnext_.swap(dhyper_);
-      std::fill(dhyper_.begin(), dhyper_.end(), T(0));
-      for (int r = 0; r < rows_; ++r) {
-        const T* y = s.y.data() + static_cast<size_t>(r) * d_;
-        T* dy = dy_.data() + static_cast<size_t>(r) * d_;
-        std::fill(dy, dy + d_, T(0));
-        const T* m = Final(s, r);
-        for (int k = 0; k < n_; ++k) {
-          const T* g = dnext_.data() + (static_cast<size_t>(r) * n_ + k) * d_;
-          const T post = s.coef[static_cast<size_t>(r) * 2 * n_ + n_ + k];
-          T dpost = 0;
-          for (int c = 0; c < d_; ++c) {
-            dy[c] += post * g[c];
-            dpost += y[c] * g[c];
-          }
-          PostGrad(r)[k] = dpost;
-          for (int j = 0; j < n_; ++j) {
-            const T* hj = H(l - 1, r, j);
-            T* dhj = dhyper_.data() + (static_cast<size_t>(r) * n_ + j) * d_;
-            T dmjk = 0;
-            for (int c = 0; c < d_; ++c) {
-              dmjk += hj[c] * g[c];
-              dhj[c] += m[j * n_ + k] * g[c];
-            }
-            ResGrad(r)[j * n_ + k] = dmjk;
-          }
-        }
-      }
+      const HyperCoefs<T> c = Coefs(&s), dc = GradCoefs();
+      cpu::HyperDepthBackward(dy_.data(), dhyper_.data(), dc, dnext_.data(), s.y.data(), h, c,
+                              rows_, n_, d_, pool_);
       std::fill(du_.begin(), du_.end(), T(0));
       br->Backward(l, s.u.data(), dy_.data(), du_.data());
-      for (int r = 0; r < rows_; ++r) {
-        const T* du = du_.data() + static_cast<size_t>(r) * d_;
-        for (int j = 0; j < n_; ++j) {
-          const T* hj = H(l - 1, r, j);
-          T* dhj = dhyper_.data() + (static_cast<size_t>(r) * n_ + j) * d_;
-          const T pre = s.coef[static_cast<size_t>(r) * 2 * n_ + j];
-          T dpre = 0;
-          for (int c = 0; c < d_; ++c) {
-            dpre += hj[c] * du[c];
-            dhj[c] += pre * du[c];
-          }
-          PreGrad(r)[j] = dpre;
-        }
-      }
+      cpu::HyperWidthBackward(dhyper_.data(), dc, du_.data(), h, c, rows_, n_, d_, pool_);
       // Through the Sinkhorn and the coefficients to raw (draw_, in place of [dpre | dpost]),
       // scale, base and the rms path into dH, then through the projection to fn and H.
       const int nd = n_ * d_;
@@ -190,7 +135,7 @@ class Mhc : public Topology<T> {
       core::cpu::MatmulBackward(dhyper_.data(), grads + o.fn, draw_.data(),
                                 hyper_[l - 1].data(), p + o.fn, rows_, mixes_, nd, pool_);
     }
-    StreamsInBackward(dh0, din, first == 1, dhyper_.data(), rows_, n_, d_);
+    StreamsInBackward(dh0, din, first == 1, dhyper_.data(), rows_, n_, d_, pool_);
   }
 
  private:
@@ -206,16 +151,32 @@ class Mhc : public Topology<T> {
     std::vector<T> u, y;
   };
 
-  T* H(int l, int r, int j) { return hyper_[l].data() + (static_cast<size_t>(r) * n_ + j) * d_; }
-  const T* Final(const Step& s, int r) const {
-    return s.sinkhorn.data() + (static_cast<size_t>(r) * kSinkhornSteps + kSinkhornSteps - 1) * n_ * n_;
+  // Where a step's pre, post (coef) and res (the last Sinkhorn iterate) lie.
+  HyperCoefs<T> Coefs(Step* s) const {
+    HyperCoefs<T> c;
+    c.pre = s->coef.data();
+    c.pre_token = 2 * n_;
+    c.post = s->coef.data() + n_;
+    c.post_token = 2 * n_;
+    c.res = s->sinkhorn.data() + static_cast<size_t>(kSinkhornSteps - 1) * n_ * n_;
+    c.res_token = static_cast<int64_t>(kSinkhornSteps) * n_ * n_;
+    c.res_row = n_;
+    return c;
   }
   // The mixing backward's gradients of pre and post go to draw_ (N, n(n+2)) laid out as
   // [pre | post | unused], which cpu::MhcCoefBackward turns into d/d(raw) in place; those of
   // the Sinkhorn's result to dres_ (N, n, n).
-  T* PreGrad(int r) { return draw_.data() + static_cast<size_t>(r) * mixes_; }
-  T* PostGrad(int r) { return PreGrad(r) + n_; }
-  T* ResGrad(int r) { return dres_.data() + static_cast<size_t>(r) * n_ * n_; }
+  HyperCoefs<T> GradCoefs() {
+    HyperCoefs<T> c;
+    c.pre = draw_.data();
+    c.pre_token = mixes_;
+    c.post = draw_.data() + n_;
+    c.post_token = mixes_;
+    c.res = dres_.data();
+    c.res_token = static_cast<int64_t>(n_) * n_;
+    c.res_row = n_;
+    return c;
+  }
 
   const int sublayers_, n_, d_, mixes_;
   const double eps_;

@@ -3,7 +3,7 @@
 // token r, channel e) over the sources in order, and its backward a thread per dX_j element
 // over the ways in order; the dots <X_j, dout_w> run a block per (token, source) with a fixed
 // tree (BlockSums), and the static weights' gradient sums da over the tokens with ColumnSums
-// (hyper_cuda.h: a fixed partition and tree). No atomics: bit-identical run to run.
+// (hyper_ops.h: a fixed partition and tree). No atomics: bit-identical run to run.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -15,7 +15,7 @@
 #include "core/cuda/check.h"
 #include "core/cuda/launch.h"
 #include "core/cuda/reduce.cuh"
-#include "model/variants/hyper_cuda.h"
+#include "model/variants/hyper_ops.h"
 #include "model/variants/muddformer_ops.h"
 
 namespace satdar::model::cuda {
