@@ -22,10 +22,12 @@ absl::StatusOr<int64_t> ParseBoundedInt(absl::string_view subject, absl::string_
                : absl::StrCat(subject, " must be an integer, got '", text, "'"));
   }
   if (v < min_value) {
-    return absl::InvalidArgumentError(absl::StrCat(subject, " must be >= ", min_value, ", got ", v));
+    return absl::InvalidArgumentError(
+        absl::StrCat(subject, " must be >= ", min_value, ", got ", v));
   }
   if (v > max_value) {
-    return absl::InvalidArgumentError(absl::StrCat(subject, " must be <= ", max_value, ", got ", v));
+    return absl::InvalidArgumentError(
+        absl::StrCat(subject, " must be <= ", max_value, ", got ", v));
   }
   return v;
 }

@@ -2,7 +2,8 @@
 // bounds, and errors that name what was read. Shared by worker/flags (the command line) and
 // settings/ (flags and job specs), so both say the same thing about the same mistake.
 //
-//   SATDAR_ASSIGN_OR_RETURN(int64_t steps, core::ParseBoundedInt("flag --steps", text, 1, 1e9));
+//   SATDAR_ASSIGN_OR_RETURN(int64_t steps,
+//                           core::ParseBoundedInt("flag --steps", text, 1, 1000000));
 //   // "flag --steps must be >= 1, got 0"
 #ifndef SATDAR_CORE_PARSE_NUMBER_H_
 #define SATDAR_CORE_PARSE_NUMBER_H_
@@ -29,7 +30,7 @@ absl::StatusOr<double> ParseBoundedDouble(absl::string_view subject, absl::strin
                                           double min_value, bool min_inclusive,
                                           double max_value);
 
-// "a, b or c" (choices non-empty).
+// "a, b or c" ("" for no choices).
 std::string JoinChoices(const std::vector<std::string>& choices);
 
 }  // namespace satdar::core

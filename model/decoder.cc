@@ -12,8 +12,6 @@
 
 namespace satdar::model {
 
-namespace cpu = core::cpu;
-
 namespace {
 
 // The first stage looks tokens up; with tied embeddings the last stage's head is the same
@@ -136,14 +134,14 @@ template <typename T>
 void DecoderModel<T>::EmbeddingForward(const T* table, T* h0) {
   const int n = b_ * t_, d = config_.hidden_size;
   if (shard_.tp_size == 1) {
-    cpu::EmbeddingForward(h0, inputs_.data(), table, n, d, pool_);
+    core::cpu::EmbeddingForward(h0, inputs_.data(), table, n, d, pool_);
     return;
   }
   // Rows outside this rank's vocabulary range are 0; the sum over ranks is the lookup (under
   // sequence parallelism reduce-scattered: this rank's token rows).
   const bool sp = rows_ != n;
   T* all = sp ? full_.data() : h0;
-  cpu::VocabSliceEmbeddingForward(all, inputs_.data(), table, v0_, vl_, n, d, pool_);
+  core::cpu::VocabSliceEmbeddingForward(all, inputs_.data(), table, v0_, vl_, n, d, pool_);
   if (sp) {
     TpReduceScatter(shard_, all, h0, static_cast<size_t>(rows_) * d);
   } else {
@@ -155,7 +153,7 @@ template <typename T>
 void DecoderModel<T>::EmbeddingBackward(T* dtable) {
   const int n = b_ * t_, d = config_.hidden_size;
   if (shard_.tp_size == 1) {
-    cpu::EmbeddingBackward(dtable, dh0_.data(), inputs_.data(), n, d, pool_);
+    core::cpu::EmbeddingBackward(dtable, dh0_.data(), inputs_.data(), n, d, pool_);
     return;
   }
   const T* dh0 = dh0_.data();
@@ -163,25 +161,25 @@ void DecoderModel<T>::EmbeddingBackward(T* dtable) {
     TpAllGather(shard_, dh0_.data(), full_.data(), static_cast<size_t>(rows_) * d);
     dh0 = full_.data();
   }
-  cpu::VocabSliceEmbeddingBackward(dtable, dh0, inputs_.data(), v0_, vl_, n, d, pool_);
+  core::cpu::VocabSliceEmbeddingBackward(dtable, dh0, inputs_.data(), v0_, vl_, n, d, pool_);
 }
 
 template <typename T>
 double DecoderModel<T>::CrossEntropyForward() {
   const int n = b_ * t_;
   if (shard_.tp_size == 1) {
-    cpu::CrossEntropyForward(losses_.data(), logits_.data(), targets_.data(), n, vl_, pool_);
+    core::cpu::CrossEntropyForward(losses_.data(), logits_.data(), targets_.data(), n, vl_, pool_);
   } else {
     // Vocabulary-parallel softmax: the row max, the sum of exponentials and the target's
     // logit are each reduced over the TP group (Megatron-LM's scheme).
     std::vector<T> sum(n), target(n);
-    cpu::VocabParallelRowMax(row_max_.data(), logits_.data(), n, vl_, pool_);
+    core::cpu::VocabParallelRowMax(row_max_.data(), logits_.data(), n, vl_, pool_);
     TpAllReduce(shard_, row_max_.data(), n, comm::ReduceOp::kMax);
-    cpu::VocabParallelSumExp(sum.data(), target.data(), logits_.data(), row_max_.data(),
+    core::cpu::VocabParallelSumExp(sum.data(), target.data(), logits_.data(), row_max_.data(),
                              targets_.data(), v0_, n, vl_, pool_);
     TpAllReduce(shard_, sum.data(), n);
     TpAllReduce(shard_, target.data(), n);
-    cpu::VocabParallelLoss(losses_.data(), row_lse_.data(), row_max_.data(), sum.data(),
+    core::cpu::VocabParallelLoss(losses_.data(), row_lse_.data(), row_max_.data(), sum.data(),
                            target.data(), n, pool_);
   }
   double sum = 0;
@@ -194,11 +192,11 @@ void DecoderModel<T>::CrossEntropyBackward(double loss_scale) {
   const int n = b_ * t_;
   const T scale = static_cast<T>(loss_scale / n);
   if (shard_.tp_size == 1) {
-    cpu::CrossEntropyBackward(logits_.data(), logits_.data(), targets_.data(), scale, n, vl_,
+    core::cpu::CrossEntropyBackward(logits_.data(), logits_.data(), targets_.data(), scale, n, vl_,
                               pool_);
     return;
   }
-  cpu::VocabParallelCrossEntropyBackward(logits_.data(), logits_.data(), row_lse_.data(),
+  core::cpu::VocabParallelCrossEntropyBackward(logits_.data(), logits_.data(), row_lse_.data(),
                                          targets_.data(), scale, v0_, n, vl_, pool_);
 }
 
@@ -266,12 +264,12 @@ double DecoderModel<T>::ForwardPass(const T* params, const int32_t* tokens, int 
   }
   // The final norm on this rank's rows; under SP the head reads every row (all-gathered).
   T* lnf = rows_ != n ? lnf_local_.data() : lnf_.data();
-  cpu::RmsNormForward(lnf, lnf_rstd_.data(), x_final_.data(), params + norm_off_, rows_, d,
+  core::cpu::RmsNormForward(lnf, lnf_rstd_.data(), x_final_.data(), params + norm_off_, rows_, d,
                       c.rms_norm_eps, pool_);
   if (rows_ != n) TpAllGather(shard_, lnf, lnf_.data(), static_cast<size_t>(rows_) * d);
-  cpu::MatmulForward(logits_.data(), lnf_.data(), params + head_off_, n, vl_, d, pool_);
+  core::cpu::MatmulForward(logits_.data(), lnf_.data(), params + head_off_, n, vl_, d, pool_);
   // Padded vocabulary rows: no probability (their gradients stay 0).
-  cpu::MaskPaddedVocab(logits_.data(), n, vl_, vtrue_, pool_);
+  core::cpu::MaskPaddedVocab(logits_.data(), n, vl_, vtrue_, pool_);
   cross_entropy_ = CrossEntropyForward();
   return cross_entropy_ + branches_->aux_loss();
 }
@@ -285,7 +283,7 @@ void DecoderModel<T>::BackwardPass(const T* params, T* grads, double loss_scale)
   if (shard_.last_stage()) {
     CrossEntropyBackward(loss_scale);
     std::fill(dnorm_.begin(), dnorm_.end(), T(0));
-    cpu::MatmulBackward(dnorm_.data(), grads + head_off_, logits_.data(), lnf_.data(),
+    core::cpu::MatmulBackward(dnorm_.data(), grads + head_off_, logits_.data(), lnf_.data(),
                         p + head_off_, n, vl_, d, pool_);
     // Each rank's vocabulary slice: summed over TP (under SP into this rank's rows).
     const T* dnorm = dnorm_.data();
@@ -296,7 +294,7 @@ void DecoderModel<T>::BackwardPass(const T* params, T* grads, double loss_scale)
       TpAllReduce(shard_, dnorm_.data(), dnorm_.size());
     }
     std::fill(dx_final_.begin(), dx_final_.end(), T(0));
-    cpu::RmsNormBackward(dx_final_.data(), grads + norm_off_, dnorm, x_final_.data(),
+    core::cpu::RmsNormBackward(dx_final_.data(), grads + norm_off_, dnorm, x_final_.data(),
                          p + norm_off_, lnf_rstd_.data(), rows_, d, pool_);
   }
   branches_->SetParams(params, grads);

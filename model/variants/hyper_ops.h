@@ -224,6 +224,7 @@ absl::Status StreamsSum(T* out, const T* in, int rows, int n, int c, cudaStream_
 template <typename T>
 absl::Status HyperWidthForward(T* u, const T* h, const HyperCoefs<float>& coefs, int rows, int n,
                                int c, cudaStream_t stream);
+// h_out must not alias h (as on the CPU).
 template <typename T>
 absl::Status HyperDepthForward(T* h_out, const T* h, const T* y, const HyperCoefs<float>& coefs,
                                int rows, int n, int c, cudaStream_t stream);
@@ -236,12 +237,14 @@ absl::Status HyperWidthBackward(T* dh, const HyperCoefs<float>& dcoefs, const T*
                                 const HyperCoefs<float>& coefs, int rows, int n, int c,
                                 cudaStream_t stream);
 
-// HC's coefficients: ta, tb are the fp32 GEMM outputs (one buffer: tb = ta + n + 1, lda = ldb).
+// HC's coefficients: ta, tb are the fp32 GEMM outputs (one buffer: tb = ta + n + 1, lda = ldb
+// >= n + 2; a tb overlapping ta's n+1 columns is InvalidArgument).
 absl::Status HcCoefForward(float* coef, float* ta, int lda, float* tb, int ldb,
                            const float* static_alpha, const float* static_beta,
                            const float* alpha_scale, const float* beta_scale, int rows, int n,
                            cudaStream_t stream);
-// dta, dtb of T (the GEMMs' operands). The one argument the CPU side lacks: work (N, 2) fp32
+// dta, dtb of T (the GEMMs' operands; their columns past the n+1 and 1 written are left as
+// they are). The one argument the CPU side lacks: work (N, 2) fp32
 // scratch (per token the two scale sums, summed over tokens in a fixed order afterwards).
 template <typename T>
 absl::Status HcCoefBackward(T* dta, T* dtb, float* work, float* grad_static_alpha,

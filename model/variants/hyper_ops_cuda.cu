@@ -402,10 +402,23 @@ __global__ void HcCoefBackwardKernel(T* dta, T* dtb, float* scales, const float*
   scales[2 * r + 1] = dsb;
 }
 
-absl::Status CheckHc(const char* op, int n, int lda, int ldb) {
+// Also refuses a tb that lies inside ta's rows but overlaps their n+1 columns (one buffer
+// with ld < n+2: tb's row r would be ta's row r+1).
+absl::Status CheckHc(const char* op, int n, const float* ta, int lda, const float* tb, int ldb,
+                     int rows) {
   if (n < 1 || n > kMaxHyperStreams || lda < n + 1 || ldb < 1) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": n ", n, " (1..", kMaxHyperStreams,
                                                    "), lda ", lda, ", ldb ", ldb));
+  }
+  const auto a = reinterpret_cast<uintptr_t>(ta), b = reinterpret_cast<uintptr_t>(tb);
+  const uintptr_t a_end = a + sizeof(float) * static_cast<size_t>(rows) * lda;
+  if (rows > 0 && b >= a && b < a_end) {
+    const size_t col = (b - a) / sizeof(float) % static_cast<size_t>(lda);
+    if (ldb != lda || col < static_cast<size_t>(n) + 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          op, ": tb overlaps ta's n+1 columns (one buffer needs ld >= n+2 = ", n + 2,
+          " and ldb == lda), lda ", lda, ", ldb ", ldb, ", column ", col));
+    }
   }
   return absl::OkStatus();
 }
@@ -568,7 +581,7 @@ absl::Status HcCoefForward(float* coef, float* ta, int lda, float* tb, int ldb,
                            const float* static_alpha, const float* static_beta,
                            const float* alpha_scale, const float* beta_scale, int rows, int n,
                            cudaStream_t stream) {
-  SATDAR_RETURN_IF_ERROR(CheckHc("HcCoefForward", n, lda, ldb));
+  SATDAR_RETURN_IF_ERROR(CheckHc("HcCoefForward", n, ta, lda, tb, ldb, rows));
   if (rows <= 0) return absl::OkStatus();
   SATDAR_CUDA_RETURN_IF_ERROR(Launch("HcCoefForwardKernel", HcCoefForwardKernel,
                                      dim3(TokenBlocks(rows)), dim3(kTokenBlock), 0, stream, coef,
@@ -583,7 +596,7 @@ absl::Status HcCoefBackward(T* dta, T* dtb, float* work, float* grad_static_alph
                             float* grad_beta_scale, const float* dcoef, const float* ta, int lda,
                             const float* tb, int ldb, const float* alpha_scale,
                             const float* beta_scale, int rows, int n, cudaStream_t stream) {
-  SATDAR_RETURN_IF_ERROR(CheckHc("HcCoefBackward", n, lda, ldb));
+  SATDAR_RETURN_IF_ERROR(CheckHc("HcCoefBackward", n, ta, lda, tb, ldb, rows));
   if (rows <= 0) return absl::OkStatus();
   SATDAR_CUDA_RETURN_IF_ERROR(Launch("HcCoefBackwardKernel", HcCoefBackwardKernel<T>,
                                      dim3(TokenBlocks(rows)), dim3(kTokenBlock), 0, stream, dta,

@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -164,6 +165,44 @@ TEST(HyperOps, StreamsGradientsMatchFiniteDifferences) {
   cpu::StreamsBroadcast(dh.data(), v.data(), rows, n, c, &pool);
   EXPECT_LT(GradError(&x, dx, loss_in), 1e-7);
   EXPECT_LT(GradError(&h, dh, loss_out), 1e-7);
+}
+
+// The row-parallel ops split their rows across the pool's workers (at least 16 rows each):
+// on 70 rows, one worker and four give the same bits, f32 (each row's arithmetic is its own).
+TEST(HyperOps, OneWorkerAndFourGiveTheSameBits) {
+  const int rows = 70, n = 4, c = 24, cols = n * (n + 2);
+  auto random = [](size_t size, uint64_t seed) {
+    const Vec v = RandomVector(size, seed);
+    return std::vector<float>(v.begin(), v.end());
+  };
+  const std::vector<float> h = random(Sz(rows * n, c), 41), y = random(Sz(rows, c), 42);
+  const std::vector<float> g = random(Sz(rows * n, c), 43), du = random(Sz(rows, c), 44);
+  std::vector<float> coef = random(Sz(rows, cols), 45);
+  const HyperCoefs<float> k = HcCoefs(coef.data(), n);
+  auto run = [&](int workers) {
+    core::ThreadPool pool(workers);
+    std::vector<float> out(Sz(rows, c) * (3 + 3 * n) + Sz(rows, cols) + 2 * Sz(rows, 1 + 2 * n));
+    float* u = out.data();
+    float* hout = u + Sz(rows, c);
+    float* dy = hout + Sz(rows * n, c);
+    float* dh = dy + Sz(rows, c);
+    float* bcast = dh + Sz(rows * n, c);
+    float* sum = bcast + Sz(rows * n, c);
+    float* dcoef = sum + Sz(rows, c);
+    float* rms = dcoef + Sz(rows, cols);
+    const HyperCoefs<float> dk = HcCoefs(dcoef, n);
+    cpu::HyperWidthForward(u, h.data(), k, rows, n, c, &pool);
+    cpu::HyperDepthForward(hout, h.data(), y.data(), k, rows, n, c, &pool);
+    cpu::HyperDepthBackward(dy, dh, dk, g.data(), y.data(), h.data(), k, rows, n, c, &pool);
+    cpu::HyperWidthBackward(dh, dk, du.data(), h.data(), k, rows, n, c, &pool);
+    cpu::StreamsBroadcast(bcast, y.data(), rows, n, c, &pool);
+    cpu::StreamsSum(sum, h.data(), rows, n, c, &pool);
+    cpu::MhcRms(rms, h.data(), rows, n * c, 1e-6, &pool);
+    return out;
+  };
+  const std::vector<float> one = run(1), four = run(4);
+  ASSERT_EQ(one.size(), four.size());
+  EXPECT_EQ(std::memcmp(one.data(), four.data(), one.size() * sizeof(float)), 0);
 }
 
 // The width and depth connections: loss = <wu, u> + <wo, H_out> over H, y and the
@@ -478,7 +517,7 @@ void CheckHcCoefCudaAgainstCpu() {
                   .ok());
   ExpectClose(gt.Download(), t, 1e-5, "hc tanh");
   ExpectClose(gcoef.Download(), coef, 1e-5, "hc coef");
-  ExpectClose(gdproj.Download(), dproj, stored, "hc dproj");  // padding columns stay 0
+  ExpectClose(gdproj.Download(), dproj, stored, "hc dproj");  // padding untouched (0)
   ExpectClose(ggsa.Download(), gsa, sums, "hc grad static_alpha");
   ExpectClose(ggsb.Download(), gsb, sums, "hc grad static_beta");
   ExpectClose(ggas.Download(), gas, sums, "hc grad alpha_scale");
@@ -486,6 +525,14 @@ void CheckHcCoefCudaAgainstCpu() {
   // lda narrower than the n+1 alpha columns: refused before launching.
   EXPECT_TRUE(absl::IsInvalidArgument(cuda::HcCoefForward(
       gcoef.f32(), gt.f32(), n, gt.f32() + n + 1, ld, gsa_p.f32(), gsb_p.f32(), gas_p.f32(),
+      gbs_p.f32(), rows, n, nullptr)));
+  // One buffer with ld = n+1: tb's row r would be ta's row r+1; refused by both.
+  EXPECT_TRUE(absl::IsInvalidArgument(cuda::HcCoefForward(
+      gcoef.f32(), gt.f32(), n + 1, gt.f32() + n + 1, n + 1, gsa_p.f32(), gsb_p.f32(),
+      gas_p.f32(), gbs_p.f32(), rows, n, nullptr)));
+  EXPECT_TRUE(absl::IsInvalidArgument(cuda::HcCoefBackward(
+      gdproj.get(), gdproj.get() + n + 1, gwork.f32(), ggsa.f32(), ggsb.f32(), ggas.f32(),
+      ggbs.f32(), gdcoef.f32(), gt.f32(), n + 1, gt.f32() + n + 1, n + 1, gas_p.f32(),
       gbs_p.f32(), rows, n, nullptr)));
 }
 
