@@ -18,6 +18,8 @@
 #include "core/cuda/check.h"
 #include "core/cuda/runtime.h"
 #include "core/cuda/stream.h"
+#include "core/cuda/workspace.h"
+#include "core/exec.h"
 #include "core/ops/adamw.h"
 #include "model/gpu/train_kernels.h"
 #endif
@@ -94,9 +96,8 @@ class CudaEngine : public StepEngine {
   absl::StatusOr<double> ForwardBackward(std::vector<std::vector<int32_t>>* micro) override;
   absl::StatusOr<double> GradNorm() override { return grad_norm_; }
   absl::Status Update(const core::AdamWParams& hp) override {
-    SATDAR_CUDA_RETURN_IF_ERROR(static_cast<cudaError_t>(
-        kc::AdamWUpdate(master_ + lo_, zero_ ? shard_grads_ : grads_, m_, v_, shard_len_, hp,
-                        stream_)));
+    SATDAR_RETURN_IF_ERROR(kc::AdamWUpdate(Exec(), master_ + lo_, zero_ ? shard_grads_ : grads_, m_,
+                                           v_, shard_len_, hp));
     if (zero_) {
       // Every replica's updated slice to every replica (in place: slice r sits at r * shard).
       SATDAR_RETURN_IF_ERROR(ready_[0].Record(stream_));
@@ -152,6 +153,8 @@ class CudaEngine : public StepEngine {
   }
 
  private:
+  // The execution context of the kernels this engine launches itself (AdamW, the norm).
+  core::CudaExec Exec() const { return {stream_, nullptr, workspace_.get()}; }
   OptimizerBuffers<float> host_buffers() { return {&params_, &exp_avg_, &exp_avg_sq_}; }
   double PeakFlops() const override { return peak_flops_; }
   double Mfu(double tokens_per_second) const {
@@ -210,6 +213,8 @@ class CudaEngine : public StepEngine {
   kc::CachingAllocator alloc_;
   kc::Stream compute_;
   cudaStream_t stream_ = nullptr;
+  // The compute stream's scratch (SumSquares); made with the stream, gone before it.
+  std::unique_ptr<kc::Workspace> workspace_;
   std::unique_ptr<model::gpu::GpuModel> model_;
   int64_t nd_ = 0;  // elements of each device buffer: params().size() (aligned tensors)
   // Host copies for initialisation, resume and checkpoints, laid out by params(); the device
@@ -217,7 +222,7 @@ class CudaEngine : public StepEngine {
   std::vector<float> params_, exp_avg_, exp_avg_sq_;
   std::unique_ptr<DeviceBuffers> dev_;
   float *master_ = nullptr, *grads_ = nullptr, *m_ = nullptr, *v_ = nullptr;
-  double *scalars_ = nullptr, *norm_scratch_ = nullptr, *eval_sum_ = nullptr;
+  double *scalars_ = nullptr, *eval_sum_ = nullptr;
   std::vector<int64_t> layer_start_;
   std::vector<kc::Event> ready_;
   std::vector<std::unique_ptr<comm::Work>> pending_;
@@ -243,6 +248,7 @@ absl::Status CudaEngine::Init() {
   kc::SetErrorRank(world_size_ > 1 ? rank_ : -1);
   SATDAR_ASSIGN_OR_RETURN(compute_, kc::Stream::Create());
   stream_ = compute_.get();
+  workspace_ = std::make_unique<kc::Workspace>(&alloc_, stream_);
   SATDAR_ASSIGN_OR_RETURN(model_, model::gpu::GpuModel::Create(
                                       o_.config, {o_.gpu.compute, o_.gpu.recompute}, stream_,
                                       &alloc_));
@@ -264,7 +270,6 @@ absl::Status CudaEngine::Init() {
     SATDAR_ASSIGN_OR_RETURN(shard_grads_, dev_->Zeros<float>(shard_len_));
   }
   SATDAR_ASSIGN_OR_RETURN(scalars_, dev_->Zeros<double>(2));  // loss, squared norm
-  SATDAR_ASSIGN_OR_RETURN(norm_scratch_, dev_->Zeros<double>(model::gpu::kReduceBlocks));
   SATDAR_ASSIGN_OR_RETURN(eval_sum_, dev_->Zeros<double>(1));
   SATDAR_RETURN_IF_ERROR(UploadState());
   // One rank holds every block and the final norm (no pipeline on the GPU path yet).
@@ -354,8 +359,8 @@ absl::StatusOr<double> CudaEngine::ForwardBackward(std::vector<std::vector<int32
   }
   // The global gradient norm; the device holds the averaged gradients now (under ZeRO-1 each
   // replica its slice: the squares are summed over the replicas).
-  SATDAR_CUDA_RETURN_IF_ERROR(model::gpu::SumSquares(
-      scalars_ + 1, zero_ ? shard_grads_ : grads_, shard_len_, norm_scratch_, stream_));
+  SATDAR_RETURN_IF_ERROR(
+      model::gpu::SumSquares(Exec(), scalars_ + 1, zero_ ? shard_grads_ : grads_, shard_len_));
   if (zero_) {
     SATDAR_RETURN_IF_ERROR(ready_[0].Record(stream_));
     comm::CollectiveOptions c = copts_;

@@ -10,8 +10,12 @@
 
 #include <cstddef>
 
+#include <string>
+
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/cuda/allocator.h"
+#include "core/exec.h"
 
 namespace satdar::core::cuda {
 
@@ -41,6 +45,18 @@ class Workspace {
   void* block_ = nullptr;
   size_t capacity_ = 0;
 };
+
+// An op's scratch: `count` elements of T from x.workspace, valid until the next Get on it;
+// FailedPrecondition naming `op` when x has no workspace. A launcher that needs two regions
+// carves them from one call: a second one may grow the block and invalidate the first.
+template <typename T>
+absl::StatusOr<T*> Scratch(const CudaExec& x, size_t count, const char* op) {
+  if (x.workspace == nullptr) {
+    return absl::FailedPreconditionError(std::string(op) +
+                                         ": the CudaExec has no workspace for its scratch");
+  }
+  return x.workspace->Get<T>(count);
+}
 
 }  // namespace satdar::core::cuda
 

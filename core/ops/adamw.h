@@ -7,9 +7,9 @@
 
 #include <cstdint>
 
+#include "absl/status/status.h"
+#include "core/exec.h"
 #include "core/thread_pool.h"
-
-struct CUstream_st;  // cudaStream_t
 
 namespace satdar::core {
 
@@ -31,10 +31,12 @@ void AdamWUpdate(T* param, const T* grad, T* m, T* v, int64_t n, const AdamWPara
 }  // namespace cpu
 
 namespace cuda {
-// Device pointers; fp32 master weights and moments. Returns a cudaError_t value (0 = ok);
-// launched on `stream` (nullptr: the legacy default stream). Defined only in CUDA builds.
-int AdamWUpdate(float* param, const float* grad, float* m, float* v, int64_t n,
-                const AdamWParams& p, CUstream_st* stream = nullptr);
+// Device pointers; fp32 master weights and moments. Launched on x.stream (nullptr: the legacy
+// default stream); returns the launch error as a Status. Defined only in CUDA builds.
+// ops::AdamWUpdate (core/ops/ops.h) names it beside the CPU one, which takes T for all four
+// buffers (the CUDA one float only).
+absl::Status AdamWUpdate(const CudaExec& x, float* param, const float* grad, float* m, float* v,
+                         int64_t n, const AdamWParams& p);
 }  // namespace cuda
 
 }  // namespace satdar::core

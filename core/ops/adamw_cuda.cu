@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "absl/status/status.h"
+#include "core/cuda/check.h"
 #include "core/cuda/launch.h"
 #include "core/ops/adamw.h"
 
@@ -27,17 +29,18 @@ __global__ void AdamWKernel(float* param, const float* grad, float* m, float* v,
 }
 }  // namespace
 
-int AdamWUpdate(float* param, const float* grad, float* m, float* v, int64_t n,
-                const AdamWParams& p, CUstream_st* stream) {
-  if (n == 0) return 0;
+absl::Status AdamWUpdate(const CudaExec& x, float* param, const float* grad, float* m, float* v,
+                         int64_t n, const AdamWParams& p) {
+  if (n == 0) return absl::OkStatus();
   const float c1 = static_cast<float>(1.0 - std::pow(p.beta1, static_cast<double>(p.step)));
   const float c2 = static_cast<float>(1.0 - std::pow(p.beta2, static_cast<double>(p.step)));
   int64_t blocks = (n + kBlockSize - 1) / kBlockSize;
-  return static_cast<int>(Launch(
-      "AdamWKernel", AdamWKernel, dim3(static_cast<unsigned>(blocks)), dim3(kBlockSize), 0, stream,
-      param, grad, m, v, n, static_cast<float>(p.lr), static_cast<float>(p.beta1),
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch(
+      "AdamWKernel", AdamWKernel, dim3(static_cast<unsigned>(blocks)), dim3(kBlockSize), 0,
+      x.stream, param, grad, m, v, n, static_cast<float>(p.lr), static_cast<float>(p.beta1),
       static_cast<float>(p.beta2), c1, c2, static_cast<float>(p.eps),
       static_cast<float>(p.weight_decay), static_cast<float>(p.grad_scale)));
+  return absl::OkStatus();
 }
 
 }  // namespace satdar::core::cuda

@@ -3,7 +3,9 @@
 
 #include "core/cuda/runtime.h"
 #include "core/cuda/testing/gpu_test_util.h"
+#include "core/exec.h"
 #include "core/ops/adamw.h"
+#include "core/ops/ops.h"
 #include "gtest/gtest.h"
 
 namespace satdar::core {
@@ -23,6 +25,8 @@ TEST(AdamWCuda, MatchesCpu) {
   hp.lr = 1e-2;
   hp.grad_scale = 0.5;
   ThreadPool pool(2);
+  const CpuExec on_cpu{&pool};
+  const CudaExec on_gpu{};  // the legacy default stream
   float *dp, *dg, *dm, *dv;
   size_t bytes = n * sizeof(float);
   dp = static_cast<float*>(*cuda::Malloc(bytes, 0));
@@ -35,8 +39,8 @@ TEST(AdamWCuda, MatchesCpu) {
   ASSERT_TRUE(cuda::CopyToDevice(dv, v.data(), bytes).ok());
   for (int step = 1; step <= 3; ++step) {
     hp.step = step;
-    cpu::AdamWUpdate(cp.data(), g.data(), cm.data(), cv.data(), n, hp, &pool);
-    ASSERT_EQ(cuda::AdamWUpdate(dp, dg, dm, dv, n, hp), 0);
+    ASSERT_TRUE(ops::AdamWUpdate(on_cpu, cp.data(), g.data(), cm.data(), cv.data(), n, hp).ok());
+    ASSERT_TRUE(ops::AdamWUpdate(on_gpu, dp, dg, dm, dv, n, hp).ok());
   }
   ASSERT_TRUE(cuda::Synchronize().ok());
   std::vector<float> out(n);

@@ -20,6 +20,7 @@
 #include "core/cuda/bf16.cuh"
 #include "core/cuda/check.h"
 #include "core/cuda/launch.h"
+#include "core/cuda/workspace.h"
 #include "core/ops/attention_cuda.h"
 
 namespace satdar::core::cuda {
@@ -308,29 +309,30 @@ struct Bwd {
 
 }  // namespace
 
-absl::Status AttentionForward(DType dtype, void* out, float* lse, const void* q, const void* k,
-                              const void* v, int b, int t, int nh, int nkv, int hs,
-                              CUstream_st* stream) {
+absl::Status AttentionForward(const CudaExec& x, DType dtype, void* out, float* lse, const void* q,
+                              const void* k, const void* v, int b, int t, int nh, int nkv, int hs) {
   absl::Status st = CheckShape(dtype, b, t, nh, nkv, hs);
   if (!st.ok()) return st;
   if (b == 0 || t == 0) return absl::OkStatus();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   SATDAR_CUDA_RETURN_IF_ERROR(Dispatch<Fwd>(dtype, hs, out, lse, q, k, v, b, t, nh, nkv, hs,
-                                            scale, static_cast<cudaStream_t>(stream)));
+                                            scale, static_cast<cudaStream_t>(x.stream)));
   return absl::OkStatus();
 }
 
-absl::Status AttentionBackward(DType dtype, void* dq, void* dk, void* dv, const void* dout,
-                               const void* out, const float* lse, const void* q, const void* k,
-                               const void* v, float* delta, int b, int t, int nh, int nkv,
-                               int hs, CUstream_st* stream) {
+absl::Status AttentionBackward(const CudaExec& x, DType dtype, void* dq, void* dk, void* dv,
+                               const void* dout, const void* out, const float* lse, const void* q,
+                               const void* k, const void* v, int b, int t, int nh, int nkv, int hs) {
   absl::Status st = CheckShape(dtype, b, t, nh, nkv, hs);
   if (!st.ok()) return st;
   if (b == 0 || t == 0) return absl::OkStatus();
+  absl::StatusOr<float*> delta =
+      Scratch<float>(x, static_cast<size_t>(b) * nh * t, "AttentionBackward");
+  if (!delta.ok()) return delta.status();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   SATDAR_CUDA_RETURN_IF_ERROR(Dispatch<Bwd>(dtype, hs, dq, dk, dv, dout, out, lse, q, k, v,
-                                            delta, b, t, nh, nkv, hs, scale,
-                                            static_cast<cudaStream_t>(stream)));
+                                            *delta, b, t, nh, nkv, hs, scale,
+                                            static_cast<cudaStream_t>(x.stream)));
   return absl::OkStatus();
 }
 

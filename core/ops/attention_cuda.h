@@ -6,32 +6,32 @@
 // and the backward recomputes the probabilities from it; no (T,T) matrix is ever stored.
 //
 // dtype kF32 or kBF16 for q, k, v, out, dout, dq, dk, dv; all arithmetic is fp32. HS <= 128.
-// All pointers are device pointers; the calls are asynchronous on `stream` (nullptr: the
-// legacy default stream) and return launch errors only.
+// All pointers are device pointers; the calls take the execution context first (core/exec.h),
+// are asynchronous on x.stream (nullptr: the legacy default stream) and return launch errors
+// only. core/ops/ops.h names them ops::AttentionForward/Backward beside the CPU reference,
+// whose argument list differs (it keeps probs (B,NH,T,T) of T where this keeps lse).
 #ifndef SATDAR_CORE_OPS_ATTENTION_CUDA_H_
 #define SATDAR_CORE_OPS_ATTENTION_CUDA_H_
 
 #include "absl/status/status.h"
 #include "core/dtype.h"
-
-struct CUstream_st;  // cudaStream_t
+#include "core/exec.h"
 
 namespace satdar::core::cuda {
 
 constexpr int kAttentionMaxHeadSize = 128;
 
 // out (B,T,NH,HS) overwritten; lse (B,NH,T) fp32 written.
-absl::Status AttentionForward(DType dtype, void* out, float* lse, const void* q, const void* k,
-                              const void* v, int b, int t, int nh, int nkv, int hs,
-                              CUstream_st* stream = nullptr);
+absl::Status AttentionForward(const CudaExec& x, DType dtype, void* out, float* lse, const void* q,
+                              const void* k, const void* v, int b, int t, int nh, int nkv, int hs);
 
 // dq (B,T,NH,HS), dk and dv (B,T,NKV,HS): accumulated (+=), like the CPU backward. `out` and
-// `lse` are the forward's; `delta` is fp32 scratch of B*NH*T elements (rowsum(dout * out)).
-// Deterministic: no atomics (one block owns each dk/dv tile and loops over its query heads).
-absl::Status AttentionBackward(DType dtype, void* dq, void* dk, void* dv, const void* dout,
-                               const void* out, const float* lse, const void* q, const void* k,
-                               const void* v, float* delta, int b, int t, int nh, int nkv,
-                               int hs, CUstream_st* stream = nullptr);
+// `lse` are the forward's. Scratch: B*NH*T fp32 (rowsum(dout * out)) from x.workspace
+// (FailedPrecondition when it is null). Deterministic: no atomics (one block owns each dk/dv
+// tile and loops over its query heads).
+absl::Status AttentionBackward(const CudaExec& x, DType dtype, void* dq, void* dk, void* dv,
+                               const void* dout, const void* out, const float* lse, const void* q,
+                               const void* k, const void* v, int b, int t, int nh, int nkv, int hs);
 
 }  // namespace satdar::core::cuda
 

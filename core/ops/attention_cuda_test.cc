@@ -8,16 +8,21 @@
 //   bf16: 2e-2  (inputs rounded to bf16 before both paths; outputs and gradients stored bf16)
 // Also checked: the saved log-sum-exp against log(sum(exp(scores))) from the CPU's
 // probabilities (f32: 1e-4 absolute).
+#include "core/ops/attention_cuda.h"
+
 #include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
 
+#include "core/cuda/allocator.h"
 #include "core/cuda/runtime.h"
 #include "core/cuda/testing/gpu_test_util.h"
+#include "core/cuda/workspace.h"
 #include "core/dtype.h"
+#include "core/exec.h"
 #include "core/ops/attention.h"
-#include "core/ops/attention_cuda.h"
+#include "core/ops/ops.h"
 #include "gtest/gtest.h"
 
 namespace satdar::core {
@@ -55,21 +60,29 @@ void CheckShape(const Shape& s, DType dt) {
   DeviceBuffer gq(q, dt), gk(k, dt), gv(v, dt), gdout(dout, dt), gdq(dq, dt), gdk(dk, dt), gdv(dv, dt);
   DeviceBuffer gout(std::vector<float>(nq, 0.f), dt);
   const size_t rows = size_t{1} * s.b * s.nh * s.t;
-  DeviceBuffer glse(std::vector<float>(rows, 0.f), DType::kF32), gdelta(std::vector<float>(rows, 0.f), DType::kF32);
+  DeviceBuffer glse(std::vector<float>(rows, 0.f), DType::kF32);
 
   ThreadPool pool(4);
+  const CpuExec on_cpu{&pool};
+  cuda::CachingAllocator alloc;
+  cuda::Workspace workspace(&alloc, nullptr);  // the backward's delta scratch
+  const CudaExec on_gpu{nullptr, nullptr, &workspace};
   std::vector<float> out(nq), probs(rows * s.t);
-  cpu::AttentionForward<float>(out.data(), probs.data(), q.data(), k.data(), v.data(), s.b, s.t,
-                               s.nh, s.nkv, s.hs, &pool);
-  cpu::AttentionBackward<float>(dq.data(), dk.data(), dv.data(), dout.data(), probs.data(),
-                                q.data(), k.data(), v.data(), s.b, s.t, s.nh, s.nkv, s.hs, &pool);
-
-  ASSERT_TRUE(cuda::AttentionForward(dt, gout.get(), glse.f32(), gq.get(), gk.get(), gv.get(),
-                                     s.b, s.t, s.nh, s.nkv, s.hs)
+  // The CPU keeps probs, CUDA lse (ops.h): the argument lists differ there.
+  ASSERT_TRUE(ops::AttentionForward(on_cpu, out.data(), probs.data(), q.data(), k.data(), v.data(),
+                                    s.b, s.t, s.nh, s.nkv, s.hs)
                   .ok());
-  ASSERT_TRUE(cuda::AttentionBackward(dt, gdq.get(), gdk.get(), gdv.get(), gdout.get(),
-                                      gout.get(), glse.f32(), gq.get(), gk.get(), gv.get(),
-                                      gdelta.f32(), s.b, s.t, s.nh, s.nkv, s.hs)
+  ASSERT_TRUE(ops::AttentionBackward(on_cpu, dq.data(), dk.data(), dv.data(), dout.data(),
+                                     probs.data(), q.data(), k.data(), v.data(), s.b, s.t, s.nh,
+                                     s.nkv, s.hs)
+                  .ok());
+
+  ASSERT_TRUE(ops::AttentionForward(on_gpu, dt, gout.get(), glse.f32(), gq.get(), gk.get(),
+                                    gv.get(), s.b, s.t, s.nh, s.nkv, s.hs)
+                  .ok());
+  ASSERT_TRUE(ops::AttentionBackward(on_gpu, dt, gdq.get(), gdk.get(), gdv.get(), gdout.get(),
+                                     gout.get(), glse.f32(), gq.get(), gk.get(), gv.get(), s.b, s.t,
+                                     s.nh, s.nkv, s.hs)
                   .ok());
   EXPECT_LT(RelErr(gout.Download(), out), tol) << "out";
   EXPECT_LT(RelErr(gdq.Download(), dq), tol) << "dq";
@@ -112,12 +125,17 @@ TEST_P(AttentionCuda, ForwardBackwardMatchCpu) {
 
 TEST_P(AttentionCuda, RejectsBadShapes) {
   SATDAR_SKIP_WITHOUT_GPU();
-  EXPECT_FALSE(cuda::AttentionForward(GetParam(), nullptr, nullptr, nullptr, nullptr, nullptr, 1,
-                                      8, 6, 4, 64)
+  EXPECT_FALSE(cuda::AttentionForward(CudaExec{}, GetParam(), nullptr, nullptr, nullptr, nullptr,
+                                      nullptr, 1, 8, 6, 4, 64)
                    .ok());  // NH not a multiple of NKV
-  EXPECT_FALSE(cuda::AttentionForward(GetParam(), nullptr, nullptr, nullptr, nullptr, nullptr, 1,
-                                      8, 4, 4, 256)
+  EXPECT_FALSE(cuda::AttentionForward(CudaExec{}, GetParam(), nullptr, nullptr, nullptr, nullptr,
+                                      nullptr, 1, 8, 4, 4, 256)
                    .ok());  // HS > 128
+  // The backward's scratch comes from the context's workspace.
+  EXPECT_EQ(cuda::AttentionBackward(CudaExec{}, GetParam(), nullptr, nullptr, nullptr, nullptr,
+                                    nullptr, nullptr, nullptr, nullptr, nullptr, 1, 8, 4, 4, 64)
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 INSTANTIATE_TEST_SUITE_P(DTypes, AttentionCuda, ::testing::Values(DType::kF32, DType::kBF16),

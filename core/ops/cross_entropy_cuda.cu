@@ -8,8 +8,11 @@
 
 #include <cmath>
 
+#include "absl/status/status.h"
 #include "core/cuda/bf16.cuh"
+#include "core/cuda/check.h"
 #include "core/cuda/launch.h"
+#include "core/exec.h"
 #include "core/ops/cuda_ops.h"
 
 namespace satdar::core::cuda {
@@ -95,31 +98,37 @@ cudaError_t CrossEntropy(float* losses, T* dlogits, const T* logits, const int32
 }  // namespace
 
 template <typename T>
-cudaError_t CrossEntropyForward(float* losses, const T* logits, const int32_t* targets, int n,
-                                int v, cudaStream_t stream) {
-  return CrossEntropy<T, true, false>(losses, nullptr, logits, targets, 0.0f, n, v, stream);
+absl::Status CrossEntropyForward(const CudaExec& x, float* losses, const T* logits,
+                                 const int32_t* targets, int n, int v) {
+  SATDAR_CUDA_RETURN_IF_ERROR(
+      (CrossEntropy<T, true, false>(losses, nullptr, logits, targets, 0.0f, n, v, x.stream)));
+  return absl::OkStatus();
 }
 
 template <typename T>
-cudaError_t CrossEntropyBackward(T* dlogits, const T* logits, const int32_t* targets, float dloss,
-                                 int n, int v, cudaStream_t stream) {
-  return CrossEntropy<T, false, true>(nullptr, dlogits, logits, targets, dloss, n, v, stream);
+absl::Status CrossEntropyBackward(const CudaExec& x, T* dlogits, const T* logits,
+                                  const int32_t* targets, float dloss, int n, int v) {
+  SATDAR_CUDA_RETURN_IF_ERROR(
+      (CrossEntropy<T, false, true>(nullptr, dlogits, logits, targets, dloss, n, v, x.stream)));
+  return absl::OkStatus();
 }
 
 template <typename T>
-cudaError_t CrossEntropyForwardBackward(float* losses, T* dlogits, const T* logits,
-                                        const int32_t* targets, float dloss, int n, int v,
-                                        cudaStream_t stream) {
-  return CrossEntropy<T, true, true>(losses, dlogits, logits, targets, dloss, n, v, stream);
+absl::Status CrossEntropyForwardBackward(const CudaExec& x, float* losses, T* dlogits,
+                                         const T* logits, const int32_t* targets, float dloss,
+                                         int n, int v) {
+  SATDAR_CUDA_RETURN_IF_ERROR(
+      (CrossEntropy<T, true, true>(losses, dlogits, logits, targets, dloss, n, v, x.stream)));
+  return absl::OkStatus();
 }
 
-#define SATDAR_INSTANTIATE(T)                                                                 \
-  template cudaError_t CrossEntropyForward<T>(float*, const T*, const int32_t*, int, int,     \
-                                              cudaStream_t);                                  \
-  template cudaError_t CrossEntropyBackward<T>(T*, const T*, const int32_t*, float, int, int, \
-                                               cudaStream_t);                                 \
-  template cudaError_t CrossEntropyForwardBackward<T>(float*, T*, const T*, const int32_t*,   \
-                                                      float, int, int, cudaStream_t);
+#define SATDAR_INSTANTIATE(T)                                                                     \
+  template absl::Status CrossEntropyForward<T>(const CudaExec&, float*, const T*, const int32_t*, \
+                                               int, int);                                         \
+  template absl::Status CrossEntropyBackward<T>(const CudaExec&, T*, const T*, const int32_t*,    \
+                                                float, int, int);                                 \
+  template absl::Status CrossEntropyForwardBackward<T>(const CudaExec&, float*, T*, const T*,     \
+                                                       const int32_t*, float, int, int);
 SATDAR_INSTANTIATE(float)
 SATDAR_INSTANTIATE(__nv_bfloat16)
 #undef SATDAR_INSTANTIATE

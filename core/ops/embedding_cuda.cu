@@ -7,8 +7,11 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "absl/status/status.h"
 #include "core/cuda/bf16.cuh"
+#include "core/cuda/check.h"
 #include "core/cuda/launch.h"
+#include "core/exec.h"
 #include "core/ops/cuda_ops.h"
 
 namespace satdar::core::cuda {
@@ -44,28 +47,32 @@ __global__ void EmbeddingBackwardKernel(float* dtable, const T* dout, const int3
 }  // namespace
 
 template <typename T>
-cudaError_t EmbeddingForward(T* out, const int32_t* tokens, const T* table, int n, int c,
-                             cudaStream_t stream) {
+absl::Status EmbeddingForward(const CudaExec& x, T* out, const int32_t* tokens, const T* table,
+                              int n, int c) {
   const int64_t total = static_cast<int64_t>(n) * c;
-  if (total <= 0) return cudaSuccess;
+  if (total <= 0) return absl::OkStatus();
   const unsigned blocks = static_cast<unsigned>((total + kBlockSize - 1) / kBlockSize);
-  return Launch("EmbeddingForwardKernel", EmbeddingForwardKernel<T>, dim3(blocks),
-                dim3(kBlockSize), 0, stream, out, tokens, table, c, total);
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("EmbeddingForwardKernel", EmbeddingForwardKernel<T>,
+                                     dim3(blocks), dim3(kBlockSize), 0, x.stream, out, tokens,
+                                     table, c, total));
+  return absl::OkStatus();
 }
 
 template <typename T>
-cudaError_t EmbeddingBackward(float* dtable, const T* dout, const int32_t* tokens, int n, int c,
-                              cudaStream_t stream) {
-  if (n <= 0 || c <= 0) return cudaSuccess;
+absl::Status EmbeddingBackward(const CudaExec& x, float* dtable, const T* dout,
+                               const int32_t* tokens, int n, int c) {
+  if (n <= 0 || c <= 0) return absl::OkStatus();
   const dim3 grid(static_cast<unsigned>((c + kBlockSize - 1) / kBlockSize), kClasses);
-  return Launch("EmbeddingBackwardKernel", EmbeddingBackwardKernel<T>, grid, dim3(kBlockSize), 0,
-                stream, dtable, dout, tokens, n, c);
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("EmbeddingBackwardKernel", EmbeddingBackwardKernel<T>, grid,
+                                     dim3(kBlockSize), 0, x.stream, dtable, dout, tokens, n, c));
+  return absl::OkStatus();
 }
 
-#define SATDAR_INSTANTIATE(T)                                                                  \
-  template cudaError_t EmbeddingForward<T>(T*, const int32_t*, const T*, int, int, cudaStream_t); \
-  template cudaError_t EmbeddingBackward<T>(float*, const T*, const int32_t*, int, int,        \
-                                            cudaStream_t);
+#define SATDAR_INSTANTIATE(T)                                                                      \
+  template absl::Status EmbeddingForward<T>(const CudaExec&, T*, const int32_t*, const T*, int,    \
+                                            int);                                                  \
+  template absl::Status EmbeddingBackward<T>(const CudaExec&, float*, const T*, const int32_t*,    \
+                                             int, int);
 SATDAR_INSTANTIATE(float)
 SATDAR_INSTANTIATE(__nv_bfloat16)
 #undef SATDAR_INSTANTIATE

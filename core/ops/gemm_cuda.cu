@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <tuple>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "core/cuda/bf16.cuh"
@@ -200,45 +201,62 @@ absl::Status GemmHandle::GemmMixed(DType ab_dtype, DType c_dtype, bool trans_a, 
   return absl::OkStatus();
 }
 
-absl::Status MatmulForward(GemmHandle* h, DType dtype, void* out, const void* inp,
-                           const void* weight, int m, int n, int k) {
-  return h->Gemm(dtype, false, true, m, n, k, 1.0f, inp, k, weight, k, 0.0f, out, n);
+namespace {
+// The FailedPrecondition of an op called without a GEMM handle.
+absl::Status NoGemm(const char* op) {
+  return absl::FailedPreconditionError(absl::StrCat(op, ": the CudaExec has no GEMM handle"));
 }
 
-absl::Status MatmulBackward(GemmHandle* h, DType dtype, void* dinp, void* dweight,
+template <typename T>
+constexpr DType GemmDType() {
+  return std::is_same_v<T, float> ? DType::kF32 : DType::kBF16;
+}
+}  // namespace
+
+absl::Status MatmulForward(const CudaExec& x, DType dtype, void* out, const void* inp,
+                           const void* weight, int m, int n, int k) {
+  if (x.gemm == nullptr) return NoGemm("MatmulForward");
+  return x.gemm->Gemm(dtype, false, true, m, n, k, 1.0f, inp, k, weight, k, 0.0f, out, n);
+}
+
+absl::Status MatmulBackward(const CudaExec& x, DType dtype, void* dinp, void* dweight,
                             const void* dout, const void* inp, const void* weight, int m, int n,
                             int k) {
+  if (x.gemm == nullptr) return NoGemm("MatmulBackward");
   if (dinp != nullptr) {
-    absl::Status s = h->Gemm(dtype, false, false, m, k, n, 1.0f, dout, n, weight, k, 1.0f, dinp, k);
+    absl::Status s =
+        x.gemm->Gemm(dtype, false, false, m, k, n, 1.0f, dout, n, weight, k, 1.0f, dinp, k);
     if (!s.ok()) return s;
   }
   if (dweight != nullptr) {
-    return h->Gemm(dtype, true, false, n, k, m, 1.0f, dout, n, inp, k, 1.0f, dweight, k);
+    return x.gemm->Gemm(dtype, true, false, n, k, m, 1.0f, dout, n, inp, k, 1.0f, dweight, k);
   }
   return absl::OkStatus();
 }
 
-absl::Status MatmulBackwardInput(GemmHandle* h, DType dtype, void* dinp, const void* dout,
+absl::Status MatmulBackwardInput(const CudaExec& x, DType dtype, void* dinp, const void* dout,
                                  const void* weight, int m, int n, int k, float beta) {
-  return h->Gemm(dtype, false, false, m, k, n, 1.0f, dout, n, weight, k, beta, dinp, k);
+  if (x.gemm == nullptr) return NoGemm("MatmulBackwardInput");
+  return x.gemm->Gemm(dtype, false, false, m, k, n, 1.0f, dout, n, weight, k, beta, dinp, k);
 }
 
-absl::Status MatmulBackwardWeightF32(GemmHandle* h, DType dtype, float* dweight, const void* dout,
-                                     const void* inp, int m, int n, int k) {
-  return h->GemmMixed(dtype, DType::kF32, true, false, n, k, m, 1.0f, dout, n, inp, k, 1.0f,
-                      dweight, k);
+absl::Status MatmulBackwardWeightF32(const CudaExec& x, DType dtype, float* dweight,
+                                     const void* dout, const void* inp, int m, int n, int k) {
+  if (x.gemm == nullptr) return NoGemm("MatmulBackwardWeightF32");
+  return x.gemm->GemmMixed(dtype, DType::kF32, true, false, n, k, m, 1.0f, dout, n, inp, k, 1.0f,
+                           dweight, k);
 }
 
-absl::Status GroupedMatmulForward(GemmHandle* h, DType dtype, void* out, const void* inp,
+absl::Status GroupedMatmulForward(const CudaExec& x, DType dtype, void* out, const void* inp,
                                   const void* const* weights, const int* rows, int groups, int n,
                                   int k) {
   const size_t es = DTypeSize(dtype);
   size_t r0 = 0;
   for (int g = 0; g < groups; ++g) {
     if (rows[g] > 0) {
-      absl::Status s = MatmulForward(h, dtype, static_cast<char*>(out) + r0 * n * es,
-                                     static_cast<const char*>(inp) + r0 * k * es, weights[g],
-                                     rows[g], n, k);
+      absl::Status s =
+          MatmulForward(x, dtype, static_cast<char*>(out) + r0 * n * es,
+                        static_cast<const char*>(inp) + r0 * k * es, weights[g], rows[g], n, k);
       if (!s.ok()) return s;
     }
     r0 += rows[g];
@@ -246,17 +264,17 @@ absl::Status GroupedMatmulForward(GemmHandle* h, DType dtype, void* out, const v
   return absl::OkStatus();
 }
 
-absl::Status GroupedMatmulBackward(GemmHandle* h, DType dtype, void* dinp, void* const* dweights,
-                                   const void* dout, const void* inp, const void* const* weights,
-                                   const int* rows, int groups, int n, int k) {
+absl::Status GroupedMatmulBackward(const CudaExec& x, DType dtype, void* dinp,
+                                   void* const* dweights, const void* dout, const void* inp,
+                                   const void* const* weights, const int* rows, int groups, int n,
+                                   int k) {
   const size_t es = DTypeSize(dtype);
   size_t r0 = 0;
   for (int g = 0; g < groups; ++g) {
     if (rows[g] > 0) {
       absl::Status s = MatmulBackward(
-          h, dtype, dinp == nullptr ? nullptr : static_cast<char*>(dinp) + r0 * k * es,
-          dweights == nullptr ? nullptr : dweights[g],
-          static_cast<const char*>(dout) + r0 * n * es,
+          x, dtype, dinp == nullptr ? nullptr : static_cast<char*>(dinp) + r0 * k * es,
+          dweights == nullptr ? nullptr : dweights[g], static_cast<const char*>(dout) + r0 * n * es,
           static_cast<const char*>(inp) + r0 * k * es, weights[g], rows[g], n, k);
       if (!s.ok()) return s;
     }
@@ -265,7 +283,7 @@ absl::Status GroupedMatmulBackward(GemmHandle* h, DType dtype, void* dinp, void*
   return absl::OkStatus();
 }
 
-absl::Status GroupedMatmulBackwardF32(GemmHandle* h, DType dtype, void* dinp,
+absl::Status GroupedMatmulBackwardF32(const CudaExec& x, DType dtype, void* dinp,
                                       float* const* dweights, const void* dout, const void* inp,
                                       const void* const* weights, const int* rows, int groups,
                                       int n, int k) {
@@ -274,10 +292,10 @@ absl::Status GroupedMatmulBackwardF32(GemmHandle* h, DType dtype, void* dinp,
   for (int g = 0; g < groups; ++g) {
     if (rows[g] > 0) {
       const char* dout_g = static_cast<const char*>(dout) + r0 * n * es;
-      absl::Status s = MatmulBackwardInput(h, dtype, static_cast<char*>(dinp) + r0 * k * es,
-                                           dout_g, weights[g], rows[g], n, k, 0.0f);
+      absl::Status s = MatmulBackwardInput(x, dtype, static_cast<char*>(dinp) + r0 * k * es, dout_g,
+                                           weights[g], rows[g], n, k, 0.0f);
       if (!s.ok()) return s;
-      s = MatmulBackwardWeightF32(h, dtype, dweights[g], dout_g,
+      s = MatmulBackwardWeightF32(x, dtype, dweights[g], dout_g,
                                   static_cast<const char*>(inp) + r0 * k * es, rows[g], n, k);
       if (!s.ok()) return s;
     }
@@ -285,5 +303,41 @@ absl::Status GroupedMatmulBackwardF32(GemmHandle* h, DType dtype, void* dinp,
   }
   return absl::OkStatus();
 }
+
+template <typename T>
+absl::Status MatmulForward(const CudaExec& x, T* out, const T* inp, const T* weight, int m, int n,
+                           int k) {
+  return MatmulForward(x, GemmDType<T>(), out, inp, weight, m, n, k);
+}
+
+template <typename T>
+absl::Status MatmulBackward(const CudaExec& x, T* dinp, T* dweight, const T* dout, const T* inp,
+                            const T* weight, int m, int n, int k) {
+  return MatmulBackward(x, GemmDType<T>(), dinp, dweight, dout, inp, weight, m, n, k);
+}
+
+template <typename T>
+absl::Status MatmulBackwardInput(const CudaExec& x, T* dinp, const T* dout, const T* weight, int m,
+                                 int n, int k, float beta) {
+  return MatmulBackwardInput(x, GemmDType<T>(), dinp, dout, weight, m, n, k, beta);
+}
+
+template <typename T>
+absl::Status MatmulBackwardWeightF32(const CudaExec& x, float* dweight, const T* dout, const T* inp,
+                                     int m, int n, int k) {
+  return MatmulBackwardWeightF32(x, GemmDType<T>(), dweight, dout, inp, m, n, k);
+}
+
+#define SATDAR_INSTANTIATE(T)                                                                     \
+  template absl::Status MatmulForward<T>(const CudaExec&, T*, const T*, const T*, int, int, int); \
+  template absl::Status MatmulBackward<T>(const CudaExec&, T*, T*, const T*, const T*, const T*,  \
+                                          int, int, int);                                         \
+  template absl::Status MatmulBackwardInput<T>(const CudaExec&, T*, const T*, const T*, int, int, \
+                                               int, float);                                       \
+  template absl::Status MatmulBackwardWeightF32<T>(const CudaExec&, float*, const T*, const T*,   \
+                                                   int, int, int);
+SATDAR_INSTANTIATE(float)
+SATDAR_INSTANTIATE(__nv_bfloat16)
+#undef SATDAR_INSTANTIATE
 
 }  // namespace satdar::core::cuda

@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/dtype.h"
+#include "core/exec.h"
 
 struct CUstream_st;  // cudaStream_t
 
@@ -56,36 +57,59 @@ class GemmHandle {
   std::unique_ptr<Impl> impl_;
 };
 
+// The linear layer and the grouped layers below take the execution context first
+// (core/exec.h) and run on x.gemm, a handle bound to x.stream; without one they return
+// FailedPrecondition naming the op. Each comes with a DType form over void pointers (the model's
+// GPU code, which holds a runtime dtype, and the grouped layers use it) and, for the plain layer,
+// a typed form (T = float or __nv_bfloat16, instantiated in gemm_cuda.cu) whose argument list is
+// the CPU reference's of matmul.h minus the pool: ops::MatmulForward(x, out, inp, weight, m, n, k)
+// in core/ops/ops.h is one call text for both devices.
+//
 // The linear layer of matmul.h: out (M,N) = inp (M,K) weight^T, weight (N,K). Overwrites out.
-absl::Status MatmulForward(GemmHandle* h, DType dtype, void* out, const void* inp,
+absl::Status MatmulForward(const CudaExec& x, DType dtype, void* out, const void* inp,
                            const void* weight, int m, int n, int k);
 // dinp (M,K) += dout (M,N) weight (N,K); dweight (N,K) += dout^T inp. Either may be null.
-absl::Status MatmulBackward(GemmHandle* h, DType dtype, void* dinp, void* dweight,
+absl::Status MatmulBackward(const CudaExec& x, DType dtype, void* dinp, void* dweight,
                             const void* dout, const void* inp, const void* weight, int m, int n,
                             int k);
 
 // The two halves of MatmulBackward for mixed precision training:
 // dinp (M,K) = dout (M,N) weight (N,K) + beta * dinp (beta 0 overwrites);
 // dweight (N,K) fp32 += dout^T inp, with dout and inp of `dtype` (f32 or bf16).
-absl::Status MatmulBackwardInput(GemmHandle* h, DType dtype, void* dinp, const void* dout,
+absl::Status MatmulBackwardInput(const CudaExec& x, DType dtype, void* dinp, const void* dout,
                                  const void* weight, int m, int n, int k, float beta);
-absl::Status MatmulBackwardWeightF32(GemmHandle* h, DType dtype, float* dweight, const void* dout,
-                                     const void* inp, int m, int n, int k);
+absl::Status MatmulBackwardWeightF32(const CudaExec& x, DType dtype, float* dweight,
+                                     const void* dout, const void* inp, int m, int n, int k);
+
+// Typed forms of the four above (T = float or __nv_bfloat16).
+template <typename T>
+absl::Status MatmulForward(const CudaExec& x, T* out, const T* inp, const T* weight, int m, int n,
+                           int k);
+template <typename T>
+absl::Status MatmulBackward(const CudaExec& x, T* dinp, T* dweight, const T* dout, const T* inp,
+                            const T* weight, int m, int n, int k);
+template <typename T>
+absl::Status MatmulBackwardInput(const CudaExec& x, T* dinp, const T* dout, const T* weight, int m,
+                                 int n, int k, float beta);
+template <typename T>
+absl::Status MatmulBackwardWeightF32(const CudaExec& x, float* dweight, const T* dout, const T* inp,
+                                     int m, int n, int k);
 
 // Grouped linear layers (MoE experts): group g owns rows [r_g, r_g + rows[g]) of inp/out (rows
 // are consecutive, r_0 = 0) and its own weight weights[g] (N,K). `rows` and `weights` are host
 // arrays (the weights themselves on the device); empty groups are skipped. One cuBLASLt call
 // per group.
-absl::Status GroupedMatmulForward(GemmHandle* h, DType dtype, void* out, const void* inp,
+absl::Status GroupedMatmulForward(const CudaExec& x, DType dtype, void* out, const void* inp,
                                   const void* const* weights, const int* rows, int groups, int n,
                                   int k);
 // dinp += per group dout_g W_g; dweights[g] += dout_g^T inp_g. dinp or dweights may be null.
-absl::Status GroupedMatmulBackward(GemmHandle* h, DType dtype, void* dinp, void* const* dweights,
-                                   const void* dout, const void* inp, const void* const* weights,
-                                   const int* rows, int groups, int n, int k);
+absl::Status GroupedMatmulBackward(const CudaExec& x, DType dtype, void* dinp,
+                                   void* const* dweights, const void* dout, const void* inp,
+                                   const void* const* weights, const int* rows, int groups, int n,
+                                   int k);
 // Mixed precision (as MatmulBackwardInput / MatmulBackwardWeightF32 per group): the groups'
 // rows of dinp overwritten with dout_g W_g; fp32 dweights[g] += dout_g^T inp_g.
-absl::Status GroupedMatmulBackwardF32(GemmHandle* h, DType dtype, void* dinp,
+absl::Status GroupedMatmulBackwardF32(const CudaExec& x, DType dtype, void* dinp,
                                       float* const* dweights, const void* dout, const void* inp,
                                       const void* const* weights, const int* rows, int groups,
                                       int n, int k);

@@ -5,6 +5,8 @@
 //   f32:  1e-4  (CUBLAS_COMPUTE_32F, no TF32; only the summation order differs)
 //   bf16: 2e-2  (inputs rounded to bf16 before both paths, so the gap is the bf16 rounding of
 //                the output and of accumulated gradients, plus order)
+#include "core/ops/gemm_cuda.h"
+
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -14,9 +16,10 @@
 #include "core/cuda/runtime.h"
 #include "core/cuda/testing/gpu_test_util.h"
 #include "core/dtype.h"
+#include "core/exec.h"
 #include "core/ops/gemm.h"
-#include "core/ops/gemm_cuda.h"
 #include "core/ops/matmul.h"
+#include "core/ops/ops.h"
 #include "gtest/gtest.h"
 
 namespace satdar::core {
@@ -86,6 +89,8 @@ TEST_P(GemmCuda, LinearForwardBackwardMatchesCpu) {
   auto h = cuda::GemmHandle::Create();
   ASSERT_TRUE(h.ok()) << h.status();
   ThreadPool pool(2);
+  const CpuExec on_cpu{&pool};
+  const CudaExec on_gpu{nullptr, h->get(), nullptr};
   struct Shape { int m, n, k; };
   for (Shape s : {Shape{64, 96, 128}, Shape{7, 33, 65}, Shape{256, 512, 64}}) {
     std::vector<float> x = Random(size_t{1} * s.m * s.k, 4), w = Random(size_t{1} * s.n * s.k, 5);
@@ -95,17 +100,38 @@ TEST_P(GemmCuda, LinearForwardBackwardMatchesCpu) {
     DeviceBuffer gx(x, dt), gw(w, dt), gdout(dout, dt), gdx(dx, dt), gdw(dw, dt);
     DeviceBuffer gout(std::vector<float>(size_t{1} * s.m * s.n, 0.f), dt);
     std::vector<float> out(size_t{1} * s.m * s.n);
-    cpu::MatmulForward<float>(out.data(), x.data(), w.data(), s.m, s.n, s.k, &pool);
-    cpu::MatmulBackward<float>(dx.data(), dw.data(), dout.data(), x.data(), w.data(), s.m, s.n,
-                               s.k, &pool);
-    ASSERT_TRUE(cuda::MatmulForward(h->get(), dt, gout.get(), gx.get(), gw.get(), s.m, s.n, s.k).ok());
-    ASSERT_TRUE(cuda::MatmulBackward(h->get(), dt, gdx.get(), gdw.get(), gdout.get(), gx.get(),
-                                     gw.get(), s.m, s.n, s.k)
+    ASSERT_TRUE(ops::MatmulForward(on_cpu, out.data(), x.data(), w.data(), s.m, s.n, s.k).ok());
+    ASSERT_TRUE(ops::MatmulBackward(on_cpu, dx.data(), dw.data(), dout.data(), x.data(), w.data(),
+                                    s.m, s.n, s.k)
+                    .ok());
+    ASSERT_TRUE(ops::MatmulForward(on_gpu, dt, gout.get(), gx.get(), gw.get(), s.m, s.n, s.k).ok());
+    ASSERT_TRUE(ops::MatmulBackward(on_gpu, dt, gdx.get(), gdw.get(), gdout.get(), gx.get(),
+                                    gw.get(), s.m, s.n, s.k)
                     .ok());
     EXPECT_LT(RelErr(gout.Download(), out), Tol(dt)) << "out m=" << s.m;
     EXPECT_LT(RelErr(gdx.Download(), dx), Tol(dt)) << "dinp m=" << s.m;
     EXPECT_LT(RelErr(gdw.Download(), dw), Tol(dt)) << "dweight m=" << s.m;
   }
+}
+
+// The typed form of the linear layer (T = float), and a context without a GEMM handle.
+TEST(GemmCudaExec, TypedFormAndMissingHandle) {
+  SATDAR_SKIP_WITHOUT_GPU();
+  auto h = cuda::GemmHandle::Create();
+  ASSERT_TRUE(h.ok()) << h.status();
+  ThreadPool pool(2);
+  const int m = 7, n = 33, k = 65;
+  std::vector<float> x = Random(size_t{1} * m * k, 4), w = Random(size_t{1} * n * k, 5);
+  std::vector<float> out(size_t{1} * m * n);
+  ASSERT_TRUE(ops::MatmulForward(CpuExec{&pool}, out.data(), x.data(), w.data(), m, n, k).ok());
+  DeviceBuffer gx(x, DType::kF32), gw(w, DType::kF32);
+  DeviceBuffer gout(std::vector<float>(out.size(), 0.f), DType::kF32);
+  ASSERT_TRUE(ops::MatmulForward(CudaExec{nullptr, h->get(), nullptr}, gout.f32(), gx.f32(),
+                                 gw.f32(), m, n, k)
+                  .ok());
+  EXPECT_LT(RelErr(gout.Download(), out), Tol(DType::kF32));
+  EXPECT_EQ(ops::MatmulForward(CudaExec{}, gout.f32(), gx.f32(), gw.f32(), m, n, k).code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 // Also GroupedMatmulBackwardF32 (MoE experts with fp32 weight gradients).
@@ -115,6 +141,8 @@ TEST_P(GemmCuda, GroupedMatchesPerGroupCpu) {
   auto h = cuda::GemmHandle::Create();
   ASSERT_TRUE(h.ok()) << h.status();
   ThreadPool pool(2);
+  const CpuExec on_cpu{&pool};
+  const CudaExec on_gpu{nullptr, h->get(), nullptr};
   const int n = 48, k = 80;
   const std::vector<int> rows = {5, 0, 17, 1, 33};
   int total = 0;
@@ -140,22 +168,24 @@ TEST_P(GemmCuda, GroupedMatchesPerGroupCpu) {
   int r0 = 0;
   for (size_t g = 0; g < rows.size(); ++g) {
     if (rows[g] > 0) {
-      cpu::MatmulForward<float>(out.data() + size_t{1} * r0 * n, x.data() + size_t{1} * r0 * k,
-                                w[g].data(), rows[g], n, k, &pool);
-      cpu::MatmulBackward<float>(dx.data() + size_t{1} * r0 * k, dw[g].data(),
-                                 dout.data() + size_t{1} * r0 * n, x.data() + size_t{1} * r0 * k,
-                                 w[g].data(), rows[g], n, k, &pool);
+      ASSERT_TRUE(ops::MatmulForward(on_cpu, out.data() + size_t{1} * r0 * n,
+                                     x.data() + size_t{1} * r0 * k, w[g].data(), rows[g], n, k)
+                      .ok());
+      ASSERT_TRUE(ops::MatmulBackward(on_cpu, dx.data() + size_t{1} * r0 * k, dw[g].data(),
+                                      dout.data() + size_t{1} * r0 * n,
+                                      x.data() + size_t{1} * r0 * k, w[g].data(), rows[g], n, k)
+                      .ok());
     }
     r0 += rows[g];
   }
   DeviceBuffer gx(x, dt), gdout(dout, dt), gout(std::vector<float>(out.size(), 0.f), dt);
   DeviceBuffer gdx0(std::vector<float>(dx.size(), 0.f), dt);  // the CPU's dx also started at zero
   const int groups = static_cast<int>(rows.size());
-  ASSERT_TRUE(cuda::GroupedMatmulForward(h->get(), dt, gout.get(), gx.get(), wp.data(),
-                                         rows.data(), groups, n, k)
+  ASSERT_TRUE(cuda::GroupedMatmulForward(on_gpu, dt, gout.get(), gx.get(), wp.data(), rows.data(),
+                                         groups, n, k)
                   .ok());
-  ASSERT_TRUE(cuda::GroupedMatmulBackward(h->get(), dt, gdx0.get(), dwp.data(), gdout.get(),
-                                          gx.get(), wp.data(), rows.data(), groups, n, k)
+  ASSERT_TRUE(cuda::GroupedMatmulBackward(on_gpu, dt, gdx0.get(), dwp.data(), gdout.get(), gx.get(),
+                                          wp.data(), rows.data(), groups, n, k)
                   .ok());
   EXPECT_LT(RelErr(gout.Download(), out), Tol(dt));
   EXPECT_LT(RelErr(gdx0.Download(), dx), Tol(dt));
@@ -173,7 +203,7 @@ TEST_P(GemmCuda, GroupedMatchesPerGroupCpu) {
         std::make_unique<DeviceBuffer>(std::vector<float>(dw[g].size(), 1.f), DType::kF32));
     dwp32.push_back(gdw32.back()->f32());
   }
-  ASSERT_TRUE(cuda::GroupedMatmulBackwardF32(h->get(), dt, gdx1.get(), dwp32.data(), gdout.get(),
+  ASSERT_TRUE(cuda::GroupedMatmulBackwardF32(on_gpu, dt, gdx1.get(), dwp32.data(), gdout.get(),
                                              gx.get(), wp.data(), rows.data(), groups, n, k)
                   .ok());
   EXPECT_LT(RelErr(gdx1.Download(), dx), Tol(dt)) << "mixed dx";

@@ -26,9 +26,11 @@
 #include "core/cuda/runtime.h"
 #include "core/cuda/testing/gpu_test_util.h"
 #include "core/dtype.h"
+#include "core/exec.h"
 #include "core/ops/cross_entropy.h"
 #include "core/ops/cuda_ops.h"
 #include "core/ops/embedding.h"
+#include "core/ops/ops.h"
 #include "core/ops/rmsnorm.h"
 #include "core/ops/rope.h"
 #include "core/ops/swiglu.h"
@@ -62,31 +64,35 @@ void CheckRmsNorm() {
   const int n = 37, c = 300;
   const double eps = 1e-5;
   ThreadPool pool(2);
+  const CpuExec on_cpu{&pool};
+  const CudaExec on_gpu{};  // the legacy default stream
   const auto x = Quantize<T>(RandomNormal(n * c, 1));
   const auto w = Quantize<T>(RandomNormal(c, 2, 0.5f));
   const auto dy = Quantize<T>(RandomNormal(n * c, 3));
   const auto dx0 = Quantize<T>(RandomNormal(n * c, 4, 0.1f));
   const auto dw0 = RandomNormal(c, 5, 0.1f);
   std::vector<float> out(n * c), rstd(n), dx = dx0, dw = dw0;
-  cpu::RmsNormForward(out.data(), rstd.data(), x.data(), w.data(), n, c, eps, &pool);
-  cpu::RmsNormBackward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), rstd.data(), n, c,
-                       &pool);
+  ASSERT_TRUE(
+      ops::RmsNormForward(on_cpu, out.data(), rstd.data(), x.data(), w.data(), n, c, eps).ok());
+  ASSERT_TRUE(ops::RmsNormBackward(on_cpu, dx.data(), dw.data(), dy.data(), x.data(), w.data(),
+                                   rstd.data(), n, c)
+                  .ok());
   DeviceArray<T> gx(x), gw(w), gdy(dy), gdx(dx0), gout(n * c);
   DeviceArray<float> grstd(n), gdw(dw0);
-  ASSERT_EQ(cuda::RmsNormForward(gout.get(), grstd.get(), gx.get(), gw.get(), n, c,
-                                 static_cast<float>(eps), nullptr),
-            cudaSuccess);
-  ASSERT_EQ(cuda::RmsNormBackward(gdx.get(), gdw.get(), gdy.get(), gx.get(), gw.get(), grstd.get(),
-                                  n, c, nullptr),
-            cudaSuccess);
+  ASSERT_TRUE(ops::RmsNormForward(on_gpu, gout.get(), grstd.get(), gx.get(), gw.get(), n, c,
+                                  static_cast<float>(eps))
+                  .ok());
+  ASSERT_TRUE(ops::RmsNormBackward(on_gpu, gdx.get(), gdw.get(), gdy.get(), gx.get(), gw.get(),
+                                   grstd.get(), n, c)
+                  .ok());
   ExpectClose(gout.Download(), out, StoredTol<T>(1e-2), "rmsnorm out");
   ExpectClose(grstd.Download(), rstd, StoredTol<T>(1e-4), "rmsnorm rstd");
   ExpectClose(gdx.Download(), dx, StoredTol<T>(1e-2), "rmsnorm dinp");
   ExpectClose(gdw.Download(), dw, StoredTol<T>(1e-4), "rmsnorm dweight");
   // In place (out aliases inp), as the header allows.
-  ASSERT_EQ(cuda::RmsNormForward(gx.get(), grstd.get(), gx.get(), gw.get(), n, c,
-                                 static_cast<float>(eps), nullptr),
-            cudaSuccess);
+  ASSERT_TRUE(ops::RmsNormForward(on_gpu, gx.get(), grstd.get(), gx.get(), gw.get(), n, c,
+                                  static_cast<float>(eps))
+                  .ok());
   ExpectClose(gx.Download(), out, StoredTol<T>(1e-2), "rmsnorm out (in place)");
 }
 
@@ -95,18 +101,19 @@ void CheckRope() {
   const int b = 2, t = 7, nh = 3, hs = 16;
   const size_t size = static_cast<size_t>(b) * t * nh * hs;
   ThreadPool pool(2);
+  const CpuExec on_cpu{&pool};
+  const CudaExec on_gpu{};  // the legacy default stream
   std::vector<float> cos, sin;
   cpu::RopeTables(&cos, &sin, t, hs, 10000.0);
   const auto x0 = Quantize<T>(RandomNormal(size, 11));
   const auto dx0 = Quantize<T>(RandomNormal(size, 12));
   std::vector<float> x = x0, dx = dx0;
-  cpu::RopeForward(x.data(), cos.data(), sin.data(), b, t, nh, hs, &pool);
-  cpu::RopeBackward(dx.data(), cos.data(), sin.data(), b, t, nh, hs, &pool);
+  ASSERT_TRUE(ops::RopeForward(on_cpu, x.data(), cos.data(), sin.data(), b, t, nh, hs).ok());
+  ASSERT_TRUE(ops::RopeBackward(on_cpu, dx.data(), cos.data(), sin.data(), b, t, nh, hs).ok());
   DeviceArray<float> gcos(cos), gsin(sin);
   DeviceArray<T> gx(x0), gdx(dx0);
-  ASSERT_EQ(cuda::RopeForward(gx.get(), gcos.get(), gsin.get(), b, t, nh, hs, nullptr), cudaSuccess);
-  ASSERT_EQ(cuda::RopeBackward(gdx.get(), gcos.get(), gsin.get(), b, t, nh, hs, nullptr),
-            cudaSuccess);
+  ASSERT_TRUE(ops::RopeForward(on_gpu, gx.get(), gcos.get(), gsin.get(), b, t, nh, hs).ok());
+  ASSERT_TRUE(ops::RopeBackward(on_gpu, gdx.get(), gcos.get(), gsin.get(), b, t, nh, hs).ok());
   ExpectClose(gx.Download(), x, StoredTol<T>(1e-2), "rope forward");
   ExpectClose(gdx.Download(), dx, StoredTol<T>(1e-2), "rope backward");
 }
@@ -115,14 +122,24 @@ template <typename T>
 void CheckSwiglu() {
   const int n = 33, f = 129;
   ThreadPool pool(2);
+  const CpuExec on_cpu{&pool};
+  const CudaExec on_gpu{};  // the legacy default stream
   const auto gu = Quantize<T>(RandomNormal(static_cast<size_t>(n) * 2 * f, 21, 2.0f));
   const auto dout = Quantize<T>(RandomNormal(static_cast<size_t>(n) * f, 22));
+  // One call text for both devices (ops.h): the same lambdas run the CPU reference and the
+  // kernels, the exec and the element type choosing the overload.
+  const auto forward = [&](const auto& x, auto* y, const auto* gate_up) {
+    return ops::SwigluForward(x, y, gate_up, n, f);
+  };
+  const auto backward = [&](const auto& x, auto* dgate_up, const auto* dy, const auto* gate_up) {
+    return ops::SwigluBackward(x, dgate_up, dy, gate_up, n, f);
+  };
   std::vector<float> out(static_cast<size_t>(n) * f), dgu(gu.size());
-  cpu::SwigluForward(out.data(), gu.data(), n, f, &pool);
-  cpu::SwigluBackward(dgu.data(), dout.data(), gu.data(), n, f, &pool);
+  ASSERT_TRUE(forward(on_cpu, out.data(), gu.data()).ok());
+  ASSERT_TRUE(backward(on_cpu, dgu.data(), dout.data(), gu.data()).ok());
   DeviceArray<T> ggu(gu), gdout(dout), gout(out.size()), gdgu(dgu.size());
-  ASSERT_EQ(cuda::SwigluForward(gout.get(), ggu.get(), n, f, nullptr), cudaSuccess);
-  ASSERT_EQ(cuda::SwigluBackward(gdgu.get(), gdout.get(), ggu.get(), n, f, nullptr), cudaSuccess);
+  ASSERT_TRUE(forward(on_gpu, gout.get(), ggu.get()).ok());
+  ASSERT_TRUE(backward(on_gpu, gdgu.get(), gdout.get(), ggu.get()).ok());
   ExpectClose(gout.Download(), out, StoredTol<T>(1e-2), "swiglu forward");
   ExpectClose(gdgu.Download(), dgu, StoredTol<T>(1e-2), "swiglu backward");
 }
@@ -131,20 +148,20 @@ template <typename T>
 void CheckEmbedding() {
   const int v = 150, n = 300, c = 70;  // v > the kernel's 64 token classes; tokens repeat
   ThreadPool pool(2);
+  const CpuExec on_cpu{&pool};
+  const CudaExec on_gpu{};  // the legacy default stream
   const auto table = Quantize<T>(RandomNormal(static_cast<size_t>(v) * c, 31));
   const auto dout = Quantize<T>(RandomNormal(static_cast<size_t>(n) * c, 32));
   const auto dtable0 = RandomNormal(table.size(), 33, 0.1f);
   const auto tokens = RandomTokens(n, v, 34);
   std::vector<float> out(static_cast<size_t>(n) * c), dtable = dtable0;
-  cpu::EmbeddingForward(out.data(), tokens.data(), table.data(), n, c, &pool);
-  cpu::EmbeddingBackward(dtable.data(), dout.data(), tokens.data(), n, c, &pool);
+  ASSERT_TRUE(ops::EmbeddingForward(on_cpu, out.data(), tokens.data(), table.data(), n, c).ok());
+  ASSERT_TRUE(ops::EmbeddingBackward(on_cpu, dtable.data(), dout.data(), tokens.data(), n, c).ok());
   DeviceVector<int32_t> gtok(tokens);
   DeviceArray<T> gtable(table), gdout(dout), gout(out.size());
   DeviceArray<float> gdtable(dtable0);
-  ASSERT_EQ(cuda::EmbeddingForward(gout.get(), gtok.get(), gtable.get(), n, c, nullptr),
-            cudaSuccess);
-  ASSERT_EQ(cuda::EmbeddingBackward(gdtable.get(), gdout.get(), gtok.get(), n, c, nullptr),
-            cudaSuccess);
+  ASSERT_TRUE(ops::EmbeddingForward(on_gpu, gout.get(), gtok.get(), gtable.get(), n, c).ok());
+  ASSERT_TRUE(ops::EmbeddingBackward(on_gpu, gdtable.get(), gdout.get(), gtok.get(), n, c).ok());
   ExpectClose(gout.Download(), out, 0.0, "embedding forward");
   ExpectClose(gdtable.Download(), dtable, 1e-6, "embedding backward");
 }
@@ -154,24 +171,28 @@ void CheckCrossEntropy() {
   const int n = 9, v = 1000;
   const float dloss = 1.0f / n;
   ThreadPool pool(2);
+  const CpuExec on_cpu{&pool};
+  const CudaExec on_gpu{};  // the legacy default stream
   const auto logits = Quantize<T>(RandomNormal(static_cast<size_t>(n) * v, 41, 3.0f));
   const auto targets = RandomTokens(n, v, 42);
   std::vector<float> losses(n), dlogits(logits.size());
-  cpu::CrossEntropyForward(losses.data(), logits.data(), targets.data(), n, v, &pool);
-  cpu::CrossEntropyBackward(dlogits.data(), logits.data(), targets.data(), dloss, n, v, &pool);
+  ASSERT_TRUE(
+      ops::CrossEntropyForward(on_cpu, losses.data(), logits.data(), targets.data(), n, v).ok());
+  ASSERT_TRUE(
+      ops::CrossEntropyBackward(on_cpu, dlogits.data(), logits.data(), targets.data(), dloss, n, v)
+          .ok());
   DeviceVector<int32_t> gt(targets);
   DeviceArray<T> glogits(logits), gd(logits.size());
   DeviceArray<float> glosses(n), glosses2(n);
-  ASSERT_EQ(cuda::CrossEntropyForward(glosses.get(), glogits.get(), gt.get(), n, v, nullptr),
-            cudaSuccess);
-  ASSERT_EQ(cuda::CrossEntropyBackward(gd.get(), glogits.get(), gt.get(), dloss, n, v, nullptr),
-            cudaSuccess);
+  ASSERT_TRUE(ops::CrossEntropyForward(on_gpu, glosses.get(), glogits.get(), gt.get(), n, v).ok());
+  ASSERT_TRUE(
+      ops::CrossEntropyBackward(on_gpu, gd.get(), glogits.get(), gt.get(), dloss, n, v).ok());
   ExpectClose(glosses.Download(), losses, StoredTol<T>(1e-4), "cross-entropy losses");
   ExpectClose(gd.Download(), dlogits, StoredTol<T>(1e-2), "cross-entropy dlogits");
   // Fused, in place: the logits buffer becomes its own gradient.
-  ASSERT_EQ(cuda::CrossEntropyForwardBackward(glosses2.get(), glogits.get(), glogits.get(),
-                                              gt.get(), dloss, n, v, nullptr),
-            cudaSuccess);
+  ASSERT_TRUE(ops::CrossEntropyForwardBackward(on_gpu, glosses2.get(), glogits.get(), glogits.get(),
+                                               gt.get(), dloss, n, v)
+                  .ok());
   ExpectClose(glosses2.Download(), losses, StoredTol<T>(1e-4), "fused cross-entropy losses");
   ExpectClose(glogits.Download(), dlogits, StoredTol<T>(1e-2), "fused cross-entropy dlogits");
 }
@@ -194,6 +215,8 @@ void CheckVocabSliceEmbedding() {
   // The slice [40, 110) of a 150-token vocabulary: about half the tokens fall outside it.
   const int v = 150, v0 = 40, vl = 70, n = 300, c = 70;
   ThreadPool pool(2);
+  const CpuExec on_cpu{&pool};
+  const CudaExec on_gpu{};  // the legacy default stream
   const auto table = Quantize<T>(RandomNormal(static_cast<size_t>(vl) * c, 61));
   const auto dout = Quantize<T>(RandomNormal(static_cast<size_t>(n) * c, 62));
   const auto dtable0 = RandomNormal(table.size(), 63, 0.1f);
@@ -203,18 +226,21 @@ void CheckVocabSliceEmbedding() {
   tokens[2] = v0 + vl - 1;
   tokens[3] = v0 + vl;
   std::vector<float> out(static_cast<size_t>(n) * c), dtable = dtable0;
-  cpu::VocabSliceEmbeddingForward(out.data(), tokens.data(), table.data(), v0, vl, n, c, &pool);
-  cpu::VocabSliceEmbeddingBackward(dtable.data(), dout.data(), tokens.data(), v0, vl, n, c,
-                                   &pool);
+  ASSERT_TRUE(
+      ops::VocabSliceEmbeddingForward(on_cpu, out.data(), tokens.data(), table.data(), v0, vl, n, c)
+          .ok());
+  ASSERT_TRUE(ops::VocabSliceEmbeddingBackward(on_cpu, dtable.data(), dout.data(), tokens.data(),
+                                               v0, vl, n, c)
+                  .ok());
   DeviceVector<int32_t> gtok(tokens);
   DeviceArray<T> gtable(table), gdout(dout), gout(out.size());
   DeviceArray<float> gdtable(dtable0);
-  ASSERT_EQ(cuda::VocabSliceEmbeddingForward(gout.get(), gtok.get(), gtable.get(), v0, vl, n, c,
-                                             nullptr),
-            cudaSuccess);
-  ASSERT_EQ(cuda::VocabSliceEmbeddingBackward(gdtable.get(), gdout.get(), gtok.get(), v0, vl, n,
-                                              c, nullptr),
-            cudaSuccess);
+  ASSERT_TRUE(
+      ops::VocabSliceEmbeddingForward(on_gpu, gout.get(), gtok.get(), gtable.get(), v0, vl, n, c)
+          .ok());
+  ASSERT_TRUE(
+      ops::VocabSliceEmbeddingBackward(on_gpu, gdtable.get(), gdout.get(), gtok.get(), v0, vl, n, c)
+          .ok());
   ExpectSame(gout.Download(), out, "vocab-slice embedding forward");
   ExpectClose(gdtable.Download(), dtable, 1e-6, "vocab-slice embedding backward");
 }
@@ -227,6 +253,8 @@ void CheckVocabParallelCrossEntropy() {
   const int n = 9, vocab = 1000, v0 = 300, vl = 700, vtrue = 650;
   const float scale = 1.0f / n;
   ThreadPool pool(2);
+  const CpuExec on_cpu{&pool};
+  const CudaExec on_gpu{};  // the legacy default stream
   const auto logits0 = Quantize<T>(RandomNormal(static_cast<size_t>(n) * vl, 51, 3.0f));
   auto targets = RandomTokens(n, vocab, 52);
   targets[0] = v0 - 1;  // outside the slice, then its first and last true columns
@@ -234,31 +262,33 @@ void CheckVocabParallelCrossEntropy() {
   targets[2] = v0 + vtrue - 1;
   std::vector<float> logits = logits0, row_max(n), sum_exp(n), target(n), lse(n), losses(n),
                      dlogits(logits.size());
-  cpu::MaskPaddedVocab(logits.data(), n, vl, vtrue, &pool);
-  cpu::VocabParallelRowMax(row_max.data(), logits.data(), n, vl, &pool);
-  cpu::VocabParallelSumExp(sum_exp.data(), target.data(), logits.data(), row_max.data(),
-                           targets.data(), v0, n, vl, &pool);
-  cpu::VocabParallelLoss(losses.data(), lse.data(), row_max.data(), sum_exp.data(), target.data(),
-                         n, &pool);
-  cpu::VocabParallelCrossEntropyBackward(dlogits.data(), logits.data(), lse.data(),
-                                         targets.data(), scale, v0, n, vl, &pool);
+  ASSERT_TRUE(ops::MaskPaddedVocab(on_cpu, logits.data(), n, vl, vtrue).ok());
+  ASSERT_TRUE(ops::VocabParallelRowMax(on_cpu, row_max.data(), logits.data(), n, vl).ok());
+  ASSERT_TRUE(ops::VocabParallelSumExp(on_cpu, sum_exp.data(), target.data(), logits.data(),
+                                       row_max.data(), targets.data(), v0, n, vl)
+                  .ok());
+  ASSERT_TRUE(ops::VocabParallelLoss(on_cpu, losses.data(), lse.data(), row_max.data(),
+                                     sum_exp.data(), target.data(), n)
+                  .ok());
+  ASSERT_TRUE(ops::VocabParallelCrossEntropyBackward(on_cpu, dlogits.data(), logits.data(),
+                                                     lse.data(), targets.data(), scale, v0, n, vl)
+                  .ok());
   DeviceVector<int32_t> gt(targets);
   DeviceArray<T> glogits(logits0);
   DeviceArray<float> grow_max(n), gsum(n), gtarget(n), glse(n), glosses(n);
-  ASSERT_EQ(cuda::MaskPaddedVocab(glogits.get(), n, vl, vtrue, nullptr), cudaSuccess);
+  ASSERT_TRUE(ops::MaskPaddedVocab(on_gpu, glogits.get(), n, vl, vtrue).ok());
   ExpectSame(glogits.Download(), logits, "masked logits");
-  ASSERT_EQ(cuda::VocabParallelRowMax(grow_max.get(), glogits.get(), n, vl, nullptr),
-            cudaSuccess);
-  ASSERT_EQ(cuda::VocabParallelSumExp(gsum.get(), gtarget.get(), glogits.get(), grow_max.get(),
-                                      gt.get(), v0, n, vl, nullptr),
-            cudaSuccess);
-  ASSERT_EQ(cuda::VocabParallelLoss(glosses.get(), glse.get(), grow_max.get(), gsum.get(),
-                                    gtarget.get(), n, nullptr),
-            cudaSuccess);
+  ASSERT_TRUE(ops::VocabParallelRowMax(on_gpu, grow_max.get(), glogits.get(), n, vl).ok());
+  ASSERT_TRUE(ops::VocabParallelSumExp(on_gpu, gsum.get(), gtarget.get(), glogits.get(),
+                                       grow_max.get(), gt.get(), v0, n, vl)
+                  .ok());
+  ASSERT_TRUE(ops::VocabParallelLoss(on_gpu, glosses.get(), glse.get(), grow_max.get(), gsum.get(),
+                                     gtarget.get(), n)
+                  .ok());
   // In place: the logits buffer becomes its own gradient.
-  ASSERT_EQ(cuda::VocabParallelCrossEntropyBackward(glogits.get(), glogits.get(), glse.get(),
-                                                    gt.get(), scale, v0, n, vl, nullptr),
-            cudaSuccess);
+  ASSERT_TRUE(ops::VocabParallelCrossEntropyBackward(on_gpu, glogits.get(), glogits.get(),
+                                                     glse.get(), gt.get(), scale, v0, n, vl)
+                  .ok());
   ExpectSame(grow_max.Download(), row_max, "vocab-parallel row max");
   ExpectSame(gtarget.Download(), target, "vocab-parallel target logit");
   ExpectClose(gsum.Download(), sum_exp, StoredTol<T>(1e-4), "vocab-parallel sum_exp");

@@ -4,8 +4,11 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "absl/status/status.h"
 #include "core/cuda/bf16.cuh"
+#include "core/cuda/check.h"
 #include "core/cuda/launch.h"
+#include "core/exec.h"
 #include "core/ops/cuda_ops.h"
 
 namespace satdar::core::cuda {
@@ -97,32 +100,36 @@ unsigned RowThreads(int c) {
 }  // namespace
 
 template <typename T>
-cudaError_t RmsNormForward(T* out, float* rstd, const T* inp, const T* weight, int n, int c,
-                           float eps, cudaStream_t stream) {
-  if (n <= 0 || c <= 0) return cudaSuccess;
-  return Launch("RmsNormForwardKernel", RmsNormForwardKernel<T>, dim3(n), dim3(RowThreads(c)), 0,
-                stream, out, rstd, inp, weight, c, eps);
+absl::Status RmsNormForward(const CudaExec& x, T* out, float* rstd, const T* inp, const T* weight,
+                            int n, int c, float eps) {
+  if (n <= 0 || c <= 0) return absl::OkStatus();
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("RmsNormForwardKernel", RmsNormForwardKernel<T>, dim3(n),
+                                     dim3(RowThreads(c)), 0, x.stream, out, rstd, inp, weight, c,
+                                     eps));
+  return absl::OkStatus();
 }
 
 template <typename T>
-cudaError_t RmsNormBackward(T* dinp, float* dweight, const T* dout, const T* inp, const T* weight,
-                            const float* rstd, int n, int c, cudaStream_t stream) {
-  if (n <= 0 || c <= 0) return cudaSuccess;
-  const cudaError_t err =
-      Launch("RmsNormBackwardInputKernel", RmsNormBackwardInputKernel<T>, dim3(n),
-             dim3(RowThreads(c)), 0, stream, dinp, dout, inp, weight, rstd, c);
-  if (err != cudaSuccess || dweight == nullptr) return err;
+absl::Status RmsNormBackward(const CudaExec& x, T* dinp, float* dweight, const T* dout,
+                             const T* inp, const T* weight, const float* rstd, int n, int c) {
+  if (n <= 0 || c <= 0) return absl::OkStatus();
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("RmsNormBackwardInputKernel", RmsNormBackwardInputKernel<T>,
+                                     dim3(n), dim3(RowThreads(c)), 0, x.stream, dinp, dout, inp,
+                                     weight, rstd, c));
+  if (dweight == nullptr) return absl::OkStatus();
   const dim3 block(kTileCols, kTileRows);
   const unsigned tiles = static_cast<unsigned>((c + kTileCols - 1) / kTileCols);
-  return Launch("RmsNormBackwardWeightKernel", RmsNormBackwardWeightKernel<T>, dim3(tiles), block,
-                0, stream, dweight, dout, inp, rstd, n, c);
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("RmsNormBackwardWeightKernel", RmsNormBackwardWeightKernel<T>,
+                                     dim3(tiles), block, 0, x.stream, dweight, dout, inp, rstd, n,
+                                     c));
+  return absl::OkStatus();
 }
 
-#define SATDAR_INSTANTIATE(T)                                                                 \
-  template cudaError_t RmsNormForward<T>(T*, float*, const T*, const T*, int, int, float,     \
-                                         cudaStream_t);                                       \
-  template cudaError_t RmsNormBackward<T>(T*, float*, const T*, const T*, const T*,            \
-                                          const float*, int, int, cudaStream_t);
+#define SATDAR_INSTANTIATE(T)                                                                      \
+  template absl::Status RmsNormForward<T>(const CudaExec&, T*, float*, const T*, const T*, int,    \
+                                          int, float);                                             \
+  template absl::Status RmsNormBackward<T>(const CudaExec&, T*, float*, const T*, const T*,        \
+                                           const T*, const float*, int, int);
 SATDAR_INSTANTIATE(float)
 SATDAR_INSTANTIATE(__nv_bfloat16)
 #undef SATDAR_INSTANTIATE

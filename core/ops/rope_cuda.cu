@@ -3,8 +3,11 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "absl/status/status.h"
 #include "core/cuda/bf16.cuh"
+#include "core/cuda/check.h"
 #include "core/cuda/launch.h"
+#include "core/exec.h"
 #include "core/ops/cuda_ops.h"
 
 namespace satdar::core::cuda {
@@ -44,22 +47,24 @@ cudaError_t Rotate(T* x, const float* cos, const float* sin, int b, int t, int n
 }  // namespace
 
 template <typename T>
-cudaError_t RopeForward(T* x, const float* cos, const float* sin, int b, int t, int nh, int hs,
-                        cudaStream_t stream) {
-  return Rotate<T>(x, cos, sin, b, t, nh, hs, 1.0f, stream);
+absl::Status RopeForward(const CudaExec& exec, T* x, const float* cos, const float* sin, int b,
+                         int t, int nh, int hs) {
+  SATDAR_CUDA_RETURN_IF_ERROR(Rotate<T>(x, cos, sin, b, t, nh, hs, 1.0f, exec.stream));
+  return absl::OkStatus();
 }
 
 template <typename T>
-cudaError_t RopeBackward(T* dx, const float* cos, const float* sin, int b, int t, int nh, int hs,
-                         cudaStream_t stream) {
-  return Rotate<T>(dx, cos, sin, b, t, nh, hs, -1.0f, stream);
+absl::Status RopeBackward(const CudaExec& x, T* dx, const float* cos, const float* sin, int b,
+                          int t, int nh, int hs) {
+  SATDAR_CUDA_RETURN_IF_ERROR(Rotate<T>(dx, cos, sin, b, t, nh, hs, -1.0f, x.stream));
+  return absl::OkStatus();
 }
 
-#define SATDAR_INSTANTIATE(T)                                                                  \
-  template cudaError_t RopeForward<T>(T*, const float*, const float*, int, int, int, int,      \
-                                      cudaStream_t);                                           \
-  template cudaError_t RopeBackward<T>(T*, const float*, const float*, int, int, int, int,     \
-                                       cudaStream_t);
+#define SATDAR_INSTANTIATE(T)                                                                      \
+  template absl::Status RopeForward<T>(const CudaExec&, T*, const float*, const float*, int, int,  \
+                                       int, int);                                                  \
+  template absl::Status RopeBackward<T>(const CudaExec&, T*, const float*, const float*, int, int, \
+                                        int, int);
 SATDAR_INSTANTIATE(float)
 SATDAR_INSTANTIATE(__nv_bfloat16)
 #undef SATDAR_INSTANTIATE

@@ -3,8 +3,11 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "absl/status/status.h"
 #include "core/cuda/bf16.cuh"
+#include "core/cuda/check.h"
 #include "core/cuda/launch.h"
+#include "core/exec.h"
 #include "core/ops/cuda_ops.h"
 
 namespace satdar::core::cuda {
@@ -46,25 +49,29 @@ unsigned Blocks(int64_t total) {
 }  // namespace
 
 template <typename T>
-cudaError_t SwigluForward(T* out, const T* gate_up, int n, int f, cudaStream_t stream) {
+absl::Status SwigluForward(const CudaExec& x, T* out, const T* gate_up, int n, int f) {
   const int64_t total = static_cast<int64_t>(n) * f;
-  if (total <= 0) return cudaSuccess;
-  return Launch("SwigluForwardKernel", SwigluForwardKernel<T>, dim3(Blocks(total)),
-                dim3(kBlockSize), 0, stream, out, gate_up, f, total);
+  if (total <= 0) return absl::OkStatus();
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("SwigluForwardKernel", SwigluForwardKernel<T>,
+                                     dim3(Blocks(total)), dim3(kBlockSize), 0, x.stream, out,
+                                     gate_up, f, total));
+  return absl::OkStatus();
 }
 
 template <typename T>
-cudaError_t SwigluBackward(T* dgate_up, const T* dout, const T* gate_up, int n, int f,
-                           cudaStream_t stream) {
+absl::Status SwigluBackward(const CudaExec& x, T* dgate_up, const T* dout, const T* gate_up, int n,
+                            int f) {
   const int64_t total = static_cast<int64_t>(n) * f;
-  if (total <= 0) return cudaSuccess;
-  return Launch("SwigluBackwardKernel", SwigluBackwardKernel<T>, dim3(Blocks(total)),
-                dim3(kBlockSize), 0, stream, dgate_up, dout, gate_up, f, total);
+  if (total <= 0) return absl::OkStatus();
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("SwigluBackwardKernel", SwigluBackwardKernel<T>,
+                                     dim3(Blocks(total)), dim3(kBlockSize), 0, x.stream, dgate_up,
+                                     dout, gate_up, f, total));
+  return absl::OkStatus();
 }
 
-#define SATDAR_INSTANTIATE(T)                                                                 \
-  template cudaError_t SwigluForward<T>(T*, const T*, int, int, cudaStream_t);                \
-  template cudaError_t SwigluBackward<T>(T*, const T*, const T*, int, int, cudaStream_t);
+#define SATDAR_INSTANTIATE(T)                                                                      \
+  template absl::Status SwigluForward<T>(const CudaExec&, T*, const T*, int, int);                 \
+  template absl::Status SwigluBackward<T>(const CudaExec&, T*, const T*, const T*, int, int);
 SATDAR_INSTANTIATE(float)
 SATDAR_INSTANTIATE(__nv_bfloat16)
 #undef SATDAR_INSTANTIATE

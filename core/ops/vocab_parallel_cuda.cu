@@ -14,8 +14,11 @@
 
 #include <cmath>
 
+#include "absl/status/status.h"
 #include "core/cuda/bf16.cuh"
+#include "core/cuda/check.h"
 #include "core/cuda/launch.h"
+#include "core/exec.h"
 #include "core/ops/cuda_ops.h"
 
 namespace satdar::core::cuda {
@@ -139,79 +142,88 @@ __global__ void MaskPaddedKernel(T* logits, int vl, int first, int64_t total) {
 }  // namespace
 
 template <typename T>
-cudaError_t VocabSliceEmbeddingForward(T* out, const int32_t* tokens, const T* table, int v0,
-                                       int vl, int n, int c, cudaStream_t stream) {
+absl::Status VocabSliceEmbeddingForward(const CudaExec& x, T* out, const int32_t* tokens,
+                                        const T* table, int v0, int vl, int n, int c) {
   const int64_t total = static_cast<int64_t>(n) * c;
-  if (total <= 0) return cudaSuccess;
-  return Launch("SliceEmbeddingForwardKernel", SliceEmbeddingForwardKernel<T>,
-                dim3(Blocks(total)), dim3(kBlockSize), 0, stream, out, tokens, table, v0, vl, c,
-                total);
+  if (total <= 0) return absl::OkStatus();
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("SliceEmbeddingForwardKernel", SliceEmbeddingForwardKernel<T>,
+                                     dim3(Blocks(total)), dim3(kBlockSize), 0, x.stream, out,
+                                     tokens, table, v0, vl, c, total));
+  return absl::OkStatus();
 }
 
 template <typename T>
-cudaError_t VocabSliceEmbeddingBackward(float* dtable, const T* dout, const int32_t* tokens,
-                                        int v0, int vl, int n, int c, cudaStream_t stream) {
-  if (n <= 0 || c <= 0 || vl <= 0) return cudaSuccess;
+absl::Status VocabSliceEmbeddingBackward(const CudaExec& x, float* dtable, const T* dout,
+                                         const int32_t* tokens, int v0, int vl, int n, int c) {
+  if (n <= 0 || c <= 0 || vl <= 0) return absl::OkStatus();
   const dim3 grid(static_cast<unsigned>((c + kBlockSize - 1) / kBlockSize), kClasses);
-  return Launch("SliceEmbeddingBackwardKernel", SliceEmbeddingBackwardKernel<T>, grid,
-                dim3(kBlockSize), 0, stream, dtable, dout, tokens, v0, vl, n, c);
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("SliceEmbeddingBackwardKernel",
+                                     SliceEmbeddingBackwardKernel<T>, grid, dim3(kBlockSize), 0,
+                                     x.stream, dtable, dout, tokens, v0, vl, n, c));
+  return absl::OkStatus();
 }
 
 template <typename T>
-cudaError_t VocabParallelRowMax(float* row_max, const T* logits, int n, int vl,
-                                cudaStream_t stream) {
-  if (n <= 0 || vl <= 0) return cudaSuccess;
-  return Launch("RowMaxKernel", RowMaxKernel<T>, dim3(n), dim3(RowThreads(vl)), 0, stream,
-                row_max, logits, vl);
+absl::Status VocabParallelRowMax(const CudaExec& x, float* row_max, const T* logits, int n,
+                                 int vl) {
+  if (n <= 0 || vl <= 0) return absl::OkStatus();
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("RowMaxKernel", RowMaxKernel<T>, dim3(n), dim3(RowThreads(vl)),
+                                     0, x.stream, row_max, logits, vl));
+  return absl::OkStatus();
 }
 
 template <typename T>
-cudaError_t VocabParallelSumExp(float* sum_exp, float* target_logit, const T* logits,
-                                const float* row_max, const int32_t* targets, int v0, int n,
-                                int vl, cudaStream_t stream) {
-  if (n <= 0 || vl <= 0) return cudaSuccess;
-  return Launch("SumExpKernel", SumExpKernel<T>, dim3(n), dim3(RowThreads(vl)), 0, stream,
-                sum_exp, target_logit, logits, row_max, targets, v0, vl);
+absl::Status VocabParallelSumExp(const CudaExec& x, float* sum_exp, float* target_logit,
+                                 const T* logits, const float* row_max, const int32_t* targets,
+                                 int v0, int n, int vl) {
+  if (n <= 0 || vl <= 0) return absl::OkStatus();
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("SumExpKernel", SumExpKernel<T>, dim3(n), dim3(RowThreads(vl)),
+                                     0, x.stream, sum_exp, target_logit, logits, row_max, targets,
+                                     v0, vl));
+  return absl::OkStatus();
 }
 
-cudaError_t VocabParallelLoss(float* losses, float* lse, const float* row_max,
-                              const float* sum_exp, const float* target_logit, int n,
-                              cudaStream_t stream) {
-  if (n <= 0) return cudaSuccess;
-  return Launch("LossKernel", LossKernel, dim3(Blocks(n)), dim3(kBlockSize), 0, stream, losses,
-                lse, row_max, sum_exp, target_logit, n);
+absl::Status VocabParallelLoss(const CudaExec& x, float* losses, float* lse, const float* row_max,
+                               const float* sum_exp, const float* target_logit, int n) {
+  if (n <= 0) return absl::OkStatus();
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("LossKernel", LossKernel, dim3(Blocks(n)), dim3(kBlockSize), 0,
+                                     x.stream, losses, lse, row_max, sum_exp, target_logit, n));
+  return absl::OkStatus();
 }
 
 template <typename T>
-cudaError_t VocabParallelCrossEntropyBackward(T* dlogits, const T* logits, const float* lse,
-                                              const int32_t* targets, float scale, int v0, int n,
-                                              int vl, cudaStream_t stream) {
+absl::Status VocabParallelCrossEntropyBackward(const CudaExec& x, T* dlogits, const T* logits,
+                                               const float* lse, const int32_t* targets,
+                                               float scale, int v0, int n, int vl) {
   const int64_t total = static_cast<int64_t>(n) * vl;
-  if (total <= 0) return cudaSuccess;
-  return Launch("VocabParallelBackwardKernel", BackwardKernel<T>, dim3(Blocks(total)),
-                dim3(kBlockSize), 0, stream, dlogits, logits, lse, targets, scale, v0, vl, total);
+  if (total <= 0) return absl::OkStatus();
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("VocabParallelBackwardKernel", BackwardKernel<T>,
+                                     dim3(Blocks(total)), dim3(kBlockSize), 0, x.stream, dlogits,
+                                     logits, lse, targets, scale, v0, vl, total));
+  return absl::OkStatus();
 }
 
 template <typename T>
-cudaError_t MaskPaddedVocab(T* logits, int n, int vl, int vtrue, cudaStream_t stream) {
+absl::Status MaskPaddedVocab(const CudaExec& x, T* logits, int n, int vl, int vtrue) {
   const int first = vtrue > 0 ? vtrue : 0;
   const int64_t total = static_cast<int64_t>(n) * (vl - first);
-  if (n <= 0 || first >= vl) return cudaSuccess;
-  return Launch("MaskPaddedKernel", MaskPaddedKernel<T>, dim3(Blocks(total)), dim3(kBlockSize),
-                0, stream, logits, vl, first, total);
+  if (n <= 0 || first >= vl) return absl::OkStatus();
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("MaskPaddedKernel", MaskPaddedKernel<T>, dim3(Blocks(total)),
+                                     dim3(kBlockSize), 0, x.stream, logits, vl, first, total));
+  return absl::OkStatus();
 }
 
-#define SATDAR_INSTANTIATE(T)                                                                  \
-  template cudaError_t VocabSliceEmbeddingForward<T>(T*, const int32_t*, const T*, int, int,   \
-                                                     int, int, cudaStream_t);                  \
-  template cudaError_t VocabSliceEmbeddingBackward<T>(float*, const T*, const int32_t*, int,   \
-                                                      int, int, int, cudaStream_t);            \
-  template cudaError_t VocabParallelRowMax<T>(float*, const T*, int, int, cudaStream_t);       \
-  template cudaError_t VocabParallelSumExp<T>(float*, float*, const T*, const float*,          \
-                                              const int32_t*, int, int, int, cudaStream_t);    \
-  template cudaError_t VocabParallelCrossEntropyBackward<T>(                                   \
-      T*, const T*, const float*, const int32_t*, float, int, int, int, cudaStream_t);         \
-  template cudaError_t MaskPaddedVocab<T>(T*, int, int, int, cudaStream_t);
+#define SATDAR_INSTANTIATE(T)                                                                      \
+  template absl::Status VocabSliceEmbeddingForward<T>(const CudaExec&, T*, const int32_t*,         \
+                                                      const T*, int, int, int, int);               \
+  template absl::Status VocabSliceEmbeddingBackward<T>(const CudaExec&, float*, const T*,          \
+                                                       const int32_t*, int, int, int, int);        \
+  template absl::Status VocabParallelRowMax<T>(const CudaExec&, float*, const T*, int, int);       \
+  template absl::Status VocabParallelSumExp<T>(const CudaExec&, float*, float*, const T*,          \
+                                               const float*, const int32_t*, int, int, int);       \
+  template absl::Status VocabParallelCrossEntropyBackward<T>(                                      \
+      const CudaExec&, T*, const T*, const float*, const int32_t*, float, int, int, int);          \
+  template absl::Status MaskPaddedVocab<T>(const CudaExec&, T*, int, int, int);
 SATDAR_INSTANTIATE(float)
 SATDAR_INSTANTIATE(__nv_bfloat16)
 #undef SATDAR_INSTANTIATE

@@ -13,13 +13,15 @@
 
 namespace satdar::model::gpu {
 
-namespace lc = ::satdar::model::cuda;
-
 template <typename T>
 GpuDenseFormer<T>::GpuDenseFormer(const ModelConfig& c, cudaStream_t stream,
                                   core::cuda::CachingAllocator* alloc,
-                                  const std::function<int64_t(const std::string&)>& offset_of)
-    : layers_(c.num_hidden_layers), d_(c.hidden_size), stream_(stream),
+                                  const std::function<int64_t(const std::string&)>& offset_of,
+                                  core::cuda::Workspace* workspace)
+    : layers_(c.num_hidden_layers),
+      d_(c.hidden_size),
+      stream_(stream),
+      exec_{stream, nullptr, workspace},
       arena_(alloc, stream) {
   for (int i = 0; i < layers_; ++i) {
     dwa_off_.push_back(offset_of(absl::StrCat("model.layers.", i, ".dwa.weight")));
@@ -49,7 +51,6 @@ absl::Status GpuDenseFormer<T>::Resize(int b, int t, const std::vector<T*>& h, T
   }
   SATDAR_RETURN_IF_ERROR(arena_.Alloc(&dmid_, nc));
   SATDAR_RETURN_IF_ERROR(arena_.Alloc(&dh0_, nc));
-  SATDAR_RETURN_IF_ERROR(arena_.Alloc(&scratch_, static_cast<size_t>(layers_ + 1) * kReduceBlocks));
   std::vector<T*> host(x_);
   host.insert(host.end(), dx_.begin(), dx_.end());
   SATDAR_RETURN_IF_ERROR(arena_.Alloc(&ptrs_, host.size()));
@@ -63,11 +64,11 @@ template <typename T>
 absl::Status GpuDenseFormer<T>::Forward(const float* master, const BranchForward& branch) {
   for (int i = 0; i < layers_; ++i) {
     SATDAR_RETURN_IF_ERROR(branch(2 * i + 1, h_[2 * i], y_));
-    SATDAR_CUDA_RETURN_IF_ERROR(Add(h_[2 * i + 1], h_[2 * i], y_, nc_, stream_));
+    SATDAR_RETURN_IF_ERROR(Add(core::CudaExec{stream_}, h_[2 * i + 1], h_[2 * i], y_, nc_));
     SATDAR_RETURN_IF_ERROR(branch(2 * i + 2, h_[2 * i + 1], y_));
-    SATDAR_CUDA_RETURN_IF_ERROR(Add(x_[i + 1], h_[2 * i + 1], y_, nc_, stream_));
+    SATDAR_RETURN_IF_ERROR(Add(core::CudaExec{stream_}, x_[i + 1], h_[2 * i + 1], y_, nc_));
     SATDAR_RETURN_IF_ERROR(
-        lc::DwaForward(h_[2 * i + 2], ptrs_, i + 2, master + dwa_off_[i], nc_, stream_));
+        ops::DwaForward(exec_, h_[2 * i + 2], ptrs_, i + 2, master + dwa_off_[i], nc_));
   }
   return absl::OkStatus();
 }
@@ -78,8 +79,8 @@ absl::Status GpuDenseFormer<T>::Backward(const float* master, float* grads, cons
   for (T* p : dx_) SATDAR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(p, 0, nc_ * sizeof(T), stream_));
   const T* dy = dx_final;  // d loss / d (layer i's DWA output)
   for (int i = layers_ - 1; i >= 0; --i) {
-    SATDAR_RETURN_IF_ERROR(lc::DwaBackward(ptrs_ + layers_ + 1, grads + dwa_off_[i], dy, ptrs_,
-                                           i + 2, master + dwa_off_[i], scratch_, nc_, stream_));
+    SATDAR_RETURN_IF_ERROR(ops::DwaBackward(exec_, ptrs_ + layers_ + 1, grads + dwa_off_[i], dy,
+                                            ptrs_, i + 2, master + dwa_off_[i], nc_));
     // X_{i+1} = mid + mlp(mid), mid = in + attn(in): both branches add their paths in place.
     SATDAR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dmid_, dx_[i + 1], nc_ * sizeof(T),
                                                 cudaMemcpyDeviceToDevice, stream_));
@@ -87,7 +88,7 @@ absl::Status GpuDenseFormer<T>::Backward(const float* master, float* grads, cons
     SATDAR_RETURN_IF_ERROR(branch(2 * i + 1, h_[2 * i], dmid_, dmid_));
     dy = dmid_;
   }
-  SATDAR_CUDA_RETURN_IF_ERROR(Add(dh0_, dmid_, dx_[0], nc_, stream_));
+  SATDAR_RETURN_IF_ERROR(Add(core::CudaExec{stream_}, dh0_, dmid_, dx_[0], nc_));
   *dh0 = dh0_;
   return absl::OkStatus();
 }

@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "core/cuda/workspace.h"
+#include "core/exec.h"
 #include "model/config.h"
 #include "model/gpu/device_arena.h"
 #include "model/gpu/gpu_branches.h"
@@ -34,9 +36,11 @@ class GpuDenseFormer {
   using BranchBackward = GpuBranchBackward<T>;
 
   // offset_of(name): where parameter `name` starts in the device buffers.
+  // workspace: the stream's scratch for the DWA ops (outlives this object).
   GpuDenseFormer(const ModelConfig& config, cudaStream_t stream,
                  core::cuda::CachingAllocator* alloc,
-                 const std::function<int64_t(const std::string&)>& offset_of);
+                 const std::function<int64_t(const std::string&)>& offset_of,
+                 core::cuda::Workspace* workspace);
   ~GpuDenseFormer();
 
   // h: the decoder's 2L+1 states for (B, T) (h[0] = the embedding, h[2L] = x_final); y: an
@@ -53,6 +57,7 @@ class GpuDenseFormer {
 
   const int layers_, d_;
   cudaStream_t stream_;
+  core::CudaExec exec_;  // stream_ and the decoder's workspace
   std::vector<int64_t> dwa_off_;
   DeviceArena arena_;
   int64_t nc_ = 0;
@@ -60,7 +65,6 @@ class GpuDenseFormer {
   T* y_ = nullptr;
   T** ptrs_ = nullptr;  // device: x_ then dx_
   T *dmid_ = nullptr, *dh0_ = nullptr;
-  float* scratch_ = nullptr;
 };
 
 }  // namespace satdar::model::gpu

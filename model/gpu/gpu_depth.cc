@@ -15,19 +15,24 @@
 namespace satdar::model::gpu {
 
 namespace {
-namespace lc = ::satdar::model::cuda;
 #define GPU_CHECK(call) SATDAR_CUDA_RETURN_IF_ERROR(call)
 }  // namespace
 
 template <typename T>
 GpuDepthResidual<T>::GpuDepthResidual(const ModelConfig& c, cudaStream_t stream,
                                       core::cuda::CachingAllocator* alloc,
-                                      const std::function<int64_t(const std::string&)>& offset_of)
-    : dar_(c.residual == Residual::kDar), attnres_(c.residual == Residual::kAttnRes),
+                                      const std::function<int64_t(const std::string&)>& offset_of,
+                                      core::cuda::Workspace* workspace)
+    : dar_(c.residual == Residual::kDar),
+      attnres_(c.residual == Residual::kAttnRes),
       streams_(dar_ ? 2 : 1),
       sublayers_(2 * c.num_hidden_layers),
-      block_(c.block_size > 0 ? c.block_size : (dar_ ? 2 : 1)), d_(c.hidden_size),
-      eps_(static_cast<float>(c.rms_norm_eps)), stream_(stream), arena_(alloc, stream) {
+      block_(c.block_size > 0 ? c.block_size : (dar_ ? 2 : 1)),
+      d_(c.hidden_size),
+      eps_(static_cast<float>(c.rms_norm_eps)),
+      stream_(stream),
+      exec_{stream, nullptr, workspace},
+      arena_(alloc, stream) {
   SATDAR_CHECK(dar_ || attnres_) << "GpuDepthResidual: residual " << Name(c.residual);
   dar_off_.resize(sublayers_ + 1);
   const char* kind = dar_ ? "dar" : "res";
@@ -64,7 +69,6 @@ absl::Status GpuDepthResidual<T>::Resize(int b, int t, const T* h0, T* x_final) 
   rows_ = b * t;
   h0_ = h0;
   x_final_ = x_final;
-  SATDAR_RETURN_IF_ERROR(arena_.Alloc(&scratch_, 3 * kReduceBlocks));
   return ResizeSteps(static_cast<size_t>(rows_));
 }
 
@@ -115,7 +119,6 @@ absl::Status GpuDepthResidual<T>::ResizeSteps(size_t n) {
   }
   SATDAR_RETURN_IF_ERROR(arena_.Alloc(&du_, nc));
   SATDAR_RETURN_IF_ERROR(arena_.Alloc(&dy_, nc));
-  SATDAR_RETURN_IF_ERROR(arena_.Alloc(&dar_work_, n * smax));
   if (dar_) SATDAR_RETURN_IF_ERROR(arena_.Alloc(&dh0_buf_, nc));
   // Pointer lists, fixed for this (B, T).
   std::vector<T*> host(static_cast<size_t>(sublayers_ + 1) * 2 * 4 * smax, nullptr);
@@ -153,26 +156,29 @@ absl::Status GpuDepthResidual<T>::RunForward() {
     const DarOffsets& o = dar_off_[l - 1];
     T* u = l <= sublayers_ ? st.u : x_final_;
     for (int s = 0; s < streams_; ++s) {
-      SATDAR_RETURN_IF_ERROR(lc::DepthRetrievalForward(
-          attnres_ ? u : st.r[s], st.alpha[s], PtrList(l, s, 0), PtrList(l, s, 1), Sources(l),
-          W(o.query + s * d_), W(o.norm), n, d_, eps_, stream_));
+      SATDAR_RETURN_IF_ERROR(ops::DepthRetrievalForward(
+          exec_, attnres_ ? u : st.r[s], st.alpha[s], PtrList(l, s, 0), PtrList(l, s, 1),
+          Sources(l), W(o.query + s * d_), W(o.norm), n, d_, eps_));
     }
-    if (dar_) SATDAR_RETURN_IF_ERROR(lc::DarMixForward(u, st.r[0], st.r[1], master_ + o.mix, nc, stream_));
+    if (dar_) {
+      SATDAR_RETURN_IF_ERROR(ops::DarMixForward(exec_, u, st.r[0], st.r[1], master_ + o.mix, nc));
+    }
     if (l > sublayers_) break;
     SATDAR_RETURN_IF_ERROR((*fwd_)(l, u, st.y));
     const bool p = HasPartial(l);
     if (attnres_) {  // P = P + y, or y when P is empty
       if (p) {
-        GPU_CHECK(Add(steps_[l].partial[0], st.partial[0], st.y, nc, stream_));
+        SATDAR_RETURN_IF_ERROR(
+            Add(core::CudaExec{stream_}, steps_[l].partial[0], st.partial[0], st.y, nc));
       } else {
         GPU_CHECK(cudaMemcpyAsync(steps_[l].partial[0], st.y, nc * sizeof(T),
                                   cudaMemcpyDeviceToDevice, stream_));
       }
       continue;
     }
-    SATDAR_RETURN_IF_ERROR(lc::DarWriteForward(steps_[l].partial[0], steps_[l].partial[1],
-                              p ? st.partial[0] : nullptr, p ? st.partial[1] : nullptr, st.y,
-                              master_ + o.transport, master_ + o.write, nc, stream_));
+    SATDAR_RETURN_IF_ERROR(ops::DarWriteForward(
+        exec_, steps_[l].partial[0], steps_[l].partial[1], p ? st.partial[0] : nullptr,
+        p ? st.partial[1] : nullptr, st.y, master_ + o.transport, master_ + o.write, nc));
   }
   return absl::OkStatus();
 }
@@ -183,15 +189,15 @@ absl::Status GpuDepthResidual<T>::DarRetrievalBackward(int l, const T* du) {
   const DarStep& st = steps_[l - 1];
   const DarOffsets& o = dar_off_[l - 1];
   if (dar_) {
-    SATDAR_RETURN_IF_ERROR(lc::DarMixBackward(dr_[0], dr_[1], du, st.r[0], st.r[1], master_ + o.mix,
-                             g_ + o.mix, scratch_, static_cast<int64_t>(n) * d_, stream_));
+    SATDAR_RETURN_IF_ERROR(ops::DarMixBackward(exec_, dr_[0], dr_[1], du, st.r[0], st.r[1],
+                                               master_ + o.mix, g_ + o.mix,
+                                               static_cast<int64_t>(n) * d_));
   }
   for (int s = 0; s < streams_; ++s) {
-    SATDAR_RETURN_IF_ERROR(lc::DepthRetrievalBackward(
-        PtrList(l, s, 2), PtrList(l, s, 3), g_ + o.query + s * d_, g_ + o.norm, dar_work_,
-        attnres_ ? du : dr_[s],
-        st.alpha[s], PtrList(l, s, 0), PtrList(l, s, 1), Sources(l), W(o.query + s * d_),
-        W(o.norm), n, d_, eps_, stream_));
+    SATDAR_RETURN_IF_ERROR(ops::DepthRetrievalBackward(
+        exec_, PtrList(l, s, 2), PtrList(l, s, 3), g_ + o.query + s * d_, g_ + o.norm,
+        attnres_ ? du : dr_[s], st.alpha[s], PtrList(l, s, 0), PtrList(l, s, 1), Sources(l),
+        W(o.query + s * d_), W(o.norm), n, d_, eps_));
   }
   return absl::OkStatus();
 }
@@ -224,10 +230,10 @@ absl::Status GpuDepthResidual<T>::RunBackward(const T* dx_final, const T** dh0) 
       }
     } else {
       const T* g1 = closes ? dsources_[1][Entries(l)] : dpartial_[1];
-      SATDAR_RETURN_IF_ERROR(lc::DarWriteBackward(dy_, dpartial_[0], dpartial_[1], g0, g1, st.y,
-                                 p ? st.partial[0] : nullptr, p ? st.partial[1] : nullptr,
-                                 master_ + o.transport, master_ + o.write, g_ + o.transport,
-                                 g_ + o.write, scratch_, static_cast<int64_t>(nc), stream_));
+      SATDAR_RETURN_IF_ERROR(ops::DarWriteBackward(
+          exec_, dy_, dpartial_[0], dpartial_[1], g0, g1, st.y, p ? st.partial[0] : nullptr,
+          p ? st.partial[1] : nullptr, master_ + o.transport, master_ + o.write, g_ + o.transport,
+          g_ + o.write, static_cast<int64_t>(nc)));
       SATDAR_RETURN_IF_ERROR((*bwd_)(l, st.u, dy_, du_));
     }
     SATDAR_RETURN_IF_ERROR(DarRetrievalBackward(l, du_));
@@ -237,7 +243,8 @@ absl::Status GpuDepthResidual<T>::RunBackward(const T* dx_final, const T** dh0) 
     return absl::OkStatus();
   }
   // Both streams start from h0.
-  GPU_CHECK(Add(dh0_buf_, dsources_[0][0], dsources_[1][0], static_cast<int64_t>(nc), stream_));
+  SATDAR_RETURN_IF_ERROR(Add(core::CudaExec{stream_}, dh0_buf_, dsources_[0][0], dsources_[1][0],
+                             static_cast<int64_t>(nc)));
   *dh0 = dh0_buf_;
   return absl::OkStatus();
 }

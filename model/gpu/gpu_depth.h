@@ -20,6 +20,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "core/cuda/workspace.h"
+#include "core/exec.h"
 #include "model/config.h"
 #include "model/gpu/device_arena.h"
 #include "model/gpu/gpu_branches.h"
@@ -38,9 +40,11 @@ class GpuDepthResidual {
 
   // config.residual "dar" or "attnres"; offset_of(name): where parameter `name` starts in the
   // device buffers.
+  // workspace: the stream's scratch for the DAR and depth retrieval ops (outlives this object).
   GpuDepthResidual(const ModelConfig& config, cudaStream_t stream,
                    core::cuda::CachingAllocator* alloc,
-                   const std::function<int64_t(const std::string&)>& offset_of);
+                   const std::function<int64_t(const std::string&)>& offset_of,
+                   core::cuda::Workspace* workspace);
   ~GpuDepthResidual();
 
   // h0: the embedding (B, T, C), the first entry of every history; x_final: the final
@@ -86,6 +90,7 @@ class GpuDepthResidual {
   const int sublayers_, block_, d_;
   const float eps_;
   cudaStream_t stream_;
+  core::CudaExec exec_;  // stream_ and the decoder's workspace
   DeviceArena arena_;
   std::vector<DarOffsets> dar_off_;
   std::array<std::array<int, 2>, 2> route_{};  // per stream: {key stream, value stream}
@@ -102,7 +107,6 @@ class GpuDepthResidual {
   std::vector<T*> dsources_[2];
   T *dpartial_[2] = {nullptr, nullptr}, *dr_[2] = {nullptr, nullptr};
   T *du_ = nullptr, *dy_ = nullptr, *dh0_buf_ = nullptr;
-  float *dar_work_ = nullptr, *scratch_ = nullptr;
   T** dar_ptrs_ = nullptr;
 };
 

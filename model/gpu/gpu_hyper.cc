@@ -20,7 +20,6 @@ namespace satdar::model::gpu {
 namespace {
 
 namespace kc = ::satdar::core::cuda;
-namespace lc = ::satdar::model::cuda;
 
 constexpr int kSinkhornIterations = ::satdar::model::kMhcSinkhornIterations;  // as mhc.cc
 constexpr int kSinkhornSteps = 2 * kSinkhornIterations;
@@ -31,17 +30,26 @@ constexpr int kSinkhornSteps = 2 * kSinkhornIterations;
 
 template <typename T>
 GpuHyper<T>::GpuHyper(const ModelConfig& c, cudaStream_t stream, kc::GemmHandle* gemm,
-                      kc::CachingAllocator* alloc)
-    : mhc_(c.residual == Residual::kMhc), sublayers_(2 * c.num_hidden_layers), n_(c.hc_streams),
-      d_(c.hidden_size), k_(mhc_ ? n_ * (n_ + 2) : n_ + 2), ld_((k_ + 7) / 8 * 8),
-      eps_(static_cast<float>(c.rms_norm_eps)), stream_(stream), gemm_(gemm),
-      arena_(alloc, stream), off_(sublayers_) {}
+                      kc::CachingAllocator* alloc, kc::Workspace* workspace)
+    : mhc_(c.residual == Residual::kMhc),
+      sublayers_(2 * c.num_hidden_layers),
+      n_(c.hc_streams),
+      d_(c.hidden_size),
+      k_(mhc_ ? n_ * (n_ + 2) : n_ + 2),
+      ld_((k_ + 7) / 8 * 8),
+      eps_(static_cast<float>(c.rms_norm_eps)),
+      stream_(stream),
+      gemm_(gemm),
+      exec_{stream, gemm, workspace},
+      arena_(alloc, stream),
+      off_(sublayers_) {}
 
 template <typename T>
 absl::StatusOr<std::unique_ptr<GpuHyper<T>>> GpuHyper<T>::Create(
     const ModelConfig& config, cudaStream_t stream, kc::GemmHandle* gemm,
-    kc::CachingAllocator* alloc, const std::function<int64_t(const std::string&)>& offset_of) {
-  std::unique_ptr<GpuHyper> m(new GpuHyper(config, stream, gemm, alloc));
+    kc::CachingAllocator* alloc, const std::function<int64_t(const std::string&)>& offset_of,
+    kc::Workspace* workspace) {
+  std::unique_ptr<GpuHyper> m(new GpuHyper(config, stream, gemm, alloc, workspace));
   for (int l = 1; l <= m->sublayers_; ++l) {
     const std::string p =
         absl::StrCat("model.layers.", (l - 1) / 2, l % 2 == 1 ? ".attn_" : ".mlp_",
@@ -103,14 +111,12 @@ absl::Status GpuHyper<T>::Resize(int b, int t) {
   SATDAR_RETURN_IF_ERROR(arena_.Alloc(&du_, nc));
   SATDAR_RETURN_IF_ERROR(arena_.Alloc(&dh0_, nc));
   SATDAR_RETURN_IF_ERROR(arena_.Alloc(&dcoef_, n * n_ * (n_ + 2)));
-  if (!mhc_) SATDAR_RETURN_IF_ERROR(arena_.Alloc(&scales_, n * 2));  // HC's scale sums
   if (mhc_) {
     SATDAR_RETURN_IF_ERROR(arena_.Alloc(&dproj_, n * ld_));
     SATDAR_RETURN_IF_ERROR(arena_.Alloc(&sinkhorn_, n * kSinkhornSteps * n_ * n_));
     SATDAR_RETURN_IF_ERROR(arena_.Alloc(&dres_, n * n_ * n_));
     SATDAR_RETURN_IF_ERROR(arena_.Alloc(&dlogits_, n * n_ * n_));
     SATDAR_RETURN_IF_ERROR(arena_.Alloc(&dz_, n * k_));
-    SATDAR_RETURN_IF_ERROR(arena_.Alloc(&mhc_work_, n * 4));
   } else {
     SATDAR_RETURN_IF_ERROR(arena_.Alloc(&dproj_, hr * ld_));
     SATDAR_RETURN_IF_ERROR(arena_.Alloc(&hbar_, hc));
@@ -126,37 +132,37 @@ absl::Status GpuHyper<T>::Coefficients(const T* w, const float* master, int l) {
   const Offsets& o = off_[l - 1];
   const int hr = rows_ * n_, nd = n_ * d_;
   if (mhc_) {
-    SATDAR_RETURN_IF_ERROR(lc::MhcRms(s.rms, s.h, rows_, nd, eps_, stream_));
+    SATDAR_RETURN_IF_ERROR(ops::MhcRms(exec_, s.rms, s.h, rows_, nd, eps_));
     SATDAR_RETURN_IF_ERROR(gemm_->GemmMixed(kDt, core::DType::kF32, false, true, rows_, k_, nd,
                                             1.0f, s.h, nd, w + o.fn, nd, 0.0f, s.proj, ld_));
-    SATDAR_RETURN_IF_ERROR(lc::MhcCoefForward(s.coef, s.logits, s.proj, ld_, s.rms,
-                                              master + o.scale, master + o.base, rows_, n_,
-                                              stream_));
-    return lc::SinkhornForward(sinkhorn_, s.logits, rows_, n_, kSinkhornIterations, stream_);
+    SATDAR_RETURN_IF_ERROR(ops::MhcCoefForward(exec_, s.coef, s.logits, s.proj, ld_, s.rms,
+                                               master + o.scale, master + o.base, rows_, n_));
+    return ops::SinkhornForward(exec_, sinkhorn_, s.logits, rows_, n_, kSinkhornIterations);
   }
-  GPU_CHECK(kc::RmsNormForward(hbar_, s.rstd, s.h, w + o.norm, hr, d_, eps_, stream_));
+  SATDAR_RETURN_IF_ERROR(
+      kc::RmsNormForward(core::CudaExec{stream_}, hbar_, s.rstd, s.h, w + o.norm, hr, d_, eps_));
   SATDAR_RETURN_IF_ERROR(gemm_->GemmMixed(kDt, core::DType::kF32, false, true, hr, k_, d_, 1.0f,
                                           hbar_, d_, w + o.dynamic, d_, 0.0f, s.proj, ld_));
   // proj holds dynamic_alpha's n+1 columns, then dynamic_beta's one: ta = proj, tb = proj + n+1.
-  return lc::HcCoefForward(s.coef, s.proj, ld_, s.proj + n_ + 1, ld_, master + o.static_alpha,
-                           master + o.static_beta, master + o.alpha_scale, master + o.beta_scale,
-                           rows_, n_, stream_);
+  return ops::HcCoefForward(exec_, s.coef, s.proj, ld_, s.proj + n_ + 1, ld_,
+                            master + o.static_alpha, master + o.static_beta, master + o.alpha_scale,
+                            master + o.beta_scale, rows_, n_);
 }
 
 template <typename T>
 absl::Status GpuHyper<T>::Forward(const T* w, const float* master, const T* h0, T* x_final,
                                   const BranchForward& branch) {
-  SATDAR_RETURN_IF_ERROR(lc::StreamsBroadcast(steps_[0].h, h0, rows_, n_, d_, stream_));
+  SATDAR_RETURN_IF_ERROR(ops::StreamsBroadcast(exec_, steps_[0].h, h0, rows_, n_, d_));
   for (int l = 1; l <= sublayers_; ++l) {
     Step& s = steps_[l - 1];
     SATDAR_RETURN_IF_ERROR(Coefficients(w, master, l));
     const HyperCoefs<float> c = Coefs(s.coef);
-    SATDAR_RETURN_IF_ERROR(lc::HyperWidthForward(s.u, s.h, c, rows_, n_, d_, stream_));
+    SATDAR_RETURN_IF_ERROR(ops::HyperWidthForward(exec_, s.u, s.h, c, rows_, n_, d_));
     SATDAR_RETURN_IF_ERROR(branch(l, s.u, s.y));
     T* next = l < sublayers_ ? steps_[l].h : h_last_;
-    SATDAR_RETURN_IF_ERROR(lc::HyperDepthForward(next, s.h, s.y, c, rows_, n_, d_, stream_));
+    SATDAR_RETURN_IF_ERROR(ops::HyperDepthForward(exec_, next, s.h, s.y, c, rows_, n_, d_));
   }
-  return lc::StreamsSum(x_final, h_last_, rows_, n_, d_, stream_);
+  return ops::StreamsSum(exec_, x_final, h_last_, rows_, n_, d_);
 }
 
 // mHC's res is the last Sinkhorn iterate in the one shared sinkhorn_ buffer: valid from the
@@ -195,24 +201,24 @@ absl::Status GpuHyper<T>::Backward(const T* w, const float* master, float* grads
                                    const T* dx_final, const BranchBackward& branch,
                                    const T** dh0) {
   const size_t nc = static_cast<size_t>(rows_) * d_;
-  SATDAR_RETURN_IF_ERROR(lc::StreamsBroadcast(dnext_, dx_final, rows_, n_, d_, stream_));
+  SATDAR_RETURN_IF_ERROR(ops::StreamsBroadcast(exec_, dnext_, dx_final, rows_, n_, d_));
   for (int l = sublayers_; l >= 1; --l) {
     const Step& s = steps_[l - 1];
     if (mhc_) {  // the Sinkhorn iterates of this sublayer (the same bits as in the forward)
       SATDAR_RETURN_IF_ERROR(
-          lc::SinkhornForward(sinkhorn_, s.logits, rows_, n_, kSinkhornIterations, stream_));
+          ops::SinkhornForward(exec_, sinkhorn_, s.logits, rows_, n_, kSinkhornIterations));
     }
     const HyperCoefs<float> c = Coefs(s.coef), dc = GradCoefs();
     SATDAR_RETURN_IF_ERROR(
-        lc::HyperDepthBackward(dy_, dh_, dc, dnext_, s.y, s.h, c, rows_, n_, d_, stream_));
+        ops::HyperDepthBackward(exec_, dy_, dh_, dc, dnext_, s.y, s.h, c, rows_, n_, d_));
     GPU_CHECK(cudaMemsetAsync(du_, 0, nc * sizeof(T), stream_));
     SATDAR_RETURN_IF_ERROR(branch(l, s.u, dy_, du_));
-    SATDAR_RETURN_IF_ERROR(lc::HyperWidthBackward(dh_, dc, du_, s.h, c, rows_, n_, d_, stream_));
+    SATDAR_RETURN_IF_ERROR(ops::HyperWidthBackward(exec_, dh_, dc, du_, s.h, c, rows_, n_, d_));
     SATDAR_RETURN_IF_ERROR(CoefficientsBackward(w, master, grads, l, dh_));
     std::swap(dnext_, dh_);  // dnext_ = d loss / d H before sublayer l
   }
   // Every stream began as h0.
-  SATDAR_RETURN_IF_ERROR(lc::StreamsSum(dh0_, dnext_, rows_, n_, d_, stream_));
+  SATDAR_RETURN_IF_ERROR(ops::StreamsSum(exec_, dh0_, dnext_, rows_, n_, d_));
   *dh0 = dh0_;
   return absl::OkStatus();
 }
@@ -226,12 +232,11 @@ absl::Status GpuHyper<T>::CoefficientsBackward(const T* w, const float* master, 
   const Offsets& o = off_[l - 1];
   const int hr = rows_ * n_, nd = n_ * d_;
   if (mhc_) {
-    SATDAR_RETURN_IF_ERROR(lc::SinkhornBackward(dlogits_, dres_, sinkhorn_, rows_, n_,
-                                                kSinkhornIterations, stream_));
-    SATDAR_RETURN_IF_ERROR(lc::MhcCoefBackward(dproj_, dz_, mhc_work_, grads + o.scale,
-                                               grads + o.base, dh, dcoef_, dlogits_, s.coef,
-                                               s.proj, ld_, s.rms, master + o.scale, s.h, rows_,
-                                               n_, nd, stream_));
+    SATDAR_RETURN_IF_ERROR(
+        ops::SinkhornBackward(exec_, dlogits_, dres_, sinkhorn_, rows_, n_, kSinkhornIterations));
+    SATDAR_RETURN_IF_ERROR(ops::MhcCoefBackward(exec_, dproj_, dz_, grads + o.scale, grads + o.base,
+                                                dh, dcoef_, dlogits_, s.coef, s.proj, ld_, s.rms,
+                                                master + o.scale, s.h, rows_, n_, nd));
     SATDAR_RETURN_IF_ERROR(gemm_->Gemm(kDt, false, false, rows_, nd, k_, 1.0f, dproj_, ld_,
                                        w + o.fn, nd, 1.0f, dh, nd));
     return gemm_->GemmMixed(kDt, core::DType::kF32, true, false, k_, nd, rows_, 1.0f, dproj_, ld_,
@@ -239,20 +244,21 @@ absl::Status GpuHyper<T>::CoefficientsBackward(const T* w, const float* master, 
   }
   // dproj_ (N*n, ld_): d/d the projections (ta's n+1 columns, then tb's); the four
   // parameters' gradients, summed over the tokens in a fixed order.
-  SATDAR_RETURN_IF_ERROR(lc::HcCoefBackward(
-      dproj_, dproj_ + n_ + 1, scales_, grads + o.static_alpha, grads + o.static_beta,
+  SATDAR_RETURN_IF_ERROR(ops::HcCoefBackward(
+      exec_, dproj_, dproj_ + n_ + 1, grads + o.static_alpha, grads + o.static_beta,
       grads + o.alpha_scale, grads + o.beta_scale, dcoef_, s.proj, ld_, s.proj + n_ + 1, ld_,
-      master + o.alpha_scale, master + o.beta_scale, rows_, n_, stream_));
+      master + o.alpha_scale, master + o.beta_scale, rows_, n_));
   // RMSNorm(H_j) again (the same bits as the forward's), then back through the projection.
   float* rstd = s.rstd;
-  GPU_CHECK(kc::RmsNormForward(hbar_, rstd, s.h, w + o.norm, hr, d_, eps_, stream_));
+  SATDAR_RETURN_IF_ERROR(
+      kc::RmsNormForward(core::CudaExec{stream_}, hbar_, rstd, s.h, w + o.norm, hr, d_, eps_));
   SATDAR_RETURN_IF_ERROR(gemm_->GemmMixed(kDt, core::DType::kF32, true, false, k_, d_, hr, 1.0f,
                                           dproj_, ld_, hbar_, d_, 1.0f, grads + o.dynamic, d_));
   // hbar_ becomes its own gradient (the GEMM above is ordered before on the stream).
   SATDAR_RETURN_IF_ERROR(gemm_->Gemm(kDt, false, false, hr, d_, k_, 1.0f, dproj_, ld_,
                                      w + o.dynamic, d_, 0.0f, hbar_, d_));
-  GPU_CHECK(kc::RmsNormBackward(dh, grads + o.norm, hbar_, s.h, w + o.norm, rstd, hr, d_,
-                                stream_));
+  SATDAR_RETURN_IF_ERROR(kc::RmsNormBackward(core::CudaExec{stream_}, dh, grads + o.norm, hbar_,
+                                             s.h, w + o.norm, rstd, hr, d_));
   return absl::OkStatus();
 }
 

@@ -23,6 +23,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/cuda/workspace.h"
+#include "core/exec.h"
 #include "model/config.h"
 #include "model/gpu/device_arena.h"
 #include "model/gpu/gpu_branches.h"
@@ -42,11 +44,13 @@ class GpuHyper {
   using BranchBackward = GpuBranchBackward<T>;
 
   // config.residual "hc" or "mhc"; offset_of(name): where parameter `name` starts in the
-  // device buffers. Fails (InternalError) if a design's projection weights are not adjacent.
+  // device buffers; workspace: the stream's scratch for the HC/mHC ops (outlives this object).
+  // Fails (InternalError) if a design's projection weights are not adjacent.
   static absl::StatusOr<std::unique_ptr<GpuHyper>> Create(
       const ModelConfig& config, cudaStream_t stream, core::cuda::GemmHandle* gemm,
       core::cuda::CachingAllocator* alloc,
-      const std::function<int64_t(const std::string&)>& offset_of);
+      const std::function<int64_t(const std::string&)>& offset_of,
+      core::cuda::Workspace* workspace);
   ~GpuHyper();
 
   absl::Status Resize(int b, int t);
@@ -76,7 +80,7 @@ class GpuHyper {
   };
 
   GpuHyper(const ModelConfig& config, cudaStream_t stream, core::cuda::GemmHandle* gemm,
-           core::cuda::CachingAllocator* alloc);
+           core::cuda::CachingAllocator* alloc, core::cuda::Workspace* workspace);
   absl::Status Coefficients(const T* w, const float* master, int l);
   // dh (+=) gets the coefficients' path to H.
   absl::Status CoefficientsBackward(const T* w, const float* master, float* grads, int l,
@@ -90,6 +94,7 @@ class GpuHyper {
   const float eps_;
   cudaStream_t stream_;
   core::cuda::GemmHandle* gemm_;
+  core::CudaExec exec_;  // stream_, gemm_ and the decoder's workspace
   DeviceArena arena_;
   std::vector<Offsets> off_;
   int rows_ = 0;
@@ -99,9 +104,7 @@ class GpuHyper {
   T* hbar_ = nullptr;     // HC: recomputed RMSNorm(H_j) (N*n, C); its gradient after
   T* dproj_ = nullptr;    // (rows, ld) gradient of the projections
   float* dcoef_ = nullptr;  // (N, n(n+2))
-  float* scales_ = nullptr;  // HC: (N, 2) cuda::HcCoefBackward's scratch (per-token scale sums)
-  float *sinkhorn_ = nullptr, *dres_ = nullptr, *dlogits_ = nullptr, *dz_ = nullptr,
-        *mhc_work_ = nullptr;  // mHC; mhc_work_ (N, 4): cuda::MhcCoefBackward's scratch
+  float *sinkhorn_ = nullptr, *dres_ = nullptr, *dlogits_ = nullptr, *dz_ = nullptr;  // mHC
 };
 
 }  // namespace satdar::model::gpu

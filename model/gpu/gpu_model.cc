@@ -17,6 +17,8 @@
 #include "core/cuda/allocator.h"
 #include "core/cuda/check.h"
 #include "core/cuda/runtime.h"
+#include "core/cuda/workspace.h"
+#include "core/exec.h"
 #include "core/ops/attention_cuda.h"
 #include "core/ops/cuda_ops.h"
 #include "core/ops/gemm_cuda.h"
@@ -49,7 +51,6 @@ absl::StatusOr<std::unique_ptr<GpuModel>> GpuModel::Create(const ModelConfig& co
 namespace {
 
 namespace kc = ::satdar::core::cuda;
-namespace lc = ::satdar::model::cuda;
 
 #define GPU_CHECK(call) SATDAR_CUDA_RETURN_IF_ERROR(call)
 
@@ -65,8 +66,13 @@ class GpuDecoder : public GpuModel {
 
   GpuDecoder(const ModelConfig& c, const GpuModelOptions& o, cudaStream_t stream,
              kc::CachingAllocator* alloc, ParamTable table)
-      : c_(c), o_(o), stream_(stream), alloc_(alloc), table_(std::move(table)),
-        sublayers_(2 * c.num_hidden_layers), dar_(c.residual == Residual::kDar),
+      : c_(c),
+        o_(o),
+        stream_(stream),
+        alloc_(alloc),
+        table_(std::move(table)),
+        sublayers_(2 * c.num_hidden_layers),
+        dar_(c.residual == Residual::kDar),
         attnres_(c.residual == Residual::kAttnRes),
         denseformer_(c.residual == Residual::kDenseFormer),
         hyper_residual_(c.residual == Residual::kHc || c.residual == Residual::kMhc),
@@ -76,9 +82,15 @@ class GpuDecoder : public GpuModel {
         resformer_(c.value_residual == ValueResidualKind::kResFormer),
         value_res_(satformer_ || resformer_),
         learnable_res_(resformer_ && c.resformer_mode == ResformerMode::kLearnablePlus),
-        d_(c.hidden_size), nh_(c.num_attention_heads),
-        nkv_(c.num_key_value_heads), hs_(c.head_size()), f_(c.intermediate_size),
-        v_(c.vocab_size), eps_(static_cast<float>(c.rms_norm_eps)), arena_(alloc, stream) {}
+        d_(c.hidden_size),
+        nh_(c.num_attention_heads),
+        nkv_(c.num_key_value_heads),
+        hs_(c.head_size()),
+        f_(c.intermediate_size),
+        v_(c.vocab_size),
+        eps_(static_cast<float>(c.rms_norm_eps)),
+        workspace_(alloc, stream),
+        arena_(alloc, stream) {}
 
   ~GpuDecoder() override {
     cudaStreamSynchronize(stream_);
@@ -117,17 +129,21 @@ class GpuDecoder : public GpuModel {
     }
     if (c_.moe.has_value()) {
       SATDAR_ASSIGN_OR_RETURN(
-          moe_, GpuMoe<T>::Create(c_, stream_, gemm_.get(), alloc_,
-                                  [this](const std::string& name) { return Off(name); }));
+          moe_, GpuMoe<T>::Create(
+                    c_, stream_, gemm_.get(), alloc_,
+                    [this](const std::string& name) { return Off(name); }, &workspace_));
     }
     if (resformer_ && learnable_res_) {
       res_scale_off_ = Off("model.value_residual.lambda_scale");
       res_logits_off_ = Off("model.value_residual.lambda_logits");
     }
     auto offset_of = [this](const std::string& name) { return Off(name); };
-    if (denseformer_) dense_ = std::make_unique<GpuDenseFormer<T>>(c_, stream_, alloc_, offset_of);
+    if (denseformer_) {
+      dense_ = std::make_unique<GpuDenseFormer<T>>(c_, stream_, alloc_, offset_of, &workspace_);
+    }
     if (hyper_residual_) {
-      SATDAR_ASSIGN_OR_RETURN(hyper_, GpuHyper<T>::Create(c_, stream_, gemm_.get(), alloc_, offset_of));
+      SATDAR_ASSIGN_OR_RETURN(
+          hyper_, GpuHyper<T>::Create(c_, stream_, gemm_.get(), alloc_, offset_of, &workspace_));
     }
     if (muddformer_) {
       mudd_ = std::make_unique<GpuMuddFormer<T>>(c_, stream_, gemm_.get(), alloc_, offset_of);
@@ -136,7 +152,8 @@ class GpuDecoder : public GpuModel {
     norm_off_ = Off("model.norm.weight");
     head_off_ = c_.tie_word_embeddings ? embed_off_ : Off("lm_head.weight");
     if (depth_) {
-      depth_res_ = std::make_unique<GpuDepthResidual<T>>(c_, stream_, alloc_, offset_of);
+      depth_res_ =
+          std::make_unique<GpuDepthResidual<T>>(c_, stream_, alloc_, offset_of, &workspace_);
     }
     if (kDt != core::DType::kF32) {
       SATDAR_ASSIGN_OR_RETURN(void* raw, alloc_->Allocate(table_.size() * sizeof(T), stream_));
@@ -151,7 +168,8 @@ class GpuDecoder : public GpuModel {
     return arena_.bytes() + (moe_ ? moe_->activation_bytes() : 0) +
            (dense_ ? dense_->activation_bytes() : 0) + (hyper_ ? hyper_->activation_bytes() : 0) +
            (mudd_ ? mudd_->activation_bytes() : 0) +
-           (depth_res_ ? depth_res_->activation_bytes() : 0);
+           (depth_res_ ? depth_res_->activation_bytes() : 0) +
+           static_cast<int64_t>(workspace_.capacity());  // the ops' scratch
   }
   void SetLayerGradientsReadyHook(std::function<void(int)> hook) override {
     hook_ = std::move(hook);
@@ -162,7 +180,7 @@ class GpuDecoder : public GpuModel {
     if constexpr (std::is_same<T, float>::value) {
       w_ = master;
     } else {
-      GPU_CHECK(CastFromF32(w_copy_, master, table_.size(), stream_));
+      SATDAR_RETURN_IF_ERROR(CastFromF32(Exec(), w_copy_, master, table_.size()));
       w_ = w_copy_;
     }
     return absl::OkStatus();
@@ -192,7 +210,7 @@ class GpuDecoder : public GpuModel {
     GPU_CHECK(cudaEventRecord(copied_, stream_));
     loss_acc_ = evaluating_ ? nullptr : loss_acc;  // the MoE layers add their aux and z losses
     loss_scale_ = loss_scale;
-    GPU_CHECK(kc::EmbeddingForward(h0_, inputs_, W(embed_off_), n, d_, stream_));
+    SATDAR_RETURN_IF_ERROR(kc::EmbeddingForward(Exec(), h0_, inputs_, W(embed_off_), n, d_));
     auto branch = [this](int l, const T* u, T* y) { return BranchForward(l, u, y); };
     if (depth_) {
       SATDAR_RETURN_IF_ERROR(depth_res_->Forward(w_, master_, branch));
@@ -205,20 +223,20 @@ class GpuDecoder : public GpuModel {
     } else {
       for (int l = 1; l <= sublayers_; ++l) {
         SATDAR_RETURN_IF_ERROR(BranchForward(l, h_[l - 1], y_));
-        GPU_CHECK(Add(h_[l], h_[l - 1], y_, static_cast<int64_t>(n) * d_, stream_));
+        SATDAR_RETURN_IF_ERROR(Add(Exec(), h_[l], h_[l - 1], y_, static_cast<int64_t>(n) * d_));
       }
     }
-    GPU_CHECK(kc::RmsNormForward(lnf_, rstd_f_, x_final_, W(norm_off_), n, d_, eps_, stream_));
-    SATDAR_RETURN_IF_ERROR(kc::MatmulForward(gemm_.get(), kDt, logits_, lnf_, W(head_off_), n, v_, d_));
+    SATDAR_RETURN_IF_ERROR(
+        kc::RmsNormForward(Exec(), lnf_, rstd_f_, x_final_, W(norm_off_), n, d_, eps_));
+    SATDAR_RETURN_IF_ERROR(kc::MatmulForward(Exec(), kDt, logits_, lnf_, W(head_off_), n, v_, d_));
     if (evaluating_) {
-      GPU_CHECK(kc::CrossEntropyForward(losses_, logits_, targets(), n, v_, stream_));
+      SATDAR_RETURN_IF_ERROR(kc::CrossEntropyForward(Exec(), losses_, logits_, targets(), n, v_));
     } else {
       // The logits become their own gradient (loss_scale / N per position).
-      GPU_CHECK(kc::CrossEntropyForwardBackward(losses_, logits_, logits_, targets(),
-                                                static_cast<float>(loss_scale / n), n, v_,
-                                                stream_));
+      SATDAR_RETURN_IF_ERROR(kc::CrossEntropyForwardBackward(
+          Exec(), losses_, logits_, logits_, targets(), static_cast<float>(loss_scale / n), n, v_));
     }
-    GPU_CHECK(AccumulateLoss(loss_acc, losses_, n, loss_scale / n, stream_));
+    SATDAR_RETURN_IF_ERROR(AccumulateLoss(Exec(), loss_acc, losses_, n, loss_scale / n));
     forwarded_ = true;
     return absl::OkStatus();
   }
@@ -238,16 +256,16 @@ class GpuDecoder : public GpuModel {
     g_ = grads;
     const int n = b_ * t_;
     const size_t nc = static_cast<size_t>(n) * d_;
-    SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardInput(gemm_.get(), kDt, lnf_grad_, logits_,
-                                                   W(head_off_), n, v_, d_, 0.0f));
     SATDAR_RETURN_IF_ERROR(
-        kc::MatmulBackwardWeightF32(gemm_.get(), kDt, g_ + head_off_, logits_, lnf_, n, v_, d_));
+        kc::MatmulBackwardInput(Exec(), kDt, lnf_grad_, logits_, W(head_off_), n, v_, d_, 0.0f));
+    SATDAR_RETURN_IF_ERROR(
+        kc::MatmulBackwardWeightF32(Exec(), kDt, g_ + head_off_, logits_, lnf_, n, v_, d_));
     GPU_CHECK(cudaMemsetAsync(dx_final_, 0, nc * sizeof(T), stream_));
     if (value_res_) {
       GPU_CHECK(cudaMemsetAsync(dv1_, 0, static_cast<size_t>(n) * nkv_ * hs_ * sizeof(T), stream_));
     }
-    GPU_CHECK(kc::RmsNormBackward(dx_final_, g_ + norm_off_, lnf_grad_, x_final_, W(norm_off_),
-                                  rstd_f_, n, d_, stream_));
+    SATDAR_RETURN_IF_ERROR(kc::RmsNormBackward(Exec(), dx_final_, g_ + norm_off_, lnf_grad_,
+                                               x_final_, W(norm_off_), rstd_f_, n, d_));
     auto branch = [this](int l, const T* u, const T* dy, T* du) {
       return BranchBackward(l, u, dy, du);
     };
@@ -266,7 +284,7 @@ class GpuDecoder : public GpuModel {
       }
       dh0_ = dx_final_;
     }
-    GPU_CHECK(kc::EmbeddingBackward(g_ + embed_off_, dh0_, inputs_, n, d_, stream_));
+    SATDAR_RETURN_IF_ERROR(kc::EmbeddingBackward(Exec(), g_ + embed_off_, dh0_, inputs_, n, d_));
     return absl::OkStatus();
   }
 
@@ -386,7 +404,6 @@ class GpuDecoder : public GpuModel {
       dq_raw_ = dq_;
       dk_raw_ = dk_;
     }
-    SATDAR_RETURN_IF_ERROR(Act(&delta_, n * nh_));
     SATDAR_RETURN_IF_ERROR(Act(&dx_, nc));
     if (!moe_) {
       SATDAR_RETURN_IF_ERROR(Act(&dact_, n * f_));
@@ -402,7 +419,6 @@ class GpuDecoder : public GpuModel {
     SATDAR_RETURN_IF_ERROR(Act(&rstd_f_, n));
     SATDAR_RETURN_IF_ERROR(Act(&logits_, n * v_));
     SATDAR_RETURN_IF_ERROR(Act(&losses_, n));
-    SATDAR_RETURN_IF_ERROR(Act(&scratch_, 3 * kReduceBlocks));
     if (depth_) {
       SATDAR_RETURN_IF_ERROR(depth_res_->Resize(b, t, h0_, x_final_));
     } else if (hyper_) {
@@ -449,15 +465,17 @@ class GpuDecoder : public GpuModel {
     const LayerOffsets& o = off_[i];
     LayerActs& a = acts_[i];
     const int n = b_ * t_;
-    kc::GemmHandle* h = gemm_.get();
     if (l % 2 == 0) {
-      GPU_CHECK(kc::RmsNormForward(a.z, a.rstd_mlp, u, W(o.ln_mlp), n, d_, eps_, stream_));
+      SATDAR_RETURN_IF_ERROR(
+          kc::RmsNormForward(Exec(), a.z, a.rstd_mlp, u, W(o.ln_mlp), n, d_, eps_));
       if (moe_) return moe_->Forward(i, w_, a.z, y, loss_acc_, loss_scale_);
-      SATDAR_RETURN_IF_ERROR(kc::MatmulForward(h, kDt, a.gate_up, a.z, W(o.w_gate), n, 2 * f_, d_));
-      GPU_CHECK(kc::SwigluForward(a.act, a.gate_up, n, f_, stream_));
-      return kc::MatmulForward(h, kDt, y, a.act, W(o.w_down), n, d_, f_);
+      SATDAR_RETURN_IF_ERROR(
+          kc::MatmulForward(Exec(), kDt, a.gate_up, a.z, W(o.w_gate), n, 2 * f_, d_));
+      SATDAR_RETURN_IF_ERROR(kc::SwigluForward(Exec(), a.act, a.gate_up, n, f_));
+      return kc::MatmulForward(Exec(), kDt, y, a.act, W(o.w_down), n, d_, f_);
     }
-    GPU_CHECK(kc::RmsNormForward(a.x_attn, a.rstd_attn, u, W(o.ln_attn), n, d_, eps_, stream_));
+    SATDAR_RETURN_IF_ERROR(
+        kc::RmsNormForward(Exec(), a.x_attn, a.rstd_attn, u, W(o.ln_attn), n, d_, eps_));
     return AttentionForward(i, a.x_attn, a.x_attn, a.x_attn, y);
   }
 
@@ -467,31 +485,32 @@ class GpuDecoder : public GpuModel {
     const LayerOffsets& o = off_[i];
     LayerActs& a = acts_[i];
     const int n = b_ * t_;
-    kc::GemmHandle* h = gemm_.get();
     const int qd = nh_ * hs_, kd = nkv_ * hs_;
-    SATDAR_RETURN_IF_ERROR(kc::MatmulForward(h, kDt, a.q_raw, xq, W(o.wq), n, qd, d_));
-    SATDAR_RETURN_IF_ERROR(kc::MatmulForward(h, kDt, a.k_raw, xk, W(o.wk), n, kd, d_));
-    SATDAR_RETURN_IF_ERROR(kc::MatmulForward(h, kDt, a.v, xv, W(o.wv), n, kd, d_));
+    SATDAR_RETURN_IF_ERROR(kc::MatmulForward(Exec(), kDt, a.q_raw, xq, W(o.wq), n, qd, d_));
+    SATDAR_RETURN_IF_ERROR(kc::MatmulForward(Exec(), kDt, a.k_raw, xk, W(o.wk), n, kd, d_));
+    SATDAR_RETURN_IF_ERROR(kc::MatmulForward(Exec(), kDt, a.v, xv, W(o.wv), n, kd, d_));
     if (c_.qk_norm) {
-      GPU_CHECK(kc::RmsNormForward(a.q, a.q_rstd, a.q_raw, W(o.q_norm), n * nh_, hs_, eps_, stream_));
-      GPU_CHECK(kc::RmsNormForward(a.k, a.k_rstd, a.k_raw, W(o.k_norm), n * nkv_, hs_, eps_, stream_));
+      SATDAR_RETURN_IF_ERROR(
+          kc::RmsNormForward(Exec(), a.q, a.q_rstd, a.q_raw, W(o.q_norm), n * nh_, hs_, eps_));
+      SATDAR_RETURN_IF_ERROR(
+          kc::RmsNormForward(Exec(), a.k, a.k_rstd, a.k_raw, W(o.k_norm), n * nkv_, hs_, eps_));
     }
-    GPU_CHECK(kc::RopeForward(a.q, cos_, sin_, b_, t_, nh_, hs_, stream_));
-    GPU_CHECK(kc::RopeForward(a.k, cos_, sin_, b_, t_, nkv_, hs_, stream_));
+    SATDAR_RETURN_IF_ERROR(kc::RopeForward(Exec(), a.q, cos_, sin_, b_, t_, nh_, hs_));
+    SATDAR_RETURN_IF_ERROR(kc::RopeForward(Exec(), a.k, cos_, sin_, b_, t_, nkv_, hs_));
     const T* values = a.v;
     if (satformer_ && i >= 1) {
-      SATDAR_RETURN_IF_ERROR(lc::ValueGateForward<T>(a.alpha, xv, W(o.gate), n, nkv_, d_, stream_));
+      SATDAR_RETURN_IF_ERROR(ops::ValueGateForward<T>(Exec(), a.alpha, xv, W(o.gate), n, nkv_, d_));
       SATDAR_RETURN_IF_ERROR(
-          lc::ValueMixForward<T>(a.vmix, a.alpha, a.v, v1_, n, nkv_, hs_, stream_));
+          ops::ValueMixForward<T>(Exec(), a.vmix, a.alpha, a.v, v1_, n, nkv_, hs_));
       values = a.vmix;
     } else if (resformer_ && i >= 1) {
       SATDAR_RETURN_IF_ERROR(
-          lc::ResformerMixForward(a.vmix, v1_, a.v, Resformer(i, master_), n * kd, stream_));
+          ops::ResformerMixForward(Exec(), a.vmix, v1_, a.v, Resformer(i, master_), n * kd));
       values = a.vmix;
     }
-    SATDAR_RETURN_IF_ERROR(kc::AttentionForward(kDt, a.att, a.lse, a.q, a.k, values, b_, t_, nh_,
-                                                nkv_, hs_, stream_));
-    return kc::MatmulForward(h, kDt, y, a.att, W(o.wo), n, d_, qd);
+    SATDAR_RETURN_IF_ERROR(
+        kc::AttentionForward(Exec(), kDt, a.att, a.lse, a.q, a.k, values, b_, t_, nh_, nkv_, hs_));
+    return kc::MatmulForward(Exec(), kDt, y, a.att, W(o.wo), n, d_, qd);
   }
 
   // du += d/du <dy, f_l(u)>. dy may alias du: it is read before du is written.
@@ -501,32 +520,37 @@ class GpuDecoder : public GpuModel {
     const LayerOffsets& o = off_[i];
     const LayerActs& a = acts_[i];
     const int n = b_ * t_;
-    kc::GemmHandle* h = gemm_.get();
     float* g = g_;
     if (l % 2 == 1) {
       if (o_.recompute) {
-        GPU_CHECK(kc::RmsNormForward(a.x_attn, a.rstd_attn, u, W(o.ln_attn), n, d_, eps_, stream_));
+        SATDAR_RETURN_IF_ERROR(
+            kc::RmsNormForward(Exec(), a.x_attn, a.rstd_attn, u, W(o.ln_attn), n, d_, eps_));
       }
       // dx collects the normed input's gradient: the gate's part, then the projections'.
       GPU_CHECK(cudaMemsetAsync(dx_, 0, static_cast<size_t>(n) * d_ * sizeof(T), stream_));
       SATDAR_RETURN_IF_ERROR(AttentionBackward(i, a.x_attn, a.x_attn, a.x_attn, dy, dx_, dx_, dx_));
-      GPU_CHECK(kc::RmsNormBackward(du, g + o.ln_attn, dx_, u, W(o.ln_attn), a.rstd_attn, n, d_, stream_));
+      SATDAR_RETURN_IF_ERROR(
+          kc::RmsNormBackward(Exec(), du, g + o.ln_attn, dx_, u, W(o.ln_attn), a.rstd_attn, n, d_));
       return absl::OkStatus();
     }
     if (o_.recompute) SATDAR_RETURN_IF_ERROR(BranchForward(l, u, y_));
     if (moe_) {
       SATDAR_RETURN_IF_ERROR(moe_->Backward(i, w_, g, a.z, dy, dx_, loss_scale_));
-      GPU_CHECK(kc::RmsNormBackward(du, g + o.ln_mlp, dx_, u, W(o.ln_mlp), a.rstd_mlp, n, d_, stream_));
+      SATDAR_RETURN_IF_ERROR(
+          kc::RmsNormBackward(Exec(), du, g + o.ln_mlp, dx_, u, W(o.ln_mlp), a.rstd_mlp, n, d_));
       return absl::OkStatus();
     }
-    SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardInput(h, kDt, dact_, dy, W(o.w_down), n, d_, f_, 0.0f));
-    SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardWeightF32(h, kDt, g + o.w_down, dy, a.act, n, d_, f_));
-    GPU_CHECK(kc::SwigluBackward(dgate_up_, dact_, a.gate_up, n, f_, stream_));
     SATDAR_RETURN_IF_ERROR(
-        kc::MatmulBackwardInput(h, kDt, dx_, dgate_up_, W(o.w_gate), n, 2 * f_, d_, 0.0f));
+        kc::MatmulBackwardInput(Exec(), kDt, dact_, dy, W(o.w_down), n, d_, f_, 0.0f));
     SATDAR_RETURN_IF_ERROR(
-        kc::MatmulBackwardWeightF32(h, kDt, g + o.w_gate, dgate_up_, a.z, n, 2 * f_, d_));
-    GPU_CHECK(kc::RmsNormBackward(du, g + o.ln_mlp, dx_, u, W(o.ln_mlp), a.rstd_mlp, n, d_, stream_));
+        kc::MatmulBackwardWeightF32(Exec(), kDt, g + o.w_down, dy, a.act, n, d_, f_));
+    SATDAR_RETURN_IF_ERROR(kc::SwigluBackward(Exec(), dgate_up_, dact_, a.gate_up, n, f_));
+    SATDAR_RETURN_IF_ERROR(
+        kc::MatmulBackwardInput(Exec(), kDt, dx_, dgate_up_, W(o.w_gate), n, 2 * f_, d_, 0.0f));
+    SATDAR_RETURN_IF_ERROR(
+        kc::MatmulBackwardWeightF32(Exec(), kDt, g + o.w_gate, dgate_up_, a.z, n, 2 * f_, d_));
+    SATDAR_RETURN_IF_ERROR(
+        kc::RmsNormBackward(Exec(), du, g + o.ln_mlp, dx_, u, W(o.ln_mlp), a.rstd_mlp, n, d_));
     return absl::OkStatus();
   }
 
@@ -537,56 +561,67 @@ class GpuDecoder : public GpuModel {
     const LayerOffsets& o = off_[i];
     const LayerActs& a = acts_[i];
     const int n = b_ * t_;
-    kc::GemmHandle* h = gemm_.get();
     float* g = g_;
     const int qd = nh_ * hs_, kd = nkv_ * hs_;
     const size_t nq = static_cast<size_t>(n) * qd, nk = static_cast<size_t>(n) * kd;
-    SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardInput(h, kDt, datt_, dy, W(o.wo), n, d_, qd, 0.0f));
-    SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardWeightF32(h, kDt, g + o.wo, dy, a.att, n, d_, qd));
+    SATDAR_RETURN_IF_ERROR(
+        kc::MatmulBackwardInput(Exec(), kDt, datt_, dy, W(o.wo), n, d_, qd, 0.0f));
+    SATDAR_RETURN_IF_ERROR(
+        kc::MatmulBackwardWeightF32(Exec(), kDt, g + o.wo, dy, a.att, n, d_, qd));
     GPU_CHECK(cudaMemsetAsync(dq_, 0, nq * sizeof(T), stream_));
     GPU_CHECK(cudaMemsetAsync(dk_, 0, nk * sizeof(T), stream_));
     GPU_CHECK(cudaMemsetAsync(dv_, 0, nk * sizeof(T), stream_));
     const bool mixed = value_res_ && i >= 1;
-    SATDAR_RETURN_IF_ERROR(kc::AttentionBackward(kDt, dq_, dk_, dv_, datt_, a.att, a.lse, a.q, a.k,
-                                                 mixed ? a.vmix : a.v, delta_, b_, t_, nh_, nkv_,
-                                                 hs_, stream_));
-    GPU_CHECK(kc::RopeBackward(dq_, cos_, sin_, b_, t_, nh_, hs_, stream_));
-    GPU_CHECK(kc::RopeBackward(dk_, cos_, sin_, b_, t_, nkv_, hs_, stream_));
+    SATDAR_RETURN_IF_ERROR(kc::AttentionBackward(Exec(), kDt, dq_, dk_, dv_, datt_, a.att, a.lse,
+                                                 a.q, a.k, mixed ? a.vmix : a.v, b_, t_, nh_, nkv_,
+                                                 hs_));
+    SATDAR_RETURN_IF_ERROR(kc::RopeBackward(Exec(), dq_, cos_, sin_, b_, t_, nh_, hs_));
+    SATDAR_RETURN_IF_ERROR(kc::RopeBackward(Exec(), dk_, cos_, sin_, b_, t_, nkv_, hs_));
     if (c_.qk_norm) {
       GPU_CHECK(cudaMemsetAsync(dq_raw_, 0, nq * sizeof(T), stream_));
       GPU_CHECK(cudaMemsetAsync(dk_raw_, 0, nk * sizeof(T), stream_));
-      GPU_CHECK(kc::RmsNormBackward(dq_raw_, g + o.q_norm, dq_, a.q_raw, W(o.q_norm), a.q_rstd,
-                                    n * nh_, hs_, stream_));
-      GPU_CHECK(kc::RmsNormBackward(dk_raw_, g + o.k_norm, dk_, a.k_raw, W(o.k_norm), a.k_rstd,
-                                    n * nkv_, hs_, stream_));
+      SATDAR_RETURN_IF_ERROR(kc::RmsNormBackward(Exec(), dq_raw_, g + o.q_norm, dq_, a.q_raw,
+                                                 W(o.q_norm), a.q_rstd, n * nh_, hs_));
+      SATDAR_RETURN_IF_ERROR(kc::RmsNormBackward(Exec(), dk_raw_, g + o.k_norm, dk_, a.k_raw,
+                                                 W(o.k_norm), a.k_rstd, n * nkv_, hs_));
     }
     const T* dv_proj = dv_;
     if (mixed && satformer_) {
-      SATDAR_RETURN_IF_ERROR(lc::ValueMixBackward<T>(dv_raw_, dv1_, dalpha_, dv_, v1_, a.alpha, n,
-                                                     nkv_, hs_, stream_));
+      SATDAR_RETURN_IF_ERROR(ops::ValueMixBackward<T>(Exec(), dv_raw_, dv1_, dalpha_, dv_, v1_,
+                                                      a.alpha, n, nkv_, hs_));
       SATDAR_RETURN_IF_ERROR(
-          lc::ValueGateBackward<T>(dxv, g + o.gate, dalpha_, xv, W(o.gate), n, nkv_, d_, stream_));
+          ops::ValueGateBackward<T>(Exec(), dxv, g + o.gate, dalpha_, xv, W(o.gate), n, nkv_, d_));
       dv_proj = dv_raw_;
     } else if (mixed) {
       const ResformerLambdas<float> grad = Resformer(i, g);
-      SATDAR_RETURN_IF_ERROR(lc::ResformerMixBackward(
-          dv_raw_, dv1_, dv_, v1_, a.v, Resformer(i, master_), const_cast<float*>(grad.scale),
-          const_cast<float*>(grad.logits), const_cast<float*>(grad.lambda2), scratch_,
-          static_cast<int64_t>(nk), stream_));
+      SATDAR_RETURN_IF_ERROR(
+          ops::ResformerMixBackward(Exec(), dv_raw_, dv1_, dv_, v1_, a.v, Resformer(i, master_),
+                                    const_cast<float*>(grad.scale), const_cast<float*>(grad.logits),
+                                    const_cast<float*>(grad.lambda2), static_cast<int64_t>(nk)));
       dv_proj = dv_raw_;
     } else if (value_res_ && i == 0) {
       // Layer 1's V is also V1: add the gradient every later layer sent it.
-      GPU_CHECK(Add(dv_raw_, dv_, dv1_, static_cast<int64_t>(nk), stream_));
+      SATDAR_RETURN_IF_ERROR(Add(Exec(), dv_raw_, dv_, dv1_, static_cast<int64_t>(nk)));
       dv_proj = dv_raw_;
     }
-    SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardInput(h, kDt, dxq, dq_raw_, W(o.wq), n, qd, d_, 1.0f));
-    SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardInput(h, kDt, dxk, dk_raw_, W(o.wk), n, kd, d_, 1.0f));
-    SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardInput(h, kDt, dxv, dv_proj, W(o.wv), n, kd, d_, 1.0f));
-    SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardWeightF32(h, kDt, g + o.wq, dq_raw_, xq, n, qd, d_));
-    SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardWeightF32(h, kDt, g + o.wk, dk_raw_, xk, n, kd, d_));
-    SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardWeightF32(h, kDt, g + o.wv, dv_proj, xv, n, kd, d_));
+    SATDAR_RETURN_IF_ERROR(
+        kc::MatmulBackwardInput(Exec(), kDt, dxq, dq_raw_, W(o.wq), n, qd, d_, 1.0f));
+    SATDAR_RETURN_IF_ERROR(
+        kc::MatmulBackwardInput(Exec(), kDt, dxk, dk_raw_, W(o.wk), n, kd, d_, 1.0f));
+    SATDAR_RETURN_IF_ERROR(
+        kc::MatmulBackwardInput(Exec(), kDt, dxv, dv_proj, W(o.wv), n, kd, d_, 1.0f));
+    SATDAR_RETURN_IF_ERROR(
+        kc::MatmulBackwardWeightF32(Exec(), kDt, g + o.wq, dq_raw_, xq, n, qd, d_));
+    SATDAR_RETURN_IF_ERROR(
+        kc::MatmulBackwardWeightF32(Exec(), kDt, g + o.wk, dk_raw_, xk, n, kd, d_));
+    SATDAR_RETURN_IF_ERROR(
+        kc::MatmulBackwardWeightF32(Exec(), kDt, g + o.wv, dv_proj, xv, n, kd, d_));
     return absl::OkStatus();
   }
+
+  // The execution context of the core and design ops: this decoder's stream, GEMM handle and
+  // workspace.
+  core::CudaExec Exec() { return {stream_, gemm_.get(), &workspace_}; }
 
   const ModelConfig c_;
   const GpuModelOptions o_;
@@ -614,6 +649,10 @@ class GpuDecoder : public GpuModel {
   double* loss_acc_ = nullptr;      // the current Forward's loss (null while recomputing)
   double loss_scale_ = 1.0;
 
+  // This stream's scratch for the core ops, train_kernels (attention's delta, ...) and the
+  // design ops (ResFormer's, SATFormer's, and the topologies', which get a pointer to it): the
+  // workspace of Exec().
+  kc::Workspace workspace_;
   DeviceArena arena_;  // (B, T) activations and scratch
   const float* master_ = nullptr;
   const T* w_ = nullptr;
@@ -632,11 +671,10 @@ class GpuDecoder : public GpuModel {
   T *datt_ = nullptr, *dq_ = nullptr, *dk_ = nullptr, *dv_ = nullptr, *dv_raw_ = nullptr;
   T *dq_raw_ = nullptr, *dk_raw_ = nullptr, *dx_ = nullptr, *dact_ = nullptr,
     *dgate_up_ = nullptr, *y_ = nullptr;
-  float* delta_ = nullptr;
   T *h0_ = nullptr, *x_final_ = nullptr, *dx_final_ = nullptr, *lnf_ = nullptr,
     *lnf_grad_ = nullptr, *logits_ = nullptr;
   const T* dh0_ = nullptr;
-  float *rstd_f_ = nullptr, *losses_ = nullptr, *scratch_ = nullptr;
+  float *rstd_f_ = nullptr, *losses_ = nullptr;
   std::vector<T*> h_;
 };
 

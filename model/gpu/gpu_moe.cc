@@ -18,7 +18,6 @@
 namespace satdar::model::gpu {
 
 namespace kc = ::satdar::core::cuda;
-namespace lc = ::satdar::model::cuda;
 
 namespace {
 
@@ -35,10 +34,17 @@ std::string ExpertName(int i, const char* group, int e) {
 
 template <typename T>
 GpuMoe<T>::GpuMoe(const ModelConfig& c, cudaStream_t stream, kc::GemmHandle* gemm,
-                  kc::CachingAllocator* alloc)
-    : c_(c), d_(c.hidden_size), e_(c.moe->num_experts), k_(c.moe->top_k),
-      f_(c.moe->expert_intermediate_size), shared_(c.moe->num_shared_experts),
-      norm_topk_(c.moe->norm_topk_prob), stream_(stream), gemm_(gemm),
+                  kc::CachingAllocator* alloc, kc::Workspace* workspace)
+    : c_(c),
+      d_(c.hidden_size),
+      e_(c.moe->num_experts),
+      k_(c.moe->top_k),
+      f_(c.moe->expert_intermediate_size),
+      shared_(c.moe->num_shared_experts),
+      norm_topk_(c.moe->norm_topk_prob),
+      stream_(stream),
+      gemm_(gemm),
+      exec_{stream, gemm, workspace},
       arena_(alloc, stream) {}
 
 template <typename T>
@@ -51,9 +57,9 @@ GpuMoe<T>::~GpuMoe() {
 template <typename T>
 absl::StatusOr<std::unique_ptr<GpuMoe<T>>> GpuMoe<T>::Create(
     const ModelConfig& c, cudaStream_t stream, kc::GemmHandle* gemm, kc::CachingAllocator* alloc,
-    const std::function<int64_t(const std::string&)>& offset_of) {
+    const std::function<int64_t(const std::string&)>& offset_of, kc::Workspace* workspace) {
   if (!c.moe.has_value()) return absl::InvalidArgumentError("GpuMoe: the config has no moe");
-  std::unique_ptr<GpuMoe> m(new GpuMoe(c, stream, gemm, alloc));
+  std::unique_ptr<GpuMoe> m(new GpuMoe(c, stream, gemm, alloc, workspace));
   const int64_t fd = static_cast<int64_t>(m->f_) * m->d_;
   m->off_.resize(c.num_hidden_layers);
   for (int i = 0; i < c.num_hidden_layers; ++i) {
@@ -111,7 +117,6 @@ absl::Status GpuMoe<T>::Resize(int b, int t, bool shared_sets) {
   for (int i = 1; shared_sets && i < layers; ++i) saved_[i] = saved_[0];
   SATDAR_RETURN_IF_ERROR(arena_.Alloc(&logits_, n * e_));
   SATDAR_RETURN_IF_ERROR(arena_.Alloc(&dweight_, nk));
-  SATDAR_RETURN_IF_ERROR(arena_.Alloc(&seq_scratch_, static_cast<size_t>(b)));
   SATDAR_RETURN_IF_ERROR(arena_.Alloc(&dlogits_, n * e_));
   SATDAR_RETURN_IF_ERROR(arena_.Alloc(&dy_, nk * d_));
   SATDAR_RETURN_IF_ERROR(arena_.Alloc(&dact_, nk * f_));
@@ -139,37 +144,39 @@ absl::Status GpuMoe<T>::Forward(int layer, const T* w, const T* z, T* out, doubl
   SATDAR_RETURN_IF_ERROR(gemm_->GemmMixed(kDt, core::DType::kF32, false, true, n, e_, d_, 1.0f, z,
                                           d_, w + o.router, d_, 0.0f, logits_, e_));
   SATDAR_RETURN_IF_ERROR(
-      lc::MoeRoute(s.probs, s.lse, s.sel, s.weight, logits_, n, e_, k_, norm_topk_, stream_));
-  SATDAR_RETURN_IF_ERROR(lc::MoePlan(s.counts, s.slots, s.row_of_slot, s.sel, n, e_, k_, stream_));
+      ops::MoeRoute(exec_, s.probs, s.lse, s.sel, s.weight, logits_, n, e_, k_, norm_topk_));
+  SATDAR_RETURN_IF_ERROR(ops::MoePlan(exec_, s.counts, s.slots, s.row_of_slot, s.sel, n, e_, k_));
   // With loss_acc null (recomputation: the loss was counted already) only the fraction the
   // backward needs is computed.
-  SATDAR_RETURN_IF_ERROR(lc::MoeRouterLoss(loss_acc, s.fraction, seq_scratch_, s.probs, s.lse,
-                                           s.sel, b_, t_, e_, k_, c_.moe->router_aux_loss_coef,
-                                           c_.moe->router_z_loss_coef, scale, stream_));
+  SATDAR_RETURN_IF_ERROR(ops::MoeRouterLoss(exec_, loss_acc, s.fraction, s.probs, s.lse, s.sel, b_,
+                                            t_, e_, k_, c_.moe->router_aux_loss_coef,
+                                            c_.moe->router_z_loss_coef, scale));
   // Each expert's GEMMs need its row count on the host.
   SATDAR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(pinned_counts_, s.counts, e_ * sizeof(int),
                                               cudaMemcpyDeviceToHost, stream_));
   SATDAR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   s.host_counts.assign(pinned_counts_, pinned_counts_ + e_);
   const int rows = n * k_;
-  SATDAR_RETURN_IF_ERROR(lc::MoePermute<T>(s.xp, z, s.slots, rows, k_, d_, stream_));
+  SATDAR_RETURN_IF_ERROR(ops::MoePermute<T>(exec_, s.xp, z, s.slots, rows, k_, d_));
   const std::vector<const void*> gate_w = ExpertWeights(o, w, 0), down_w = ExpertWeights(o, w, 2);
-  SATDAR_RETURN_IF_ERROR(kc::GroupedMatmulForward(gemm_, kDt, s.gate_up, s.xp, gate_w.data(),
-                                                  s.host_counts.data(), e_, 2 * f_, d_));
-  SATDAR_CUDA_RETURN_IF_ERROR(kc::SwigluForward(s.act, s.gate_up, rows, f_, stream_));
-  SATDAR_RETURN_IF_ERROR(kc::GroupedMatmulForward(gemm_, kDt, s.y, s.act, down_w.data(),
-                                                  s.host_counts.data(), e_, d_, f_));
+  SATDAR_RETURN_IF_ERROR(kc::GroupedMatmulForward(core::CudaExec{stream_, gemm_}, kDt, s.gate_up,
+                                                  s.xp, gate_w.data(), s.host_counts.data(), e_,
+                                                  2 * f_, d_));
   SATDAR_RETURN_IF_ERROR(
-      lc::MoeCombine<T>(out, s.y, s.weight, s.row_of_slot, n, k_, d_, stream_));
+      kc::SwigluForward(core::CudaExec{stream_, gemm_}, s.act, s.gate_up, rows, f_));
+  SATDAR_RETURN_IF_ERROR(kc::GroupedMatmulForward(core::CudaExec{stream_, gemm_}, kDt, s.y, s.act,
+                                                  down_w.data(), s.host_counts.data(), e_, d_, f_));
+  SATDAR_RETURN_IF_ERROR(ops::MoeCombine<T>(exec_, out, s.y, s.weight, s.row_of_slot, n, k_, d_));
   for (int j = 0; j < shared_; ++j) {
+    SATDAR_RETURN_IF_ERROR(kc::MatmulForward(core::CudaExec{stream_, gemm_}, kDt,
+                                             s.shared_gate_up[j], z, w + o.shared[j], n, 2 * f_,
+                                             d_));
+    SATDAR_RETURN_IF_ERROR(kc::SwigluForward(core::CudaExec{stream_, gemm_}, s.shared_act[j],
+                                             s.shared_gate_up[j], n, f_));
+    SATDAR_RETURN_IF_ERROR(kc::MatmulForward(core::CudaExec{stream_, gemm_}, kDt, shared_out_,
+                                             s.shared_act[j], w + o.shared[j] + 2 * fd, n, d_, f_));
     SATDAR_RETURN_IF_ERROR(
-        kc::MatmulForward(gemm_, kDt, s.shared_gate_up[j], z, w + o.shared[j], n, 2 * f_, d_));
-    SATDAR_CUDA_RETURN_IF_ERROR(
-        kc::SwigluForward(s.shared_act[j], s.shared_gate_up[j], n, f_, stream_));
-    SATDAR_RETURN_IF_ERROR(kc::MatmulForward(gemm_, kDt, shared_out_, s.shared_act[j],
-                                             w + o.shared[j] + 2 * fd, n, d_, f_));
-    SATDAR_CUDA_RETURN_IF_ERROR(
-        Add(out, out, shared_out_, static_cast<int64_t>(n) * d_, stream_));
+        Add(core::CudaExec{stream_, gemm_}, out, out, shared_out_, static_cast<int64_t>(n) * d_));
   }
   return absl::OkStatus();
 }
@@ -189,44 +196,46 @@ absl::Status GpuMoe<T>::Backward(int layer, const T* w, float* grads, const T* z
       cudaMemsetAsync(dz, 0, static_cast<size_t>(n) * d_ * sizeof(T), stream_));
   for (int j = 0; j < shared_; ++j) {
     const int64_t gate = o.shared[j], down = gate + 2 * fd;
-    SATDAR_RETURN_IF_ERROR(
-        kc::MatmulBackwardInput(gemm_, kDt, dsact_, dout, w + down, n, d_, f_, 0.0f));
-    SATDAR_RETURN_IF_ERROR(
-        kc::MatmulBackwardWeightF32(gemm_, kDt, grads + down, dout, s.shared_act[j], n, d_, f_));
-    SATDAR_CUDA_RETURN_IF_ERROR(
-        kc::SwigluBackward(dsgate_up_, dsact_, s.shared_gate_up[j], n, f_, stream_));
-    SATDAR_RETURN_IF_ERROR(
-        kc::MatmulBackwardInput(gemm_, kDt, dz, dsgate_up_, w + gate, n, 2 * f_, d_, 1.0f));
-    SATDAR_RETURN_IF_ERROR(
-        kc::MatmulBackwardWeightF32(gemm_, kDt, grads + gate, dsgate_up_, z, n, 2 * f_, d_));
+    SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardInput(core::CudaExec{stream_, gemm_}, kDt, dsact_,
+                                                   dout, w + down, n, d_, f_, 0.0f));
+    SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardWeightF32(
+        core::CudaExec{stream_, gemm_}, kDt, grads + down, dout, s.shared_act[j], n, d_, f_));
+    SATDAR_RETURN_IF_ERROR(kc::SwigluBackward(core::CudaExec{stream_, gemm_}, dsgate_up_, dsact_,
+                                              s.shared_gate_up[j], n, f_));
+    SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardInput(core::CudaExec{stream_, gemm_}, kDt, dz,
+                                                   dsgate_up_, w + gate, n, 2 * f_, d_, 1.0f));
+    SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardWeightF32(core::CudaExec{stream_, gemm_}, kDt,
+                                                       grads + gate, dsgate_up_, z, n, 2 * f_, d_));
   }
   // Combine: each row's output gradient and each slot's weight gradient.
-  SATDAR_RETURN_IF_ERROR(lc::MoeCombineBackward<T>(dy_, dweight_, dout, s.y, s.weight, s.slots,
-                                                rows, k_, d_, stream_));
+  SATDAR_RETURN_IF_ERROR(
+      ops::MoeCombineBackward<T>(exec_, dy_, dweight_, dout, s.y, s.weight, s.slots, rows, k_, d_));
   const std::vector<const void*> gate_w = ExpertWeights(o, w, 0), down_w = ExpertWeights(o, w, 2);
   std::vector<float*> gate_g(e_), down_g(e_);
   for (int e = 0; e < e_; ++e) {
     gate_g[e] = grads + o.experts[e];
     down_g[e] = grads + o.experts[e] + 2 * fd;
   }
-  SATDAR_RETURN_IF_ERROR(kc::GroupedMatmulBackwardF32(gemm_, kDt, dact_, down_g.data(), dy_, s.act,
-                                                      down_w.data(), s.host_counts.data(), e_, d_,
-                                                      f_));
-  SATDAR_CUDA_RETURN_IF_ERROR(kc::SwigluBackward(dgate_up_, dact_, s.gate_up, rows, f_, stream_));
-  SATDAR_RETURN_IF_ERROR(kc::GroupedMatmulBackwardF32(gemm_, kDt, dxp_, gate_g.data(), dgate_up_,
-                                                      s.xp, gate_w.data(), s.host_counts.data(),
-                                                      e_, 2 * f_, d_));
-  SATDAR_RETURN_IF_ERROR(lc::MoePermuteBackward<T>(dz, dxp_, s.row_of_slot, n, k_, d_, stream_));
+  SATDAR_RETURN_IF_ERROR(kc::GroupedMatmulBackwardF32(core::CudaExec{stream_, gemm_}, kDt, dact_,
+                                                      down_g.data(), dy_, s.act, down_w.data(),
+                                                      s.host_counts.data(), e_, d_, f_));
+  SATDAR_RETURN_IF_ERROR(
+      kc::SwigluBackward(core::CudaExec{stream_, gemm_}, dgate_up_, dact_, s.gate_up, rows, f_));
+  SATDAR_RETURN_IF_ERROR(kc::GroupedMatmulBackwardF32(core::CudaExec{stream_, gemm_}, kDt, dxp_,
+                                                      gate_g.data(), dgate_up_, s.xp, gate_w.data(),
+                                                      s.host_counts.data(), e_, 2 * f_, d_));
+  SATDAR_RETURN_IF_ERROR(ops::MoePermuteBackward<T>(exec_, dz, dxp_, s.row_of_slot, n, k_, d_));
   // The router: the routing weights' gradient plus the aux and z losses, through the softmax.
   const double aux_grad =
       loss_scale * c_.moe->router_aux_loss_coef * e_ / (static_cast<double>(b_) * t_);
   const double z_grad = loss_scale * c_.moe->router_z_loss_coef * 2.0 / n;
-  SATDAR_RETURN_IF_ERROR(lc::MoeRouteBackward<T>(dlogits_, s.probs, s.lse, s.sel, s.weight,
-                                              dweight_, s.fraction, b_, t_, e_, k_, norm_topk_,
-                                              aux_grad, z_grad, stream_));
-  SATDAR_RETURN_IF_ERROR(
-      kc::MatmulBackwardInput(gemm_, kDt, dz, dlogits_, w + o.router, n, e_, d_, 1.0f));
-  return kc::MatmulBackwardWeightF32(gemm_, kDt, grads + o.router, dlogits_, z, n, e_, d_);
+  SATDAR_RETURN_IF_ERROR(ops::MoeRouteBackward<T>(exec_, dlogits_, s.probs, s.lse, s.sel, s.weight,
+                                                  dweight_, s.fraction, b_, t_, e_, k_, norm_topk_,
+                                                  aux_grad, z_grad));
+  SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardInput(core::CudaExec{stream_, gemm_}, kDt, dz, dlogits_,
+                                                 w + o.router, n, e_, d_, 1.0f));
+  return kc::MatmulBackwardWeightF32(core::CudaExec{stream_, gemm_}, kDt, grads + o.router,
+                                     dlogits_, z, n, e_, d_);
 }
 
 template <typename T>

@@ -24,6 +24,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/cuda/workspace.h"
+#include "core/exec.h"
 #include "model/config.h"
 #include "model/gpu/device_arena.h"
 
@@ -37,11 +39,13 @@ namespace satdar::model::gpu {
 template <typename T>  // float or __nv_bfloat16
 class GpuMoe {
  public:
-  // offset_of(name): where parameter `name` starts in the device buffers (weights, gradients).
+  // offset_of(name): where parameter `name` starts in the device buffers (weights, gradients);
+  // workspace: the stream's scratch for the MoE ops (outlives this object).
   static absl::StatusOr<std::unique_ptr<GpuMoe>> Create(
       const ModelConfig& config, cudaStream_t stream, core::cuda::GemmHandle* gemm,
       core::cuda::CachingAllocator* alloc,
-      const std::function<int64_t(const std::string&)>& offset_of);
+      const std::function<int64_t(const std::string&)>& offset_of,
+      core::cuda::Workspace* workspace);
   ~GpuMoe();
 
   // Buffers for (B, T); with `shared_sets` every layer uses one set of saved activations (the
@@ -74,13 +78,14 @@ class GpuMoe {
   std::vector<const void*> ExpertWeights(const LayerOffsets& o, const T* w, int part) const;
 
   GpuMoe(const ModelConfig& c, cudaStream_t stream, core::cuda::GemmHandle* gemm,
-         core::cuda::CachingAllocator* alloc);
+         core::cuda::CachingAllocator* alloc, core::cuda::Workspace* workspace);
 
   const ModelConfig c_;
   const int d_, e_, k_, f_, shared_;
   const bool norm_topk_;
   cudaStream_t stream_;
   core::cuda::GemmHandle* gemm_;
+  core::CudaExec exec_;  // stream_, gemm_ and the decoder's workspace (MoeRouterLoss's scratch)
   std::vector<LayerOffsets> off_;
   std::vector<Saved> saved_;
   int b_ = 0, t_ = 0;
@@ -88,7 +93,6 @@ class GpuMoe {
   int* pinned_counts_ = nullptr;
   // Scratch shared by all layers.
   float *logits_ = nullptr, *dweight_ = nullptr;
-  double* seq_scratch_ = nullptr;
   T *dlogits_ = nullptr, *shared_out_ = nullptr, *dy_ = nullptr, *dact_ = nullptr,
     *dgate_up_ = nullptr, *dxp_ = nullptr, *dsact_ = nullptr, *dsgate_up_ = nullptr;
 };

@@ -21,7 +21,6 @@ namespace satdar::model::gpu {
 namespace {
 
 namespace kc = ::satdar::core::cuda;
-namespace lc = ::satdar::model::cuda;
 
 #define GPU_CHECK(call) SATDAR_CUDA_RETURN_IF_ERROR(call)
 
@@ -33,11 +32,17 @@ constexpr core::DType DtypeOf() {
 }  // namespace
 
 template <typename T>
-GpuMuddFormer<T>::GpuMuddFormer(const ModelConfig& c, cudaStream_t stream,
-                                kc::GemmHandle* gemm, kc::CachingAllocator* alloc,
+GpuMuddFormer<T>::GpuMuddFormer(const ModelConfig& c, cudaStream_t stream, kc::GemmHandle* gemm,
+                                kc::CachingAllocator* alloc,
                                 const std::function<int64_t(const std::string&)>& offset_of)
-    : layers_(c.num_hidden_layers), d_(c.hidden_size), eps_(static_cast<float>(c.rms_norm_eps)),
-      stream_(stream), gemm_(gemm), arena_(alloc, stream), blocks_(layers_) {
+    : layers_(c.num_hidden_layers),
+      d_(c.hidden_size),
+      eps_(static_cast<float>(c.rms_norm_eps)),
+      stream_(stream),
+      gemm_(gemm),
+      exec_{stream, gemm, nullptr},
+      arena_(alloc, stream),
+      blocks_(layers_) {
   for (int i = 0; i < layers_; ++i) {
     Block& b = blocks_[i];
     const std::string p = absl::StrCat("model.layers.", i, ".mudd");
@@ -141,13 +146,14 @@ absl::Status GpuMuddFormer<T>::Forward(const T* w, const float* master, const Br
   for (int i = 0; i < layers_; ++i) {
     Block& b = blocks_[i];
     for (int k = 0; k < 3; ++k) {
-      GPU_CHECK(kc::RmsNormForward(b.normed[k], b.rstd[k], b.in[k], w + b.norm[k], rows_, d_,
-                                   eps_, stream_));
+      SATDAR_RETURN_IF_ERROR(kc::RmsNormForward(core::CudaExec{stream_, gemm_}, b.normed[k],
+                                                b.rstd[k], b.in[k], w + b.norm[k], rows_, d_,
+                                                eps_));
     }
     SATDAR_RETURN_IF_ERROR(br.attention(i, b.normed[kQ], b.normed[kK], b.normed[kV], y_));
-    GPU_CHECK(Add(b.xa, b.in[kR], y_, nc, stream_));
+    SATDAR_RETURN_IF_ERROR(Add(core::CudaExec{stream_, gemm_}, b.xa, b.in[kR], y_, nc));
     SATDAR_RETURN_IF_ERROR(br.forward(2 * i + 2, b.xa, y_));
-    GPU_CHECK(Add(x_[i + 1], b.xa, y_, nc, stream_));
+    SATDAR_RETURN_IF_ERROR(Add(core::CudaExec{stream_, gemm_}, x_[i + 1], b.xa, y_, nc));
     SATDAR_RETURN_IF_ERROR(ConnectionForward(w, master, i));
   }
   return absl::OkStatus();
@@ -158,17 +164,18 @@ absl::Status GpuMuddFormer<T>::ConnectionForward(const T* w, const float* master
   constexpr core::DType kDt = DtypeOf<T>();
   Block& b = blocks_[i];
   const int cs = b.ways * b.sources;
-  GPU_CHECK(kc::RmsNormForward(b.r, b.r_rstd, x_[i + 1], ones_, rows_, d_, eps_, stream_));
-  SATDAR_RETURN_IF_ERROR(kc::MatmulForward(gemm_, kDt, b.h, b.r, w + b.w1, rows_, b.hidden, d_));
-  SATDAR_RETURN_IF_ERROR(
-      lc::GeluForward(b.g, b.h, static_cast<int64_t>(rows_) * b.hidden, stream_));
+  SATDAR_RETURN_IF_ERROR(kc::RmsNormForward(core::CudaExec{stream_, gemm_}, b.r, b.r_rstd,
+                                            x_[i + 1], ones_, rows_, d_, eps_));
+  SATDAR_RETURN_IF_ERROR(kc::MatmulForward(core::CudaExec{stream_, gemm_}, kDt, b.h, b.r, w + b.w1,
+                                           rows_, b.hidden, d_));
+  SATDAR_RETURN_IF_ERROR(ops::GeluForward(exec_, b.g, b.h, static_cast<int64_t>(rows_) * b.hidden));
   SATDAR_RETURN_IF_ERROR(gemm_->GemmMixed(kDt, core::DType::kF32, false, true, rows_, cs,
                                           b.hidden, 1.0f, b.g, b.hidden, w + b.w2, b.hidden,
                                           0.0f, b.a, b.ld));
   T* const* outs = b.lists;
   const T* const* xs = b.lists + b.ways;
-  SATDAR_RETURN_IF_ERROR(lc::DenseCombineForward(outs, b.ways, xs, b.sources, b.a, b.ld,
-                                                 master + b.stat, rows_, d_, stream_));
+  SATDAR_RETURN_IF_ERROR(ops::DenseCombineForward(exec_, outs, b.ways, xs, b.sources, b.a, b.ld,
+                                                  master + b.stat, rows_, d_));
   return absl::OkStatus();
 }
 
@@ -181,9 +188,9 @@ absl::Status GpuMuddFormer<T>::ConnectionBackward(const T* w, const float* maste
   const T* const* xs = b.lists + b.ways;
   T* const* dxs = b.lists + b.ways + b.sources;
   const T* const* douts = b.lists + b.ways + 2 * b.sources;
-  SATDAR_RETURN_IF_ERROR(lc::DenseCombineBackward(da_, da_t_, grads + b.stat, dxs, douts,
-                                                  b.ways, xs, b.sources, b.a, b.ld,
-                                                  master + b.stat, rows_, d_, stream_));
+  SATDAR_RETURN_IF_ERROR(ops::DenseCombineBackward(exec_, da_, da_t_, grads + b.stat, dxs, douts,
+                                                   b.ways, xs, b.sources, b.a, b.ld,
+                                                   master + b.stat, rows_, d_));
   // a = g w2^T: dw2 (cs, hidden) += da^T g; dg = da w2.
   SATDAR_RETURN_IF_ERROR(gemm_->GemmMixed(kDt, core::DType::kF32, true, false, cs, b.hidden,
                                           rows_, 1.0f, da_t_, b.ld, b.g, b.hidden, 1.0f,
@@ -191,14 +198,14 @@ absl::Status GpuMuddFormer<T>::ConnectionBackward(const T* w, const float* maste
   SATDAR_RETURN_IF_ERROR(gemm_->Gemm(kDt, false, false, rows_, b.hidden, cs, 1.0f, da_t_, b.ld,
                                      w + b.w2, b.hidden, 0.0f, dg_, b.hidden));
   SATDAR_RETURN_IF_ERROR(
-      lc::GeluBackward(dg_, dg_, b.h, static_cast<int64_t>(rows_) * b.hidden, stream_));
-  SATDAR_RETURN_IF_ERROR(
-      kc::MatmulBackwardInput(gemm_, kDt, dr_, dg_, w + b.w1, rows_, b.hidden, d_, 0.0f));
-  SATDAR_RETURN_IF_ERROR(
-      kc::MatmulBackwardWeightF32(gemm_, kDt, grads + b.w1, dg_, b.r, rows_, b.hidden, d_));
+      ops::GeluBackward(exec_, dg_, dg_, b.h, static_cast<int64_t>(rows_) * b.hidden));
+  SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardInput(core::CudaExec{stream_, gemm_}, kDt, dr_, dg_,
+                                                 w + b.w1, rows_, b.hidden, d_, 0.0f));
+  SATDAR_RETURN_IF_ERROR(kc::MatmulBackwardWeightF32(core::CudaExec{stream_, gemm_}, kDt,
+                                                     grads + b.w1, dg_, b.r, rows_, b.hidden, d_));
   // The RMS has no gain: no weight gradient (null).
-  GPU_CHECK(kc::RmsNormBackward(dx_[i + 1], nullptr, dr_, x_[i + 1], ones_, b.r_rstd, rows_,
-                                d_, stream_));
+  SATDAR_RETURN_IF_ERROR(kc::RmsNormBackward(core::CudaExec{stream_, gemm_}, dx_[i + 1], nullptr,
+                                             dr_, x_[i + 1], ones_, b.r_rstd, rows_, d_));
   return absl::OkStatus();
 }
 
@@ -220,15 +227,17 @@ absl::Status GpuMuddFormer<T>::Backward(const T* w, const float* master, float* 
                                                  dnormed_[kV]));
     for (int k = 0; k < 3; ++k) {
       GPU_CHECK(cudaMemsetAsync(b.din[k], 0, nc * sizeof(T), stream_));
-      GPU_CHECK(kc::RmsNormBackward(b.din[k], grads + b.norm[k], dnormed_[k], b.in[k],
-                                    w + b.norm[k], b.rstd[k], rows_, d_, stream_));
+      SATDAR_RETURN_IF_ERROR(kc::RmsNormBackward(core::CudaExec{stream_, gemm_}, b.din[k],
+                                                 grads + b.norm[k], dnormed_[k], b.in[k],
+                                                 w + b.norm[k], b.rstd[k], rows_, d_));
     }
   }
   // Block 0 read h0 four times, and X_0 = h0 fed every connection.
   const Block& b0 = blocks_[0];
   const int64_t n = static_cast<int64_t>(nc);
-  GPU_CHECK(Add(dh0_, dx_[0], b0.din[0], n, stream_));
-  for (int k = 1; k < 4; ++k) GPU_CHECK(Add(dh0_, dh0_, b0.din[k], n, stream_));
+  SATDAR_RETURN_IF_ERROR(Add(core::CudaExec{stream_, gemm_}, dh0_, dx_[0], b0.din[0], n));
+  for (int k = 1; k < 4; ++k)
+    SATDAR_RETURN_IF_ERROR(Add(core::CudaExec{stream_, gemm_}, dh0_, dh0_, b0.din[k], n));
   *dh0 = dh0_;
   return absl::OkStatus();
 }

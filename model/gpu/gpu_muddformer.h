@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "core/exec.h"
 #include "model/config.h"
 #include "model/gpu/device_arena.h"
 #include "model/gpu/gpu_branches.h"
@@ -88,6 +89,7 @@ class GpuMuddFormer {
   const float eps_;
   cudaStream_t stream_;
   core::cuda::GemmHandle* gemm_;
+  core::CudaExec exec_;  // stream_ and gemm_; no workspace (GELU and DenseCombine take no scratch)
   DeviceArena arena_;
   std::vector<Block> blocks_;
   int rows_ = 0;

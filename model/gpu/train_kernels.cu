@@ -3,9 +3,13 @@
 // thread per quantity adds the block sums in block order.
 #include "model/gpu/train_kernels.h"
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "core/cuda/bf16.cuh"
+#include "core/cuda/check.h"
 #include "core/cuda/launch.h"
 #include "core/cuda/reduce.cuh"
+#include "core/cuda/workspace.h"
 
 namespace satdar::model::gpu {
 
@@ -63,40 +67,43 @@ __global__ void SumFinishKernel(double* out, const double* scratch, int blocks) 
 }  // namespace
 
 template <typename T>
-cudaError_t CastFromF32(T* out, const float* in, int64_t n, cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  return Launch("CastKernel", CastKernel<T>, dim3(Blocks(n)), dim3(kThreads), 0, stream, out, in,
-                n);
+absl::Status CastFromF32(const CudaExec& x, T* out, const float* in, int64_t n) {
+  if (n == 0) return absl::OkStatus();
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("CastKernel", CastKernel<T>, dim3(Blocks(n)), dim3(kThreads),
+                                     0, x.stream, out, in, n));
+  return absl::OkStatus();
 }
 
 template <typename T>
-cudaError_t Add(T* out, const T* a, const T* b, int64_t n, cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  return Launch("AddKernel", AddKernel<T>, dim3(Blocks(n)), dim3(kThreads), 0, stream, out, a, b,
-                n);
+absl::Status Add(const CudaExec& x, T* out, const T* a, const T* b, int64_t n) {
+  if (n == 0) return absl::OkStatus();
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("AddKernel", AddKernel<T>, dim3(Blocks(n)), dim3(kThreads), 0,
+                                     x.stream, out, a, b, n));
+  return absl::OkStatus();
 }
 
-cudaError_t AccumulateLoss(double* acc, const float* losses, int n, double scale,
-                           cudaStream_t stream) {
-  return Launch("LossKernel", LossKernel, dim3(1), dim3(kThreads), 0, stream, acc, losses, n,
-                scale);
+absl::Status AccumulateLoss(const CudaExec& x, double* acc, const float* losses, int n,
+                            double scale) {
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("LossKernel", LossKernel, dim3(1), dim3(kThreads), 0,
+                                     x.stream, acc, losses, n, scale));
+  return absl::OkStatus();
 }
 
-cudaError_t SumSquares(double* out, const float* x, int64_t n, double* scratch,
-                       cudaStream_t stream) {
+absl::Status SumSquares(const CudaExec& x, double* out, const float* v, int64_t n) {
   const int blocks = ::satdar::core::cuda::ReduceBlocks(n, kThreads);
-  if (cudaError_t e = Launch("SumSquaresKernel", SumSquaresKernel, dim3(blocks), dim3(kThreads),
-                             0, stream, scratch, x, n);
-      e != cudaSuccess) {
-    return e;
-  }
-  return Launch("SumFinishKernel", SumFinishKernel, dim3(1), dim3(32), 0, stream, out, scratch,
-                blocks);
+  absl::StatusOr<double*> scratch =
+      ::satdar::core::cuda::Scratch<double>(x, static_cast<size_t>(blocks), "SumSquares");
+  if (!scratch.ok()) return scratch.status();
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("SumSquaresKernel", SumSquaresKernel, dim3(blocks),
+                                     dim3(kThreads), 0, x.stream, *scratch, v, n));
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("SumFinishKernel", SumFinishKernel, dim3(1), dim3(32), 0,
+                                     x.stream, out, *scratch, blocks));
+  return absl::OkStatus();
 }
 
 #define SATDAR_INSTANTIATE(T)                                                                  \
-  template cudaError_t CastFromF32<T>(T*, const float*, int64_t, cudaStream_t);                \
-  template cudaError_t Add<T>(T*, const T*, const T*, int64_t, cudaStream_t);
+  template absl::Status CastFromF32<T>(const CudaExec&, T*, const float*, int64_t);            \
+  template absl::Status Add<T>(const CudaExec&, T*, const T*, const T*, int64_t);
 SATDAR_INSTANTIATE(float)
 SATDAR_INSTANTIATE(__nv_bfloat16)
 #undef SATDAR_INSTANTIATE

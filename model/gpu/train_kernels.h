@@ -4,9 +4,9 @@
 //
 // T is float or __nv_bfloat16; arithmetic is fp32. Every reduction runs over a fixed grid
 // (kReduceBlocks blocks) and then one block in a fixed order: results are bit-identical run
-// to run (no atomics). `scratch` is fp32 (or fp64 where noted) device memory
-// of kReduceBlocks * 3 elements. Device pointers; enqueued on `stream`; each returns the
-// launch's cudaError_t. Declared only in CUDA builds.
+// to run (no atomics); their scratch comes from x.workspace (FailedPrecondition when null).
+// Each takes the execution context first (core/exec.h) and device pointers, is enqueued on
+// x.stream and returns the launch's error as a Status. Declared only in CUDA builds.
 #ifndef SATDAR_MODEL_GPU_TRAIN_KERNELS_H_
 #define SATDAR_MODEL_GPU_TRAIN_KERNELS_H_
 
@@ -17,27 +17,29 @@
 
 #include <cstdint>
 
+#include "absl/status/status.h"
 #include "core/cuda/reduce_grid.h"
+#include "core/exec.h"
 
 namespace satdar::model::gpu {
 
+using ::satdar::core::CudaExec;
 using ::satdar::core::cuda::kReduceBlocks;
 
 // out (n) = in (n) rounded to T (the bf16 compute copy of the fp32 master weights).
 template <typename T>
-cudaError_t CastFromF32(T* out, const float* in, int64_t n, cudaStream_t stream);
+absl::Status CastFromF32(const CudaExec& x, T* out, const float* in, int64_t n);
 
 // out = a + b (out may alias a or b).
 template <typename T>
-cudaError_t Add(T* out, const T* a, const T* b, int64_t n, cudaStream_t stream);
+absl::Status Add(const CudaExec& x, T* out, const T* a, const T* b, int64_t n);
 
 // *acc (fp64) += scale * sum(losses[0..n)).
-cudaError_t AccumulateLoss(double* acc, const float* losses, int n, double scale,
-                           cudaStream_t stream);
+absl::Status AccumulateLoss(const CudaExec& x, double* acc, const float* losses, int n,
+                            double scale);
 
-// *out (fp64) = sum of x[i]^2 over [0, n). scratch: fp64, kReduceBlocks elements.
-cudaError_t SumSquares(double* out, const float* x, int64_t n, double* scratch,
-                       cudaStream_t stream);
+// *out (fp64) = sum of v[i]^2 over [0, n). Scratch: fp64, kReduceBlocks elements at most.
+absl::Status SumSquares(const CudaExec& x, double* out, const float* v, int64_t n);
 
 }  // namespace satdar::model::gpu
 

@@ -14,11 +14,11 @@
 
 #include <cstdint>
 
+#include "absl/status/status.h"
+#include "core/exec.h"
+
 #if defined(SATDAR_WITH_CUDA) || defined(__CUDACC__)
 #include <cuda_runtime.h>
-
-#include "absl/status/status.h"
-#include "core/cuda/reduce_grid.h"
 #endif
 
 namespace satdar::core {
@@ -59,29 +59,71 @@ void DarWriteBackward(T* dy, T* dp0, T* dp1, const T* g0, const T* g1, const T* 
 
 namespace satdar::model::cuda {
 
-// Reductions run over the fixed grid of core/cuda/reduce_grid.h (bit-identical run to run).
-// scratch: fp32 device memory of 3 * core::cuda::kReduceBlocks.
+// Reductions run over the fixed grid of core/cuda/reduce_grid.h (bit-identical run to run);
+// the backwards take their scratch (fp32, 3 * core::cuda::kReduceBlocks at most) from
+// x.workspace (FailedPrecondition without one).
 
-// T is float or __nv_bfloat16; scalars and their gradients fp32. Enqueued on `stream`.
+// T is float or __nv_bfloat16; scalars and their gradients fp32. Enqueued on x.stream.
 template <typename T>
-absl::Status DarMixForward(T* u, const T* r0, const T* r1, const float* mix, int64_t n,
-                           cudaStream_t stream);
+absl::Status DarMixForward(const core::CudaExec& x, T* u, const T* r0, const T* r1,
+                           const float* mix, int64_t n);
 template <typename T>
-absl::Status DarMixBackward(T* dr0, T* dr1, const T* du, const T* r0, const T* r1,
-                            const float* mix, float* grad_mix, float* scratch, int64_t n,
-                            cudaStream_t stream);
+absl::Status DarMixBackward(const core::CudaExec& x, T* dr0, T* dr1, const T* du, const T* r0,
+                            const T* r1, const float* mix, float* grad_mix, int64_t n);
 template <typename T>
-absl::Status DarWriteForward(T* q0, T* q1, const T* p0, const T* p1, const T* y,
-                             const float* transport, const float* write, int64_t n,
-                             cudaStream_t stream);
+absl::Status DarWriteForward(const core::CudaExec& x, T* q0, T* q1, const T* p0, const T* p1,
+                             const T* y, const float* transport, const float* write, int64_t n);
 template <typename T>
-absl::Status DarWriteBackward(T* dy, T* dp0, T* dp1, const T* g0, const T* g1, const T* y,
-                              const T* p0, const T* p1, const float* transport,
-                              const float* write, float* grad_transport, float* grad_write,
-                              float* scratch, int64_t n, cudaStream_t stream);
+absl::Status DarWriteBackward(const core::CudaExec& x, T* dy, T* dp0, T* dp1, const T* g0,
+                              const T* g1, const T* y, const T* p0, const T* p1,
+                              const float* transport, const float* write, float* grad_transport,
+                              float* grad_write, int64_t n);
 
 }  // namespace satdar::model::cuda
 
 #endif  // SATDAR_WITH_CUDA || __CUDACC__
+
+// One call text for both devices: ops::X(x, ...) with x a core::CpuExec (the cpu:: reference,
+// rows over x.pool) or a core::CudaExec (the cuda:: launcher).
+namespace satdar::model::ops {
+
+template <typename T>
+inline absl::Status DarMixForward(const core::CpuExec& x, T* u, const T* r0, const T* r1,
+                                  const T* mix, int64_t n) {
+  cpu::DarMixForward(u, r0, r1, mix, n, x.pool);
+  return absl::OkStatus();
+}
+template <typename T>
+inline absl::Status DarMixBackward(const core::CpuExec& x, T* dr0, T* dr1, const T* du,
+                                   const T* r0, const T* r1, const T* mix, T* grad_mix,
+                                   int64_t n) {
+  cpu::DarMixBackward(dr0, dr1, du, r0, r1, mix, grad_mix, n, x.pool);
+  return absl::OkStatus();
+}
+template <typename T>
+inline absl::Status DarWriteForward(const core::CpuExec& x, T* q0, T* q1, const T* p0,
+                                    const T* p1, const T* y, const T* transport, const T* write,
+                                    int64_t n) {
+  cpu::DarWriteForward(q0, q1, p0, p1, y, transport, write, n, x.pool);
+  return absl::OkStatus();
+}
+template <typename T>
+inline absl::Status DarWriteBackward(const core::CpuExec& x, T* dy, T* dp0, T* dp1, const T* g0,
+                                     const T* g1, const T* y, const T* p0, const T* p1,
+                                     const T* transport, const T* write, T* grad_transport,
+                                     T* grad_write, int64_t n) {
+  cpu::DarWriteBackward(dy, dp0, dp1, g0, g1, y, p0, p1, transport, write, grad_transport,
+                        grad_write, n, x.pool);
+  return absl::OkStatus();
+}
+
+#if defined(SATDAR_WITH_CUDA) || defined(__CUDACC__)
+using cuda::DarMixBackward;
+using cuda::DarMixForward;
+using cuda::DarWriteBackward;
+using cuda::DarWriteForward;
+#endif
+
+}  // namespace satdar::model::ops
 
 #endif  // SATDAR_MODEL_VARIANTS_DAR_OPS_H_

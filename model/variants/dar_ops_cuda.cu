@@ -2,10 +2,13 @@
 // the grid of core::cuda::ReduceBlocks(n) blocks, each thread a fixed grid-stride slice, a
 // shared-memory tree per block, then one thread adds the block sums in block order.
 #include "core/cuda/bf16.cuh"
+#include "core/check.h"
 #include "core/cuda/check.h"
 #include "core/cuda/launch.h"
 #include "core/cuda/reduce.cuh"
+#include "core/cuda/reduce_grid.h"
 #include "model/variants/dar_ops.h"
+#include "core/cuda/workspace.h"
 
 namespace satdar::model::cuda {
 
@@ -135,8 +138,9 @@ __global__ void WriteFinishKernel(const float* scratch, int blocks, const float*
 }  // namespace
 
 template <typename T>
-absl::Status DarMixForward(T* u, const T* r0, const T* r1, const float* mix, int64_t n,
-                           cudaStream_t stream) {
+absl::Status DarMixForward(const core::CudaExec& x, T* u, const T* r0, const T* r1,
+                           const float* mix, int64_t n) {
+  cudaStream_t stream = x.stream;
   if (n == 0) return absl::OkStatus();
   SATDAR_CUDA_RETURN_IF_ERROR(Launch("MixForwardKernel", MixForwardKernel<T>, dim3(Blocks(n)),
                                      dim3(kThreads), 0, stream, u, r0, r1, mix, n));
@@ -144,10 +148,11 @@ absl::Status DarMixForward(T* u, const T* r0, const T* r1, const float* mix, int
 }
 
 template <typename T>
-absl::Status DarMixBackward(T* dr0, T* dr1, const T* du, const T* r0, const T* r1,
-                            const float* mix, float* grad_mix, float* scratch, int64_t n,
-                            cudaStream_t stream) {
+absl::Status DarMixBackward(const core::CudaExec& x, T* dr0, T* dr1, const T* du, const T* r0,
+                            const T* r1, const float* mix, float* grad_mix, int64_t n) {
+  cudaStream_t stream = x.stream;
   const int blocks = core::cuda::ReduceBlocks(n, kThreads);
+  SATDAR_ASSIGN_OR_RETURN(float* scratch, core::cuda::Scratch<float>(x, 2 * blocks, "DarMixBackward"));
   SATDAR_CUDA_RETURN_IF_ERROR(Launch("MixBackwardKernel", MixBackwardKernel<T>, dim3(blocks),
                                      dim3(kThreads), 0, stream, dr0, dr1, du, r0, r1, mix,
                                      scratch, n));
@@ -157,9 +162,9 @@ absl::Status DarMixBackward(T* dr0, T* dr1, const T* du, const T* r0, const T* r
 }
 
 template <typename T>
-absl::Status DarWriteForward(T* q0, T* q1, const T* p0, const T* p1, const T* y,
-                             const float* transport, const float* write, int64_t n,
-                             cudaStream_t stream) {
+absl::Status DarWriteForward(const core::CudaExec& x, T* q0, T* q1, const T* p0, const T* p1,
+                             const T* y, const float* transport, const float* write, int64_t n) {
+  cudaStream_t stream = x.stream;
   if (n == 0) return absl::OkStatus();
   SATDAR_CUDA_RETURN_IF_ERROR(Launch("WriteForwardKernel", WriteForwardKernel<T>,
                                      dim3(Blocks(n)), dim3(kThreads), 0, stream, q0, q1, p0, p1,
@@ -168,11 +173,13 @@ absl::Status DarWriteForward(T* q0, T* q1, const T* p0, const T* p1, const T* y,
 }
 
 template <typename T>
-absl::Status DarWriteBackward(T* dy, T* dp0, T* dp1, const T* g0, const T* g1, const T* y,
-                              const T* p0, const T* p1, const float* transport,
-                              const float* write, float* grad_transport, float* grad_write,
-                              float* scratch, int64_t n, cudaStream_t stream) {
+absl::Status DarWriteBackward(const core::CudaExec& x, T* dy, T* dp0, T* dp1, const T* g0,
+                              const T* g1, const T* y, const T* p0, const T* p1,
+                              const float* transport, const float* write, float* grad_transport,
+                              float* grad_write, int64_t n) {
+  cudaStream_t stream = x.stream;
   const int blocks = core::cuda::ReduceBlocks(n, kThreads);
+  SATDAR_ASSIGN_OR_RETURN(float* scratch, core::cuda::Scratch<float>(x, 3 * blocks, "DarWriteBackward"));
   SATDAR_CUDA_RETURN_IF_ERROR(Launch("WriteBackwardKernel", WriteBackwardKernel<T>, dim3(blocks),
                                      dim3(kThreads), 0, stream, dy, dp0, dp1, g0, g1, y, p0, p1,
                                      transport, write, scratch, n));
@@ -182,16 +189,17 @@ absl::Status DarWriteBackward(T* dy, T* dp0, T* dp1, const T* g0, const T* g1, c
   return absl::OkStatus();
 }
 
-#define SATDAR_INSTANTIATE(T)                                                                   \
-  template absl::Status DarMixForward<T>(T*, const T*, const T*, const float*, int64_t,         \
-                                         cudaStream_t);                                         \
-  template absl::Status DarMixBackward<T>(T*, T*, const T*, const T*, const T*, const float*,   \
-                                          float*, float*, int64_t, cudaStream_t);               \
-  template absl::Status DarWriteForward<T>(T*, T*, const T*, const T*, const T*, const float*,  \
-                                           const float*, int64_t, cudaStream_t);                \
-  template absl::Status DarWriteBackward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, \
-                                            const T*, const float*, const float*, float*,       \
-                                            float*, float*, int64_t, cudaStream_t);
+#define SATDAR_INSTANTIATE(T)                                                                  \
+  template absl::Status DarMixForward<T>(const core::CudaExec&, T*, const T*, const T*,        \
+                                         const float*, int64_t);                               \
+  template absl::Status DarMixBackward<T>(const core::CudaExec&, T*, T*, const T*, const T*,   \
+                                          const T*, const float*, float*, int64_t);            \
+  template absl::Status DarWriteForward<T>(const core::CudaExec&, T*, T*, const T*, const T*,  \
+                                           const T*, const float*, const float*, int64_t);     \
+  template absl::Status DarWriteBackward<T>(const core::CudaExec&, T*, T*, T*, const T*,       \
+                                            const T*, const T*, const T*, const T*,            \
+                                            const float*, const float*, float*, float*,        \
+                                            int64_t);
 SATDAR_INSTANTIATE(float)
 SATDAR_INSTANTIATE(__nv_bfloat16)
 #undef SATDAR_INSTANTIATE

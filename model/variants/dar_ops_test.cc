@@ -6,12 +6,14 @@
 // gradients (fp32 sums of products of bf16 values).
 #include "model/variants/dar_ops.h"
 
+#include <string>
 #include <vector>
 
 #include "core/cuda/testing/gpu_test_util.h"
 #include "core/ops/gradcheck_testutil.h"
 #include "core/thread_pool.h"
 #include "gtest/gtest.h"
+#include "model/variants/ops_test_exec.h"
 
 namespace satdar::model {
 namespace {
@@ -89,49 +91,60 @@ void CheckCudaAgainstCpu() {
   const double stored = kIsBf16<T> ? 1e-2 : 1e-5, scalar = kIsBf16<T> ? 1e-4 : 1e-5;
   const int64_t n = 5003;  // more than one block per thread, not a multiple of anything
   core::ThreadPool pool(2);
+  OpsTestExec ex(&pool);
   const std::vector<float> r0 = Quantize<T>(RandomNormal(n, 1)), r1 = Quantize<T>(RandomNormal(n, 2));
   const std::vector<float> g0 = Quantize<T>(RandomNormal(n, 3)), g1 = Quantize<T>(RandomNormal(n, 4));
   const std::vector<float> mix = {0.3f, -0.7f}, transport = {0.9f}, write = {-1.5f, 2.0f};
-  DeviceBuffer d_r0(r0, dt), d_r1(r1, dt), d_g0(g0, dt), d_g1(g1, dt), d_out0(n, dt),
-      d_out1(n, dt), d_out2(n, dt), d_mix(mix, core::DType::kF32),
-      d_transport(transport, core::DType::kF32), d_write(write, core::DType::kF32),
-      d_scratch(3 * core::cuda::kReduceBlocks, core::DType::kF32);
+  DeviceBuffer d_r0(r0, dt), d_r1(r1, dt), d_g0(g0, dt), d_g1(g1, dt), d_out0(n, dt), d_out1(n, dt),
+      d_out2(n, dt), d_mix(mix, core::DType::kF32), d_transport(transport, core::DType::kF32),
+      d_write(write, core::DType::kF32);
   auto ptr = [](const DeviceBuffer& b) { return static_cast<T*>(b.get()); };
   // Mix forward and backward.
   std::vector<float> u(n), dr0(n), dr1(n), dmix = {0.0f, 0.0f};
-  cpu::DarMixForward(u.data(), r0.data(), r1.data(), mix.data(), n, &pool);
-  cpu::DarMixBackward(dr0.data(), dr1.data(), g0.data(), r0.data(), r1.data(), mix.data(),
-                      dmix.data(), n, &pool);
-  ASSERT_TRUE(cuda::DarMixForward(ptr(d_out0), ptr(d_r0), ptr(d_r1), d_mix.f32(), n, nullptr).ok());
+  EXPECT_TRUE(ops::DarMixForward(ex.cpu, u.data(), r0.data(), r1.data(), mix.data(), n).ok());
+  EXPECT_TRUE(ops::DarMixBackward(ex.cpu, dr0.data(), dr1.data(), g0.data(), r0.data(), r1.data(),
+                                  mix.data(), dmix.data(), n)
+                  .ok());
+  ASSERT_TRUE(ops::DarMixForward(ex.gpu, ptr(d_out0), ptr(d_r0), ptr(d_r1), d_mix.f32(), n).ok());
   ExpectClose(d_out0.Download(), u, stored, "mix u");
   DeviceBuffer d_dmix(std::vector<float>{0.0f, 0.0f}, core::DType::kF32);
-  ASSERT_TRUE(cuda::DarMixBackward(ptr(d_out0), ptr(d_out1), ptr(d_g0), ptr(d_r0), ptr(d_r1),
-                                   d_mix.f32(), d_dmix.f32(), d_scratch.f32(), n, nullptr).ok());
+  ASSERT_TRUE(ops::DarMixBackward(ex.gpu, ptr(d_out0), ptr(d_out1), ptr(d_g0), ptr(d_r0), ptr(d_r1),
+                                  d_mix.f32(), d_dmix.f32(), n)
+                  .ok());
   ExpectClose(d_out0.Download(), dr0, stored, "mix dr0");
   ExpectClose(d_out1.Download(), dr1, stored, "mix dr1");
   ExpectClose(d_dmix.Download(), dmix, scalar, "mix dmix");
   // Write forward and backward, with partials (r0, r1 as p0, p1; g0 as y).
   std::vector<float> q0(n), q1(n), dy(n), dp0(n), dp1(n), dtr = {0.0f}, dw = {0.0f, 0.0f};
-  cpu::DarWriteForward(q0.data(), q1.data(), r0.data(), r1.data(), g0.data(), transport.data(),
-                       write.data(), n, &pool);
-  ASSERT_TRUE(cuda::DarWriteForward(ptr(d_out0), ptr(d_out1), ptr(d_r0), ptr(d_r1), ptr(d_g0),
-                                    d_transport.f32(), d_write.f32(), n, nullptr).ok());
+  EXPECT_TRUE(ops::DarWriteForward(ex.cpu, q0.data(), q1.data(), r0.data(), r1.data(), g0.data(),
+                                   transport.data(), write.data(), n)
+                  .ok());
+  ASSERT_TRUE(ops::DarWriteForward(ex.gpu, ptr(d_out0), ptr(d_out1), ptr(d_r0), ptr(d_r1),
+                                   ptr(d_g0), d_transport.f32(), d_write.f32(), n)
+                  .ok());
   ExpectClose(d_out0.Download(), q0, stored, "write q0");
   ExpectClose(d_out1.Download(), q1, stored, "write q1");
-  cpu::DarWriteBackward(dy.data(), dp0.data(), dp1.data(), g0.data(), g1.data(), r0.data(),
-                        r0.data(), r1.data(), transport.data(), write.data(), dtr.data(),
-                        dw.data(), n, &pool);
+  EXPECT_TRUE(ops::DarWriteBackward(ex.cpu, dy.data(), dp0.data(), dp1.data(), g0.data(), g1.data(),
+                                    r0.data(), r0.data(), r1.data(), transport.data(), write.data(),
+                                    dtr.data(), dw.data(), n)
+                  .ok());
   DeviceBuffer d_dtr(std::vector<float>{0.0f}, core::DType::kF32),
       d_dw(std::vector<float>{0.0f, 0.0f}, core::DType::kF32);
-  ASSERT_TRUE(cuda::DarWriteBackward(ptr(d_out0), ptr(d_out1), ptr(d_out2), ptr(d_g0), ptr(d_g1),
-                                     ptr(d_r0), ptr(d_r0), ptr(d_r1), d_transport.f32(),
-                                     d_write.f32(), d_dtr.f32(), d_dw.f32(), d_scratch.f32(), n,
-                                     nullptr).ok());
+  ASSERT_TRUE(ops::DarWriteBackward(ex.gpu, ptr(d_out0), ptr(d_out1), ptr(d_out2), ptr(d_g0),
+                                    ptr(d_g1), ptr(d_r0), ptr(d_r0), ptr(d_r1), d_transport.f32(),
+                                    d_write.f32(), d_dtr.f32(), d_dw.f32(), n)
+                  .ok());
   ExpectClose(d_out0.Download(), dy, stored, "write dy");
   ExpectClose(d_out1.Download(), dp0, stored, "write dp0");
   ExpectClose(d_out2.Download(), dp1, stored, "write dp1");
   ExpectClose(d_dtr.Download(), dtr, scalar, "write dtransport");
   ExpectClose(d_dw.Download(), dw, scalar, "write dwrite");
+  // A backward without a workspace is refused, naming the op.
+  const absl::Status bare = ops::DarMixBackward(core::CudaExec{}, ptr(d_out0), ptr(d_out1),
+                                                ptr(d_g0), ptr(d_r0), ptr(d_r1), d_mix.f32(),
+                                                d_dmix.f32(), n);
+  EXPECT_TRUE(absl::IsFailedPrecondition(bare)) << bare;
+  EXPECT_NE(bare.message().find("DarMixBackward"), std::string::npos) << bare;
 }
 
 #endif  // SATDAR_WITH_CUDA

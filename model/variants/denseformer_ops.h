@@ -11,11 +11,11 @@
 
 #include <cstdint>
 
+#include "absl/status/status.h"
+#include "core/exec.h"
+
 #if defined(SATDAR_WITH_CUDA) || defined(__CUDACC__)
 #include <cuda_runtime.h>
-
-#include "absl/status/status.h"
-#include "core/cuda/reduce_grid.h"
 #endif
 
 namespace satdar::model {
@@ -36,20 +36,46 @@ void DwaBackward(T* const* dxs, T* grad_a, const T* dy, const T* const* xs, int 
 namespace cuda {
 
 // Reductions over the fixed grid of core/cuda/reduce_grid.h per source, then one thread per
-// source in block order (bit-identical run to run). scratch: fp32, count * kReduceBlocks.
+// source in block order (bit-identical run to run); the backward's scratch (fp32,
+// count * kReduceBlocks) comes from x.workspace (FailedPrecondition without one).
 
-// xs, dxs: device arrays of count device pointers.
+// xs, dxs: device arrays of count device pointers. Enqueued on x.stream.
 template <typename T>
-absl::Status DwaForward(T* out, const T* const* xs, int count, const float* a, int64_t n,
-                        cudaStream_t stream);
+absl::Status DwaForward(const core::CudaExec& x, T* out, const T* const* xs, int count,
+                        const float* a, int64_t n);
 template <typename T>
-absl::Status DwaBackward(T* const* dxs, float* grad_a, const T* dy, const T* const* xs,
-                         int count, const float* a, float* scratch, int64_t n,
-                         cudaStream_t stream);
+absl::Status DwaBackward(const core::CudaExec& x, T* const* dxs, float* grad_a, const T* dy,
+                         const T* const* xs, int count, const float* a, int64_t n);
 
 }  // namespace cuda
 
 #endif  // SATDAR_WITH_CUDA || __CUDACC__
+
+// One call text for both devices: ops::X(x, ...) with x a core::CpuExec (the cpu:: reference,
+// on the calling thread: x.pool is unused) or a core::CudaExec (the cuda:: launcher).
+namespace ops {
+
+template <typename T>
+inline absl::Status DwaForward(const core::CpuExec& x, T* out, const T* const* xs, int count,
+                               const T* a, int64_t n) {
+  (void)x;
+  cpu::DwaForward(out, xs, count, a, n);
+  return absl::OkStatus();
+}
+template <typename T>
+inline absl::Status DwaBackward(const core::CpuExec& x, T* const* dxs, T* grad_a, const T* dy,
+                                const T* const* xs, int count, const T* a, int64_t n) {
+  (void)x;
+  cpu::DwaBackward(dxs, grad_a, dy, xs, count, a, n);
+  return absl::OkStatus();
+}
+
+#if defined(SATDAR_WITH_CUDA) || defined(__CUDACC__)
+using cuda::DwaBackward;
+using cuda::DwaForward;
+#endif
+
+}  // namespace ops
 
 }  // namespace satdar::model
 

@@ -2,10 +2,13 @@
 // is the reference). Reductions: the grid of core::cuda::ReduceBlocks(n) blocks per source,
 // then one thread per source adds the block sums in block order.
 #include "core/cuda/bf16.cuh"
+#include "core/check.h"
 #include "core/cuda/check.h"
 #include "core/cuda/launch.h"
 #include "core/cuda/reduce.cuh"
+#include "core/cuda/reduce_grid.h"
 #include "model/variants/denseformer_ops.h"
+#include "core/cuda/workspace.h"
 
 namespace satdar::model::cuda {
 
@@ -59,8 +62,9 @@ __global__ void DwaFinishKernel(const float* scratch, int blocks, int count, flo
 }  // namespace
 
 template <typename T>
-absl::Status DwaForward(T* out, const T* const* xs, int count, const float* a, int64_t n,
-                       cudaStream_t stream) {
+absl::Status DwaForward(const core::CudaExec& x, T* out, const T* const* xs, int count,
+                        const float* a, int64_t n) {
+  cudaStream_t stream = x.stream;
   if (n == 0) return absl::OkStatus();
   SATDAR_CUDA_RETURN_IF_ERROR(Launch("DwaForwardKernel", DwaForwardKernel<T>, dim3(Blocks(n)),
                                      dim3(kThreads), 0, stream, out, xs, count, a, n));
@@ -68,9 +72,13 @@ absl::Status DwaForward(T* out, const T* const* xs, int count, const float* a, i
 }
 
 template <typename T>
-absl::Status DwaBackward(T* const* dxs, float* grad_a, const T* dy, const T* const* xs, int count,
-                        const float* a, float* scratch, int64_t n, cudaStream_t stream) {
+absl::Status DwaBackward(const core::CudaExec& x, T* const* dxs, float* grad_a, const T* dy,
+                         const T* const* xs, int count, const float* a, int64_t n) {
+  cudaStream_t stream = x.stream;
   if (count == 0) return absl::OkStatus();
+  SATDAR_ASSIGN_OR_RETURN(
+      float* scratch,
+      core::cuda::Scratch<float>(x, static_cast<size_t>(count) * core::cuda::kReduceBlocks, "DwaBackward"));
   const int blocks = core::cuda::ReduceBlocks(n, kThreads);
   SATDAR_CUDA_RETURN_IF_ERROR(Launch("DwaBackwardKernel", DwaBackwardKernel<T>,
                                      dim3(blocks, count), dim3(kThreads), 0, stream, dxs, dy, xs,
@@ -82,10 +90,10 @@ absl::Status DwaBackward(T* const* dxs, float* grad_a, const T* dy, const T* con
 }
 
 #define SATDAR_INSTANTIATE(T)                                                                  \
-  template absl::Status DwaForward<T>(T*, const T* const*, int, const float*, int64_t,         \
-                                      cudaStream_t);                                           \
-  template absl::Status DwaBackward<T>(T* const*, float*, const T*, const T* const*, int,      \
-                                       const float*, float*, int64_t, cudaStream_t);
+  template absl::Status DwaForward<T>(const core::CudaExec&, T*, const T* const*, int,         \
+                                      const float*, int64_t);                                  \
+  template absl::Status DwaBackward<T>(const core::CudaExec&, T* const*, float*, const T*,     \
+                                       const T* const*, int, const float*, int64_t);
 SATDAR_INSTANTIATE(float)
 SATDAR_INSTANTIATE(__nv_bfloat16)
 #undef SATDAR_INSTANTIATE

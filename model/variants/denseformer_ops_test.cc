@@ -9,6 +9,7 @@
 #include "core/cuda/testing/gpu_test_util.h"
 #include "core/ops/gradcheck_testutil.h"
 #include "gtest/gtest.h"
+#include "model/variants/ops_test_exec.h"
 
 namespace satdar::model {
 namespace {
@@ -53,6 +54,7 @@ template <typename T>
 void CheckCudaAgainstCpu() {
   const core::DType dt = kDTypeOf<T>;
   const double stored = kIsBf16<T> ? 1e-2 : 1e-5, scalar = kIsBf16<T> ? 1e-4 : 1e-5;
+  OpsTestExec ex(nullptr);  // the CPU side runs on this thread
   const int64_t n = 3001;
   const int count = 4;
   std::vector<std::vector<float>> xs, dxs;
@@ -78,17 +80,21 @@ void CheckCudaAgainstCpu() {
     pointers.push_back(static_cast<const T*>(d_xs.back()->get()));
     dpointers.push_back(static_cast<T*>(d_dxs.back()->get()));
   }
-  cpu::DwaForward(out.data(), hp.data(), count, a.data(), n);
-  cpu::DwaBackward(hdp.data(), da.data(), dy.data(), hp.data(), count, a.data(), n);
+  EXPECT_TRUE(ops::DwaForward(ex.cpu, out.data(), hp.data(), count, a.data(), n).ok());
+  EXPECT_TRUE(
+      ops::DwaBackward(ex.cpu, hdp.data(), da.data(), dy.data(), hp.data(), count, a.data(), n)
+          .ok());
   DeviceVector<const T*> d_ptrs(pointers);
   DeviceVector<T*> d_dptrs(dpointers);
   DeviceBuffer d_a(a, core::DType::kF32), d_da(std::vector<float>(count, 0.0f), core::DType::kF32),
-      d_dy(dy, dt), d_out(n, dt), d_scratch(count * core::cuda::kReduceBlocks, core::DType::kF32);
-  ASSERT_TRUE(cuda::DwaForward(static_cast<T*>(d_out.get()), d_ptrs.get(), count, d_a.f32(), n,
-                               nullptr).ok());
+      d_dy(dy, dt), d_out(n, dt);
+  ASSERT_TRUE(
+      ops::DwaForward(ex.gpu, static_cast<T*>(d_out.get()), d_ptrs.get(), count, d_a.f32(), n)
+          .ok());
   ExpectClose(d_out.Download(), out, stored, "dwa out");
-  ASSERT_TRUE(cuda::DwaBackward(d_dptrs.get(), d_da.f32(), static_cast<const T*>(d_dy.get()),
-                                d_ptrs.get(), count, d_a.f32(), d_scratch.f32(), n, nullptr).ok());
+  ASSERT_TRUE(ops::DwaBackward(ex.gpu, d_dptrs.get(), d_da.f32(), static_cast<const T*>(d_dy.get()),
+                               d_ptrs.get(), count, d_a.f32(), n)
+                  .ok());
   for (int j = 0; j < count; ++j) ExpectClose(d_dxs[j]->Download(), dxs[j], stored, "dwa dx");
   ExpectClose(d_da.Download(), da, scalar, "dwa da");
 }

@@ -20,10 +20,11 @@
 #ifndef SATDAR_MODEL_VARIANTS_DEPTH_RETRIEVAL_OPS_H_
 #define SATDAR_MODEL_VARIANTS_DEPTH_RETRIEVAL_OPS_H_
 
+#include "absl/status/status.h"
+#include "core/exec.h"
+
 #if defined(SATDAR_WITH_CUDA) || defined(__CUDACC__)
 #include <cuda_runtime.h>
-
-#include "absl/status/status.h"
 #endif
 
 namespace satdar::core {
@@ -81,39 +82,88 @@ void DualDepthRetrievalBackward(T* const* const dstreams[2], T* const dw[2], T* 
 namespace cuda {
 
 // T is float or __nv_bfloat16 (keys, values, w, g, out and the activation gradients); alpha,
-// the workspace and dw, dg are fp32 (dw, dg: the fp32 gradient buffer) and all arithmetic is
-// fp32. Device pointers (the pointer arrays too), enqueued on `stream`. Deterministic: every
+// the scratch and dw, dg are fp32 (dw, dg: the fp32 gradient buffer) and all arithmetic is
+// fp32. Device pointers (the pointer arrays too), enqueued on x.stream. Deterministic: every
 // sum runs in a fixed order (no atomics). Null entries and aliasing as on the CPU; dw and dg
 // may also be null (not wanted).
 template <typename T>
-absl::Status DepthRetrievalForward(T* out, float* alpha, const T* const* keys,
-                                   const T* const* values, int sources, const T* w, const T* g,
-                                   int n, int c, float eps, cudaStream_t stream);
-// The one argument the CPU side lacks: workspace, fp32 (N, S) scratch (the per-token factors
-// of the keys in dw and dg, summed over the tokens by a second kernel).
+absl::Status DepthRetrievalForward(const core::CudaExec& x, T* out, float* alpha,
+                                   const T* const* keys, const T* const* values, int sources,
+                                   const T* w, const T* g, int n, int c, float eps);
+// The backward's scratch, fp32 (N, S) (the per-token factors of the keys in dw and dg, summed
+// over the tokens by a second kernel), comes from x.workspace (FailedPrecondition without one).
 template <typename T>
-absl::Status DepthRetrievalBackward(T* const* dkeys, T* const* dvalues, float* dw, float* dg,
-                                    float* workspace, const T* dout, const float* alpha,
-                                    const T* const* keys, const T* const* values, int sources,
-                                    const T* w, const T* g, int n, int c, float eps,
-                                    cudaStream_t stream);
+absl::Status DepthRetrievalBackward(const core::CudaExec& x, T* const* dkeys,
+                                    T* const* dvalues, float* dw, float* dg, const T* dout,
+                                    const float* alpha, const T* const* keys,
+                                    const T* const* values, int sources, const T* w, const T* g,
+                                    int n, int c, float eps);
 
 // The Dual ops as two calls of the single retrieval (target 0, then 1): the same math as the
 // CPU's one pass, reading the key sources twice. `r` holds device pointers; the struct itself
-// is read on the host. The backward's workspace is reused by both calls ((N, S) fp32).
+// is read on the host. The backward's two calls take the same (N, S) scratch in turn.
 template <typename T>
-absl::Status DualDepthRetrievalForward(T* const out[2], float* const alpha[2],
-                                       const DualRetrieval<T>& r, int n, int c, float eps,
-                                       cudaStream_t stream);
+absl::Status DualDepthRetrievalForward(const core::CudaExec& x, T* const out[2],
+                                       float* const alpha[2], const DualRetrieval<T>& r, int n,
+                                       int c, float eps);
 template <typename T>
-absl::Status DualDepthRetrievalBackward(T* const* const dstreams[2], float* const dw[2],
-                                        float* dg, float* workspace, const T* const dout[2],
+absl::Status DualDepthRetrievalBackward(const core::CudaExec& x, T* const* const dstreams[2],
+                                        float* const dw[2], float* dg, const T* const dout[2],
                                         const float* const alpha[2], const DualRetrieval<T>& r,
-                                        int n, int c, float eps, cudaStream_t stream);
+                                        int n, int c, float eps);
 
 }  // namespace cuda
 
 #endif  // SATDAR_WITH_CUDA || __CUDACC__
+
+// One call text for both devices: ops::X(x, ...) with x a core::CpuExec (the cpu:: reference,
+// rows over x.pool; eps in double) or a core::CudaExec (the cuda:: launcher; eps in float).
+namespace ops {
+
+template <typename T>
+inline absl::Status DepthRetrievalForward(const core::CpuExec& x, T* out, T* alpha,
+                                          const T* const* keys, const T* const* values,
+                                          int sources, const T* w, const T* g, int n, int c,
+                                          double eps) {
+  cpu::DepthRetrievalForward(out, alpha, keys, values, sources, w, g, n, c, eps, x.pool);
+  return absl::OkStatus();
+}
+template <typename T>
+inline absl::Status DepthRetrievalBackward(const core::CpuExec& x, T* const* dkeys,
+                                           T* const* dvalues, T* dw, T* dg, const T* dout,
+                                           const T* alpha, const T* const* keys,
+                                           const T* const* values, int sources, const T* w,
+                                           const T* g, int n, int c, double eps) {
+  cpu::DepthRetrievalBackward(dkeys, dvalues, dw, dg, dout, alpha, keys, values, sources, w, g,
+                              n, c, eps, x.pool);
+  return absl::OkStatus();
+}
+template <typename T>
+inline absl::Status DualDepthRetrievalForward(const core::CpuExec& x, T* const out[2],
+                                              T* const alpha[2], const DualRetrieval<T>& r,
+                                              int n, int c, double eps) {
+  cpu::DualDepthRetrievalForward(out, alpha, r, n, c, eps, x.pool);
+  return absl::OkStatus();
+}
+template <typename T>
+inline absl::Status DualDepthRetrievalBackward(const core::CpuExec& x,
+                                               T* const* const dstreams[2], T* const dw[2],
+                                               T* dg, const T* const dout[2],
+                                               const T* const alpha[2],
+                                               const DualRetrieval<T>& r, int n, int c,
+                                               double eps) {
+  cpu::DualDepthRetrievalBackward(dstreams, dw, dg, dout, alpha, r, n, c, eps, x.pool);
+  return absl::OkStatus();
+}
+
+#if defined(SATDAR_WITH_CUDA) || defined(__CUDACC__)
+using cuda::DepthRetrievalBackward;
+using cuda::DepthRetrievalForward;
+using cuda::DualDepthRetrievalBackward;
+using cuda::DualDepthRetrievalForward;
+#endif
+
+}  // namespace ops
 
 }  // namespace satdar::model
 

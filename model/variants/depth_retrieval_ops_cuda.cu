@@ -12,9 +12,11 @@
 
 #include "absl/status/status.h"
 #include "core/cuda/bf16.cuh"
+#include "core/check.h"
 #include "core/cuda/check.h"
 #include "core/cuda/launch.h"
 #include "model/variants/depth_retrieval_ops.h"
+#include "core/cuda/workspace.h"
 
 namespace satdar::model::cuda {
 
@@ -164,9 +166,10 @@ unsigned RowThreads(int s, int c) {
 }  // namespace
 
 template <typename T>
-absl::Status DepthRetrievalForward(T* out, float* alpha, const T* const* keys,
-                                   const T* const* values, int sources, const T* w, const T* g,
-                                   int n, int c, float eps, cudaStream_t stream) {
+absl::Status DepthRetrievalForward(const core::CudaExec& x, T* out, float* alpha,
+                                   const T* const* keys, const T* const* values, int sources,
+                                   const T* w, const T* g, int n, int c, float eps) {
+  cudaStream_t stream = x.stream;
   const int s = sources;
   if (n <= 0 || c <= 0 || s <= 0) return absl::OkStatus();
   const size_t smem = static_cast<size_t>(s) * sizeof(float);
@@ -177,13 +180,17 @@ absl::Status DepthRetrievalForward(T* out, float* alpha, const T* const* keys,
 }
 
 template <typename T>
-absl::Status DepthRetrievalBackward(T* const* dkeys, T* const* dvalues, float* dw, float* dg,
-                                    float* workspace, const T* dout, const float* alpha,
-                                    const T* const* keys, const T* const* values, int sources,
-                                    const T* w, const T* g, int n, int c, float eps,
-                                    cudaStream_t stream) {
+absl::Status DepthRetrievalBackward(const core::CudaExec& x, T* const* dkeys,
+                                    T* const* dvalues, float* dw, float* dg, const T* dout,
+                                    const float* alpha, const T* const* keys,
+                                    const T* const* values, int sources, const T* w, const T* g,
+                                    int n, int c, float eps) {
+  cudaStream_t stream = x.stream;
   const int s = sources;
   if (n <= 0 || c <= 0 || s <= 0) return absl::OkStatus();
+  SATDAR_ASSIGN_OR_RETURN(
+      float* workspace,
+      core::cuda::Scratch<float>(x, static_cast<size_t>(n) * s, "DepthRetrievalBackward"));
   const size_t smem = 4 * static_cast<size_t>(s) * sizeof(float);
   SATDAR_CUDA_RETURN_IF_ERROR(Launch("DepthRetrievalBackwardRowKernel", BackwardRowKernel<T>,
                                      dim3(n), dim3(RowThreads(s, c)), smem, stream, dkeys,
@@ -199,13 +206,13 @@ absl::Status DepthRetrievalBackward(T* const* dkeys, T* const* dvalues, float* d
 }
 
 template <typename T>
-absl::Status DualDepthRetrievalForward(T* const out[2], float* const alpha[2],
-                                       const DualRetrieval<T>& r, int n, int c, float eps,
-                                       cudaStream_t stream) {
+absl::Status DualDepthRetrievalForward(const core::CudaExec& x, T* const out[2],
+                                       float* const alpha[2], const DualRetrieval<T>& r, int n,
+                                       int c, float eps) {
   for (int t = 0; t < 2; ++t) {
     absl::Status status =
-        DepthRetrievalForward(out[t], alpha[t], r.streams[r.key[t]], r.streams[r.value[t]],
-                              r.sources, r.w[t], r.g, n, c, eps, stream);
+        DepthRetrievalForward(x, out[t], alpha[t], r.streams[r.key[t]], r.streams[r.value[t]],
+                              r.sources, r.w[t], r.g, n, c, eps);
     if (!status.ok()) return status;
   }
   return absl::OkStatus();
@@ -213,32 +220,32 @@ absl::Status DualDepthRetrievalForward(T* const out[2], float* const alpha[2],
 
 // Target 1's call adds to the gradients target 0's wrote (dstreams, dg), in stream order.
 template <typename T>
-absl::Status DualDepthRetrievalBackward(T* const* const dstreams[2], float* const dw[2],
-                                        float* dg, float* workspace, const T* const dout[2],
+absl::Status DualDepthRetrievalBackward(const core::CudaExec& x, T* const* const dstreams[2],
+                                        float* const dw[2], float* dg, const T* const dout[2],
                                         const float* const alpha[2], const DualRetrieval<T>& r,
-                                        int n, int c, float eps, cudaStream_t stream) {
+                                        int n, int c, float eps) {
   for (int t = 0; t < 2; ++t) {
     absl::Status status = DepthRetrievalBackward(
-        dstreams[r.key[t]], dstreams[r.value[t]], dw[t], dg, workspace, dout[t], alpha[t],
-        r.streams[r.key[t]], r.streams[r.value[t]], r.sources, r.w[t], r.g, n, c, eps, stream);
+        x, dstreams[r.key[t]], dstreams[r.value[t]], dw[t], dg, dout[t], alpha[t],
+        r.streams[r.key[t]], r.streams[r.value[t]], r.sources, r.w[t], r.g, n, c, eps);
     if (!status.ok()) return status;
   }
   return absl::OkStatus();
 }
 
 #define SATDAR_INSTANTIATE(T)                                                                      \
-  template absl::Status DepthRetrievalForward<T>(T*, float*, const T* const*, const T* const*,     \
-                                                 int, const T*, const T*, int, int, float,         \
-                                                 cudaStream_t);                                    \
+  template absl::Status DepthRetrievalForward<T>(const core::CudaExec&, T*, float*,                \
+                                                 const T* const*, const T* const*, int, const T*,  \
+                                                 const T*, int, int, float);                       \
   template absl::Status DepthRetrievalBackward<T>(                                                 \
-      T* const*, T* const*, float*, float*, float*, const T*, const float*, const T* const*,       \
-      const T* const*, int, const T*, const T*, int, int, float, cudaStream_t);                    \
-  template absl::Status DualDepthRetrievalForward<T>(T* const[2], float* const[2],                 \
-                                                     const DualRetrieval<T>&, int, int, float,     \
-                                                     cudaStream_t);                                \
+      const core::CudaExec&, T* const*, T* const*, float*, float*, const T*, const float*,         \
+      const T* const*, const T* const*, int, const T*, const T*, int, int, float);                 \
+  template absl::Status DualDepthRetrievalForward<T>(const core::CudaExec&, T* const[2],           \
+                                                     float* const[2], const DualRetrieval<T>&,     \
+                                                     int, int, float);                             \
   template absl::Status DualDepthRetrievalBackward<T>(                                             \
-      T* const* const[2], float* const[2], float*, float*, const T* const[2],                      \
-      const float* const[2], const DualRetrieval<T>&, int, int, float, cudaStream_t);
+      const core::CudaExec&, T* const* const[2], float* const[2], float*, const T* const[2],       \
+      const float* const[2], const DualRetrieval<T>&, int, int, float);
 SATDAR_INSTANTIATE(float)
 SATDAR_INSTANTIATE(__nv_bfloat16)
 #undef SATDAR_INSTANTIATE

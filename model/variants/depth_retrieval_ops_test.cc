@@ -21,6 +21,7 @@
 #include "core/ops/gradcheck_testutil.h"
 #include "core/thread_pool.h"
 #include "gtest/gtest.h"
+#include "model/variants/ops_test_exec.h"
 
 namespace satdar::model {
 namespace {
@@ -224,6 +225,7 @@ void CheckSingleCuda(bool same_sources) {
   const double eps = 1e-6;
   const size_t nc = static_cast<size_t>(n) * c;
   core::ThreadPool pool(2);
+  OpsTestExec ex(&pool);
   std::vector<std::vector<float>> k(s), v(s), dk0(s), dv0(s);
   for (int i = 0; i < s; ++i) {
     k[i] = Quantize<T>(RandomNormal(nc, 100 + i));
@@ -247,11 +249,13 @@ void CheckSingleCuda(bool same_sources) {
     dvp[i] = same_sources ? dkp[i] : dv[i].data();
   }
   std::vector<float> out(nc), alpha(static_cast<size_t>(n) * s), dw = dw0, dg = dg0;
-  cpu::DepthRetrievalForward(out.data(), alpha.data(), kp.data(), vp.data(), s, w.data(),
-                             g.data(), n, c, eps, &pool);
-  cpu::DepthRetrievalBackward(dkp.data(), dvp.data(), dw.data(), dg.data(), dout.data(),
-                              alpha.data(), kp.data(), vp.data(), s, w.data(), g.data(), n, c,
-                              eps, &pool);
+  EXPECT_TRUE(ops::DepthRetrievalForward(ex.cpu, out.data(), alpha.data(), kp.data(), vp.data(), s,
+                                         w.data(), g.data(), n, c, eps)
+                  .ok());
+  EXPECT_TRUE(ops::DepthRetrievalBackward(ex.cpu, dkp.data(), dvp.data(), dw.data(), dg.data(),
+                                          dout.data(), alpha.data(), kp.data(), vp.data(), s,
+                                          w.data(), g.data(), n, c, eps)
+                  .ok());
   // GPU.
   std::vector<std::unique_ptr<DeviceArray<T>>> gk, gv, gdk, gdv;
   std::vector<const T*> gkp(s), gvp(s);
@@ -271,14 +275,16 @@ void CheckSingleCuda(bool same_sources) {
   DeviceVector<const T*> dkeys(gkp), dvalues(gvp);
   DeviceVector<T*> ddkeys(gdkp), ddvalues(gdvp);
   DeviceArray<T> gw(w), gg(g), gdout(dout), gout(nc);
-  DeviceArray<float> galpha(alpha.size()), gws(alpha.size()), gdw(dw0), gdg(dg0);
-  ASSERT_TRUE(cuda::DepthRetrievalForward(gout.get(), galpha.get(), dkeys.get(), dvalues.get(),
-                                          s, gw.get(), gg.get(), n, c, static_cast<float>(eps),
-                                          nullptr).ok());
-  ASSERT_TRUE(cuda::DepthRetrievalBackward(ddkeys.get(), ddvalues.get(), gdw.get(), gdg.get(),
-                                           gws.get(), gdout.get(), galpha.get(), dkeys.get(),
-                                           dvalues.get(), s, gw.get(), gg.get(), n, c,
-                                           static_cast<float>(eps), nullptr).ok());
+  DeviceArray<float> galpha(alpha.size()), gdw(dw0), gdg(dg0);
+  ASSERT_TRUE(ops::DepthRetrievalForward(ex.gpu, gout.get(), galpha.get(), dkeys.get(),
+                                         dvalues.get(), s, gw.get(), gg.get(), n, c,
+                                         static_cast<float>(eps))
+                  .ok());
+  ASSERT_TRUE(ops::DepthRetrievalBackward(ex.gpu, ddkeys.get(), ddvalues.get(), gdw.get(),
+                                          gdg.get(), gdout.get(), galpha.get(), dkeys.get(),
+                                          dvalues.get(), s, gw.get(), gg.get(), n, c,
+                                          static_cast<float>(eps))
+                  .ok());
   const std::string tag = same_sources ? " (same sources)" : " (cross sources)";
   ExpectClose(gout.Download(), out, Tol<T>(1e-2), "retrieval out" + tag);
   ExpectClose(galpha.Download(), alpha, Tol<T>(1e-4), "retrieval alpha" + tag);
@@ -302,6 +308,7 @@ void CheckDualCuda() {
   const size_t nc = static_cast<size_t>(n) * c, ns = static_cast<size_t>(n) * s;
   const int key[2] = {1, 0}, value[2] = {0, 1};
   core::ThreadPool pool(2);
+  OpsTestExec ex(&pool);
   std::vector<std::vector<float>> xs[2], dxs0[2];
   for (int t = 0; t < 2; ++t) {
     for (int i = 0; i < s; ++i) {
@@ -345,8 +352,9 @@ void CheckDualCuda() {
     float* const pdw[2] = {dw[0].data(), dw[1].data()};
     const float* const pd[2] = {dout[0].data(), dout[1].data()};
     const float* const pa[2] = {alpha[0].data(), alpha[1].data()};
-    cpu::DualDepthRetrievalForward(o, a, hr, n, c, eps, &pool);
-    cpu::DualDepthRetrievalBackward(ds, pdw, dg.data(), pd, pa, hr, n, c, eps, &pool);
+    EXPECT_TRUE(ops::DualDepthRetrievalForward(ex.cpu, o, a, hr, n, c, eps).ok());
+    EXPECT_TRUE(
+        ops::DualDepthRetrievalBackward(ex.cpu, ds, pdw, dg.data(), pd, pa, hr, n, c, eps).ok());
   }
   // GPU.
   std::vector<std::unique_ptr<DeviceArray<T>>> gx[2], gdx[2];
@@ -364,7 +372,7 @@ void CheckDualCuda() {
   DeviceVector<T*> ldx0(pdx[0]), ldx1(pdx[1]);
   DeviceArray<T> gw0(w[0]), gw1(w[1]), gg(g), gdout0(dout[0]), gdout1(dout[1]), gout0(nc),
       gout1(nc);
-  DeviceArray<float> galpha0(ns), galpha1(ns), gws(ns), gdw0(dw0[0]), gdw1(dw0[1]), gdg(dg0);
+  DeviceArray<float> galpha0(ns), galpha1(ns), gdw0(dw0[0]), gdw1(dw0[1]), gdg(dg0);
   DualRetrieval<T> dr;
   dr.streams[0] = lx0.get();
   dr.streams[1] = lx1.get();
@@ -383,9 +391,9 @@ void CheckDualCuda() {
   const T* const pd[2] = {gdout0.get(), gdout1.get()};
   const float* const pa[2] = {galpha0.get(), galpha1.get()};
   const float feps = static_cast<float>(eps);
-  ASSERT_TRUE(cuda::DualDepthRetrievalForward(o, a, dr, n, c, feps, nullptr).ok());
-  ASSERT_TRUE(cuda::DualDepthRetrievalBackward(ds, pdw, gdg.get(), gws.get(), pd, pa, dr, n, c,
-                                               feps, nullptr).ok());
+  ASSERT_TRUE(ops::DualDepthRetrievalForward(ex.gpu, o, a, dr, n, c, feps).ok());
+  ASSERT_TRUE(
+      ops::DualDepthRetrievalBackward(ex.gpu, ds, pdw, gdg.get(), pd, pa, dr, n, c, feps).ok());
   ExpectClose(gout0.Download(), out[0], Tol<T>(1e-2), "dual out 0");
   ExpectClose(gout1.Download(), out[1], Tol<T>(1e-2), "dual out 1");
   ExpectClose(galpha0.Download(), alpha[0], Tol<T>(1e-4), "dual alpha 0");

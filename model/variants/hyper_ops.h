@@ -46,10 +46,11 @@
 
 #include <cstdint>
 
+#include "absl/status/status.h"
+#include "core/exec.h"
+
 #if defined(SATDAR_WITH_CUDA) || defined(__CUDACC__)
 #include <cuda_runtime.h>
-
-#include "absl/status/status.h"
 #endif
 
 namespace satdar::core {
@@ -191,77 +192,189 @@ namespace cuda {
 
 // T (h, dh, draw) is float or __nv_bfloat16; rms, coef, logits, steps, dcoef, dlogits, dz, raw
 // (the GEMM's fp32 output) and the parameters (fp32 master weights and gradients) are fp32,
-// and all arithmetic is fp32. Device pointers, enqueued on `stream`. Deterministic: per token
+// and all arithmetic is fp32. Device pointers, enqueued on x.stream. Deterministic: per token
 // one thread (coefficients, Sinkhorn) or one block with a fixed tree (MhcRms); the sums over
 // tokens are ColumnSums (below: fixed partition and tree). No atomics. Every op returns
 // InvalidArgument for n outside [1, kMaxHyperStreams] or ld < mixes (mHC) / lda < n + 1 (HC).
 template <typename T>
-absl::Status MhcRms(float* rms, const T* h, int rows, int nc, float eps, cudaStream_t stream);
-absl::Status MhcCoefForward(float* coef, float* logits, const float* raw, int ld,
-                            const float* rms, const float* scale, const float* base, int rows,
-                            int n, cudaStream_t stream);
-absl::Status SinkhornForward(float* steps, const float* logits, int rows, int n, int iterations,
-                             cudaStream_t stream);
-absl::Status SinkhornBackward(float* dlogits, const float* dfinal, const float* steps, int rows,
-                              int n, int iterations, cudaStream_t stream);
-// The one argument the CPU side lacks: work (N, 4) fp32 scratch (per token the three scale
-// sums and the rms path's coefficient, summed over tokens in a fixed order afterwards). draw
-// must not alias dcoef here (dcoef is fp32, draw of T).
+absl::Status MhcRms(const core::CudaExec& x, float* rms, const T* h, int rows, int nc, float eps);
+absl::Status MhcCoefForward(const core::CudaExec& x, float* coef, float* logits, const float* raw,
+                            int ld, const float* rms, const float* scale, const float* base,
+                            int rows, int n);
+absl::Status SinkhornForward(const core::CudaExec& x, float* steps, const float* logits, int rows,
+                             int n, int iterations);
+absl::Status SinkhornBackward(const core::CudaExec& x, float* dlogits, const float* dfinal,
+                              const float* steps, int rows, int n, int iterations);
+// Its scratch, (N, 4) fp32 from x.workspace (per token the three scale sums and the rms
+// path's coefficient, summed over tokens in a fixed order afterwards; FailedPrecondition
+// without a workspace). draw must not alias dcoef here (dcoef is fp32, draw of T).
 template <typename T>
-absl::Status MhcCoefBackward(T* draw, float* dz, float* work, float* grad_scale,
+absl::Status MhcCoefBackward(const core::CudaExec& x, T* draw, float* dz, float* grad_scale,
                              float* grad_base, T* dh, const float* dcoef, const float* dlogits,
                              const float* coef, const float* raw, int ld, const float* rms,
-                             const float* scale, const T* h, int rows, int n, int nc,
-                             cudaStream_t stream);
+                             const float* scale, const T* h, int rows, int n, int nc);
 
 // The stream mixing (T is float or __nv_bfloat16; coefficients fp32). Elementwise kernels walk
 // (token, stream, channel) with a grid stride; the dot products run a block per token (or
 // token and stream) with a fixed tree.
 template <typename T>
-absl::Status StreamsBroadcast(T* out, const T* in, int rows, int n, int c, cudaStream_t stream);
+absl::Status StreamsBroadcast(const core::CudaExec& x, T* out, const T* in, int rows, int n, int c);
 template <typename T>
-absl::Status StreamsSum(T* out, const T* in, int rows, int n, int c, cudaStream_t stream);
+absl::Status StreamsSum(const core::CudaExec& x, T* out, const T* in, int rows, int n, int c);
 template <typename T>
-absl::Status HyperWidthForward(T* u, const T* h, const HyperCoefs<float>& coefs, int rows, int n,
-                               int c, cudaStream_t stream);
+absl::Status HyperWidthForward(const core::CudaExec& x, T* u, const T* h,
+                               const HyperCoefs<float>& coefs, int rows, int n, int c);
 // h_out must not alias h (as on the CPU).
 template <typename T>
-absl::Status HyperDepthForward(T* h_out, const T* h, const T* y, const HyperCoefs<float>& coefs,
-                               int rows, int n, int c, cudaStream_t stream);
+absl::Status HyperDepthForward(const core::CudaExec& x, T* h_out, const T* h, const T* y,
+                               const HyperCoefs<float>& coefs, int rows, int n, int c);
 template <typename T>
-absl::Status HyperDepthBackward(T* dy, T* dh, const HyperCoefs<float>& dcoefs, const T* g,
-                                const T* y, const T* h, const HyperCoefs<float>& coefs, int rows,
-                                int n, int c, cudaStream_t stream);
+absl::Status HyperDepthBackward(const core::CudaExec& x, T* dy, T* dh,
+                                const HyperCoefs<float>& dcoefs, const T* g, const T* y, const T* h,
+                                const HyperCoefs<float>& coefs, int rows, int n, int c);
 template <typename T>
-absl::Status HyperWidthBackward(T* dh, const HyperCoefs<float>& dcoefs, const T* du, const T* h,
-                                const HyperCoefs<float>& coefs, int rows, int n, int c,
-                                cudaStream_t stream);
+absl::Status HyperWidthBackward(const core::CudaExec& x, T* dh, const HyperCoefs<float>& dcoefs,
+                                const T* du, const T* h, const HyperCoefs<float>& coefs, int rows,
+                                int n, int c);
 
 // HC's coefficients: ta, tb are the fp32 GEMM outputs (one buffer: tb = ta + n + 1, lda = ldb
 // >= n + 2; a tb overlapping ta's n+1 columns is InvalidArgument).
-absl::Status HcCoefForward(float* coef, float* ta, int lda, float* tb, int ldb,
-                           const float* static_alpha, const float* static_beta,
-                           const float* alpha_scale, const float* beta_scale, int rows, int n,
-                           cudaStream_t stream);
+absl::Status HcCoefForward(const core::CudaExec& x, float* coef, float* ta, int lda, float* tb,
+                           int ldb, const float* static_alpha, const float* static_beta,
+                           const float* alpha_scale, const float* beta_scale, int rows, int n);
 // dta, dtb of T (the GEMMs' operands; their columns past the n+1 and 1 written are left as
-// they are). The one argument the CPU side lacks: work (N, 2) fp32
-// scratch (per token the two scale sums, summed over tokens in a fixed order afterwards).
+// they are). Its scratch, (N, 2) fp32 from x.workspace (per token the two scale sums, summed
+// over tokens in a fixed order afterwards; FailedPrecondition without a workspace).
 template <typename T>
-absl::Status HcCoefBackward(T* dta, T* dtb, float* work, float* grad_static_alpha,
+absl::Status HcCoefBackward(const core::CudaExec& x, T* dta, T* dtb, float* grad_static_alpha,
                             float* grad_static_beta, float* grad_alpha_scale,
                             float* grad_beta_scale, const float* dcoef, const float* ta, int lda,
                             const float* tb, int ldb, const float* alpha_scale,
-                            const float* beta_scale, int rows, int n, cudaStream_t stream);
+                            const float* beta_scale, int rows, int n);
 
 // A helper without a CPU twin (also used by muddformer_ops_cuda.cu): out[k] += sum over rows r
 // of in[r*ld + k], k < cols (fp32; one block per column, a fixed partition of the rows and a
 // fixed tree: deterministic).
-cudaError_t ColumnSums(float* out, const float* in, int rows, int cols, int ld,
-                       cudaStream_t stream);
+absl::Status ColumnSums(const core::CudaExec& x, float* out, const float* in, int rows, int cols,
+                        int ld);
 
 }  // namespace cuda
 
 #endif  // SATDAR_WITH_CUDA || __CUDACC__
+
+// One call text for both devices: ops::X(x, ...) with x a core::CpuExec (the cpu:: reference)
+// or a core::CudaExec (the cuda:: launcher).
+// ColumnSums has no CPU twin and stays cuda:: only.
+namespace ops {
+
+template <typename T>
+inline absl::Status MhcRms(const core::CpuExec& x, T* rms, const T* h, int rows, int nc,
+                           double eps) {
+  cpu::MhcRms(rms, h, rows, nc, eps, x.pool);
+  return absl::OkStatus();
+}
+template <typename T>
+inline absl::Status MhcCoefForward(const core::CpuExec& x, T* coef, T* logits, const T* raw, int ld,
+                                   const T* rms, const T* scale, const T* base, int rows, int n) {
+  cpu::MhcCoefForward(coef, logits, raw, ld, rms, scale, base, rows, n, x.pool);
+  return absl::OkStatus();
+}
+template <typename T>
+inline absl::Status SinkhornForward(const core::CpuExec& x, T* steps, const T* logits, int rows,
+                                    int n, int iterations) {
+  cpu::SinkhornForward(steps, logits, rows, n, iterations, x.pool);
+  return absl::OkStatus();
+}
+template <typename T>
+inline absl::Status SinkhornBackward(const core::CpuExec& x, T* dlogits, const T* dfinal,
+                                     const T* steps, int rows, int n, int iterations) {
+  cpu::SinkhornBackward(dlogits, dfinal, steps, rows, n, iterations, x.pool);
+  return absl::OkStatus();
+}
+template <typename T>
+inline absl::Status MhcCoefBackward(const core::CpuExec& x, T* draw, T* dz, T* grad_scale,
+                                    T* grad_base, T* dh, const T* dcoef, const T* dlogits,
+                                    const T* coef, const T* raw, int ld, const T* rms,
+                                    const T* scale, const T* h, int rows, int n, int nc) {
+  cpu::MhcCoefBackward(draw, dz, grad_scale, grad_base, dh, dcoef, dlogits, coef, raw, ld, rms,
+                       scale, h, rows, n, nc, x.pool);
+  return absl::OkStatus();
+}
+template <typename T>
+inline absl::Status StreamsBroadcast(const core::CpuExec& x, T* out, const T* in, int rows, int n,
+                                     int c) {
+  cpu::StreamsBroadcast(out, in, rows, n, c, x.pool);
+  return absl::OkStatus();
+}
+template <typename T>
+inline absl::Status StreamsSum(const core::CpuExec& x, T* out, const T* in, int rows, int n,
+                               int c) {
+  cpu::StreamsSum(out, in, rows, n, c, x.pool);
+  return absl::OkStatus();
+}
+template <typename T>
+inline absl::Status HyperWidthForward(const core::CpuExec& x, T* u, const T* h,
+                                      const HyperCoefs<T>& coefs, int rows, int n, int c) {
+  cpu::HyperWidthForward(u, h, coefs, rows, n, c, x.pool);
+  return absl::OkStatus();
+}
+template <typename T>
+inline absl::Status HyperDepthForward(const core::CpuExec& x, T* h_out, const T* h, const T* y,
+                                      const HyperCoefs<T>& coefs, int rows, int n, int c) {
+  cpu::HyperDepthForward(h_out, h, y, coefs, rows, n, c, x.pool);
+  return absl::OkStatus();
+}
+template <typename T>
+inline absl::Status HyperDepthBackward(const core::CpuExec& x, T* dy, T* dh,
+                                       const HyperCoefs<T>& dcoefs, const T* g, const T* y,
+                                       const T* h, const HyperCoefs<T>& coefs, int rows, int n,
+                                       int c) {
+  cpu::HyperDepthBackward(dy, dh, dcoefs, g, y, h, coefs, rows, n, c, x.pool);
+  return absl::OkStatus();
+}
+template <typename T>
+inline absl::Status HyperWidthBackward(const core::CpuExec& x, T* dh, const HyperCoefs<T>& dcoefs,
+                                       const T* du, const T* h, const HyperCoefs<T>& coefs,
+                                       int rows, int n, int c) {
+  cpu::HyperWidthBackward(dh, dcoefs, du, h, coefs, rows, n, c, x.pool);
+  return absl::OkStatus();
+}
+template <typename T>
+inline absl::Status HcCoefForward(const core::CpuExec& x, T* coef, T* ta, int lda, T* tb, int ldb,
+                                  const T* static_alpha, const T* static_beta, const T* alpha_scale,
+                                  const T* beta_scale, int rows, int n) {
+  cpu::HcCoefForward(coef, ta, lda, tb, ldb, static_alpha, static_beta, alpha_scale, beta_scale,
+                     rows, n, x.pool);
+  return absl::OkStatus();
+}
+template <typename T>
+inline absl::Status HcCoefBackward(const core::CpuExec& x, T* dta, T* dtb, T* grad_static_alpha,
+                                   T* grad_static_beta, T* grad_alpha_scale, T* grad_beta_scale,
+                                   const T* dcoef, const T* ta, int lda, const T* tb, int ldb,
+                                   const T* alpha_scale, const T* beta_scale, int rows, int n) {
+  cpu::HcCoefBackward(dta, dtb, grad_static_alpha, grad_static_beta, grad_alpha_scale,
+                      grad_beta_scale, dcoef, ta, lda, tb, ldb, alpha_scale, beta_scale, rows, n,
+                      x.pool);
+  return absl::OkStatus();
+}
+
+#if defined(SATDAR_WITH_CUDA) || defined(__CUDACC__)
+using cuda::HcCoefBackward;
+using cuda::HcCoefForward;
+using cuda::HyperDepthBackward;
+using cuda::HyperDepthForward;
+using cuda::HyperWidthBackward;
+using cuda::HyperWidthForward;
+using cuda::MhcCoefBackward;
+using cuda::MhcCoefForward;
+using cuda::MhcRms;
+using cuda::SinkhornBackward;
+using cuda::SinkhornForward;
+using cuda::StreamsBroadcast;
+using cuda::StreamsSum;
+#endif
+
+}  // namespace ops
 
 }  // namespace satdar::model
 

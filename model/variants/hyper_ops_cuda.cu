@@ -21,6 +21,7 @@
 #include "core/cuda/launch.h"
 #include "core/cuda/reduce.cuh"
 #include "model/variants/hyper_ops.h"
+#include "core/cuda/workspace.h"
 
 namespace satdar::model::cuda {
 
@@ -426,16 +427,18 @@ absl::Status CheckHc(const char* op, int n, const float* ta, int lda, const floa
 }  // namespace
 
 template <typename T>
-absl::Status MhcRms(float* rms, const T* h, int rows, int nc, float eps, cudaStream_t stream) {
+absl::Status MhcRms(const core::CudaExec& x, float* rms, const T* h, int rows, int nc, float eps) {
+  cudaStream_t stream = x.stream;
   if (rows <= 0) return absl::OkStatus();
   SATDAR_CUDA_RETURN_IF_ERROR(Launch("MhcRmsKernel", MhcRmsKernel<T>, dim3(rows),
                                      dim3(kThreads), 0, stream, rms, h, nc, eps));
   return absl::OkStatus();
 }
 
-absl::Status MhcCoefForward(float* coef, float* logits, const float* raw, int ld,
-                            const float* rms, const float* scale, const float* base, int rows,
-                            int n, cudaStream_t stream) {
+absl::Status MhcCoefForward(const core::CudaExec& x, float* coef, float* logits, const float* raw,
+                            int ld, const float* rms, const float* scale, const float* base,
+                            int rows, int n) {
+  cudaStream_t stream = x.stream;
   if (absl::Status status = CheckShape("MhcCoefForward", n, ld); !status.ok()) return status;
   if (rows <= 0) return absl::OkStatus();
   SATDAR_CUDA_RETURN_IF_ERROR(Launch("MhcCoefForwardKernel", MhcCoefForwardKernel,
@@ -444,8 +447,9 @@ absl::Status MhcCoefForward(float* coef, float* logits, const float* raw, int ld
   return absl::OkStatus();
 }
 
-absl::Status SinkhornForward(float* steps, const float* logits, int rows, int n, int iterations,
-                             cudaStream_t stream) {
+absl::Status SinkhornForward(const core::CudaExec& x, float* steps, const float* logits, int rows,
+                             int n, int iterations) {
+  cudaStream_t stream = x.stream;
   if (absl::Status status = CheckShape("SinkhornForward", n, n * (n + 2), iterations);
       !status.ok()) {
     return status;
@@ -457,8 +461,9 @@ absl::Status SinkhornForward(float* steps, const float* logits, int rows, int n,
   return absl::OkStatus();
 }
 
-absl::Status SinkhornBackward(float* dlogits, const float* dfinal, const float* steps, int rows,
-                              int n, int iterations, cudaStream_t stream) {
+absl::Status SinkhornBackward(const core::CudaExec& x, float* dlogits, const float* dfinal,
+                              const float* steps, int rows, int n, int iterations) {
+  cudaStream_t stream = x.stream;
   if (absl::Status status = CheckShape("SinkhornBackward", n, n * (n + 2), iterations);
       !status.ok()) {
     return status;
@@ -471,22 +476,25 @@ absl::Status SinkhornBackward(float* dlogits, const float* dfinal, const float* 
 }
 
 template <typename T>
-absl::Status MhcCoefBackward(T* draw, float* dz, float* work, float* grad_scale,
+absl::Status MhcCoefBackward(const core::CudaExec& x, T* draw, float* dz, float* grad_scale,
                              float* grad_base, T* dh, const float* dcoef, const float* dlogits,
                              const float* coef, const float* raw, int ld, const float* rms,
-                             const float* scale, const T* h, int rows, int n, int nc,
-                             cudaStream_t stream) {
+                             const float* scale, const T* h, int rows, int n, int nc) {
+  cudaStream_t stream = x.stream;
   if (absl::Status status = CheckShape("MhcCoefBackward", n, ld); !status.ok()) return status;
   if (rows <= 0) return absl::OkStatus();
   const int mixes = n * (n + 2);
+  // One region for both (a second Get could move the first).
+  SATDAR_ASSIGN_OR_RETURN(float* work,
+                          core::cuda::Scratch<float>(x, static_cast<size_t>(rows) * 4, "MhcCoefBackward"));
   float* scales = work;                                   // (N, 3)
   float* rowcoef = work + static_cast<int64_t>(rows) * 3;  // (N)
   SATDAR_CUDA_RETURN_IF_ERROR(Launch("MhcCoefBackwardKernel", MhcCoefBackwardKernel<T>,
                                      dim3(TokenBlocks(rows)), dim3(kTokenBlock), 0, stream, draw,
                                      dz, scales, rowcoef, dcoef, dlogits, coef, raw, ld, rms,
                                      scale, rows, n, nc));
-  SATDAR_CUDA_RETURN_IF_ERROR(ColumnSums(grad_base, dz, rows, mixes, mixes, stream));
-  SATDAR_CUDA_RETURN_IF_ERROR(ColumnSums(grad_scale, scales, rows, 3, 3, stream));
+  SATDAR_RETURN_IF_ERROR(ColumnSums(x, grad_base, dz, rows, mixes, mixes));
+  SATDAR_RETURN_IF_ERROR(ColumnSums(x, grad_scale, scales, rows, 3, 3));
   const int64_t total = static_cast<int64_t>(rows) * nc;
   if (total <= 0) return absl::OkStatus();
   SATDAR_CUDA_RETURN_IF_ERROR(Launch("RowScaleAddKernel", RowScaleAddKernel<T>,
@@ -498,7 +506,9 @@ absl::Status MhcCoefBackward(T* draw, float* dz, float* work, float* grad_scale,
 // ---- The stream mixing.
 
 template <typename T>
-absl::Status StreamsBroadcast(T* out, const T* in, int rows, int n, int c, cudaStream_t stream) {
+absl::Status StreamsBroadcast(const core::CudaExec& x, T* out, const T* in, int rows, int n,
+                              int c) {
+  cudaStream_t stream = x.stream;
   SATDAR_RETURN_IF_ERROR(CheckStreams("StreamsBroadcast", n));
   if (rows <= 0) return absl::OkStatus();
   SATDAR_CUDA_RETURN_IF_ERROR(Launch("BroadcastKernel", BroadcastKernel<T>,
@@ -508,7 +518,8 @@ absl::Status StreamsBroadcast(T* out, const T* in, int rows, int n, int c, cudaS
 }
 
 template <typename T>
-absl::Status StreamsSum(T* out, const T* in, int rows, int n, int c, cudaStream_t stream) {
+absl::Status StreamsSum(const core::CudaExec& x, T* out, const T* in, int rows, int n, int c) {
+  cudaStream_t stream = x.stream;
   SATDAR_RETURN_IF_ERROR(CheckStreams("StreamsSum", n));
   if (rows <= 0) return absl::OkStatus();
   SATDAR_CUDA_RETURN_IF_ERROR(Launch("SumKernel", SumKernel<T>,
@@ -518,8 +529,9 @@ absl::Status StreamsSum(T* out, const T* in, int rows, int n, int c, cudaStream_
 }
 
 template <typename T>
-absl::Status HyperWidthForward(T* u, const T* h, const HyperCoefs<float>& coefs, int rows, int n,
-                               int c, cudaStream_t stream) {
+absl::Status HyperWidthForward(const core::CudaExec& x, T* u, const T* h,
+                               const HyperCoefs<float>& coefs, int rows, int n, int c) {
+  cudaStream_t stream = x.stream;
   SATDAR_RETURN_IF_ERROR(CheckStreams("HyperWidthForward", n));
   if (rows <= 0) return absl::OkStatus();
   SATDAR_CUDA_RETURN_IF_ERROR(Launch("WidthKernel", WidthKernel<T>,
@@ -529,8 +541,9 @@ absl::Status HyperWidthForward(T* u, const T* h, const HyperCoefs<float>& coefs,
 }
 
 template <typename T>
-absl::Status HyperDepthForward(T* h_out, const T* h, const T* y, const HyperCoefs<float>& coefs,
-                               int rows, int n, int c, cudaStream_t stream) {
+absl::Status HyperDepthForward(const core::CudaExec& x, T* h_out, const T* h, const T* y,
+                               const HyperCoefs<float>& coefs, int rows, int n, int c) {
+  cudaStream_t stream = x.stream;
   SATDAR_RETURN_IF_ERROR(CheckStreams("HyperDepthForward", n));
   if (rows <= 0) return absl::OkStatus();
   SATDAR_CUDA_RETURN_IF_ERROR(Launch("DepthKernel", DepthKernel<T>,
@@ -540,9 +553,10 @@ absl::Status HyperDepthForward(T* h_out, const T* h, const T* y, const HyperCoef
 }
 
 template <typename T>
-absl::Status HyperDepthBackward(T* dy, T* dh, const HyperCoefs<float>& dcoefs, const T* g,
-                                const T* y, const T* h, const HyperCoefs<float>& coefs, int rows,
-                                int n, int c, cudaStream_t stream) {
+absl::Status HyperDepthBackward(const core::CudaExec& x, T* dy, T* dh,
+                                const HyperCoefs<float>& dcoefs, const T* g, const T* y, const T* h,
+                                const HyperCoefs<float>& coefs, int rows, int n, int c) {
+  cudaStream_t stream = x.stream;
   SATDAR_RETURN_IF_ERROR(CheckStreams("HyperDepthBackward", n));
   if (rows <= 0) return absl::OkStatus();
   SATDAR_CUDA_RETURN_IF_ERROR(Launch("DepthBackwardKernel", DepthBackwardKernel<T>,
@@ -554,9 +568,10 @@ absl::Status HyperDepthBackward(T* dy, T* dh, const HyperCoefs<float>& dcoefs, c
 }
 
 template <typename T>
-absl::Status HyperWidthBackward(T* dh, const HyperCoefs<float>& dcoefs, const T* du, const T* h,
-                                const HyperCoefs<float>& coefs, int rows, int n, int c,
-                                cudaStream_t stream) {
+absl::Status HyperWidthBackward(const core::CudaExec& x, T* dh, const HyperCoefs<float>& dcoefs,
+                                const T* du, const T* h, const HyperCoefs<float>& coefs, int rows,
+                                int n, int c) {
+  cudaStream_t stream = x.stream;
   SATDAR_RETURN_IF_ERROR(CheckStreams("HyperWidthBackward", n));
   if (rows <= 0) return absl::OkStatus();
   // The dots read h and du only, so they may run before dh changes.
@@ -568,19 +583,21 @@ absl::Status HyperWidthBackward(T* dh, const HyperCoefs<float>& dcoefs, const T*
   return absl::OkStatus();
 }
 
-cudaError_t ColumnSums(float* out, const float* in, int rows, int cols, int ld,
-                       cudaStream_t stream) {
-  if (cols == 0) return cudaSuccess;
-  return Launch("ColumnSumsKernel", ColumnSumsKernel, dim3(cols), dim3(kThreads), 0, stream, out,
-                in, rows, ld);
+absl::Status ColumnSums(const core::CudaExec& x, float* out, const float* in, int rows, int cols,
+                        int ld) {
+  cudaStream_t stream = x.stream;
+  if (cols == 0) return absl::OkStatus();
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("ColumnSumsKernel", ColumnSumsKernel, dim3(cols),
+                                     dim3(kThreads), 0, stream, out, in, rows, ld));
+  return absl::OkStatus();
 }
 
 // ---- HC's coefficients.
 
-absl::Status HcCoefForward(float* coef, float* ta, int lda, float* tb, int ldb,
-                           const float* static_alpha, const float* static_beta,
-                           const float* alpha_scale, const float* beta_scale, int rows, int n,
-                           cudaStream_t stream) {
+absl::Status HcCoefForward(const core::CudaExec& x, float* coef, float* ta, int lda, float* tb,
+                           int ldb, const float* static_alpha, const float* static_beta,
+                           const float* alpha_scale, const float* beta_scale, int rows, int n) {
+  cudaStream_t stream = x.stream;
   SATDAR_RETURN_IF_ERROR(CheckHc("HcCoefForward", n, ta, lda, tb, ldb, rows));
   if (rows <= 0) return absl::OkStatus();
   SATDAR_CUDA_RETURN_IF_ERROR(Launch("HcCoefForwardKernel", HcCoefForwardKernel,
@@ -591,48 +608,48 @@ absl::Status HcCoefForward(float* coef, float* ta, int lda, float* tb, int ldb,
 }
 
 template <typename T>
-absl::Status HcCoefBackward(T* dta, T* dtb, float* work, float* grad_static_alpha,
+absl::Status HcCoefBackward(const core::CudaExec& x, T* dta, T* dtb, float* grad_static_alpha,
                             float* grad_static_beta, float* grad_alpha_scale,
                             float* grad_beta_scale, const float* dcoef, const float* ta, int lda,
                             const float* tb, int ldb, const float* alpha_scale,
-                            const float* beta_scale, int rows, int n, cudaStream_t stream) {
+                            const float* beta_scale, int rows, int n) {
+  cudaStream_t stream = x.stream;
   SATDAR_RETURN_IF_ERROR(CheckHc("HcCoefBackward", n, ta, lda, tb, ldb, rows));
   if (rows <= 0) return absl::OkStatus();
+  SATDAR_ASSIGN_OR_RETURN(float* work,
+                          core::cuda::Scratch<float>(x, static_cast<size_t>(rows) * 2, "HcCoefBackward"));
   SATDAR_CUDA_RETURN_IF_ERROR(Launch("HcCoefBackwardKernel", HcCoefBackwardKernel<T>,
                                      dim3(TokenBlocks(rows)), dim3(kTokenBlock), 0, stream, dta,
                                      dtb, work, dcoef, ta, lda, tb, ldb, alpha_scale, beta_scale,
                                      rows, n));
   const int cols = n * (n + 2);
-  SATDAR_CUDA_RETURN_IF_ERROR(
-      ColumnSums(grad_static_alpha, dcoef, rows, n * (n + 1), cols, stream));
-  SATDAR_CUDA_RETURN_IF_ERROR(
-      ColumnSums(grad_static_beta, dcoef + n * (n + 1), rows, n, cols, stream));
-  SATDAR_CUDA_RETURN_IF_ERROR(ColumnSums(grad_alpha_scale, work, rows, 1, 2, stream));
-  SATDAR_CUDA_RETURN_IF_ERROR(ColumnSums(grad_beta_scale, work + 1, rows, 1, 2, stream));
+  SATDAR_RETURN_IF_ERROR(ColumnSums(x, grad_static_alpha, dcoef, rows, n * (n + 1), cols));
+  SATDAR_RETURN_IF_ERROR(ColumnSums(x, grad_static_beta, dcoef + n * (n + 1), rows, n, cols));
+  SATDAR_RETURN_IF_ERROR(ColumnSums(x, grad_alpha_scale, work, rows, 1, 2));
+  SATDAR_RETURN_IF_ERROR(ColumnSums(x, grad_beta_scale, work + 1, rows, 1, 2));
   return absl::OkStatus();
 }
 
-#define SATDAR_INSTANTIATE(T)                                                                  \
-  template absl::Status MhcRms<T>(float*, const T*, int, int, float, cudaStream_t);            \
-  template absl::Status MhcCoefBackward<T>(T*, float*, float*, float*, float*, T*,             \
-                                           const float*, const float*, const float*,           \
-                                           const float*, int, const float*, const float*,      \
-                                           const T*, int, int, int, cudaStream_t);             \
-  template absl::Status StreamsBroadcast<T>(T*, const T*, int, int, int, cudaStream_t);        \
-  template absl::Status StreamsSum<T>(T*, const T*, int, int, int, cudaStream_t);              \
-  template absl::Status HyperWidthForward<T>(T*, const T*, const HyperCoefs<float>&, int, int, \
-                                             int, cudaStream_t);                               \
-  template absl::Status HyperDepthForward<T>(T*, const T*, const T*, const HyperCoefs<float>&, \
-                                             int, int, int, cudaStream_t);                     \
-  template absl::Status HyperDepthBackward<T>(T*, T*, const HyperCoefs<float>&, const T*,      \
-                                              const T*, const T*, const HyperCoefs<float>&,    \
-                                              int, int, int, cudaStream_t);                    \
-  template absl::Status HyperWidthBackward<T>(T*, const HyperCoefs<float>&, const T*,          \
-                                              const T*, const HyperCoefs<float>&, int, int,    \
-                                              int, cudaStream_t);                              \
-  template absl::Status HcCoefBackward<T>(T*, T*, float*, float*, float*, float*, float*,      \
-                                          const float*, const float*, int, const float*, int,  \
-                                          const float*, const float*, int, int, cudaStream_t);
+#define SATDAR_INSTANTIATE(T)                                                                      \
+  template absl::Status MhcRms<T>(const core::CudaExec&, float*, const T*, int, int, float);       \
+  template absl::Status MhcCoefBackward<T>(                                                        \
+      const core::CudaExec&, T*, float*, float*, float*, T*, const float*, const float*,           \
+      const float*, const float*, int, const float*, const float*, const T*, int, int, int);       \
+  template absl::Status StreamsBroadcast<T>(const core::CudaExec&, T*, const T*, int, int, int);   \
+  template absl::Status StreamsSum<T>(const core::CudaExec&, T*, const T*, int, int, int);         \
+  template absl::Status HyperWidthForward<T>(const core::CudaExec&, T*, const T*,                  \
+                                             const HyperCoefs<float>&, int, int, int);             \
+  template absl::Status HyperDepthForward<T>(const core::CudaExec&, T*, const T*, const T*,        \
+                                             const HyperCoefs<float>&, int, int, int);             \
+  template absl::Status HyperDepthBackward<T>(const core::CudaExec&, T*, T*,                       \
+                                              const HyperCoefs<float>&, const T*, const T*,        \
+                                              const T*, const HyperCoefs<float>&, int, int, int);  \
+  template absl::Status HyperWidthBackward<T>(const core::CudaExec&, T*, const HyperCoefs<float>&, \
+                                              const T*, const T*, const HyperCoefs<float>&, int,   \
+                                              int, int);                                           \
+  template absl::Status HcCoefBackward<T>(const core::CudaExec&, T*, T*, float*, float*, float*,   \
+                                          float*, const float*, const float*, int, const float*,   \
+                                          int, const float*, const float*, int, int);
 SATDAR_INSTANTIATE(float)
 SATDAR_INSTANTIATE(__nv_bfloat16)
 #undef SATDAR_INSTANTIATE

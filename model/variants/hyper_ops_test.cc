@@ -31,6 +31,7 @@
 #include "core/ops/gradcheck_testutil.h"
 #include "core/thread_pool.h"
 #include "gtest/gtest.h"
+#include "model/variants/ops_test_exec.h"
 
 namespace satdar::model {
 namespace {
@@ -330,25 +331,27 @@ using core::gpu_test::RandomNormal;
 void CheckSinkhorn() {
   const int rows = 37, n = 4, iterations = kMhcSinkhornIterations, nsteps = 2 * iterations;
   core::ThreadPool pool(2);
+  OpsTestExec ex(&pool);
   auto logits = RandomNormal(Sz(rows, n * n), 71, 2.0f);
   for (int r = 0; r < rows; ++r) {
     for (int j = 0; j < n; ++j) logits[(static_cast<size_t>(r) * n + j) * n + j] += 4.0f;
   }
   const auto dfinal = RandomNormal(logits.size(), 72);
   std::vector<float> steps(Sz(rows, nsteps * n * n)), dlogits(logits.size());
-  cpu::SinkhornForward(steps.data(), logits.data(), rows, n, iterations, &pool);
-  cpu::SinkhornBackward(dlogits.data(), dfinal.data(), steps.data(), rows, n, iterations, &pool);
-  DeviceArray<float> glogits(logits), gdfinal(dfinal), gsteps(steps.size()), gdz(logits.size());
-  ASSERT_TRUE(
-      cuda::SinkhornForward(gsteps.get(), glogits.get(), rows, n, iterations, nullptr).ok());
-  ASSERT_TRUE(cuda::SinkhornBackward(gdz.get(), gdfinal.get(), gsteps.get(), rows, n, iterations,
-                                     nullptr)
+  EXPECT_TRUE(ops::SinkhornForward(ex.cpu, steps.data(), logits.data(), rows, n, iterations).ok());
+  EXPECT_TRUE(ops::SinkhornBackward(ex.cpu, dlogits.data(), dfinal.data(), steps.data(), rows, n,
+                                    iterations)
                   .ok());
+  DeviceArray<float> glogits(logits), gdfinal(dfinal), gsteps(steps.size()), gdz(logits.size());
+  ASSERT_TRUE(ops::SinkhornForward(ex.gpu, gsteps.get(), glogits.get(), rows, n, iterations).ok());
+  ASSERT_TRUE(
+      ops::SinkhornBackward(ex.gpu, gdz.get(), gdfinal.get(), gsteps.get(), rows, n, iterations)
+          .ok());
   ExpectClose(gsteps.Download(), steps, 1e-5, "sinkhorn matrices");
   ExpectClose(gdz.Download(), dlogits, 1e-5, "sinkhorn dlogits");
   // More streams than the kernels hold: refused before launching.
-  EXPECT_TRUE(absl::IsInvalidArgument(cuda::SinkhornForward(
-      gsteps.get(), glogits.get(), 1, cuda::kMaxHyperStreams + 1, iterations, nullptr)));
+  EXPECT_TRUE(absl::IsInvalidArgument(ops::SinkhornForward(
+      ex.gpu, gsteps.get(), glogits.get(), 1, cuda::kMaxHyperStreams + 1, iterations)));
 }
 
 // The RMS of vec(H), the coefficients, their backward and the rms path (the inputs of the
@@ -360,6 +363,7 @@ void CheckCudaAgainstCpu() {
   const int rows = 11, n = 4, c = 24, nc = n * c, mixes = n * (n + 2), ld = 24;
   const float eps = 1e-6f;
   core::ThreadPool pool(2);
+  OpsTestExec ex(&pool);
   const auto h = Quantize<T>(RandomNormal(Sz(rows, nc), 11));
   const auto raw = RandomNormal(Sz(rows, ld), 12);
   const auto base = RandomNormal(mixes, 13);
@@ -371,25 +375,26 @@ void CheckCudaAgainstCpu() {
   // CPU.
   std::vector<float> rms(rows), coef(Sz(rows, 2 * n)), logits(Sz(rows, n * n)),
       dz(Sz(rows, mixes)), draw(Sz(rows, ld)), dh = dh0, gscale = gscale0, gbase = gbase0;
-  cpu::MhcRms(rms.data(), h.data(), rows, nc, eps, &pool);
-  cpu::MhcCoefForward(coef.data(), logits.data(), raw.data(), ld, rms.data(), scale.data(),
-                      base.data(), rows, n, &pool);
-  cpu::MhcCoefBackward(draw.data(), dz.data(), gscale.data(), gbase.data(), dh.data(),
-                       dcoef.data(), dlogits.data(), coef.data(), raw.data(), ld, rms.data(),
-                       scale.data(), h.data(), rows, n, nc, &pool);
+  EXPECT_TRUE(ops::MhcRms(ex.cpu, rms.data(), h.data(), rows, nc, eps).ok());
+  EXPECT_TRUE(ops::MhcCoefForward(ex.cpu, coef.data(), logits.data(), raw.data(), ld, rms.data(),
+                                  scale.data(), base.data(), rows, n)
+                  .ok());
+  EXPECT_TRUE(ops::MhcCoefBackward(ex.cpu, draw.data(), dz.data(), gscale.data(), gbase.data(),
+                                   dh.data(), dcoef.data(), dlogits.data(), coef.data(), raw.data(),
+                                   ld, rms.data(), scale.data(), h.data(), rows, n, nc)
+                  .ok());
   // GPU.
   DeviceArray<T> gh(h), gdraw(draw.size()), gdh(dh0);
-  DeviceArray<float> graw(raw), gbase_p(base), gscale_p(scale), gdcoef(dcoef),
-      gdlogits(dlogits), grms(rows), gcoef(coef.size()), glogits(logits.size()), gdz(dz.size()),
-      gwork(Sz(rows, 4)), ggscale(gscale0), ggbase(gbase0);
-  ASSERT_TRUE(cuda::MhcRms(grms.f32(), gh.get(), rows, nc, eps, nullptr).ok());
-  ASSERT_TRUE(cuda::MhcCoefForward(gcoef.f32(), glogits.f32(), graw.f32(), ld, grms.f32(),
-                                   gscale_p.f32(), gbase_p.f32(), rows, n, nullptr)
+  DeviceArray<float> graw(raw), gbase_p(base), gscale_p(scale), gdcoef(dcoef), gdlogits(dlogits),
+      grms(rows), gcoef(coef.size()), glogits(logits.size()), gdz(dz.size()), ggscale(gscale0),
+      ggbase(gbase0);
+  ASSERT_TRUE(ops::MhcRms(ex.gpu, grms.f32(), gh.get(), rows, nc, eps).ok());
+  ASSERT_TRUE(ops::MhcCoefForward(ex.gpu, gcoef.f32(), glogits.f32(), graw.f32(), ld, grms.f32(),
+                                  gscale_p.f32(), gbase_p.f32(), rows, n)
                   .ok());
-  ASSERT_TRUE(cuda::MhcCoefBackward(gdraw.get(), gdz.f32(), gwork.f32(), ggscale.f32(),
-                                    ggbase.f32(), gdh.get(), gdcoef.f32(), gdlogits.f32(),
-                                    gcoef.f32(), graw.f32(), ld, grms.f32(), gscale_p.f32(),
-                                    gh.get(), rows, n, nc, nullptr)
+  ASSERT_TRUE(ops::MhcCoefBackward(ex.gpu, gdraw.get(), gdz.f32(), ggscale.f32(), ggbase.f32(),
+                                   gdh.get(), gdcoef.f32(), gdlogits.f32(), gcoef.f32(), graw.f32(),
+                                   ld, grms.f32(), gscale_p.f32(), gh.get(), rows, n, nc)
                   .ok());
   ExpectClose(grms.Download(), rms, 1e-5, "mhc rms");
   ExpectClose(gcoef.Download(), coef, 1e-5, "mhc pre/post");
@@ -400,9 +405,9 @@ void CheckCudaAgainstCpu() {
   ExpectClose(ggscale.Download(), gscale, sums, "mhc grad scale");
   ExpectClose(ggbase.Download(), gbase, sums, "mhc grad base");
   // ld narrower than the mixes: refused before launching.
-  EXPECT_TRUE(absl::IsInvalidArgument(cuda::MhcCoefForward(
-      gcoef.f32(), glogits.f32(), graw.f32(), mixes - 1, grms.f32(), gscale_p.f32(),
-      gbase_p.f32(), rows, n, nullptr)));
+  EXPECT_TRUE(absl::IsInvalidArgument(ops::MhcCoefForward(ex.gpu, gcoef.f32(), glogits.f32(),
+                                                          graw.f32(), mixes - 1, grms.f32(),
+                                                          gscale_p.f32(), gbase_p.f32(), rows, n)));
   if (!kIsBf16<T>) CheckSinkhorn();  // fp32 only
 }
 
@@ -414,6 +419,7 @@ void CheckMixingCudaAgainstCpu() {
   const double stored = kIsBf16<T> ? 1e-2 : 1e-5, dots = kIsBf16<T> ? 1e-4 : 1e-5;
   const int rows = 13, n = 3, c = 40, cols = n * (n + 2), res_token = 3 * n * n;
   core::ThreadPool pool(2);
+  OpsTestExec ex(&pool);
   const auto h = Quantize<T>(RandomNormal(Sz(rows * n, c), 1));
   const auto y = Quantize<T>(RandomNormal(Sz(rows, c), 2));
   const auto g = Quantize<T>(RandomNormal(Sz(rows * n, c), 3));
@@ -421,11 +427,11 @@ void CheckMixingCudaAgainstCpu() {
   const auto x0 = Quantize<T>(RandomNormal(Sz(rows, c), 5));
   // Entry and exit.
   std::vector<float> hb(h.size()), xs(x0.size());
-  cpu::StreamsBroadcast(hb.data(), x0.data(), rows, n, c, &pool);
-  cpu::StreamsSum(xs.data(), h.data(), rows, n, c, &pool);
+  EXPECT_TRUE(ops::StreamsBroadcast(ex.cpu, hb.data(), x0.data(), rows, n, c).ok());
+  EXPECT_TRUE(ops::StreamsSum(ex.cpu, xs.data(), h.data(), rows, n, c).ok());
   DeviceArray<T> gx0(x0), gh(h), ghb(hb.size()), gxs(xs.size());
-  ASSERT_TRUE(cuda::StreamsBroadcast(ghb.get(), gx0.get(), rows, n, c, nullptr).ok());
-  ASSERT_TRUE(cuda::StreamsSum(gxs.get(), gh.get(), rows, n, c, nullptr).ok());
+  ASSERT_TRUE(ops::StreamsBroadcast(ex.gpu, ghb.get(), gx0.get(), rows, n, c).ok());
+  ASSERT_TRUE(ops::StreamsSum(ex.gpu, gxs.get(), gh.get(), rows, n, c).ok());
   ExpectClose(ghb.Download(), hb, 0.0, "entry");  // a copy
   ExpectClose(gxs.Download(), xs, stored, "exit");
   for (bool hc : {true, false}) {
@@ -449,26 +455,28 @@ void CheckMixingCudaAgainstCpu() {
                        dh(h.size()), dcoef(coef.size(), 0.0f), dres(res.size(), 0.0f);
     const HyperCoefs<float> k = layout(ccoef.data(), cres.data()),
                             dk = layout(dcoef.data(), dres.data());
-    cpu::HyperWidthForward(u.data(), h.data(), k, rows, n, c, &pool);
-    cpu::HyperDepthForward(hout.data(), h.data(), y.data(), k, rows, n, c, &pool);
-    cpu::HyperDepthBackward(dy.data(), dh.data(), dk, g.data(), y.data(), h.data(), k, rows, n,
-                            c, &pool);
-    cpu::HyperWidthBackward(dh.data(), dk, du.data(), h.data(), k, rows, n, c, &pool);
+    EXPECT_TRUE(ops::HyperWidthForward(ex.cpu, u.data(), h.data(), k, rows, n, c).ok());
+    EXPECT_TRUE(
+        ops::HyperDepthForward(ex.cpu, hout.data(), h.data(), y.data(), k, rows, n, c).ok());
+    EXPECT_TRUE(ops::HyperDepthBackward(ex.cpu, dy.data(), dh.data(), dk, g.data(), y.data(),
+                                        h.data(), k, rows, n, c)
+                    .ok());
+    EXPECT_TRUE(
+        ops::HyperWidthBackward(ex.cpu, dh.data(), dk, du.data(), h.data(), k, rows, n, c).ok());
     // GPU.
     DeviceArray<T> gy(y), gg(g), gdu(du), gu(u.size()), ghout(hout.size()), gdy(dy.size()),
         gdh(dh.size());
     DeviceArray<float> gcoef(coef), gres(res), gdcoef(dcoef), gdres(dres);
     const HyperCoefs<float> gk = layout(gcoef.f32(), gres.f32()),
                             gdk = layout(gdcoef.f32(), gdres.f32());
-    ASSERT_TRUE(cuda::HyperWidthForward(gu.get(), gh.get(), gk, rows, n, c, nullptr).ok());
+    ASSERT_TRUE(ops::HyperWidthForward(ex.gpu, gu.get(), gh.get(), gk, rows, n, c).ok());
     ASSERT_TRUE(
-        cuda::HyperDepthForward(ghout.get(), gh.get(), gy.get(), gk, rows, n, c, nullptr).ok());
-    ASSERT_TRUE(cuda::HyperDepthBackward(gdy.get(), gdh.get(), gdk, gg.get(), gy.get(), gh.get(),
-                                         gk, rows, n, c, nullptr)
+        ops::HyperDepthForward(ex.gpu, ghout.get(), gh.get(), gy.get(), gk, rows, n, c).ok());
+    ASSERT_TRUE(ops::HyperDepthBackward(ex.gpu, gdy.get(), gdh.get(), gdk, gg.get(), gy.get(),
+                                        gh.get(), gk, rows, n, c)
                     .ok());
     ASSERT_TRUE(
-        cuda::HyperWidthBackward(gdh.get(), gdk, gdu.get(), gh.get(), gk, rows, n, c, nullptr)
-            .ok());
+        ops::HyperWidthBackward(ex.gpu, gdh.get(), gdk, gdu.get(), gh.get(), gk, rows, n, c).ok());
     ExpectClose(gu.Download(), u, stored, std::string(name) + " u");
     ExpectClose(ghout.Download(), hout, stored, std::string(name) + " H out");
     ExpectClose(gdy.Download(), dy, stored, std::string(name) + " dy");
@@ -477,8 +485,8 @@ void CheckMixingCudaAgainstCpu() {
     ExpectClose(gdres.Download(), dres, dots, std::string(name) + " dres");
   }
   // More streams than the kernels hold: refused before launching.
-  EXPECT_TRUE(absl::IsInvalidArgument(cuda::HyperWidthForward(
-      ghb.get(), gh.get(), HyperCoefs<float>(), 1, cuda::kMaxHyperStreams + 1, c, nullptr)));
+  EXPECT_TRUE(absl::IsInvalidArgument(ops::HyperWidthForward(
+      ex.gpu, ghb.get(), gh.get(), HyperCoefs<float>(), 1, cuda::kMaxHyperStreams + 1, c)));
 }
 
 // HC's coefficients and their fused backward, on the GPU's layout (one projection buffer,
@@ -488,6 +496,7 @@ void CheckHcCoefCudaAgainstCpu() {
   const double stored = kIsBf16<T> ? 1e-2 : 1e-5, sums = kIsBf16<T> ? 1e-4 : 1e-5;
   const int rows = 13, n = 3, ld = 8, cols = n * (n + 2);
   core::ThreadPool pool(2);
+  OpsTestExec ex(&pool);
   const auto proj = RandomNormal(Sz(rows * n, ld), 51);
   const auto sa = RandomNormal(Sz(n, n + 1), 52), sb = RandomNormal(n, 53);
   const std::vector<float> alpha_scale = {0.3f}, beta_scale = {-0.2f};
@@ -497,23 +506,24 @@ void CheckHcCoefCudaAgainstCpu() {
   // CPU.
   std::vector<float> t = proj, coef(Sz(rows, cols)), dproj(proj.size(), 0.0f), gsa = gsa0,
                      gsb = gsb0, gas = gas0, gbs = gbs0;
-  cpu::HcCoefForward(coef.data(), t.data(), ld, t.data() + n + 1, ld, sa.data(), sb.data(),
-                     alpha_scale.data(), beta_scale.data(), rows, n, &pool);
-  cpu::HcCoefBackward(dproj.data(), dproj.data() + n + 1, gsa.data(), gsb.data(), gas.data(),
-                      gbs.data(), dcoef.data(), t.data(), ld, t.data() + n + 1, ld,
-                      alpha_scale.data(), beta_scale.data(), rows, n, &pool);
+  EXPECT_TRUE(ops::HcCoefForward(ex.cpu, coef.data(), t.data(), ld, t.data() + n + 1, ld, sa.data(),
+                                 sb.data(), alpha_scale.data(), beta_scale.data(), rows, n)
+                  .ok());
+  EXPECT_TRUE(ops::HcCoefBackward(ex.cpu, dproj.data(), dproj.data() + n + 1, gsa.data(),
+                                  gsb.data(), gas.data(), gbs.data(), dcoef.data(), t.data(), ld,
+                                  t.data() + n + 1, ld, alpha_scale.data(), beta_scale.data(), rows,
+                                  n)
+                  .ok());
   // GPU.
   DeviceArray<float> gt(proj), gcoef(coef.size()), gsa_p(sa), gsb_p(sb), gas_p(alpha_scale),
-      gbs_p(beta_scale), gdcoef(dcoef), gwork(Sz(rows, 2)), ggsa(gsa0), ggsb(gsb0), ggas(gas0),
-      ggbs(gbs0);
+      gbs_p(beta_scale), gdcoef(dcoef), ggsa(gsa0), ggsb(gsb0), ggas(gas0), ggbs(gbs0);
   DeviceArray<T> gdproj(std::vector<float>(proj.size(), 0.0f));
-  ASSERT_TRUE(cuda::HcCoefForward(gcoef.f32(), gt.f32(), ld, gt.f32() + n + 1, ld, gsa_p.f32(),
-                                  gsb_p.f32(), gas_p.f32(), gbs_p.f32(), rows, n, nullptr)
+  ASSERT_TRUE(ops::HcCoefForward(ex.gpu, gcoef.f32(), gt.f32(), ld, gt.f32() + n + 1, ld,
+                                 gsa_p.f32(), gsb_p.f32(), gas_p.f32(), gbs_p.f32(), rows, n)
                   .ok());
-  ASSERT_TRUE(cuda::HcCoefBackward(gdproj.get(), gdproj.get() + n + 1, gwork.f32(), ggsa.f32(),
-                                   ggsb.f32(), ggas.f32(), ggbs.f32(), gdcoef.f32(), gt.f32(), ld,
-                                   gt.f32() + n + 1, ld, gas_p.f32(), gbs_p.f32(), rows, n,
-                                   nullptr)
+  ASSERT_TRUE(ops::HcCoefBackward(ex.gpu, gdproj.get(), gdproj.get() + n + 1, ggsa.f32(),
+                                  ggsb.f32(), ggas.f32(), ggbs.f32(), gdcoef.f32(), gt.f32(), ld,
+                                  gt.f32() + n + 1, ld, gas_p.f32(), gbs_p.f32(), rows, n)
                   .ok());
   ExpectClose(gt.Download(), t, 1e-5, "hc tanh");
   ExpectClose(gcoef.Download(), coef, 1e-5, "hc coef");
@@ -523,17 +533,16 @@ void CheckHcCoefCudaAgainstCpu() {
   ExpectClose(ggas.Download(), gas, sums, "hc grad alpha_scale");
   ExpectClose(ggbs.Download(), gbs, sums, "hc grad beta_scale");
   // lda narrower than the n+1 alpha columns: refused before launching.
-  EXPECT_TRUE(absl::IsInvalidArgument(cuda::HcCoefForward(
-      gcoef.f32(), gt.f32(), n, gt.f32() + n + 1, ld, gsa_p.f32(), gsb_p.f32(), gas_p.f32(),
-      gbs_p.f32(), rows, n, nullptr)));
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      ops::HcCoefForward(ex.gpu, gcoef.f32(), gt.f32(), n, gt.f32() + n + 1, ld, gsa_p.f32(),
+                         gsb_p.f32(), gas_p.f32(), gbs_p.f32(), rows, n)));
   // One buffer with ld = n+1: tb's row r would be ta's row r+1; refused by both.
-  EXPECT_TRUE(absl::IsInvalidArgument(cuda::HcCoefForward(
-      gcoef.f32(), gt.f32(), n + 1, gt.f32() + n + 1, n + 1, gsa_p.f32(), gsb_p.f32(),
-      gas_p.f32(), gbs_p.f32(), rows, n, nullptr)));
-  EXPECT_TRUE(absl::IsInvalidArgument(cuda::HcCoefBackward(
-      gdproj.get(), gdproj.get() + n + 1, gwork.f32(), ggsa.f32(), ggsb.f32(), ggas.f32(),
-      ggbs.f32(), gdcoef.f32(), gt.f32(), n + 1, gt.f32() + n + 1, n + 1, gas_p.f32(),
-      gbs_p.f32(), rows, n, nullptr)));
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      ops::HcCoefForward(ex.gpu, gcoef.f32(), gt.f32(), n + 1, gt.f32() + n + 1, n + 1, gsa_p.f32(),
+                         gsb_p.f32(), gas_p.f32(), gbs_p.f32(), rows, n)));
+  EXPECT_TRUE(absl::IsInvalidArgument(ops::HcCoefBackward(
+      ex.gpu, gdproj.get(), gdproj.get() + n + 1, ggsa.f32(), ggsb.f32(), ggas.f32(), ggbs.f32(),
+      gdcoef.f32(), gt.f32(), n + 1, gt.f32() + n + 1, n + 1, gas_p.f32(), gbs_p.f32(), rows, n)));
 }
 
 #endif  // SATDAR_WITH_CUDA

@@ -17,10 +17,12 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "core/check.h"
 #include "core/cuda/bf16.cuh"
 #include "core/cuda/check.h"
 #include "core/cuda/launch.h"
 #include "model/variants/moe_ops.h"
+#include "core/cuda/workspace.h"
 
 namespace satdar::model::cuda {
 
@@ -352,8 +354,9 @@ unsigned TokenBlocks(int n) { return static_cast<unsigned>((n + kWarps - 1) / kW
 
 }  // namespace
 
-absl::Status MoeRoute(float* probs, float* lse, int* sel, float* weight, const float* logits,
-                      int n, int e, int k, bool norm_topk, cudaStream_t stream) {
+absl::Status MoeRoute(const core::CudaExec& exec, float* probs, float* lse, int* sel, float* weight,
+                      const float* logits, int n, int e, int k, bool norm_topk) {
+  cudaStream_t stream = exec.stream;
   if (absl::Status st = CheckRouter(e, k); !st.ok()) return st;
   if (n == 0) return absl::OkStatus();
   SATDAR_CUDA_RETURN_IF_ERROR(Launch("RouteKernel", RouteKernel, dim3(TokenBlocks(n)),
@@ -362,8 +365,9 @@ absl::Status MoeRoute(float* probs, float* lse, int* sel, float* weight, const f
   return absl::OkStatus();
 }
 
-absl::Status MoePlan(int* counts, int* slots, int* row_of_slot, const int* sel, int n, int e,
-                     int k, cudaStream_t stream) {
+absl::Status MoePlan(const core::CudaExec& exec, int* counts, int* slots, int* row_of_slot,
+                     const int* sel, int n, int e, int k) {
+  cudaStream_t stream = exec.stream;
   if (absl::Status st = CheckRouter(e, k); !st.ok()) return st;
   const int64_t nk = static_cast<int64_t>(n) * k;
   if (nk > INT_MAX) {
@@ -378,8 +382,9 @@ absl::Status MoePlan(int* counts, int* slots, int* row_of_slot, const int* sel, 
   return absl::OkStatus();
 }
 
-absl::Status MoeInvertSlots(int* row_of_slot, const int* slots, int rows, int n, int k,
-                            cudaStream_t stream) {
+absl::Status MoeInvertSlots(const core::CudaExec& exec, int* row_of_slot, const int* slots,
+                            int rows, int n, int k) {
+  cudaStream_t stream = exec.stream;
   const int64_t nk = static_cast<int64_t>(n) * k;
   if (nk > 0) {
     SATDAR_CUDA_RETURN_IF_ERROR(Launch("FillKernel", FillKernel, dim3(Blocks(nk)),
@@ -392,12 +397,13 @@ absl::Status MoeInvertSlots(int* row_of_slot, const int* slots, int rows, int n,
   return absl::OkStatus();
 }
 
-absl::Status MoeRouterLoss(double* loss_acc, float* fraction, double* scratch,
+absl::Status MoeRouterLoss(const core::CudaExec& exec, double* loss_acc, float* fraction,
                            const float* probs, const float* lse, const int* sel, int b, int t,
-                           int e, int k, double aux_coef, double z_coef, double scale,
-                           cudaStream_t stream) {
+                           int e, int k, double aux_coef, double z_coef, double scale) {
+  cudaStream_t stream = exec.stream;
   if (absl::Status st = CheckRouter(e, k); !st.ok()) return st;
   if (b == 0 || t == 0) return absl::OkStatus();
+  SATDAR_ASSIGN_OR_RETURN(double* scratch, core::cuda::Scratch<double>(exec, b, "MoeRouterLoss"));
   SATDAR_CUDA_RETURN_IF_ERROR(Launch("SeqStatsKernel", SeqStatsKernel, dim3(b),
                                      dim3(kPlanThreads), 0, stream, fraction, scratch, probs, sel,
                                      t, e, k));
@@ -409,10 +415,11 @@ absl::Status MoeRouterLoss(double* loss_acc, float* fraction, double* scratch,
 }
 
 template <typename T>
-absl::Status MoeRouteBackward(T* dlogits, const float* probs, const float* lse, const int* sel,
-                              const float* weight, const float* dweight, const float* fraction,
-                              int b, int t, int e, int k, bool norm_topk, double aux_grad,
-                              double z_grad, cudaStream_t stream) {
+absl::Status MoeRouteBackward(const core::CudaExec& exec, T* dlogits, const float* probs,
+                              const float* lse, const int* sel, const float* weight,
+                              const float* dweight, const float* fraction, int b, int t, int e,
+                              int k, bool norm_topk, double aux_grad, double z_grad) {
+  cudaStream_t stream = exec.stream;
   if (absl::Status st = CheckRouter(e, k); !st.ok()) return st;
   const int n = b * t;
   if (n == 0) return absl::OkStatus();
@@ -425,8 +432,9 @@ absl::Status MoeRouteBackward(T* dlogits, const float* probs, const float* lse, 
 }
 
 template <typename T>
-absl::Status MoePermute(T* xp, const T* x, const int* slots, int rows, int k, int d,
-                        cudaStream_t stream) {
+absl::Status MoePermute(const core::CudaExec& exec, T* xp, const T* x, const int* slots, int rows,
+                        int k, int d) {
+  cudaStream_t stream = exec.stream;
   if (absl::Status st = CheckTopK(k); !st.ok()) return st;
   const int64_t total = static_cast<int64_t>(rows) * d;
   if (total == 0) return absl::OkStatus();
@@ -437,8 +445,9 @@ absl::Status MoePermute(T* xp, const T* x, const int* slots, int rows, int k, in
 }
 
 template <typename T>
-absl::Status MoePermuteBackward(T* dx, const T* dxp, const int* row_of_slot, int n, int k, int d,
-                                cudaStream_t stream) {
+absl::Status MoePermuteBackward(const core::CudaExec& exec, T* dx, const T* dxp,
+                                const int* row_of_slot, int n, int k, int d) {
+  cudaStream_t stream = exec.stream;
   if (absl::Status st = CheckTopK(k); !st.ok()) return st;
   if (n == 0 || d == 0) return absl::OkStatus();
   SATDAR_CUDA_RETURN_IF_ERROR(Launch("PermuteBackwardKernel", PermuteBackwardKernel<T>, dim3(n),
@@ -447,8 +456,9 @@ absl::Status MoePermuteBackward(T* dx, const T* dxp, const int* row_of_slot, int
 }
 
 template <typename T>
-absl::Status MoeCombine(T* out, const T* y, const float* weight, const int* row_of_slot, int n,
-                        int k, int d, cudaStream_t stream) {
+absl::Status MoeCombine(const core::CudaExec& exec, T* out, const T* y, const float* weight,
+                        const int* row_of_slot, int n, int k, int d) {
+  cudaStream_t stream = exec.stream;
   if (absl::Status st = CheckTopK(k); !st.ok()) return st;
   if (n == 0 || d == 0) return absl::OkStatus();
   SATDAR_CUDA_RETURN_IF_ERROR(Launch("CombineKernel", CombineKernel<T>, dim3(n), dim3(kThreads),
@@ -457,9 +467,10 @@ absl::Status MoeCombine(T* out, const T* y, const float* weight, const int* row_
 }
 
 template <typename T>
-absl::Status MoeCombineBackward(T* dy, float* dweight, const T* dout, const T* y,
-                                const float* weight, const int* slots, int rows, int k, int d,
-                                cudaStream_t stream) {
+absl::Status MoeCombineBackward(const core::CudaExec& exec, T* dy, float* dweight, const T* dout,
+                                const T* y, const float* weight, const int* slots, int rows, int k,
+                                int d) {
+  cudaStream_t stream = exec.stream;
   if (absl::Status st = CheckTopK(k); !st.ok()) return st;
   if (rows == 0) return absl::OkStatus();
   SATDAR_CUDA_RETURN_IF_ERROR(Launch("CombineBackwardKernel", CombineBackwardKernel<T>,
@@ -468,17 +479,18 @@ absl::Status MoeCombineBackward(T* dy, float* dweight, const T* dout, const T* y
   return absl::OkStatus();
 }
 
-#define SATDAR_MOE_OPS_INSTANTIATE(T)                                                           \
-  template absl::Status MoeRouteBackward<T>(T*, const float*, const float*, const int*,        \
-                                            const float*, const float*, const float*, int, int, \
-                                            int, int, bool, double, double, cudaStream_t);      \
-  template absl::Status MoePermute<T>(T*, const T*, const int*, int, int, int, cudaStream_t);  \
-  template absl::Status MoePermuteBackward<T>(T*, const T*, const int*, int, int, int,         \
-                                              cudaStream_t);                                    \
-  template absl::Status MoeCombine<T>(T*, const T*, const float*, const int*, int, int, int,   \
-                                      cudaStream_t);                                            \
-  template absl::Status MoeCombineBackward<T>(T*, float*, const T*, const T*, const float*,    \
-                                              const int*, int, int, int, cudaStream_t);
+#define SATDAR_MOE_OPS_INSTANTIATE(T)                                                              \
+  template absl::Status MoeRouteBackward<T>(const core::CudaExec&, T*, const float*, const float*, \
+                                            const int*, const float*, const float*, const float*,  \
+                                            int, int, int, int, bool, double, double);             \
+  template absl::Status MoePermute<T>(const core::CudaExec&, T*, const T*, const int*, int, int,   \
+                                      int);                                                        \
+  template absl::Status MoePermuteBackward<T>(const core::CudaExec&, T*, const T*, const int*,     \
+                                              int, int, int);                                      \
+  template absl::Status MoeCombine<T>(const core::CudaExec&, T*, const T*, const float*,           \
+                                      const int*, int, int, int);                                  \
+  template absl::Status MoeCombineBackward<T>(const core::CudaExec&, T*, float*, const T*,         \
+                                              const T*, const float*, const int*, int, int, int);
 SATDAR_MOE_OPS_INSTANTIATE(float)
 SATDAR_MOE_OPS_INSTANTIATE(__nv_bfloat16)
 #undef SATDAR_MOE_OPS_INSTANTIATE

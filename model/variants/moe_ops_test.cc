@@ -31,6 +31,7 @@
 #include "core/ops/gradcheck_testutil.h"
 #include "core/thread_pool.h"
 #include "gtest/gtest.h"
+#include "model/variants/ops_test_exec.h"
 
 namespace satdar::model {
 namespace {
@@ -168,19 +169,21 @@ void CheckCase(const Case& c) {
   const int n = c.b * c.t, e = c.e, k = c.k, d = c.d, rows = n * k;
   const double aux_coef = 0.01, z_coef = 0.001, scale = 0.5;
   core::ThreadPool pool(2);
+  OpsTestExec ex(&pool);
   SCOPED_TRACE(testing::Message() << "b " << c.b << " t " << c.t << " e " << e << " k " << k);
   auto logits = RandomNormal(Sz(n, e), 31 + e, 2.0f);
   for (int r = 0; c.ties && r < n; r += 4) std::fill_n(logits.begin() + Sz(r, e), e, 0.5f);
   // Route: the CPU on the same logits; the choices against the GPU's own probabilities.
   std::vector<float> probs(Sz(n, e)), lse(n), weight(Sz(n, k));
   std::vector<int> sel(Sz(n, k));
-  cpu::MoeRoute(probs.data(), lse.data(), sel.data(), weight.data(), logits.data(), n, e, k,
-                c.norm, &pool);
+  EXPECT_TRUE(ops::MoeRoute(ex.cpu, probs.data(), lse.data(), sel.data(), weight.data(),
+                            logits.data(), n, e, k, c.norm)
+                  .ok());
   DeviceArray<float> glogits(logits), gprobs(probs.size()), glse(n), gweight(weight.size());
   DeviceVector<int> gsel(std::vector<int>(rows, -1)), gcounts(std::vector<int>(e, -1));
   DeviceVector<int> gslots(std::vector<int>(rows, -1)), ginv(std::vector<int>(rows, -1));
-  ASSERT_TRUE(cuda::MoeRoute(gprobs.get(), glse.get(), gsel.get(), gweight.get(), glogits.get(),
-                             n, e, k, c.norm, nullptr)
+  ASSERT_TRUE(ops::MoeRoute(ex.gpu, gprobs.get(), glse.get(), gsel.get(), gweight.get(),
+                            glogits.get(), n, e, k, c.norm)
                   .ok());
   const std::vector<float> gp = gprobs.Download(), gl = glse.Download(), gw = gweight.Download();
   const std::vector<int> gs = Down(gsel);
@@ -201,27 +204,29 @@ void CheckCase(const Case& c) {
   }
   // Plan, on both sides from the GPU's choices.
   std::vector<int> counts(e), slots(rows), row_of_slot(rows);
-  cpu::MoePlan(counts.data(), slots.data(), row_of_slot.data(), gs.data(), n, e, k);
+  EXPECT_TRUE(
+      ops::MoePlan(ex.cpu, counts.data(), slots.data(), row_of_slot.data(), gs.data(), n, e, k)
+          .ok());
   ASSERT_TRUE(
-      cuda::MoePlan(gcounts.get(), gslots.get(), ginv.get(), gsel.get(), n, e, k, nullptr).ok());
+      ops::MoePlan(ex.gpu, gcounts.get(), gslots.get(), ginv.get(), gsel.get(), n, e, k).ok());
   EXPECT_EQ(Down(gcounts), counts) << "counts";
   EXPECT_EQ(Down(gslots), slots) << "slots";
   EXPECT_EQ(Down(ginv), row_of_slot) << "row_of_slot";
   std::vector<int> inv(rows);
-  cpu::MoeInvertSlots(inv.data(), slots.data(), rows - 1, n, k);
-  ASSERT_TRUE(cuda::MoeInvertSlots(ginv.get(), gslots.get(), rows - 1, n, k, nullptr).ok());
+  EXPECT_TRUE(ops::MoeInvertSlots(ex.cpu, inv.data(), slots.data(), rows - 1, n, k).ok());
+  ASSERT_TRUE(ops::MoeInvertSlots(ex.gpu, ginv.get(), gslots.get(), rows - 1, n, k).ok());
   EXPECT_EQ(Down(ginv), inv) << "inverted slots";
-  ASSERT_TRUE(cuda::MoeInvertSlots(ginv.get(), gslots.get(), rows, n, k, nullptr).ok());
+  ASSERT_TRUE(ops::MoeInvertSlots(ex.gpu, ginv.get(), gslots.get(), rows, n, k).ok());
   // Losses, from the GPU's routing.
   std::vector<double> fraction(Sz(c.b, e));
   double loss = 0.25;
-  cpu::MoeRouterLoss(&loss, fraction.data(), gp.data(), gl.data(), gs.data(), c.b, c.t, e, k,
-                     aux_coef, z_coef, scale);
+  EXPECT_TRUE(ops::MoeRouterLoss(ex.cpu, &loss, fraction.data(), gp.data(), gl.data(), gs.data(),
+                                 c.b, c.t, e, k, aux_coef, z_coef, scale)
+                  .ok());
   DeviceArray<float> gfraction(fraction.size());
-  DeviceVector<double> gloss(std::vector<double>{0.25}), gscratch(std::vector<double>(c.b));
-  ASSERT_TRUE(cuda::MoeRouterLoss(gloss.get(), gfraction.get(), gscratch.get(), gprobs.get(),
-                                  glse.get(), gsel.get(), c.b, c.t, e, k, aux_coef, z_coef,
-                                  scale, nullptr)
+  DeviceVector<double> gloss(std::vector<double>{0.25});
+  ASSERT_TRUE(ops::MoeRouterLoss(ex.gpu, gloss.get(), gfraction.get(), gprobs.get(), glse.get(),
+                                 gsel.get(), c.b, c.t, e, k, aux_coef, z_coef, scale)
                   .ok());
   EXPECT_NEAR(Down(gloss)[0], loss, 1e-6 * std::abs(loss)) << "aux + z loss";
   ExpectClose(gfraction.Download(), std::vector<float>(fraction.begin(), fraction.end()), 1e-6,
@@ -230,14 +235,15 @@ void CheckCase(const Case& c) {
   const auto dweight_in = RandomNormal(weight.size(), 41);
   const double aux_grad = scale * aux_coef * e / n, z_grad = scale * z_coef * 2.0 / n;
   std::vector<float> dlogits(probs.size());
-  cpu::MoeRouteBackward(dlogits.data(), gp.data(), gl.data(), gs.data(), gw.data(),
-                        dweight_in.data(), fraction.data(), c.b, c.t, e, k, c.norm, aux_grad,
-                        z_grad, &pool);
+  EXPECT_TRUE(ops::MoeRouteBackward(ex.cpu, dlogits.data(), gp.data(), gl.data(), gs.data(),
+                                    gw.data(), dweight_in.data(), fraction.data(), c.b, c.t, e, k,
+                                    c.norm, aux_grad, z_grad)
+                  .ok());
   DeviceArray<float> gdweight_in(dweight_in);
   DeviceArray<T> gdlogits(dlogits.size());
-  ASSERT_TRUE(cuda::MoeRouteBackward(gdlogits.get(), gprobs.get(), glse.get(), gsel.get(),
-                                     gweight.get(), gdweight_in.get(), gfraction.get(), c.b,
-                                     c.t, e, k, c.norm, aux_grad, z_grad, nullptr)
+  ASSERT_TRUE(ops::MoeRouteBackward(ex.gpu, gdlogits.get(), gprobs.get(), glse.get(), gsel.get(),
+                                    gweight.get(), gdweight_in.get(), gfraction.get(), c.b, c.t, e,
+                                    k, c.norm, aux_grad, z_grad)
                   .ok());
   ExpectClose(gdlogits.Download(), dlogits, stored, "dlogits");
   // Permute, combine and their backward on the plan.
@@ -247,22 +253,24 @@ void CheckCase(const Case& c) {
   const auto dxp = Quantize<T>(RandomNormal(Sz(rows, d), 54));
   const auto dx0 = Quantize<T>(RandomNormal(Sz(n, d), 55));
   std::vector<float> xp(y.size()), out(x.size()), dy(y.size()), dweight(weight.size()), dx = dx0;
-  cpu::MoePermute(xp.data(), x.data(), slots.data(), rows, k, d, &pool);
-  cpu::MoeCombine(out.data(), y.data(), gw.data(), row_of_slot.data(), n, k, d, &pool);
-  cpu::MoeCombineBackward(dy.data(), dweight.data(), dout.data(), y.data(), gw.data(),
-                          slots.data(), rows, k, d, &pool);
-  cpu::MoePermuteBackward(dx.data(), dxp.data(), row_of_slot.data(), n, k, d, &pool);
+  EXPECT_TRUE(ops::MoePermute(ex.cpu, xp.data(), x.data(), slots.data(), rows, k, d).ok());
+  EXPECT_TRUE(
+      ops::MoeCombine(ex.cpu, out.data(), y.data(), gw.data(), row_of_slot.data(), n, k, d).ok());
+  EXPECT_TRUE(ops::MoeCombineBackward(ex.cpu, dy.data(), dweight.data(), dout.data(), y.data(),
+                                      gw.data(), slots.data(), rows, k, d)
+                  .ok());
+  EXPECT_TRUE(
+      ops::MoePermuteBackward(ex.cpu, dx.data(), dxp.data(), row_of_slot.data(), n, k, d).ok());
   DeviceArray<T> gx(x), gy(y), gdout(dout), gdxp(dxp), gdx(dx0), gxp(xp.size()),
       gout(out.size()), gdy(dy.size());
   DeviceArray<float> gdweight(dweight.size());
-  ASSERT_TRUE(cuda::MoePermute(gxp.get(), gx.get(), gslots.get(), rows, k, d, nullptr).ok());
-  ASSERT_TRUE(cuda::MoeCombine(gout.get(), gy.get(), gweight.get(), ginv.get(), n, k, d, nullptr)
-                  .ok());
-  ASSERT_TRUE(cuda::MoeCombineBackward(gdy.get(), gdweight.get(), gdout.get(), gy.get(),
-                                       gweight.get(), gslots.get(), rows, k, d, nullptr)
-                  .ok());
+  ASSERT_TRUE(ops::MoePermute(ex.gpu, gxp.get(), gx.get(), gslots.get(), rows, k, d).ok());
   ASSERT_TRUE(
-      cuda::MoePermuteBackward(gdx.get(), gdxp.get(), ginv.get(), n, k, d, nullptr).ok());
+      ops::MoeCombine(ex.gpu, gout.get(), gy.get(), gweight.get(), ginv.get(), n, k, d).ok());
+  ASSERT_TRUE(ops::MoeCombineBackward(ex.gpu, gdy.get(), gdweight.get(), gdout.get(), gy.get(),
+                                      gweight.get(), gslots.get(), rows, k, d)
+                  .ok());
+  ASSERT_TRUE(ops::MoePermuteBackward(ex.gpu, gdx.get(), gdxp.get(), ginv.get(), n, k, d).ok());
   EXPECT_EQ(gxp.Download(), xp) << "permute";
   ExpectClose(gout.Download(), out, stored, "combine");
   ExpectClose(gdy.Download(), dy, stored, "combine backward dy");
@@ -274,6 +282,7 @@ void CheckCase(const Case& c) {
 // every choice stays a valid expert and every slot is dispatched.
 void CheckNonFinite() {
   const int b = 2, t = 3, e = 8, k = 2, n = b * t;
+  OpsTestExec ex(nullptr);
   auto logits = RandomNormal(Sz(n, e), 5);
   logits[1 * e + 3] = std::nanf("");
   logits[4 * e + 0] = INFINITY;
@@ -282,19 +291,18 @@ void CheckNonFinite() {
   DeviceVector<int> gsel(std::vector<int>(n * k, -1)), gcounts(std::vector<int>(e, 0));
   DeviceVector<int> gslots(std::vector<int>(n * k, -1)), ginv(std::vector<int>(n * k, -1));
   DeviceVector<double> gloss(std::vector<double>{0.0});
-  DeviceVector<double> gscratch(std::vector<double>(static_cast<size_t>(b)));
-  ASSERT_TRUE(cuda::MoeRoute(gprobs.get(), glse.get(), gsel.get(), gweight.get(), glogits.get(),
-                             n, e, k, false, nullptr)
+  ASSERT_TRUE(ops::MoeRoute(ex.gpu, gprobs.get(), glse.get(), gsel.get(), gweight.get(),
+                            glogits.get(), n, e, k, false)
                   .ok());
   ASSERT_TRUE(
-      cuda::MoePlan(gcounts.get(), gslots.get(), ginv.get(), gsel.get(), n, e, k, nullptr).ok());
+      ops::MoePlan(ex.gpu, gcounts.get(), gslots.get(), ginv.get(), gsel.get(), n, e, k).ok());
   // Without a loss accumulator only the fraction is computed.
-  ASSERT_TRUE(cuda::MoeRouterLoss(nullptr, gfraction.get(), gscratch.get(), gprobs.get(),
-                                  glse.get(), gsel.get(), b, t, e, k, 0.01, 0.001, 1.0, nullptr)
+  ASSERT_TRUE(ops::MoeRouterLoss(ex.gpu, nullptr, gfraction.get(), gprobs.get(), glse.get(),
+                                 gsel.get(), b, t, e, k, 0.01, 0.001, 1.0)
                   .ok());
   const std::vector<float> fraction = gfraction.Download();
-  ASSERT_TRUE(cuda::MoeRouterLoss(gloss.get(), gfraction.get(), gscratch.get(), gprobs.get(),
-                                  glse.get(), gsel.get(), b, t, e, k, 0.01, 0.001, 1.0, nullptr)
+  ASSERT_TRUE(ops::MoeRouterLoss(ex.gpu, gloss.get(), gfraction.get(), gprobs.get(), glse.get(),
+                                 gsel.get(), b, t, e, k, 0.01, 0.001, 1.0)
                   .ok());
   const std::vector<int> sel = Down(gsel), counts = Down(gcounts);
   for (int s : sel) EXPECT_TRUE(s >= 0 && s < e) << s;
@@ -312,12 +320,13 @@ void CheckCudaAgainstCpu() {
     CheckCase<T>(c);
   }
   // Shapes beyond the kernels' limits: refused before launching.
-  EXPECT_TRUE(absl::IsInvalidArgument(cuda::MoeRoute(nullptr, nullptr, nullptr, nullptr, nullptr,
-                                                     4, kMoeMaxExperts + 1, 2, false, nullptr)));
+  OpsTestExec ex(nullptr);
+  EXPECT_TRUE(absl::IsInvalidArgument(ops::MoeRoute(ex.gpu, nullptr, nullptr, nullptr, nullptr,
+                                                    nullptr, 4, kMoeMaxExperts + 1, 2, false)));
+  EXPECT_TRUE(
+      absl::IsInvalidArgument(ops::MoePlan(ex.gpu, nullptr, nullptr, nullptr, nullptr, 4, 4, 5)));
   EXPECT_TRUE(absl::IsInvalidArgument(
-      cuda::MoePlan(nullptr, nullptr, nullptr, nullptr, 4, 4, 5, nullptr)));
-  EXPECT_TRUE(absl::IsInvalidArgument(cuda::MoeCombine<T>(nullptr, nullptr, nullptr, nullptr, 4,
-                                                          kMoeMaxTopK + 1, 8, nullptr)));
+      ops::MoeCombine<T>(ex.gpu, nullptr, nullptr, nullptr, nullptr, 4, kMoeMaxTopK + 1, 8)));
   if (!kIsBf16<T>) CheckNonFinite();  // the router is fp32 in both
 }
 

@@ -22,10 +22,11 @@
 
 #include <cstdint>
 
+#include "absl/status/status.h"
+#include "core/exec.h"
+
 #if defined(SATDAR_WITH_CUDA) || defined(__CUDACC__)
 #include <cuda_runtime.h>
-
-#include "absl/status/status.h"
 #endif
 
 namespace satdar::core {
@@ -70,28 +71,71 @@ inline constexpr int kMaxMuddWays = 4;
 // T is float or __nv_bfloat16 (h, g, the X_j, outs and their gradients); a, da, stat and
 // grad_stat are fp32 (a: the w2 GEMM's fp32 output; stat and grad_stat: the fp32 master
 // weights and gradients) and all arithmetic is fp32. Device pointers (the pointer arrays
-// too), enqueued on `stream`. Deterministic: every sum runs in a fixed order (no atomics).
+// too), enqueued on x.stream. Deterministic: every sum runs in a fixed order (no atomics).
 // DenseCombine* return InvalidArgument for ways outside [1, kMaxMuddWays] or ld < ways *
 // sources.
 template <typename T>
-absl::Status GeluForward(T* g, const T* h, int64_t n, cudaStream_t stream);
+absl::Status GeluForward(const core::CudaExec& x, T* g, const T* h, int64_t n);
 template <typename T>
-absl::Status GeluBackward(T* dh, const T* dg, const T* h, int64_t n, cudaStream_t stream);
+absl::Status GeluBackward(const core::CudaExec& x, T* dh, const T* dg, const T* h, int64_t n);
 template <typename T>
-absl::Status DenseCombineForward(T* const* outs, int ways, const T* const* xs, int sources,
-                                 const float* a, int ld, const float* stat, int rows, int c,
-                                 cudaStream_t stream);
+absl::Status DenseCombineForward(const core::CudaExec& x, T* const* outs, int ways,
+                                 const T* const* xs, int sources, const float* a, int ld,
+                                 const float* stat, int rows, int c);
 // The one argument the CPU side lacks: da_t (N, ld), da rounded to T (padding columns 0), for
 // the caller's GEMMs in the compute dtype; da stays fp32 for grad_stat.
 template <typename T>
-absl::Status DenseCombineBackward(float* da, T* da_t, float* grad_stat, T* const* dxs,
-                                  const T* const* douts, int ways, const T* const* xs,
-                                  int sources, const float* a, int ld, const float* stat,
-                                  int rows, int c, cudaStream_t stream);
+absl::Status DenseCombineBackward(const core::CudaExec& x, float* da, T* da_t, float* grad_stat,
+                                  T* const* dxs, const T* const* douts, int ways,
+                                  const T* const* xs, int sources, const float* a, int ld,
+                                  const float* stat, int rows, int c);
 
 }  // namespace cuda
 
 #endif  // SATDAR_WITH_CUDA || __CUDACC__
+
+// One call text for both devices: ops::X(x, ...) with x a core::CpuExec (the cpu:: reference)
+// or a core::CudaExec (the cuda:: launcher).
+// DenseCombineBackward's CUDA side also writes da_t (da in the compute dtype); the CPU has
+// no such argument.
+namespace ops {
+
+template <typename T>
+inline absl::Status GeluForward(const core::CpuExec& x, T* g, const T* h, int64_t n) {
+  cpu::GeluForward(g, h, n, x.pool);
+  return absl::OkStatus();
+}
+template <typename T>
+inline absl::Status GeluBackward(const core::CpuExec& x, T* dh, const T* dg, const T* h,
+                                 int64_t n) {
+  cpu::GeluBackward(dh, dg, h, n, x.pool);
+  return absl::OkStatus();
+}
+template <typename T>
+inline absl::Status DenseCombineForward(const core::CpuExec& x, T* const* outs, int ways,
+                                        const T* const* xs, int sources, const T* a, int ld,
+                                        const T* stat, int rows, int c) {
+  cpu::DenseCombineForward(outs, ways, xs, sources, a, ld, stat, rows, c, x.pool);
+  return absl::OkStatus();
+}
+template <typename T>
+inline absl::Status DenseCombineBackward(const core::CpuExec& x, T* da, T* grad_stat, T* const* dxs,
+                                         const T* const* douts, int ways, const T* const* xs,
+                                         int sources, const T* a, int ld, const T* stat, int rows,
+                                         int c) {
+  cpu::DenseCombineBackward(da, grad_stat, dxs, douts, ways, xs, sources, a, ld, stat, rows, c,
+                            x.pool);
+  return absl::OkStatus();
+}
+
+#if defined(SATDAR_WITH_CUDA) || defined(__CUDACC__)
+using cuda::DenseCombineBackward;
+using cuda::DenseCombineForward;
+using cuda::GeluBackward;
+using cuda::GeluForward;
+#endif
+
+}  // namespace ops
 
 }  // namespace satdar::model
 

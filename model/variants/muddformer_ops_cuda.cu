@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "core/check.h"
 #include "core/cuda/bf16.cuh"
 #include "core/cuda/check.h"
 #include "core/cuda/launch.h"
@@ -126,7 +127,8 @@ __global__ void CombineDotsKernel(float* da, T* da_t, const T* const* douts, int
 }  // namespace
 
 template <typename T>
-absl::Status GeluForward(T* g, const T* h, int64_t n, cudaStream_t stream) {
+absl::Status GeluForward(const core::CudaExec& x, T* g, const T* h, int64_t n) {
+  cudaStream_t stream = x.stream;
   if (n <= 0) return absl::OkStatus();
   SATDAR_CUDA_RETURN_IF_ERROR(Launch("MuddGeluKernel", GeluKernel<T>, dim3(Blocks(n)),
                                      dim3(kThreads), 0, stream, g, h, n));
@@ -134,7 +136,8 @@ absl::Status GeluForward(T* g, const T* h, int64_t n, cudaStream_t stream) {
 }
 
 template <typename T>
-absl::Status GeluBackward(T* dh, const T* dg, const T* h, int64_t n, cudaStream_t stream) {
+absl::Status GeluBackward(const core::CudaExec& x, T* dh, const T* dg, const T* h, int64_t n) {
+  cudaStream_t stream = x.stream;
   if (n <= 0) return absl::OkStatus();
   SATDAR_CUDA_RETURN_IF_ERROR(Launch("MuddGeluBackwardKernel", GeluBackwardKernel<T>,
                                      dim3(Blocks(n)), dim3(kThreads), 0, stream, dh, dg, h, n));
@@ -142,9 +145,10 @@ absl::Status GeluBackward(T* dh, const T* dg, const T* h, int64_t n, cudaStream_
 }
 
 template <typename T>
-absl::Status DenseCombineForward(T* const* outs, int ways, const T* const* xs, int sources,
-                                 const float* a, int ld, const float* stat, int rows, int c,
-                                 cudaStream_t stream) {
+absl::Status DenseCombineForward(const core::CudaExec& x, T* const* outs, int ways,
+                                 const T* const* xs, int sources, const float* a, int ld,
+                                 const float* stat, int rows, int c) {
+  cudaStream_t stream = x.stream;
   if (absl::Status status = CheckWays(ways, sources, ld); !status.ok()) return status;
   const int64_t total = static_cast<int64_t>(rows) * c * ways;
   if (total <= 0) return absl::OkStatus();
@@ -155,17 +159,18 @@ absl::Status DenseCombineForward(T* const* outs, int ways, const T* const* xs, i
 }
 
 template <typename T>
-absl::Status DenseCombineBackward(float* da, T* da_t, float* grad_stat, T* const* dxs,
-                                  const T* const* douts, int ways, const T* const* xs,
-                                  int sources, const float* a, int ld, const float* stat,
-                                  int rows, int c, cudaStream_t stream) {
+absl::Status DenseCombineBackward(const core::CudaExec& x, float* da, T* da_t, float* grad_stat,
+                                  T* const* dxs, const T* const* douts, int ways,
+                                  const T* const* xs, int sources, const float* a, int ld,
+                                  const float* stat, int rows, int c) {
+  cudaStream_t stream = x.stream;
   if (absl::Status status = CheckWays(ways, sources, ld); !status.ok()) return status;
   if (rows <= 0 || sources <= 0) return absl::OkStatus();
   // The dots read xs before the dx kernel writes dxs (which must not alias xs or douts).
   SATDAR_CUDA_RETURN_IF_ERROR(Launch("DenseCombineDotsKernel", CombineDotsKernel<T>,
                                      dim3(rows, sources), dim3(kThreads), 0, stream, da, da_t,
                                      douts, ways, xs, sources, ld, c));
-  SATDAR_CUDA_RETURN_IF_ERROR(ColumnSums(grad_stat, da, rows, ways * sources, ld, stream));
+  SATDAR_RETURN_IF_ERROR(ColumnSums(x, grad_stat, da, rows, ways * sources, ld));
   const int64_t total = static_cast<int64_t>(rows) * c * sources;
   if (total <= 0) return absl::OkStatus();
   SATDAR_CUDA_RETURN_IF_ERROR(Launch("DenseCombineDxKernel", CombineDxKernel<T>,
@@ -174,15 +179,15 @@ absl::Status DenseCombineBackward(float* da, T* da_t, float* grad_stat, T* const
   return absl::OkStatus();
 }
 
-#define SATDAR_INSTANTIATE(T)                                                                  \
-  template absl::Status GeluForward<T>(T*, const T*, int64_t, cudaStream_t);                   \
-  template absl::Status GeluBackward<T>(T*, const T*, const T*, int64_t, cudaStream_t);        \
-  template absl::Status DenseCombineForward<T>(T* const*, int, const T* const*, int,           \
-                                               const float*, int, const float*, int, int,      \
-                                               cudaStream_t);                                  \
-  template absl::Status DenseCombineBackward<T>(float*, T*, float*, T* const*, const T* const*, \
-                                                int, const T* const*, int, const float*, int,  \
-                                                const float*, int, int, cudaStream_t);
+#define SATDAR_INSTANTIATE(T)                                                                     \
+  template absl::Status GeluForward<T>(const core::CudaExec&, T*, const T*, int64_t);             \
+  template absl::Status GeluBackward<T>(const core::CudaExec&, T*, const T*, const T*, int64_t);  \
+  template absl::Status DenseCombineForward<T>(const core::CudaExec&, T* const*, int,             \
+                                               const T* const*, int, const float*, int,           \
+                                               const float*, int, int);                           \
+  template absl::Status DenseCombineBackward<T>(const core::CudaExec&, float*, T*, float*,        \
+                                                T* const*, const T* const*, int, const T* const*, \
+                                                int, const float*, int, const float*, int, int);
 SATDAR_INSTANTIATE(float)
 SATDAR_INSTANTIATE(__nv_bfloat16)
 #undef SATDAR_INSTANTIATE

@@ -19,6 +19,7 @@
 #include "core/ops/gradcheck_testutil.h"
 #include "core/thread_pool.h"
 #include "gtest/gtest.h"
+#include "model/variants/ops_test_exec.h"
 
 namespace satdar::model {
 namespace {
@@ -106,6 +107,7 @@ void CheckCombine(int ways) {
   const double stored = kIsBf16<T> ? 1e-2 : 1e-5, fp32 = kIsBf16<T> ? 1e-4 : 1e-5;
   const int rows = 9, c = 40, sources = 3, ld = 16;
   core::ThreadPool pool(2);
+  OpsTestExec ex(&pool);
   std::vector<std::vector<float>> xs, douts, dxs0;
   for (int j = 0; j < sources; ++j) xs.push_back(Quantize<T>(RandomNormal(Sz(rows, c), 20 + j)));
   for (int w = 0; w < ways; ++w) douts.push_back(Quantize<T>(RandomNormal(Sz(rows, c), 30 + w)));
@@ -126,10 +128,13 @@ void CheckCombine(int ways) {
     houts.push_back(outs[w].data());
     hdouts.push_back(douts[w].data());
   }
-  cpu::DenseCombineForward(houts.data(), ways, hxs.data(), sources, a.data(), ld, stat.data(),
-                           rows, c, &pool);
-  cpu::DenseCombineBackward(da.data(), dstat.data(), hdxs.data(), hdouts.data(), ways,
-                            hxs.data(), sources, a.data(), ld, stat.data(), rows, c, &pool);
+  EXPECT_TRUE(ops::DenseCombineForward(ex.cpu, houts.data(), ways, hxs.data(), sources, a.data(),
+                                       ld, stat.data(), rows, c)
+                  .ok());
+  EXPECT_TRUE(ops::DenseCombineBackward(ex.cpu, da.data(), dstat.data(), hdxs.data(), hdouts.data(),
+                                        ways, hxs.data(), sources, a.data(), ld, stat.data(), rows,
+                                        c)
+                  .ok());
   // GPU.
   std::vector<std::unique_ptr<DeviceArray<T>>> gxs, gouts, gdouts, gdxs;
   std::vector<T*> pxs, pouts, pdouts, pdxs;
@@ -148,11 +153,13 @@ void CheckCombine(int ways) {
   DeviceVector<T*> lxs(pxs), louts(pouts), ldouts(pdouts), ldxs(pdxs);
   DeviceArray<float> ga(a), gstat(stat), gda(da.size()), gdstat(dstat0);
   DeviceArray<T> gda_t(da.size());
-  ASSERT_TRUE(cuda::DenseCombineForward(louts.get(), ways, lxs.get(), sources, ga.get(), ld,
-                                        gstat.get(), rows, c, nullptr).ok());
-  ASSERT_TRUE(cuda::DenseCombineBackward(gda.get(), gda_t.get(), gdstat.get(), ldxs.get(),
-                                         ldouts.get(), ways, lxs.get(), sources, ga.get(), ld,
-                                         gstat.get(), rows, c, nullptr).ok());
+  ASSERT_TRUE(ops::DenseCombineForward(ex.gpu, louts.get(), ways, lxs.get(), sources, ga.get(), ld,
+                                       gstat.get(), rows, c)
+                  .ok());
+  ASSERT_TRUE(ops::DenseCombineBackward(ex.gpu, gda.get(), gda_t.get(), gdstat.get(), ldxs.get(),
+                                        ldouts.get(), ways, lxs.get(), sources, ga.get(), ld,
+                                        gstat.get(), rows, c)
+                  .ok());
   for (int w = 0; w < ways; ++w) ExpectClose(gouts[w]->Download(), outs[w], stored, "mudd out");
   for (int j = 0; j < sources; ++j) ExpectClose(gdxs[j]->Download(), dxs[j], stored, "mudd dX");
   ExpectClose(gda.Download(), da, fp32, "mudd da");
@@ -165,6 +172,7 @@ void CheckCudaAgainstCpu() {
   const double stored = kIsBf16<T> ? 1e-2 : 1e-5;
   const int rows = 9, c = 40, sources = 3;
   core::ThreadPool pool(2);
+  OpsTestExec ex(&pool);
   CheckCombine<T>(4);
   CheckCombine<T>(1);
   // GELU (in place backward, as the GPU model calls it).
@@ -172,21 +180,21 @@ void CheckCudaAgainstCpu() {
   const auto dg = Quantize<T>(RandomNormal(hpre.size(), 53));
   const int64_t n = static_cast<int64_t>(hpre.size());
   std::vector<float> gelu(hpre.size()), dgelu(hpre.size());
-  cpu::GeluForward(gelu.data(), hpre.data(), n, &pool);
-  cpu::GeluBackward(dgelu.data(), dg.data(), hpre.data(), n, &pool);
+  EXPECT_TRUE(ops::GeluForward(ex.cpu, gelu.data(), hpre.data(), n).ok());
+  EXPECT_TRUE(ops::GeluBackward(ex.cpu, dgelu.data(), dg.data(), hpre.data(), n).ok());
   DeviceArray<T> gh(hpre), gg(hpre.size()), gdg(dg);
-  ASSERT_TRUE(cuda::GeluForward(gg.get(), gh.get(), n, nullptr).ok());
-  ASSERT_TRUE(cuda::GeluBackward(gdg.get(), gdg.get(), gh.get(), n, nullptr).ok());
+  ASSERT_TRUE(ops::GeluForward(ex.gpu, gg.get(), gh.get(), n).ok());
+  ASSERT_TRUE(ops::GeluBackward(ex.gpu, gdg.get(), gdg.get(), gh.get(), n).ok());
   ExpectClose(gg.Download(), gelu, stored, "gelu");
   ExpectClose(gdg.Download(), dgelu, stored, "gelu backward");
   // More ways than the kernels hold, or ld too narrow: refused before launching.
   std::vector<T*> none(5, nullptr);
   DeviceVector<T*> lnone(none);
   DeviceArray<float> ga(Sz(rows, 20)), gstat(20);
-  EXPECT_TRUE(absl::IsInvalidArgument(cuda::DenseCombineForward(
-      lnone.get(), 5, lnone.get(), 4, ga.get(), 20, gstat.get(), rows, c, nullptr)));
-  EXPECT_TRUE(absl::IsInvalidArgument(cuda::DenseCombineForward(
-      lnone.get(), 4, lnone.get(), sources, ga.get(), 11, gstat.get(), rows, c, nullptr)));
+  EXPECT_TRUE(absl::IsInvalidArgument(ops::DenseCombineForward(
+      ex.gpu, lnone.get(), 5, lnone.get(), 4, ga.get(), 20, gstat.get(), rows, c)));
+  EXPECT_TRUE(absl::IsInvalidArgument(ops::DenseCombineForward(
+      ex.gpu, lnone.get(), 4, lnone.get(), sources, ga.get(), 11, gstat.get(), rows, c)));
 }
 
 #endif  // SATDAR_WITH_CUDA

@@ -11,11 +11,11 @@
 
 #include <cstdint>
 
+#include "absl/status/status.h"
+#include "core/exec.h"
+
 #if defined(SATDAR_WITH_CUDA) || defined(__CUDACC__)
 #include <cuda_runtime.h>
-
-#include "absl/status/status.h"
-#include "core/cuda/reduce_grid.h"
 #endif
 
 namespace satdar::core {
@@ -53,22 +53,50 @@ void ResformerMixBackward(T* dv, T* dv1, const T* dvmix, const T* v1, const T* v
 
 namespace cuda {
 
-// scratch: fp32 device memory of 2 * core::cuda::kReduceBlocks (the fixed grid of
-// core/cuda/reduce_grid.h: bit-identical sums).
+// Enqueued on x.stream. The backward sums over the fixed grid of core/cuda/reduce_grid.h
+// (bit-identical sums), its scratch (fp32, 2 * core::cuda::kReduceBlocks) from x.workspace
+// (FailedPrecondition without one).
 
 template <typename T>
-absl::Status ResformerMixForward(T* vmix, const T* v1, const T* v,
-                                 const ResformerLambdas<float>& p, int64_t n,
-                                 cudaStream_t stream);
+absl::Status ResformerMixForward(const core::CudaExec& x, T* vmix, const T* v1, const T* v,
+                                 const ResformerLambdas<float>& p, int64_t n);
 template <typename T>
-absl::Status ResformerMixBackward(T* dv, T* dv1, const T* dvmix, const T* v1, const T* v,
-                                  const ResformerLambdas<float>& p, float* grad_scale,
-                                  float* grad_logits, float* grad_lambda2, float* scratch,
-                                  int64_t n, cudaStream_t stream);
+absl::Status ResformerMixBackward(const core::CudaExec& x, T* dv, T* dv1, const T* dvmix,
+                                  const T* v1, const T* v, const ResformerLambdas<float>& p,
+                                  float* grad_scale, float* grad_logits, float* grad_lambda2,
+                                  int64_t n);
 
 }  // namespace cuda
 
 #endif  // SATDAR_WITH_CUDA || __CUDACC__
+
+// One call text for both devices: ops::X(x, ...) with x a core::CpuExec (the cpu:: reference)
+// or a core::CudaExec (the cuda:: launcher). The CPU backward runs on the calling thread
+// (cpu::ResformerMixBackward takes no pool; x.pool is unused).
+namespace ops {
+
+template <typename T>
+inline absl::Status ResformerMixForward(const core::CpuExec& x, T* vmix, const T* v1,
+                                        const T* v, const ResformerLambdas<T>& p, int64_t n) {
+  cpu::ResformerMixForward(vmix, v1, v, p, n, x.pool);
+  return absl::OkStatus();
+}
+template <typename T>
+inline absl::Status ResformerMixBackward(const core::CpuExec& x, T* dv, T* dv1, const T* dvmix,
+                                         const T* v1, const T* v, const ResformerLambdas<T>& p,
+                                         T* grad_scale, T* grad_logits, T* grad_lambda2,
+                                         int64_t n) {
+  (void)x;
+  cpu::ResformerMixBackward(dv, dv1, dvmix, v1, v, p, grad_scale, grad_logits, grad_lambda2, n);
+  return absl::OkStatus();
+}
+
+#if defined(SATDAR_WITH_CUDA) || defined(__CUDACC__)
+using cuda::ResformerMixBackward;
+using cuda::ResformerMixForward;
+#endif
+
+}  // namespace ops
 
 }  // namespace satdar::model
 

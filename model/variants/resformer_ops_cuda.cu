@@ -2,10 +2,13 @@
 // Reductions: the grid of core::cuda::ReduceBlocks(n) blocks, then one thread adds the block
 // sums in block order.
 #include "core/cuda/bf16.cuh"
+#include "core/check.h"
 #include "core/cuda/check.h"
 #include "core/cuda/launch.h"
 #include "core/cuda/reduce.cuh"
+#include "core/cuda/reduce_grid.h"
 #include "model/variants/resformer_ops.h"
+#include "core/cuda/workspace.h"
 
 namespace satdar::model::cuda {
 
@@ -91,8 +94,9 @@ __global__ void ResformerFinishKernel(const float* scratch, int blocks, Resforme
 }  // namespace
 
 template <typename T>
-absl::Status ResformerMixForward(T* vmix, const T* v1, const T* v, const ResformerLambdas<float>& p,
-                                int64_t n, cudaStream_t stream) {
+absl::Status ResformerMixForward(const core::CudaExec& x, T* vmix, const T* v1, const T* v,
+                                 const ResformerLambdas<float>& p, int64_t n) {
+  cudaStream_t stream = x.stream;
   if (n == 0) return absl::OkStatus();
   SATDAR_CUDA_RETURN_IF_ERROR(Launch("ResformerForwardKernel", ResformerForwardKernel<T>,
                                      dim3(Blocks(n)), dim3(kThreads), 0, stream, vmix, v1, v, p,
@@ -101,11 +105,14 @@ absl::Status ResformerMixForward(T* vmix, const T* v1, const T* v, const Resform
 }
 
 template <typename T>
-absl::Status ResformerMixBackward(T* dv, T* dv1, const T* dvmix, const T* v1, const T* v,
-                                 const ResformerLambdas<float>& p, float* grad_scale, float* grad_logits,
-                                 float* grad_lambda2, float* scratch, int64_t n,
-                                 cudaStream_t stream) {
+absl::Status ResformerMixBackward(const core::CudaExec& x, T* dv, T* dv1, const T* dvmix,
+                                  const T* v1, const T* v, const ResformerLambdas<float>& p,
+                                  float* grad_scale, float* grad_logits, float* grad_lambda2,
+                                  int64_t n) {
+  cudaStream_t stream = x.stream;
   const int blocks = core::cuda::ReduceBlocks(n, kThreads);
+  SATDAR_ASSIGN_OR_RETURN(float* scratch,
+                          core::cuda::Scratch<float>(x, 2 * blocks, "ResformerMixBackward"));
   SATDAR_CUDA_RETURN_IF_ERROR(Launch("ResformerBackwardKernel", ResformerBackwardKernel<T>,
                                      dim3(blocks), dim3(kThreads), 0, stream, dv, dv1, dvmix, v1,
                                      v, p, scratch, n));
@@ -118,12 +125,12 @@ absl::Status ResformerMixBackward(T* dv, T* dv1, const T* dvmix, const T* v1, co
 }
 
 #define SATDAR_INSTANTIATE(T)                                                                  \
-  template absl::Status ResformerMixForward<T>(T*, const T*, const T*,                         \
-                                               const ResformerLambdas<float>&, int64_t,        \
-                                               cudaStream_t);                                  \
-  template absl::Status ResformerMixBackward<T>(T*, T*, const T*, const T*, const T*,          \
+  template absl::Status ResformerMixForward<T>(const core::CudaExec&, T*, const T*, const T*,  \
+                                               const ResformerLambdas<float>&, int64_t);       \
+  template absl::Status ResformerMixBackward<T>(const core::CudaExec&, T*, T*, const T*,       \
+                                                const T*, const T*,                            \
                                                 const ResformerLambdas<float>&, float*, float*, \
-                                                float*, float*, int64_t, cudaStream_t);
+                                                float*, int64_t);
 SATDAR_INSTANTIATE(float)
 SATDAR_INSTANTIATE(__nv_bfloat16)
 #undef SATDAR_INSTANTIATE

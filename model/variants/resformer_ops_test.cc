@@ -10,6 +10,7 @@
 #include "core/ops/gradcheck_testutil.h"
 #include "core/thread_pool.h"
 #include "gtest/gtest.h"
+#include "model/variants/ops_test_exec.h"
 
 namespace satdar::model {
 namespace {
@@ -74,6 +75,7 @@ void CheckCudaAgainstCpu() {
   const double stored = kIsBf16<T> ? 1e-2 : 1e-5, scalar = kIsBf16<T> ? 1e-4 : 1e-5;
   const int64_t n = 4099;
   core::ThreadPool pool(2);
+  OpsTestExec ex(&pool);
   const std::vector<float> v = Quantize<T>(RandomNormal(n, 1)), v1 = Quantize<T>(RandomNormal(n, 2));
   const std::vector<float> g = Quantize<T>(RandomNormal(n, 3)), dv1_in = Quantize<T>(RandomNormal(n, 4));
   std::vector<float> scale = {1.7f}, logits = {0.2f, -0.4f, 0.9f}, lambda2 = {0.4f};
@@ -84,25 +86,26 @@ void CheckCudaAgainstCpu() {
   p.logits = logits.data();
   p.lambda2 = lambda2.data();
   std::vector<float> vmix(n), dv(n), dv1 = dv1_in, dscale = {0.0f}, dlogits(3, 0.0f), dl2 = {0.0f};
-  cpu::ResformerMixForward(vmix.data(), v1.data(), v.data(), p, n, &pool);
-  cpu::ResformerMixBackward(dv.data(), dv1.data(), g.data(), v1.data(), v.data(), p,
-                            dscale.data(), dlogits.data(), dl2.data(), n);
+  EXPECT_TRUE(ops::ResformerMixForward(ex.cpu, vmix.data(), v1.data(), v.data(), p, n).ok());
+  EXPECT_TRUE(ops::ResformerMixBackward(ex.cpu, dv.data(), dv1.data(), g.data(), v1.data(),
+                                        v.data(), p, dscale.data(), dlogits.data(), dl2.data(), n)
+                  .ok());
   DeviceBuffer d_v(v, dt), d_v1(v1, dt), d_g(g, dt), d_out(n, dt), d_dv1(dv1_in, dt),
       d_scale(scale, core::DType::kF32), d_logits(logits, core::DType::kF32),
       d_l2(lambda2, core::DType::kF32), d_dscale(std::vector<float>{0.0f}, core::DType::kF32),
       d_dlogits(std::vector<float>(3, 0.0f), core::DType::kF32),
-      d_dl2(std::vector<float>{0.0f}, core::DType::kF32),
-      d_scratch(2 * core::cuda::kReduceBlocks, core::DType::kF32);
+      d_dl2(std::vector<float>{0.0f}, core::DType::kF32);
   auto ptr = [](const DeviceBuffer& b) { return static_cast<T*>(b.get()); };
   ResformerLambdas<float> dp = p;
   dp.scale = d_scale.f32();
   dp.logits = d_logits.f32();
   dp.lambda2 = d_l2.f32();
-  ASSERT_TRUE(cuda::ResformerMixForward(ptr(d_out), ptr(d_v1), ptr(d_v), dp, n, nullptr).ok());
+  ASSERT_TRUE(ops::ResformerMixForward(ex.gpu, ptr(d_out), ptr(d_v1), ptr(d_v), dp, n).ok());
   ExpectClose(d_out.Download(), vmix, stored, "vmix");
-  ASSERT_TRUE(cuda::ResformerMixBackward(ptr(d_out), ptr(d_dv1), ptr(d_g), ptr(d_v1), ptr(d_v), dp,
-                                         d_dscale.f32(), d_dlogits.f32(), d_dl2.f32(),
-                                         d_scratch.f32(), n, nullptr).ok());
+  ASSERT_TRUE(ops::ResformerMixBackward(ex.gpu, ptr(d_out), ptr(d_dv1), ptr(d_g), ptr(d_v1),
+                                        ptr(d_v), dp, d_dscale.f32(), d_dlogits.f32(), d_dl2.f32(),
+                                        n)
+                  .ok());
   ExpectClose(d_out.Download(), dv, stored, "dv");
   ExpectClose(d_dv1.Download(), dv1, stored, "dv1");
   ExpectClose(d_dscale.Download(), dscale, scalar, "dscale");

@@ -13,10 +13,11 @@
 
 #include <cstdint>
 
+#include "absl/status/status.h"
+#include "core/exec.h"
+
 #if defined(SATDAR_WITH_CUDA) || defined(__CUDACC__)
 #include <cuda_runtime.h>
-
-#include "absl/status/status.h"
 #endif
 
 namespace satdar::core {
@@ -52,24 +53,64 @@ void ValueGateBackward(T* dx, T* dw, const T* dalpha, const T* x, const T* w, in
 namespace cuda {
 
 // T is float or __nv_bfloat16 (x, W, v, v1, vmix, dx and the value gradients); alpha, dalpha
-// and dw are fp32 and all arithmetic is fp32. Device pointers, enqueued on `stream`.
+// and dw are fp32 and all arithmetic is fp32. Device pointers, enqueued on exec.stream.
 // Deterministic: every sum runs in a fixed order (no atomics).
 template <typename T>
-absl::Status ValueGateForward(float* alpha, const T* x, const T* w, int n, int nkv, int c,
-                              cudaStream_t stream);
+absl::Status ValueGateForward(const core::CudaExec& exec, float* alpha, const T* x, const T* w,
+                              int n, int nkv, int c);
 template <typename T>
-absl::Status ValueMixForward(T* vmix, const float* alpha, const T* v, const T* v1, int n,
-                             int nkv, int hs, cudaStream_t stream);
+absl::Status ValueMixForward(const core::CudaExec& exec, T* vmix, const float* alpha, const T* v,
+                             const T* v1, int n, int nkv, int hs);
 template <typename T>
-absl::Status ValueMixBackward(T* dv, T* dv1, float* dalpha, const T* dvmix, const T* v1,
-                              const float* alpha, int n, int nkv, int hs, cudaStream_t stream);
+absl::Status ValueMixBackward(const core::CudaExec& exec, T* dv, T* dv1, float* dalpha,
+                              const T* dvmix, const T* v1, const float* alpha, int n, int nkv,
+                              int hs);
 template <typename T>
-absl::Status ValueGateBackward(T* dx, float* dw, const float* dalpha, const T* x, const T* w,
-                               int n, int nkv, int c, cudaStream_t stream);
+absl::Status ValueGateBackward(const core::CudaExec& exec, T* dx, float* dw, const float* dalpha,
+                               const T* x, const T* w, int n, int nkv, int c);
 
 }  // namespace cuda
 
 #endif  // SATDAR_WITH_CUDA || __CUDACC__
+
+// One call text for both devices: ops::X(exec, ...) with exec a core::CpuExec (the cpu:: reference)
+// or a core::CudaExec (the cuda:: launcher).
+namespace ops {
+
+template <typename T>
+inline absl::Status ValueGateForward(const core::CpuExec& exec, T* alpha, const T* x, const T* w,
+                                     int n, int nkv, int c) {
+  cpu::ValueGateForward(alpha, x, w, n, nkv, c, exec.pool);
+  return absl::OkStatus();
+}
+template <typename T>
+inline absl::Status ValueMixForward(const core::CpuExec& exec, T* vmix, const T* alpha, const T* v,
+                                    const T* v1, int n, int nkv, int hs) {
+  cpu::ValueMixForward(vmix, alpha, v, v1, n, nkv, hs, exec.pool);
+  return absl::OkStatus();
+}
+template <typename T>
+inline absl::Status ValueMixBackward(const core::CpuExec& exec, T* dv, T* dv1, T* dalpha,
+                                     const T* dvmix, const T* v1, const T* alpha, int n, int nkv,
+                                     int hs) {
+  cpu::ValueMixBackward(dv, dv1, dalpha, dvmix, v1, alpha, n, nkv, hs, exec.pool);
+  return absl::OkStatus();
+}
+template <typename T>
+inline absl::Status ValueGateBackward(const core::CpuExec& exec, T* dx, T* dw, const T* dalpha,
+                                      const T* x, const T* w, int n, int nkv, int c) {
+  cpu::ValueGateBackward(dx, dw, dalpha, x, w, n, nkv, c, exec.pool);
+  return absl::OkStatus();
+}
+
+#if defined(SATDAR_WITH_CUDA) || defined(__CUDACC__)
+using cuda::ValueGateBackward;
+using cuda::ValueGateForward;
+using cuda::ValueMixBackward;
+using cuda::ValueMixForward;
+#endif
+
+}  // namespace ops
 
 }  // namespace satdar::model
 

@@ -112,8 +112,9 @@ __global__ void GateBackwardWeightKernel(float* dw, const float* dalpha, const T
 }  // namespace
 
 template <typename T>
-absl::Status ValueGateForward(float* alpha, const T* x, const T* w, int n, int nkv, int c,
-                              cudaStream_t stream) {
+absl::Status ValueGateForward(const core::CudaExec& exec, float* alpha, const T* x, const T* w,
+                              int n, int nkv, int c) {
+  cudaStream_t stream = exec.stream;
   if (n <= 0 || nkv <= 0) return absl::OkStatus();
   SATDAR_CUDA_RETURN_IF_ERROR(Launch("ValueGateKernel", GateKernel<T>, dim3(n),
                                      dim3(RowThreads(nkv, 0)), 0, stream, alpha, x, w, nkv, c));
@@ -121,8 +122,9 @@ absl::Status ValueGateForward(float* alpha, const T* x, const T* w, int n, int n
 }
 
 template <typename T>
-absl::Status ValueMixForward(T* vmix, const float* alpha, const T* v, const T* v1, int n,
-                             int nkv, int hs, cudaStream_t stream) {
+absl::Status ValueMixForward(const core::CudaExec& exec, T* vmix, const float* alpha, const T* v,
+                             const T* v1, int n, int nkv, int hs) {
+  cudaStream_t stream = exec.stream;
   const int64_t count = static_cast<int64_t>(n) * nkv * hs;
   if (count <= 0) return absl::OkStatus();
   SATDAR_CUDA_RETURN_IF_ERROR(Launch("ValueMixKernel", MixKernel<T>,
@@ -132,8 +134,10 @@ absl::Status ValueMixForward(T* vmix, const float* alpha, const T* v, const T* v
 }
 
 template <typename T>
-absl::Status ValueMixBackward(T* dv, T* dv1, float* dalpha, const T* dvmix, const T* v1,
-                              const float* alpha, int n, int nkv, int hs, cudaStream_t stream) {
+absl::Status ValueMixBackward(const core::CudaExec& exec, T* dv, T* dv1, float* dalpha,
+                              const T* dvmix, const T* v1, const float* alpha, int n, int nkv,
+                              int hs) {
+  cudaStream_t stream = exec.stream;
   if (n <= 0 || nkv <= 0) return absl::OkStatus();
   SATDAR_CUDA_RETURN_IF_ERROR(Launch("ValueMixBackwardKernel", MixBackwardKernel<T>, dim3(n),
                                      dim3(RowThreads(nkv, 0)), 0, stream, dv, dv1, dalpha, dvmix,
@@ -142,8 +146,9 @@ absl::Status ValueMixBackward(T* dv, T* dv1, float* dalpha, const T* dvmix, cons
 }
 
 template <typename T>
-absl::Status ValueGateBackward(T* dx, float* dw, const float* dalpha, const T* x, const T* w,
-                               int n, int nkv, int c, cudaStream_t stream) {
+absl::Status ValueGateBackward(const core::CudaExec& exec, T* dx, float* dw, const float* dalpha,
+                               const T* x, const T* w, int n, int nkv, int c) {
+  cudaStream_t stream = exec.stream;
   if (n <= 0 || nkv <= 0 || c <= 0) return absl::OkStatus();
   SATDAR_CUDA_RETURN_IF_ERROR(Launch("ValueGateBackwardInputKernel", GateBackwardInputKernel<T>,
                                      dim3(n), dim3(RowThreads(1, c)), 0, stream, dx, dalpha, w,
@@ -158,14 +163,14 @@ absl::Status ValueGateBackward(T* dx, float* dw, const float* dalpha, const T* x
 }
 
 #define SATDAR_INSTANTIATE(T)                                                                  \
-  template absl::Status ValueGateForward<T>(float*, const T*, const T*, int, int, int,         \
-                                            cudaStream_t);                                     \
-  template absl::Status ValueMixForward<T>(T*, const float*, const T*, const T*, int, int, int, \
-                                           cudaStream_t);                                      \
-  template absl::Status ValueMixBackward<T>(T*, T*, float*, const T*, const T*, const float*,  \
-                                            int, int, int, cudaStream_t);                      \
-  template absl::Status ValueGateBackward<T>(T*, float*, const float*, const T*, const T*, int, \
-                                             int, int, cudaStream_t);
+  template absl::Status ValueGateForward<T>(const core::CudaExec&, float*, const T*, const T*, \
+                                            int, int, int);                                    \
+  template absl::Status ValueMixForward<T>(const core::CudaExec&, T*, const float*, const T*,  \
+                                           const T*, int, int, int);                           \
+  template absl::Status ValueMixBackward<T>(const core::CudaExec&, T*, T*, float*, const T*,   \
+                                            const T*, const float*, int, int, int);            \
+  template absl::Status ValueGateBackward<T>(const core::CudaExec&, T*, float*, const float*,  \
+                                             const T*, const T*, int, int, int);
 SATDAR_INSTANTIATE(float)
 SATDAR_INSTANTIATE(__nv_bfloat16)
 #undef SATDAR_INSTANTIATE

@@ -15,6 +15,7 @@
 #include "core/ops/gradcheck_testutil.h"
 #include "core/thread_pool.h"
 #include "gtest/gtest.h"
+#include "model/variants/ops_test_exec.h"
 
 namespace satdar::model {
 namespace {
@@ -68,6 +69,7 @@ void CheckCudaAgainstCpu() {
   const int n = 23, nkv = 3, hs = 16, c = 40;
   const size_t nv = static_cast<size_t>(n) * nkv * hs;
   core::ThreadPool pool(2);
+  OpsTestExec ex(&pool);
   const auto x = Quantize<T>(RandomNormal(static_cast<size_t>(n) * c, 51));
   const auto w = Quantize<T>(RandomNormal(static_cast<size_t>(nkv) * c, 52, 0.3f));
   const auto v = Quantize<T>(RandomNormal(nv, 53));
@@ -78,22 +80,29 @@ void CheckCudaAgainstCpu() {
   const auto dw0 = RandomNormal(w.size(), 58, 0.1f);
   std::vector<float> alpha(static_cast<size_t>(n) * nkv), vmix(nv), dalpha(alpha.size());
   std::vector<float> dv(nv), dv1 = dv10, dx = dx0, dw = dw0;
-  cpu::ValueGateForward(alpha.data(), x.data(), w.data(), n, nkv, c, &pool);
-  cpu::ValueMixForward(vmix.data(), alpha.data(), v.data(), v1.data(), n, nkv, hs, &pool);
-  cpu::ValueMixBackward(dv.data(), dv1.data(), dalpha.data(), dvmix.data(), v1.data(),
-                        alpha.data(), n, nkv, hs, &pool);
-  cpu::ValueGateBackward(dx.data(), dw.data(), dalpha.data(), x.data(), w.data(), n, nkv, c,
-                         &pool);
+  EXPECT_TRUE(ops::ValueGateForward(ex.cpu, alpha.data(), x.data(), w.data(), n, nkv, c).ok());
+  EXPECT_TRUE(
+      ops::ValueMixForward(ex.cpu, vmix.data(), alpha.data(), v.data(), v1.data(), n, nkv, hs)
+          .ok());
+  EXPECT_TRUE(ops::ValueMixBackward(ex.cpu, dv.data(), dv1.data(), dalpha.data(), dvmix.data(),
+                                    v1.data(), alpha.data(), n, nkv, hs)
+                  .ok());
+  EXPECT_TRUE(ops::ValueGateBackward(ex.cpu, dx.data(), dw.data(), dalpha.data(), x.data(),
+                                     w.data(), n, nkv, c)
+                  .ok());
   DeviceArray<T> gx(x), gw(w), gv(v), gv1(v1), gdvmix(dvmix), gdx(dx0), gdv1(dv10), gvmix(nv),
       gdv(nv);
   DeviceArray<float> galpha(alpha.size()), gdalpha(alpha.size()), gdw(dw0);
-  ASSERT_TRUE(cuda::ValueGateForward(galpha.get(), gx.get(), gw.get(), n, nkv, c, nullptr).ok());
-  ASSERT_TRUE(cuda::ValueMixForward(gvmix.get(), galpha.get(), gv.get(), gv1.get(), n, nkv, hs,
-                                    nullptr).ok());
-  ASSERT_TRUE(cuda::ValueMixBackward(gdv.get(), gdv1.get(), gdalpha.get(), gdvmix.get(),
-                                     gv1.get(), galpha.get(), n, nkv, hs, nullptr).ok());
-  ASSERT_TRUE(cuda::ValueGateBackward(gdx.get(), gdw.get(), gdalpha.get(), gx.get(), gw.get(), n,
-                                      nkv, c, nullptr).ok());
+  ASSERT_TRUE(ops::ValueGateForward(ex.gpu, galpha.get(), gx.get(), gw.get(), n, nkv, c).ok());
+  ASSERT_TRUE(
+      ops::ValueMixForward(ex.gpu, gvmix.get(), galpha.get(), gv.get(), gv1.get(), n, nkv, hs)
+          .ok());
+  ASSERT_TRUE(ops::ValueMixBackward(ex.gpu, gdv.get(), gdv1.get(), gdalpha.get(), gdvmix.get(),
+                                    gv1.get(), galpha.get(), n, nkv, hs)
+                  .ok());
+  ASSERT_TRUE(ops::ValueGateBackward(ex.gpu, gdx.get(), gdw.get(), gdalpha.get(), gx.get(),
+                                     gw.get(), n, nkv, c)
+                  .ok());
   ExpectClose(galpha.Download(), alpha, fp32, "alpha");
   ExpectClose(gvmix.Download(), vmix, stored, "vmix");
   ExpectClose(gdalpha.Download(), dalpha, fp32, "dalpha");
