@@ -9,6 +9,9 @@ Workspace::~Workspace() {
 absl::StatusOr<void*> Workspace::Bytes(size_t bytes) {
   if (bytes == 0) return nullptr;
   if (bytes <= capacity_) return block_;
+  // The old block goes back to the allocator's free list for this stream; if the new request
+  // then fails and the allocator empties its cache, cudaFree synchronises first, so kernels
+  // still reading the old block finish before it is released.
   if (block_ != nullptr) {
     absl::Status freed = alloc_->Free(block_);
     block_ = nullptr;

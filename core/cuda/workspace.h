@@ -4,7 +4,8 @@
 // because the stream runs the two ops' kernels in order. The block grows to the largest request
 // (the old one goes back to the CachingAllocator on the same stream, where the same ordering
 // makes reuse safe) and is returned when the Workspace goes. Contents are undefined at each
-// Get. One per stream; not thread-safe.
+// Get. Bound to one stream (a stream may have several, e.g. the model's and the engine's);
+// not thread-safe.
 #ifndef SATDAR_CORE_CUDA_WORKSPACE_H_
 #define SATDAR_CORE_CUDA_WORKSPACE_H_
 

@@ -636,6 +636,11 @@ class GpuDecoder : public GpuModel {
   const bool learnable_res_;  // ResFormer learnable_plus
   const int d_, nh_, nkv_, hs_, f_, v_;
   const float eps_;
+  // This stream's scratch for the core ops, train_kernels (attention's delta, ...) and the
+  // design ops (ResFormer's, SATFormer's, and the topologies', which get a pointer to it): the
+  // workspace of Exec(); declared before the topologies
+  // that hold a pointer to it, so it outlives them.
+  kc::Workspace workspace_;
   std::unique_ptr<kc::GemmHandle> gemm_;
   std::vector<LayerOffsets> off_;
   int64_t embed_off_ = -1, norm_off_ = -1, head_off_ = -1;
@@ -649,10 +654,6 @@ class GpuDecoder : public GpuModel {
   double* loss_acc_ = nullptr;      // the current Forward's loss (null while recomputing)
   double loss_scale_ = 1.0;
 
-  // This stream's scratch for the core ops, train_kernels (attention's delta, ...) and the
-  // design ops (ResFormer's, SATFormer's, and the topologies', which get a pointer to it): the
-  // workspace of Exec().
-  kc::Workspace workspace_;
   DeviceArena arena_;  // (B, T) activations and scratch
   const float* master_ = nullptr;
   const T* w_ = nullptr;

@@ -1,10 +1,11 @@
 // model/gpu/train_kernels.h: the small kernels the GPU model and trainer need besides the ops of
-// core/ops/cuda_ops.h, model/layers/*_cuda.h and the designs' ops (variants/*_ops.h):
+// core/ops/cuda_ops.h and the designs' ops (variants/*_ops.h):
 // weight casts, residual adds, the mean loss and the gradient norm.
 //
 // T is float or __nv_bfloat16; arithmetic is fp32. Every reduction runs over a fixed grid
 // (kReduceBlocks blocks) and then one block in a fixed order: results are bit-identical run
-// to run (no atomics); their scratch comes from x.workspace (FailedPrecondition when null).
+// to run (no atomics); SumSquares's scratch comes from x.workspace (FailedPrecondition when
+// null), AccumulateLoss needs none.
 // Each takes the execution context first (core/exec.h) and device pointers, is enqueued on
 // x.stream and returns the launch's error as a Status. Declared only in CUDA builds.
 #ifndef SATDAR_MODEL_GPU_TRAIN_KERNELS_H_
