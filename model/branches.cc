@@ -5,12 +5,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
-#include "core/ops/rmsnorm.h"
 #include "core/ops/rope.h"
+#include "model/ops.h"
 
 namespace satdar::model {
-
-namespace cpu = core::cpu;
 
 namespace {
 std::string LayerName(int i, const char* suffix) {
@@ -18,11 +16,12 @@ std::string LayerName(int i, const char* suffix) {
 }
 }  // namespace
 
-template <typename T>
-Branches<T>::Branches(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool,
-                      std::unique_ptr<ValueResidual<T>> value_residual,
-                      std::unique_ptr<Ffn<T>> ffn)
-    : config_(config), shard_(shard), pool_(pool), value_residual_(std::move(value_residual)),
+template <class B>
+BranchesT<B>::BranchesT(const ModelConfig& config, const Sharding& shard,
+                        const typename B::Exec& x,
+                        std::unique_ptr<ValueResidualT<B>> value_residual,
+                        std::unique_ptr<FfnT<B>> ffn)
+    : config_(config), shard_(shard), x_(x), value_residual_(std::move(value_residual)),
       ffn_(std::move(ffn)), layers_(config.num_hidden_layers) {}
 
 void AddBranchParams(const ModelConfig& c, const Sharding& shard, int i,
@@ -55,8 +54,8 @@ void AddBranchParams(const ModelConfig& c, const Sharding& shard, int i,
   if (design.ffn != nullptr) design.ffn(c, shard, ParamPlace::kLayer, i, table);
 }
 
-template <typename T>
-void Branches<T>::Bind(const ParamTable& table) {
+template <class B>
+void BranchesT<B>::Bind(const ParamTable& table) {
   for (int i = 0; i < config_.num_hidden_layers; ++i) {
     if (!Owned(i)) continue;
     Layer& l = layers_[i];
@@ -73,8 +72,8 @@ void Branches<T>::Bind(const ParamTable& table) {
   ffn_->Bind(table);
 }
 
-template <typename T>
-void Branches<T>::Resize(int b, int t) {
+template <class B>
+absl::Status BranchesT<B>::Resize(int b, int t) {
   const ModelConfig& c = config_;
   // This tensor-parallel rank's heads.
   dims_ = AttentionDims{b,
@@ -85,7 +84,8 @@ void Branches<T>::Resize(int b, int t) {
                         c.head_size(),
                         c.qk_norm,
                         c.rms_norm_eps};
-  cpu::RopeTables(&cos_, &sin_, t, c.head_size(), c.rope_theta);
+  // Computed on the host (a device takes them uploaded).
+  core::cpu::RopeTables(&cos_, &sin_, t, c.head_size(), c.rope_theta);
   const size_t n = static_cast<size_t>(b) * t, nc = n * c.hidden_size;
   const size_t nkv = n * dims_.nkv * c.head_size();
   // Sequence parallelism: the branches' inputs and outputs are this rank's rows; attention
@@ -119,8 +119,7 @@ void Branches<T>::Resize(int b, int t) {
   if (full) allocate(&shared_, value_residual_ != nullptr);
   v1_keep_.resize(full && value_residual_ ? nkv : 0);
   y_scratch_.resize(full || selective ? nc : 0);
-  for (std::vector<T>* v : {&gq_, &gk_, &gv_, &out_full_, &dy_full_, &dq_full_, &dk_full_,
-                            &dv_full_}) {
+  for (Vec<T>* v : {&gq_, &gk_, &gv_, &out_full_, &dy_full_, &dq_full_, &dk_full_, &dv_full_}) {
     v->assign(sp_ ? nc : 0, T(0));
   }
   scatter_.resize(sp_ ? lnc : 0);
@@ -129,19 +128,20 @@ void Branches<T>::Resize(int b, int t) {
   dv_raw_.resize(nkv);
   if (value_residual_) {
     dv1_.resize(nkv);
-    value_residual_->Resize(static_cast<int>(n));
+    SATDAR_RETURN_IF_ERROR(value_residual_->Resize(static_cast<int>(n)));
   }
-  ffn_->Resize(b, t);
+  SATDAR_RETURN_IF_ERROR(ffn_->Resize(b, t));
+  return absl::OkStatus();
 }
 
-template <typename T>
-void Branches<T>::SetParams(const T* params, T* grads) {
-  params_ = params;
+template <class B>
+void BranchesT<B>::SetWeights(const Weights<B>& w, Acc* grads) {
+  w_ = w;
   grads_ = grads;
 }
 
-template <typename T>
-AttentionWeights<T> Branches<T>::Weights(T* base, const Layer& l) const {
+template <class B>
+AttentionWeights<typename B::T> BranchesT<B>::AttnWeights(T* base, const Layer& l) const {
   AttentionWeights<T> w{base + l.wq, base + l.wk, base + l.wv, base + l.wo, nullptr, nullptr};
   if (config_.qk_norm) {
     w.q_norm = base + l.q_norm;
@@ -150,15 +150,15 @@ AttentionWeights<T> Branches<T>::Weights(T* base, const Layer& l) const {
   return w;
 }
 
-template <typename T>
-const T* Branches<T>::ValuesRead(int i) const {
+template <class B>
+const typename B::T* BranchesT<B>::ValuesRead(int i) const {
   const Acts& a = layers_[i].acts;
   return (value_residual_ && i >= 1) ? a.vmix.data() : a.attn.v.data();
 }
 
 // Moves the shared activations into layer i (Leave moves them back: the same swap).
-template <typename T>
-void Branches<T>::Enter(int i) {
+template <class B>
+void BranchesT<B>::Enter(int i) {
   if (shard_.recompute == Recompute::kFull) {
     std::swap(layers_[i].acts, shared_);
   } else if (shard_.recompute == Recompute::kSelective) {
@@ -166,130 +166,147 @@ void Branches<T>::Enter(int i) {
   }
 }
 
-template <typename T>
-void Branches<T>::Leave(int i) {
+template <class B>
+void BranchesT<B>::Leave(int i) {
   Enter(i);
 }
 
-template <typename T>
-void Branches<T>::RecomputeAttention(int i, const T* xq, const T* xk, const T* xv) {
+template <class B>
+absl::Status BranchesT<B>::RecomputeAttention(int i, const T* xq, const T* xk, const T* xv) {
   if (shard_.recompute == Recompute::kFull) {
     if (value_residual_) value_residual_->SetRecomputing(true);
-    AttentionForwardIn(i, xq, xk, xv, y_scratch_.data(), /*reduce=*/false);
+    const absl::Status status =
+        AttentionForwardIn(i, xq, xk, xv, y_scratch_.data(), /*reduce=*/false);
     if (value_residual_) value_residual_->SetRecomputing(false);
+    SATDAR_RETURN_IF_ERROR(status);
   } else if (shard_.recompute == Recompute::kSelective) {
     // Q and K are saved: the probabilities again (and the output, discarded).
-    AttentionWeights<T> w = Weights(const_cast<T*>(params_), layers_[i]);
+    AttentionWeights<T> w = AttnWeights(const_cast<T*>(w_.compute), layers_[i]);
     AttentionCoreForward(y_scratch_.data(), &layers_[i].acts.attn, ValuesRead(i), w, dims_,
-                         cos_.data(), sin_.data(), pool_);
+                         cos_.data(), sin_.data(), x_.pool);
   }
+  return absl::OkStatus();
 }
 
-template <typename T>
-void Branches<T>::Recompute(int l, const T* u) {
+template <class B>
+absl::Status BranchesT<B>::Recompute(int l, const T* u) {
   const int i = (l - 1) / 2;
   Acts& a = layers_[i].acts;
   const int n = rows_, d = config_.hidden_size;
   if (l % 2 == 1) {
     if (shard_.recompute == Recompute::kFull) {
-      cpu::RmsNormForward(a.x_attn.data(), a.rstd_attn.data(), u, params_ + layers_[i].ln_attn,
-                          n, d, config_.rms_norm_eps, pool_);
+      SATDAR_RETURN_IF_ERROR(ops::RmsNormForward(x_, a.x_attn.data(), a.rstd_attn.data(), u,
+                                                 w_.compute + layers_[i].ln_attn, n, d,
+                                                 config_.rms_norm_eps));
     }
-    RecomputeAttention(i, a.x_attn.data(), a.x_attn.data(), a.x_attn.data());
+    SATDAR_RETURN_IF_ERROR(
+        RecomputeAttention(i, a.x_attn.data(), a.x_attn.data(), a.x_attn.data()));
   } else if (shard_.recompute == Recompute::kFull) {
-    cpu::RmsNormForward(a.z_mlp.data(), a.rstd_mlp.data(), u, params_ + layers_[i].ln_mlp, n, d,
-                        config_.rms_norm_eps, pool_);
+    SATDAR_RETURN_IF_ERROR(ops::RmsNormForward(x_, a.z_mlp.data(), a.rstd_mlp.data(), u,
+                                               w_.compute + layers_[i].ln_mlp, n, d,
+                                               config_.rms_norm_eps));
     ffn_->SetRecomputing(true);
-    FfnForward(i, a.z_mlp.data(), nullptr);
+    const absl::StatusOr<double> aux = FfnForward(i, a.z_mlp.data(), nullptr);
     ffn_->SetRecomputing(false);
+    SATDAR_RETURN_IF_ERROR(aux.status());
   }
+  return absl::OkStatus();
 }
 
-template <typename T>
-void Branches<T>::Forward(int l, const T* u, T* y) {
+template <class B>
+absl::Status BranchesT<B>::Forward(int l, const T* u, T* y) {
   const int i = (l - 1) / 2;
   Layer& L = layers_[i];
   const int n = rows_, d = config_.hidden_size;
-  Enter(i);
+  Entered entered(this, i);
   Acts& a = L.acts;
   if (l % 2 == 1) {
-    cpu::RmsNormForward(a.x_attn.data(), a.rstd_attn.data(), u, params_ + L.ln_attn, n, d,
-                        config_.rms_norm_eps, pool_);
+    SATDAR_RETURN_IF_ERROR(ops::RmsNormForward(x_, a.x_attn.data(), a.rstd_attn.data(), u,
+                                               w_.compute + L.ln_attn, n, d,
+                                               config_.rms_norm_eps));
     const T* x = a.x_attn.data();
-    AttentionForwardIn(i, x, x, x, y, /*reduce=*/true);
+    SATDAR_RETURN_IF_ERROR(AttentionForwardIn(i, x, x, x, y, /*reduce=*/true));
   } else {
-    cpu::RmsNormForward(a.z_mlp.data(), a.rstd_mlp.data(), u, params_ + L.ln_mlp, n, d,
-                        config_.rms_norm_eps, pool_);
-    L.aux = FfnForward(i, a.z_mlp.data(), y);
+    SATDAR_RETURN_IF_ERROR(ops::RmsNormForward(x_, a.z_mlp.data(), a.rstd_mlp.data(), u,
+                                               w_.compute + L.ln_mlp, n, d,
+                                               config_.rms_norm_eps));
+    SATDAR_ASSIGN_OR_RETURN(L.aux, FfnForward(i, a.z_mlp.data(), y));
   }
-  Leave(i);
+  return absl::OkStatus();
 }
 
-template <typename T>
-void Branches<T>::Backward(int l, const T* u, const T* dy, T* du) {
+template <class B>
+absl::Status BranchesT<B>::Backward(int l, const T* u, const T* dy, T* du) {
   const int i = (l - 1) / 2;
   if (l % 2 == 0 && hook_ && i + 1 < config_.num_hidden_layers && Owned(i + 1)) hook_(i + 1);
   Layer& L = layers_[i];
   const int n = rows_, d = config_.hidden_size;
-  std::fill(dx_.begin(), dx_.end(), T(0));
-  Enter(i);
-  Recompute(l, u);
+  SATDAR_RETURN_IF_ERROR(ops::Zero(x_, dx_.data(), static_cast<int64_t>(dx_.size())));
+  Entered entered(this, i);
+  SATDAR_RETURN_IF_ERROR(Recompute(l, u));
   const Acts& a = L.acts;
   if (l % 2 == 1) {
     const T* x = a.x_attn.data();
-    AttentionBackwardIn(i, x, x, x, dy, dx_.data(), dx_.data(), dx_.data());
-    cpu::RmsNormBackward(du, grads_ + L.ln_attn, dx_.data(), u, params_ + L.ln_attn,
-                         a.rstd_attn.data(), n, d, pool_);
+    SATDAR_RETURN_IF_ERROR(AttentionBackwardIn(i, x, x, x, dy, dx_.data(), dx_.data(), dx_.data()));
+    SATDAR_RETURN_IF_ERROR(ops::RmsNormBackward(x_, du, grads_ + L.ln_attn, dx_.data(), u,
+                                                w_.compute + L.ln_attn, a.rstd_attn.data(), n,
+                                                d));
   } else {
-    FfnBackward(i, a.z_mlp.data(), dy, dx_.data());
-    cpu::RmsNormBackward(du, grads_ + L.ln_mlp, dx_.data(), u, params_ + L.ln_mlp,
-                         a.rstd_mlp.data(), n, d, pool_);
+    SATDAR_RETURN_IF_ERROR(FfnBackward(i, a.z_mlp.data(), dy, dx_.data()));
+    SATDAR_RETURN_IF_ERROR(ops::RmsNormBackward(x_, du, grads_ + L.ln_mlp, dx_.data(), u,
+                                                w_.compute + L.ln_mlp, a.rstd_mlp.data(), n,
+                                                d));
   }
-  Leave(i);
+  return absl::OkStatus();
 }
 
-template <typename T>
-void Branches<T>::AttentionNormedForward(int i, const T* xq, const T* xk, const T* xv, T* y) {
-  Enter(i);
-  AttentionForwardIn(i, xq, xk, xv, y, /*reduce=*/true);
-  Leave(i);
+template <class B>
+absl::Status BranchesT<B>::AttentionNormedForward(int i, const T* xq, const T* xk, const T* xv,
+                                                  T* y) {
+  Entered entered(this, i);
+  return AttentionForwardIn(i, xq, xk, xv, y, /*reduce=*/true);
 }
 
-template <typename T>
-void Branches<T>::AttentionNormedBackward(int i, const T* xq, const T* xk, const T* xv,
-                                          const T* dy, T* dxq, T* dxk, T* dxv) {
-  Enter(i);
-  RecomputeAttention(i, xq, xk, xv);
-  AttentionBackwardIn(i, xq, xk, xv, dy, dxq, dxk, dxv);
-  Leave(i);
+template <class B>
+absl::Status BranchesT<B>::AttentionNormedBackward(int i, const T* xq, const T* xk, const T* xv,
+                                                   const T* dy, T* dxq, T* dxk, T* dxv) {
+  Entered entered(this, i);
+  SATDAR_RETURN_IF_ERROR(RecomputeAttention(i, xq, xk, xv));
+  return AttentionBackwardIn(i, xq, xk, xv, dy, dxq, dxk, dxv);
 }
 
-template <typename T>
-void Branches<T>::AttentionForwardIn(int i, const T* xq, const T* xk, const T* xv, T* y,
-                                     bool reduce) {
+template <class B>
+absl::Status BranchesT<B>::AttentionForwardIn(int i, const T* xq, const T* xk, const T* xv,
+                                              T* y, bool reduce) {
   Layer& L = layers_[i];
   AttentionActs<T>& attn = L.acts.attn;
-  AttentionWeights<T> w = Weights(const_cast<T*>(params_), L);
+  AttentionWeights<T> w = AttnWeights(const_cast<T*>(w_.compute), L);
   const std::array<const T*, 3> x = GatherInputs(xq, xk, xv);
-  AttentionProjectForward(&attn, x[0], x[1], x[2], w, dims_, &scratch_, pool_);
-  if (i == 0 && !v1_keep_.empty()) std::copy(attn.v.begin(), attn.v.end(), v1_keep_.begin());
+  AttentionProjectForward(&attn, x[0], x[1], x[2], w, dims_, &scratch_, x_.pool);
+  if (i == 0 && !v1_keep_.empty()) {
+    SATDAR_RETURN_IF_ERROR(
+        ops::Copy(x_, v1_keep_.data(), attn.v.data(), static_cast<int64_t>(attn.v.size())));
+  }
   if (value_residual_ && i >= 1) {
     // The gate (SATFormer) reads the normed input of the values.
-    value_residual_->Forward(i, params_, x[2], attn.v.data(), v1(), L.acts.vmix.data());
+    SATDAR_RETURN_IF_ERROR(
+        value_residual_->Forward(i, w_, x[2], attn.v.data(), v1(), L.acts.vmix.data()));
   }
   T* out = sp_ ? out_full_.data() : y;
-  AttentionCoreForward(out, &attn, ValuesRead(i), w, dims_, cos_.data(), sin_.data(), pool_);
+  AttentionCoreForward(out, &attn, ValuesRead(i), w, dims_, cos_.data(), sin_.data(), x_.pool);
   // Row-parallel Wo: partial sums, added over TP (into this rank's rows under SP).
-  if (!reduce) return;
+  if (!reduce) return absl::OkStatus();
   if (sp_) {
     TpReduceScatter(shard_, out, y, local_nc_);
   } else {
     TpAllReduce(shard_, y, static_cast<size_t>(dims_.rows()) * config_.hidden_size);
   }
+  return absl::OkStatus();
 }
 
-template <typename T>
-std::array<const T*, 3> Branches<T>::GatherInputs(const T* xq, const T* xk, const T* xv) {
+template <class B>
+std::array<const typename B::T*, 3> BranchesT<B>::GatherInputs(const T* xq, const T* xk,
+                                                               const T* xv) {
   if (!sp_) return {xq, xk, xv};
   TpAllGather(shard_, xq, gq_.data(), local_nc_);
   const T* fq = gq_.data();
@@ -306,8 +323,8 @@ std::array<const T*, 3> Branches<T>::GatherInputs(const T* xq, const T* xk, cons
   return {fq, fk, fv};
 }
 
-template <typename T>
-double Branches<T>::FfnForward(int i, const T* z, T* y) {
+template <class B>
+absl::StatusOr<double> BranchesT<B>::FfnForward(int i, const T* z, T* y) {
   const T* fz = z;
   T* out = y == nullptr ? y_scratch_.data() : y;
   if (sp_) {
@@ -315,45 +332,50 @@ double Branches<T>::FfnForward(int i, const T* z, T* y) {
     fz = gq_.data();
     out = out_full_.data();
   }
-  const double aux = ffn_->Forward(i, params_, fz, out);
+  SATDAR_ASSIGN_OR_RETURN(const double aux, ffn_->Forward(i, w_, fz, out));
   if (y == nullptr) return aux;  // a recomputation: only the saved tensors matter
   if (!sp_) {
     if (ffn_->tp_partial()) TpAllReduce(shard_, y, local_nc_);
   } else if (ffn_->tp_partial()) {
     TpReduceScatter(shard_, out, y, local_nc_);
   } else {  // every rank computed every row (the MoE): keep this rank's
-    std::copy(out + shard_.tp_rank * local_nc_, out + (shard_.tp_rank + 1) * local_nc_, y);
+    SATDAR_RETURN_IF_ERROR(ops::Copy(x_, y, out + shard_.tp_rank * local_nc_,
+                                     static_cast<int64_t>(local_nc_)));
   }
   return aux;
 }
 
-template <typename T>
-void Branches<T>::FfnBackward(int i, const T* z, const T* dy, T* dz) {
+template <class B>
+absl::Status BranchesT<B>::FfnBackward(int i, const T* z, const T* dy, T* dz) {
   if (!sp_) {
-    ffn_->Backward(i, params_, grads_, z, dy, dz, loss_scale_);
+    SATDAR_RETURN_IF_ERROR(ffn_->Backward(i, w_, grads_, z, dy, dz, loss_scale_));
     if (ffn_->tp_partial()) TpAllReduce(shard_, dz, local_nc_);
-    return;
+    return absl::OkStatus();
   }
   TpAllGather(shard_, z, gq_.data(), local_nc_);
   TpAllGather(shard_, dy, dy_full_.data(), local_nc_);
-  std::fill(dq_full_.begin(), dq_full_.end(), T(0));
-  ffn_->Backward(i, params_, grads_, gq_.data(), dy_full_.data(), dq_full_.data(), loss_scale_);
+  SATDAR_RETURN_IF_ERROR(ops::Zero(x_, dq_full_.data(), static_cast<int64_t>(dq_full_.size())));
+  SATDAR_RETURN_IF_ERROR(ffn_->Backward(i, w_, grads_, gq_.data(), dy_full_.data(),
+                                        dq_full_.data(), loss_scale_));
   if (ffn_->tp_partial()) {
     TpReduceScatter(shard_, dq_full_.data(), scatter_.data(), local_nc_);
   } else {
     const T* mine = dq_full_.data() + shard_.tp_rank * local_nc_;
-    std::copy(mine, mine + local_nc_, scatter_.begin());
+    SATDAR_RETURN_IF_ERROR(
+        ops::Copy(x_, scatter_.data(), mine, static_cast<int64_t>(local_nc_)));
   }
-  for (size_t e = 0; e < local_nc_; ++e) dz[e] += scatter_[e];
+  SATDAR_RETURN_IF_ERROR(
+      ops::AddTo(x_, dz, scatter_.data(), static_cast<int64_t>(local_nc_)));
+  return absl::OkStatus();
 }
 
-template <typename T>
-void Branches<T>::AttentionBackwardIn(int i, const T* xq, const T* xk, const T* xv,
-                                      const T* dy, T* dxq, T* dxk, T* dxv) {
+template <class B>
+absl::Status BranchesT<B>::AttentionBackwardIn(int i, const T* xq, const T* xk, const T* xv,
+                                               const T* dy, T* dxq, T* dxk, T* dxv) {
   Layer& L = layers_[i];
   const AttentionActs<T>& attn = L.acts.attn;
-  AttentionWeights<T> w = Weights(const_cast<T*>(params_), L);
-  AttentionWeights<T> g = Weights(grads_, L);
+  AttentionWeights<T> w = AttnWeights(const_cast<T*>(w_.compute), L);
+  AttentionWeights<T> g = AttnWeights(grads_, L);
   // Under SP: every row of the inputs and of dy again, and the inputs' gradients of every row
   // into full buffers, reduce-scattered into this rank's rows below.
   const std::array<const T*, 3> x = GatherInputs(xq, xk, xv);
@@ -362,54 +384,59 @@ void Branches<T>::AttentionBackwardIn(int i, const T* xq, const T* xk, const T* 
   if (sp_) {
     TpAllGather(shard_, dy, dy_full_.data(), local_nc_);
     fdy = dy_full_.data();
-    for (std::vector<T>* v : {&dq_full_, &dk_full_, &dv_full_}) std::fill(v->begin(), v->end(), T(0));
+    for (Vec<T>* v : {&dq_full_, &dk_full_, &dv_full_}) {
+      SATDAR_RETURN_IF_ERROR(ops::Zero(x_, v->data(), static_cast<int64_t>(v->size())));
+    }
     gq = dq_full_.data();
     gk = dxk == dxq ? gq : dk_full_.data();
     gv = dxv == dxq ? gq : dxv == dxk ? gk : dv_full_.data();
   }
   AttentionCoreBackward(g, fdy, attn, ValuesRead(i), w, dims_, cos_.data(), sin_.data(),
-                        &scratch_, pool_);
+                        &scratch_, x_.pool);
   const T* dv = scratch_.dv.data();  // d loss / d (values attention read)
   if (value_residual_ && i >= 1) {
-    value_residual_->Backward(i, params_, grads_, x[2], attn.v.data(), v1(), scratch_.dv.data(),
-                              gv, dv_raw_.data(), dv1_.data());
+    SATDAR_RETURN_IF_ERROR(value_residual_->Backward(i, w_, grads_, x[2], attn.v.data(), v1(),
+                                                     scratch_.dv.data(), gv, dv_raw_.data(),
+                                                     dv1_.data()));
     dv = dv_raw_.data();
   } else if (value_residual_ && i == 0) {
     // Layer 1's V is also V1: add the gradient every later layer sent it.
-    for (size_t e = 0; e < dv_raw_.size(); ++e) dv_raw_[e] = scratch_.dv[e] + dv1_[e];
+    SATDAR_RETURN_IF_ERROR(ops::Add(x_, dv_raw_.data(), scratch_.dv.data(), dv1_.data(),
+                                    static_cast<int64_t>(dv_raw_.size())));
     dv = dv_raw_.data();
-    value_residual_->FinishBackward(params_, grads_);
+    SATDAR_RETURN_IF_ERROR(value_residual_->FinishBackward(w_, grads_));
   }
-  AttentionProjectBackward(gq, gk, gv, g, dv, x[0], x[1], x[2], w, dims_, &scratch_, pool_);
+  AttentionProjectBackward(gq, gk, gv, g, dv, x[0], x[1], x[2], w, dims_, &scratch_, x_.pool);
   // Column-parallel q/k/v (and the gate rows): each rank's input gradients are partial sums,
   // added over the TP group once per distinct buffer (under SP into this rank's rows).
-  auto reduce = [&](T* full, T* local) {
+  auto reduce = [&](T* full, T* local) -> absl::Status {
     if (!sp_) {
       TpAllReduce(shard_, local, local_nc_);
-      return;
+      return absl::OkStatus();
     }
     TpReduceScatter(shard_, full, scatter_.data(), local_nc_);
-    for (size_t e = 0; e < local_nc_; ++e) local[e] += scatter_[e];
+    return ops::AddTo(x_, local, scatter_.data(), static_cast<int64_t>(local_nc_));
   };
-  reduce(gq, dxq);
-  if (dxk != dxq) reduce(gk, dxk);
-  if (dxv != dxq && dxv != dxk) reduce(gv, dxv);
+  SATDAR_RETURN_IF_ERROR(reduce(gq, dxq));
+  if (dxk != dxq) SATDAR_RETURN_IF_ERROR(reduce(gk, dxk));
+  if (dxv != dxq && dxv != dxk) SATDAR_RETURN_IF_ERROR(reduce(gv, dxv));
+  return absl::OkStatus();
 }
 
-template <typename T>
-const T* Branches<T>::v1() const {
+template <class B>
+const typename B::T* BranchesT<B>::v1() const {
   if (!Owned(0)) return v1_in_;
   return v1_keep_.empty() ? layers_[0].acts.attn.v.data() : v1_keep_.data();
 }
 
-template <typename T>
-void Branches<T>::BeginBackward(double loss_scale) {
+template <class B>
+absl::Status BranchesT<B>::BeginBackward(double loss_scale) {
   loss_scale_ = loss_scale;
-  std::fill(dv1_.begin(), dv1_.end(), T(0));
+  return ops::Zero(x_, dv1_.data(), static_cast<int64_t>(dv1_.size()));
 }
 
-template <typename T>
-double Branches<T>::aux_loss() const {
+template <class B>
+double BranchesT<B>::aux_loss() const {
   double sum = 0;
   for (int i = 0; i < config_.num_hidden_layers; ++i) {
     if (Owned(i)) sum += layers_[i].aux;
@@ -417,19 +444,19 @@ double Branches<T>::aux_loss() const {
   return sum;
 }
 
-template <typename T>
-void Branches<T>::AppendStats(nlohmann::json* stats) const {
+template <class B>
+void BranchesT<B>::AppendStats(nlohmann::json* stats) const {
   if (value_residual_) value_residual_->AppendStats(stats);
   ffn_->AppendStats(stats);
 }
 
-template <typename T>
-void Branches<T>::ResetStats() {
+template <class B>
+void BranchesT<B>::ResetStats() {
   if (value_residual_) value_residual_->ResetStats();
   ffn_->ResetStats();
 }
 
-template class Branches<float>;
-template class Branches<double>;
+template class BranchesT<Cpu<float>>;
+template class BranchesT<Cpu<double>>;
 
 }  // namespace satdar::model

@@ -5,6 +5,9 @@
 // Residual topologies (topology.h) decide what u is and where y = f_l(u) goes; the branches
 // are the same for all of them. Forward must visit l = 1..2L in order and Backward in
 // reverse, because layer 1's values V1 feed every later attention layer.
+//
+// Templated on the backend B (model/backend.h), as topology.h: every pass returns the first
+// failure of an op; collectives report theirs in Sharding::errors.
 #ifndef SATDAR_MODEL_BRANCHES_H_
 #define SATDAR_MODEL_BRANCHES_H_
 
@@ -13,7 +16,9 @@
 #include <memory>
 #include <vector>
 
-#include "core/thread_pool.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "model/backend.h"
 #include "model/config.h"
 #include "model/ffn.h"
 #include "model/layers/attention.h"
@@ -30,31 +35,36 @@ namespace satdar::model {
 void AddBranchParams(const ModelConfig& config, const Sharding& shard, int i,
                      const DesignParams& design, ParamTable* table);
 
-template <typename T>
-class Branches {
+template <class B>
+class BranchesT {
  public:
+  using T = typename B::T;
+  using Acc = typename B::Acc;
+  template <typename U>
+  using Vec = typename B::template Vec<U>;
+
   // value_residual may be null ("none").
-  Branches(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool,
-           std::unique_ptr<ValueResidual<T>> value_residual, std::unique_ptr<Ffn<T>> ffn);
+  BranchesT(const ModelConfig& config, const Sharding& shard, const typename B::Exec& x,
+            std::unique_ptr<ValueResidualT<B>> value_residual, std::unique_ptr<FfnT<B>> ffn);
 
   void Bind(const ParamTable& table);
-  void Resize(int b, int t);
-  // The flat parameter and gradient buffers of the current step.
-  void SetParams(const T* params, T* grads);
+  absl::Status Resize(int b, int t);
+  // The weights and the gradient buffer of the current pass.
+  void SetWeights(const Weights<B>& w, Acc* grads);
 
   int sublayers() const { return 2 * config_.num_hidden_layers; }
   // y (B*T, C) = f_l(u), l in 1..2L.
-  void Forward(int l, const T* u, T* y);
+  absl::Status Forward(int l, const T* u, T* y);
   // du += d/du of <dy, f_l(u)>; u is the input given to Forward.
-  void Backward(int l, const T* u, const T* dy, T* du);
+  absl::Status Backward(int l, const T* u, const T* dy, T* du);
 
   // Attention of block i from three already-normed inputs (MUDDFormer); y = attention (summed
   // over the TP group). Backward adds the inputs' gradients into dxq, dxk, dxv (which may be
   // one buffer); under TP each distinct buffer is summed over the group, so it must hold
   // zeros on entry.
-  void AttentionNormedForward(int i, const T* xq, const T* xk, const T* xv, T* y);
-  void AttentionNormedBackward(int i, const T* xq, const T* xk, const T* xv, const T* dy, T* dxq,
-                               T* dxk, T* dxv);
+  absl::Status AttentionNormedForward(int i, const T* xq, const T* xk, const T* xv, T* y);
+  absl::Status AttentionNormedBackward(int i, const T* xq, const T* xk, const T* xv,
+                                       const T* dy, T* dxq, T* dxk, T* dxv);
   int64_t input_layernorm_offset(int i) const { return layers_[i].ln_attn; }
 
   // See Model::SetLayerGradientsReadyHook. Every topology visits the sublayers in reverse and
@@ -63,7 +73,7 @@ class Branches {
   void SetLayerGradientsReadyHook(std::function<void(int layer)> hook) { hook_ = std::move(hook); }
 
   // Start of a backward pass: clears dV1 and records the loss scale for auxiliary losses.
-  void BeginBackward(double loss_scale);
+  absl::Status BeginBackward(double loss_scale);
 
   // Pipeline stages without layer 0 are given V1 (B*T, NKV*HS of this TP rank) before
   // Forward; it is read in place until Backward returns. After Backward, dv1() holds the
@@ -72,11 +82,11 @@ class Branches {
   bool has_value_residual() const { return value_residual_ != nullptr; }
   void SetV1(const T* v1) { v1_in_ = v1; }
   const T* v1() const;
-  std::vector<T>* dv1() { return &dv1_; }
+  Vec<T>* dv1() { return &dv1_; }
   // Sum of the FFNs' auxiliary losses in the last forward.
   double aux_loss() const;
 
-  ValueResidual<T>* value_residual() { return value_residual_.get(); }
+  ValueResidualT<B>* value_residual() { return value_residual_.get(); }
   void AppendStats(nlohmann::json* stats) const;
   void ResetStats();
 
@@ -85,63 +95,79 @@ class Branches {
   // moved into the layer that runs (Enter) and out again (Leave); with kSelective the
   // attention probabilities alone move that way.
   struct Acts {
-    std::vector<T> x_attn, rstd_attn;  // normed attention input (B*T, C), (B*T)
+    Vec<T> x_attn, rstd_attn;  // normed attention input (B*T, C), (B*T)
     AttentionActs<T> attn;
-    std::vector<T> vmix;               // V' when a value residual mixes this layer
-    std::vector<T> z_mlp, rstd_mlp;    // normed FFN input
+    Vec<T> vmix;               // V' when a value residual mixes this layer
+    Vec<T> z_mlp, rstd_mlp;    // normed FFN input
   };
   struct Layer {
     int64_t ln_attn, wq, wk, wv, wo, q_norm, k_norm, ln_mlp;
     Acts acts;
     double aux = 0;
   };
-  AttentionWeights<T> Weights(T* base, const Layer& layer) const;
+  // Enter(i) for its lifetime, Leave(i) when it ends (also on an early error return).
+  class Entered {
+   public:
+    Entered(BranchesT* b, int i) : b_(b), i_(i) { b_->Enter(i_); }
+    ~Entered() { b_->Leave(i_); }
+    Entered(const Entered&) = delete;
+    Entered& operator=(const Entered&) = delete;
+
+   private:
+    BranchesT* b_;
+    int i_;
+  };
+  AttentionWeights<T> AttnWeights(T* base, const Layer& layer) const;
   const T* ValuesRead(int i) const;
   void Enter(int i);
   void Leave(int i);
   // The attention of block i without Enter/Leave; reduce: all-reduce y over TP (not when
   // recomputing, which needs only the saved tensors).
-  void AttentionForwardIn(int i, const T* xq, const T* xk, const T* xv, T* y, bool reduce);
-  void AttentionBackwardIn(int i, const T* xq, const T* xk, const T* xv, const T* dy, T* dxq,
-                           T* dxk, T* dxv);
+  absl::Status AttentionForwardIn(int i, const T* xq, const T* xk, const T* xv, T* y,
+                                  bool reduce);
+  absl::Status AttentionBackwardIn(int i, const T* xq, const T* xk, const T* xv, const T* dy,
+                                   T* dxq, T* dxk, T* dxv);
   // Re-runs sublayer l's forward from u into the entered buffers (kFull), or block i's
   // attention core (kSelective), adding nothing to the statistics.
-  void Recompute(int l, const T* u);
+  absl::Status Recompute(int l, const T* u);
   // Sequence parallelism: every row of the distinct inputs (themselves without SP).
   std::array<const T*, 3> GatherInputs(const T* xq, const T* xk, const T* xv);
   // The FFN of block i from this rank's normed rows z to its output rows y (null: a
   // recomputation, output discarded), with the TP reductions; and its backward (dz +=).
-  double FfnForward(int i, const T* z, T* y);
-  void FfnBackward(int i, const T* z, const T* dy, T* dz);
-  void RecomputeAttention(int i, const T* xq, const T* xk, const T* xv);
+  absl::StatusOr<double> FfnForward(int i, const T* z, T* y);
+  absl::Status FfnBackward(int i, const T* z, const T* dy, T* dz);
+  absl::Status RecomputeAttention(int i, const T* xq, const T* xk, const T* xv);
 
   bool Owned(int i) const { return shard_.OwnsLayer(config_, i); }
 
   ModelConfig config_;
   Sharding shard_;
-  core::ThreadPool* pool_;
-  std::unique_ptr<ValueResidual<T>> value_residual_;
-  std::unique_ptr<Ffn<T>> ffn_;
+  const typename B::Exec x_;
+  std::unique_ptr<ValueResidualT<B>> value_residual_;
+  std::unique_ptr<FfnT<B>> ffn_;
   std::vector<Layer> layers_;
   AttentionDims dims_;
-  std::vector<T> cos_, sin_;
+  Vec<T> cos_, sin_;
   AttentionScratch<T> scratch_;
-  std::vector<T> dx_, dv_raw_, dv1_;
+  Vec<T> dx_, dv_raw_, dv1_;
   bool sp_ = false;        // sequence parallelism (Sharding::sequence_parallel, tp > 1)
   int rows_ = 0;           // token rows of the branches' inputs and outputs on this rank
   size_t local_nc_ = 0;    // rows_ x C
   // SP: gathered inputs, a branch's full output, dy and the inputs' gradients of every row,
   // and one reduce-scattered slice.
-  std::vector<T> gq_, gk_, gv_, out_full_, dy_full_, dq_full_, dk_full_, dv_full_, scatter_;
+  Vec<T> gq_, gk_, gv_, out_full_, dy_full_, dq_full_, dk_full_, dv_full_, scatter_;
   Acts shared_;              // the one set of activations under kFull (probs under kSelective)
-  std::vector<T> v1_keep_;   // kFull: layer 0's V, read by every later layer
-  std::vector<T> y_scratch_;  // a recomputed forward's output (discarded)
+  Vec<T> v1_keep_;           // kFull: layer 0's V, read by every later layer
+  Vec<T> y_scratch_;         // a recomputed forward's output (discarded)
   const T* v1_in_ = nullptr;  // V1 from an earlier pipeline stage
-  const T* params_ = nullptr;
-  T* grads_ = nullptr;
+  Weights<B> w_;             // the weights of the current pass (SetWeights)
+  Acc* grads_ = nullptr;
   double loss_scale_ = 1.0;
   std::function<void(int layer)> hook_;
 };
+
+template <typename T>
+using Branches = BranchesT<Cpu<T>>;
 
 }  // namespace satdar::model
 

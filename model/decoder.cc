@@ -1,14 +1,11 @@
 #include "model/decoder.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
-#include "core/ops/cross_entropy.h"
-#include "core/ops/embedding.h"
-#include "core/ops/matmul.h"
-#include "core/ops/rmsnorm.h"
-#include "core/ops/vocab_parallel.h"
+#include "model/ops.h"
 
 namespace satdar::model {
 
@@ -67,16 +64,16 @@ ParamTable DecoderParams(const ModelConfig& c, const Sharding& shard,
   return table;
 }
 
-template <typename T>
-DecoderModel<T>::DecoderModel(const ModelConfig& config, const Sharding& shard,
-                              core::ThreadPool* pool, ParamTable table,
-                              std::unique_ptr<Branches<T>> branches,
-                              std::unique_ptr<Topology<T>> topology)
+template <class B>
+DecoderModelT<B>::DecoderModelT(const ModelConfig& config, const Sharding& shard,
+                                const typename B::Exec& x, ParamTable table,
+                                std::unique_ptr<BranchesT<B>> branches,
+                                std::unique_ptr<TopologyT<B>> topology)
     : config_(config), shard_(shard), first_sublayer_(2 * shard.first_layer(config) + 1),
       last_sublayer_(2 * shard.end_layer(config)),
       has_embedding_(HoldsEmbedding(config, shard)),
       v0_(shard.TpFirst(shard.PaddedVocab(config))), vl_(shard.TpCount(shard.PaddedVocab(config))),
-      vtrue_(std::max(0, std::min(vl_, config.vocab_size - v0_))), pool_(pool),
+      vtrue_(std::max(0, std::min(vl_, config.vocab_size - v0_))), x_(x),
       branches_(std::move(branches)), topology_(std::move(topology)), table_(std::move(table)) {
   branches_->Bind(table_);
   topology_->Bind(table_);
@@ -87,9 +84,9 @@ DecoderModel<T>::DecoderModel(const ModelConfig& config, const Sharding& shard,
                                            : table_.Offset("lm_head.weight");
 }
 
-template <typename T>
-void DecoderModel<T>::Resize(int b, int t) {
-  if (b == b_ && t == t_) return;
+template <class B>
+absl::Status DecoderModelT<B>::Resize(int b, int t) {
+  if (b == b_ && t == t_) return absl::OkStatus();
   b_ = b;
   t_ = t;
   const size_t n = static_cast<size_t>(b) * t, nc = n * config_.hidden_size;
@@ -115,94 +112,99 @@ void DecoderModel<T>::Resize(int b, int t) {
     row_max_.resize(n);
     row_lse_.resize(n);
   }
-  branches_->Resize(b, t);
-  topology_->Resize(rows_);
+  SATDAR_RETURN_IF_ERROR(branches_->Resize(b, t));
+  SATDAR_RETURN_IF_ERROR(topology_->Resize(rows_));
   // Boundary buffers: the topology's state tensors, then V1.
   const size_t v1 = n * shard_.TpCount(config_.num_key_value_heads) * config_.head_size();
-  auto layout = [&](int after_sublayer, std::vector<std::vector<T>>* a,
-                    std::vector<std::vector<T>>* g) {
-    a->assign(topology_->BoundaryTensors(after_sublayer), std::vector<T>(lnc));
+  auto layout = [&](int after_sublayer, std::vector<Vec<T>>* a, std::vector<Vec<T>>* g) {
+    a->assign(topology_->BoundaryTensors(after_sublayer), Vec<T>(lnc));
     if (branches_->has_value_residual()) a->emplace_back(v1);
     *g = *a;
   };
-  stage_ = StageBuffers<T>();
+  stage_ = StageBuffersT<B>();
   if (!shard_.first_stage()) layout(first_sublayer_ - 1, &stage_.in, &stage_.din);
   if (!shard_.last_stage()) layout(last_sublayer_, &stage_.out, &stage_.dout);
+  return absl::OkStatus();
 }
 
-template <typename T>
-void DecoderModel<T>::EmbeddingForward(const T* table, T* h0) {
+template <class B>
+absl::Status DecoderModelT<B>::EmbeddingForward(const T* table, T* h0) {
   const int n = b_ * t_, d = config_.hidden_size;
-  if (shard_.tp_size == 1) {
-    core::cpu::EmbeddingForward(h0, inputs_.data(), table, n, d, pool_);
-    return;
-  }
+  if (shard_.tp_size == 1) return ops::EmbeddingForward(x_, h0, inputs_.data(), table, n, d);
   // Rows outside this rank's vocabulary range are 0; the sum over ranks is the lookup (under
   // sequence parallelism reduce-scattered: this rank's token rows).
   const bool sp = rows_ != n;
   T* all = sp ? full_.data() : h0;
-  core::cpu::VocabSliceEmbeddingForward(all, inputs_.data(), table, v0_, vl_, n, d, pool_);
+  SATDAR_RETURN_IF_ERROR(
+      ops::VocabSliceEmbeddingForward(x_, all, inputs_.data(), table, v0_, vl_, n, d));
   if (sp) {
     TpReduceScatter(shard_, all, h0, static_cast<size_t>(rows_) * d);
   } else {
     TpAllReduce(shard_, h0, static_cast<size_t>(n) * d);
   }
+  return absl::OkStatus();
 }
 
-template <typename T>
-void DecoderModel<T>::EmbeddingBackward(T* dtable) {
+template <class B>
+absl::Status DecoderModelT<B>::EmbeddingBackward(Acc* dtable) {
   const int n = b_ * t_, d = config_.hidden_size;
   if (shard_.tp_size == 1) {
-    core::cpu::EmbeddingBackward(dtable, dh0_.data(), inputs_.data(), n, d, pool_);
-    return;
+    return ops::EmbeddingBackward(x_, dtable, dh0_.data(), inputs_.data(), n, d);
   }
   const T* dh0 = dh0_.data();
   if (rows_ != n) {  // every token's gradient, for this rank's vocabulary rows
     TpAllGather(shard_, dh0_.data(), full_.data(), static_cast<size_t>(rows_) * d);
     dh0 = full_.data();
   }
-  core::cpu::VocabSliceEmbeddingBackward(dtable, dh0, inputs_.data(), v0_, vl_, n, d, pool_);
+  return ops::VocabSliceEmbeddingBackward(x_, dtable, dh0, inputs_.data(), v0_, vl_, n, d);
 }
 
-template <typename T>
-double DecoderModel<T>::CrossEntropyForward() {
+template <class B>
+absl::Status DecoderModelT<B>::CrossEntropyForward(double* loss) {
   const int n = b_ * t_;
   if (shard_.tp_size == 1) {
-    core::cpu::CrossEntropyForward(losses_.data(), logits_.data(), targets_.data(), n, vl_, pool_);
+    SATDAR_RETURN_IF_ERROR(
+        ops::CrossEntropyForward(x_, losses_.data(), logits_.data(), targets_.data(), n, vl_));
   } else {
     // Vocabulary-parallel softmax: the row max, the sum of exponentials and the target's
     // logit are each reduced over the TP group (Megatron-LM's scheme).
-    std::vector<T> sum(n), target(n);
-    core::cpu::VocabParallelRowMax(row_max_.data(), logits_.data(), n, vl_, pool_);
+    Vec<T> sum, target;
+    sum.resize(n);
+    target.resize(n);
+    SATDAR_RETURN_IF_ERROR(
+        ops::VocabParallelRowMax(x_, row_max_.data(), logits_.data(), n, vl_));
     TpAllReduce(shard_, row_max_.data(), n, comm::ReduceOp::kMax);
-    core::cpu::VocabParallelSumExp(sum.data(), target.data(), logits_.data(), row_max_.data(),
-                             targets_.data(), v0_, n, vl_, pool_);
+    SATDAR_RETURN_IF_ERROR(ops::VocabParallelSumExp(x_, sum.data(), target.data(),
+                                                    logits_.data(), row_max_.data(),
+                                                    targets_.data(), v0_, n, vl_));
     TpAllReduce(shard_, sum.data(), n);
     TpAllReduce(shard_, target.data(), n);
-    core::cpu::VocabParallelLoss(losses_.data(), row_lse_.data(), row_max_.data(), sum.data(),
-                           target.data(), n, pool_);
+    SATDAR_RETURN_IF_ERROR(ops::VocabParallelLoss(x_, losses_.data(), row_lse_.data(),
+                                                  row_max_.data(), sum.data(), target.data(), n));
   }
+  // Host read: statistics (S9 reads it back on CUDA). The loss, summed in double in order.
   double sum = 0;
   for (T l : losses_) sum += static_cast<double>(l);
-  return sum / n;
+  *loss = sum / n;
+  return absl::OkStatus();
 }
 
-template <typename T>
-void DecoderModel<T>::CrossEntropyBackward(double loss_scale) {
+template <class B>
+absl::Status DecoderModelT<B>::CrossEntropyBackward(double loss_scale) {
   const int n = b_ * t_;
   const T scale = static_cast<T>(loss_scale / n);
   if (shard_.tp_size == 1) {
-    core::cpu::CrossEntropyBackward(logits_.data(), logits_.data(), targets_.data(), scale, n, vl_,
-                              pool_);
-    return;
+    return ops::CrossEntropyBackward(x_, logits_.data(), logits_.data(), targets_.data(), scale,
+                                     n, vl_);
   }
-  core::cpu::VocabParallelCrossEntropyBackward(logits_.data(), logits_.data(), row_lse_.data(),
-                                         targets_.data(), scale, v0_, n, vl_, pool_);
+  return ops::VocabParallelCrossEntropyBackward(x_, logits_.data(), logits_.data(),
+                                                row_lse_.data(), targets_.data(), scale, v0_, n,
+                                                vl_);
 }
 
-template <typename T>
-absl::StatusOr<double> DecoderModel<T>::Forward(const T* params, const int32_t* tokens, int b,
-                                                int t) {
+template <class B>
+absl::StatusOr<double> DecoderModelT<B>::Forward(const T* params, const int32_t* tokens, int b,
+                                                 int t) {
   const int64_t count = static_cast<int64_t>(b) * (t + 1);
   for (int64_t i = 0; i < count; ++i) {
     if (tokens[i] < 0 || tokens[i] >= config_.vocab_size) {
@@ -210,21 +212,23 @@ absl::StatusOr<double> DecoderModel<T>::Forward(const T* params, const int32_t* 
                                                      " is outside [0, ", config_.vocab_size, ")"));
     }
   }
-  const double loss = ForwardPass(params, tokens, b, t);
+  if (!pending_.ok()) return std::exchange(pending_, absl::OkStatus());
+  // On the CPU the one parameter buffer is both the compute and the master weights.
+  SATDAR_ASSIGN_OR_RETURN(const double loss, ForwardPass(Weights<B>{params, params}, tokens, b, t));
   SATDAR_RETURN_IF_ERROR(CommStatus());
   return loss;
 }
 
-template <typename T>
-absl::Status DecoderModel<T>::Backward(const T* params, T* grads, double loss_scale) {
-  BackwardPass(params, grads, loss_scale);
+template <class B>
+absl::Status DecoderModelT<B>::Backward(const T* params, T* grads, double loss_scale) {
+  SATDAR_RETURN_IF_ERROR(BackwardPass(Weights<B>{params, params}, grads, loss_scale));
   return CommStatus();
 }
 
-template <typename T>
-double DecoderModel<T>::ForwardPass(const T* params, const int32_t* tokens, int b, int t) {
-  Resize(b, t);
-  params_ = params;
+template <class B>
+absl::StatusOr<double> DecoderModelT<B>::ForwardPass(const Weights<B>& w, const int32_t* tokens,
+                                                     int b, int t) {
+  SATDAR_RETURN_IF_ERROR(Resize(b, t));
   const ModelConfig& c = config_;
   const int n = b * t, d = c.hidden_size;
   for (int bi = 0; bi < b; ++bi) {
@@ -233,15 +237,15 @@ double DecoderModel<T>::ForwardPass(const T* params, const int32_t* tokens, int 
       targets_[bi * t + ti] = tokens[bi * (t + 1) + ti + 1];
     }
   }
-  branches_->SetParams(params, nullptr);
+  branches_->SetWeights(w, nullptr);
   if (shard_.pp_size == 1) {
-    EmbeddingForward(params + embed_off_, h0_.data());
-    topology_->Forward(params, h0_.data(), branches_.get(), x_final_.data());
+    SATDAR_RETURN_IF_ERROR(EmbeddingForward(w.compute + embed_off_, h0_.data()));
+    SATDAR_RETURN_IF_ERROR(topology_->Forward(w, h0_.data(), branches_.get(), x_final_.data()));
   } else {
     std::vector<const T*> in;
     std::vector<T*> out;
     if (shard_.first_stage()) {
-      EmbeddingForward(params + embed_off_, h0_.data());
+      SATDAR_RETURN_IF_ERROR(EmbeddingForward(w.compute + embed_off_, h0_.data()));
     } else {
       for (const auto& v : stage_.in) in.push_back(v.data());
       if (branches_->has_value_residual()) {
@@ -251,12 +255,14 @@ double DecoderModel<T>::ForwardPass(const T* params, const int32_t* tokens, int 
     }
     for (auto& v : stage_.out) out.push_back(v.data());
     if (branches_->has_value_residual() && !out.empty()) out.pop_back();
-    topology_->ForwardRange(params, first_sublayer_, last_sublayer_, h0_.data(), in,
-                            branches_.get(), x_final_.data(), out);
+    SATDAR_RETURN_IF_ERROR(topology_->ForwardRange(w, first_sublayer_, last_sublayer_,
+                                                   h0_.data(), in, branches_.get(),
+                                                   x_final_.data(), out));
     if (!shard_.last_stage()) {
       if (branches_->has_value_residual()) {
-        const T* v1 = branches_->v1();
-        std::copy(v1, v1 + stage_.out.back().size(), stage_.out.back().begin());
+        Vec<T>& v1 = stage_.out.back();
+        SATDAR_RETURN_IF_ERROR(
+            ops::Copy(x_, v1.data(), branches_->v1(), static_cast<int64_t>(v1.size())));
       }
       cross_entropy_ = 0;
       return branches_->aux_loss();  // this stage's share of the auxiliary losses
@@ -264,27 +270,29 @@ double DecoderModel<T>::ForwardPass(const T* params, const int32_t* tokens, int 
   }
   // The final norm on this rank's rows; under SP the head reads every row (all-gathered).
   T* lnf = rows_ != n ? lnf_local_.data() : lnf_.data();
-  core::cpu::RmsNormForward(lnf, lnf_rstd_.data(), x_final_.data(), params + norm_off_, rows_, d,
-                      c.rms_norm_eps, pool_);
+  SATDAR_RETURN_IF_ERROR(ops::RmsNormForward(x_, lnf, lnf_rstd_.data(), x_final_.data(),
+                                             w.compute + norm_off_, rows_, d, c.rms_norm_eps));
   if (rows_ != n) TpAllGather(shard_, lnf, lnf_.data(), static_cast<size_t>(rows_) * d);
-  core::cpu::MatmulForward(logits_.data(), lnf_.data(), params + head_off_, n, vl_, d, pool_);
+  SATDAR_RETURN_IF_ERROR(
+      ops::MatmulForward(x_, logits_.data(), lnf_.data(), w.compute + head_off_, n, vl_, d));
   // Padded vocabulary rows: no probability (their gradients stay 0).
-  core::cpu::MaskPaddedVocab(logits_.data(), n, vl_, vtrue_, pool_);
-  cross_entropy_ = CrossEntropyForward();
+  SATDAR_RETURN_IF_ERROR(ops::MaskPaddedVocab(x_, logits_.data(), n, vl_, vtrue_));
+  SATDAR_RETURN_IF_ERROR(CrossEntropyForward(&cross_entropy_));
   return cross_entropy_ + branches_->aux_loss();
 }
 
-template <typename T>
-void DecoderModel<T>::BackwardPass(const T* params, T* grads, double loss_scale) {
+template <class B>
+absl::Status DecoderModelT<B>::BackwardPass(const Weights<B>& w, Acc* grads, double loss_scale) {
   SATDAR_CHECK(b_ > 0) << "Backward before Forward";
   const ModelConfig& c = config_;
   const int n = b_ * t_, d = c.hidden_size;
-  T* p = const_cast<T*>(params);
   if (shard_.last_stage()) {
-    CrossEntropyBackward(loss_scale);
-    std::fill(dnorm_.begin(), dnorm_.end(), T(0));
-    core::cpu::MatmulBackward(dnorm_.data(), grads + head_off_, logits_.data(), lnf_.data(),
-                        p + head_off_, n, vl_, d, pool_);
+    SATDAR_RETURN_IF_ERROR(CrossEntropyBackward(loss_scale));
+    SATDAR_RETURN_IF_ERROR(
+        ops::Zero(x_, dnorm_.data(), static_cast<int64_t>(dnorm_.size())));
+    SATDAR_RETURN_IF_ERROR(ops::MatmulBackward(x_, dnorm_.data(), grads + head_off_,
+                                               logits_.data(), lnf_.data(),
+                                               w.compute + head_off_, n, vl_, d));
     // Each rank's vocabulary slice: summed over TP (under SP into this rank's rows).
     const T* dnorm = dnorm_.data();
     if (rows_ != n) {
@@ -293,14 +301,17 @@ void DecoderModel<T>::BackwardPass(const T* params, T* grads, double loss_scale)
     } else {
       TpAllReduce(shard_, dnorm_.data(), dnorm_.size());
     }
-    std::fill(dx_final_.begin(), dx_final_.end(), T(0));
-    core::cpu::RmsNormBackward(dx_final_.data(), grads + norm_off_, dnorm, x_final_.data(),
-                         p + norm_off_, lnf_rstd_.data(), rows_, d, pool_);
+    SATDAR_RETURN_IF_ERROR(
+        ops::Zero(x_, dx_final_.data(), static_cast<int64_t>(dx_final_.size())));
+    SATDAR_RETURN_IF_ERROR(ops::RmsNormBackward(x_, dx_final_.data(), grads + norm_off_, dnorm,
+                                                x_final_.data(), w.compute + norm_off_,
+                                                lnf_rstd_.data(), rows_, d));
   }
-  branches_->SetParams(params, grads);
-  branches_->BeginBackward(loss_scale);
+  branches_->SetWeights(w, grads);
+  SATDAR_RETURN_IF_ERROR(branches_->BeginBackward(loss_scale));
   if (shard_.pp_size == 1) {
-    topology_->Backward(params, grads, dx_final_.data(), branches_.get(), dh0_.data());
+    SATDAR_RETURN_IF_ERROR(topology_->Backward(w, grads, dx_final_.data(), branches_.get(),
+                                               dh0_.data()));
   } else {
     std::vector<const T*> dout;
     std::vector<T*> din;
@@ -309,44 +320,56 @@ void DecoderModel<T>::BackwardPass(const T* params, T* grads, double loss_scale)
     const bool vr = branches_->has_value_residual();
     if (vr && !dout.empty()) {
       // The later stages' gradient of V1 (summed along the way), added to by this stage.
-      *branches_->dv1() = stage_.dout.back();
+      Vec<T>* dv1 = branches_->dv1();
+      const Vec<T>& later = stage_.dout.back();
+      dv1->resize(later.size());
+      SATDAR_RETURN_IF_ERROR(
+          ops::Copy(x_, dv1->data(), later.data(), static_cast<int64_t>(later.size())));
       dout.pop_back();
     }
     if (vr && !din.empty()) din.pop_back();
-    topology_->BackwardRange(params, grads, first_sublayer_, last_sublayer_, dx_final_.data(),
-                             dout, branches_.get(), dh0_.data(), din);
-    if (vr && !shard_.first_stage()) stage_.din.back() = *branches_->dv1();
-    if (!shard_.first_stage()) return;
+    SATDAR_RETURN_IF_ERROR(topology_->BackwardRange(w, grads, first_sublayer_, last_sublayer_,
+                                                    dx_final_.data(), dout, branches_.get(),
+                                                    dh0_.data(), din));
+    if (vr && !shard_.first_stage()) {
+      const Vec<T>& dv1 = *branches_->dv1();
+      Vec<T>& sent = stage_.din.back();
+      sent.resize(dv1.size());
+      SATDAR_RETURN_IF_ERROR(
+          ops::Copy(x_, sent.data(), dv1.data(), static_cast<int64_t>(dv1.size())));
+    }
+    if (!shard_.first_stage()) return absl::OkStatus();
   }
-  EmbeddingBackward(grads + embed_off_);
+  return EmbeddingBackward(grads + embed_off_);
 }
 
-template <typename T>
-void DecoderModel<T>::AppendStats(nlohmann::json* stats) const {
+template <class B>
+void DecoderModelT<B>::AppendStats(nlohmann::json* stats) const {
   branches_->AppendStats(stats);
   topology_->AppendStats(stats);
 }
 
-template <typename T>
-void DecoderModel<T>::ResetStats() {
+template <class B>
+void DecoderModelT<B>::ResetStats() {
   branches_->ResetStats();
   topology_->ResetStats();
 }
 
-template <typename T>
-bool DecoderModel<T>::SetGateAblation(GateAblation mode) {
-  ValueResidual<T>* vr = branches_->value_residual();
+template <class B>
+bool DecoderModelT<B>::SetGateAblation(GateAblation mode) {
+  ValueResidualT<B>* vr = branches_->value_residual();
   if (vr == nullptr) return mode == GateAblation::kNone;
   return vr->SetGateAblation(mode);
 }
 
-template <typename T>
-void DecoderModel<T>::Predictions(std::vector<int32_t>* argmax) const {
+template <class B>
+void DecoderModelT<B>::Predictions(std::vector<int32_t>* argmax) const {
   SATDAR_CHECK(shard_.last_stage()) << "Predictions on a pipeline stage without the head";
   const int n = b_ * t_, v = vl_;
   argmax->resize(n);
   // (best logit, its vocabulary id) per row of this rank's slice.
   std::vector<double> best(2 * static_cast<size_t>(n));
+  // Host read: statistics (S9 reads it back on CUDA).
   for (int r = 0; r < n; ++r) {
     const T* row = logits_.data() + static_cast<size_t>(r) * v;
     const int j = static_cast<int>(std::max_element(row, row + v) - row);
@@ -373,16 +396,17 @@ void DecoderModel<T>::Predictions(std::vector<int32_t>* argmax) const {
   }
 }
 
-template <typename T>
-bool DecoderModel<T>::GateValues(int layer, std::vector<double>* gates) const {
-  ValueResidual<T>* vr = branches_->value_residual();
+template <class B>
+bool DecoderModelT<B>::GateValues(int layer, std::vector<double>* gates) const {
+  ValueResidualT<B>* vr = branches_->value_residual();
   const T* g = vr == nullptr ? nullptr : vr->gate_values(layer);
   if (g == nullptr) return false;
+  // Host read: statistics (S9 reads it back on CUDA).
   gates->assign(g, g + static_cast<size_t>(b_) * t_ * shard_.TpCount(config_.num_key_value_heads));
   return true;
 }
 
-template class DecoderModel<float>;
-template class DecoderModel<double>;
+template class DecoderModelT<Cpu<float>>;
+template class DecoderModelT<Cpu<double>>;
 
 }  // namespace satdar::model

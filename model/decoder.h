@@ -6,6 +6,7 @@
 #define SATDAR_MODEL_DECODER_H_
 
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "model/branches.h"
@@ -15,13 +16,20 @@
 
 namespace satdar::model {
 
-template <typename T>
-class DecoderModel : public Model<T> {
+// Templated on the backend B (model/backend.h); Model<T>'s entry points read the one CPU
+// parameter buffer as both the compute and the master weights.
+template <class B>
+class DecoderModelT : public Model<typename B::T> {
  public:
+  using T = typename B::T;
+  using Acc = typename B::Acc;
+  template <typename U>
+  using Vec = typename B::template Vec<U>;
+
   // table: this rank's DecoderParams (param_layout.h) for the same design and sharding.
-  DecoderModel(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool,
-               ParamTable table, std::unique_ptr<Branches<T>> branches,
-               std::unique_ptr<Topology<T>> topology);
+  DecoderModelT(const ModelConfig& config, const Sharding& shard, const typename B::Exec& x,
+                ParamTable table, std::unique_ptr<BranchesT<B>> branches,
+                std::unique_ptr<TopologyT<B>> topology);
 
   const ParamTable& params() const override { return table_; }
   const ModelConfig& config() const override { return config_; }
@@ -36,48 +44,55 @@ class DecoderModel : public Model<T> {
   void SetLayerGradientsReadyHook(std::function<void(int layer)> hook) override {
     branches_->SetLayerGradientsReadyHook(std::move(hook));
   }
+  // A failed Resize (an allocation on a device) is kept and returned by the next Forward.
   StageBuffers<T>* PrepareStage(int b, int t) override {
-    Resize(b, t);
+    absl::Status status = Resize(b, t);
+    if (pending_.ok()) pending_ = std::move(status);
     return &stage_;
   }
+
  private:
-  double ForwardPass(const T* params, const int32_t* tokens, int b, int t);
-  void BackwardPass(const T* params, T* grads, double loss_scale);
+  absl::StatusOr<double> ForwardPass(const Weights<B>& w, const int32_t* tokens, int b, int t);
+  absl::Status BackwardPass(const Weights<B>& w, Acc* grads, double loss_scale);
   // The first failure of a collective inside a pass (Sharding::errors), or OK.
   absl::Status CommStatus() const {
     return shard_.errors == nullptr ? absl::OkStatus() : shard_.errors->status();
   }
-  void Resize(int b, int t);
+  absl::Status Resize(int b, int t);
   // Vocabulary-parallel pieces (tp > 1): this rank holds rows [v0_, v0_ + vl_) of the padded
   // vocabulary, the first vtrue_ of them true rows.
-  void EmbeddingForward(const T* table, T* h0);
-  void EmbeddingBackward(T* dtable);
-  double CrossEntropyForward();
-  void CrossEntropyBackward(double loss_scale);
+  absl::Status EmbeddingForward(const T* table, T* h0);
+  absl::Status EmbeddingBackward(Acc* dtable);
+  // *loss = the mean cross-entropy over the B*T positions.
+  absl::Status CrossEntropyForward(double* loss);
+  absl::Status CrossEntropyBackward(double loss_scale);
 
   ModelConfig config_;
   Sharding shard_;
   int first_sublayer_, last_sublayer_;  // this pipeline stage's sublayers (1-based)
   bool has_embedding_;
   int v0_, vl_, vtrue_;
-  core::ThreadPool* pool_;
-  std::unique_ptr<Branches<T>> branches_;
-  std::unique_ptr<Topology<T>> topology_;
+  const typename B::Exec x_;
+  std::unique_ptr<BranchesT<B>> branches_;
+  std::unique_ptr<TopologyT<B>> topology_;
   ParamTable table_;
   int64_t embed_off_, norm_off_, head_off_;
   int b_ = 0, t_ = 0;
   double cross_entropy_ = 0;
-  const T* params_ = nullptr;
+  absl::Status pending_;  // a failed PrepareStage, returned by the next Forward
   std::vector<int32_t> inputs_, targets_;  // (B*T)
   int rows_ = 0;  // token rows of the residual stream here (B*T, or B*T/tp under SP)
-  std::vector<T> h0_, x_final_, lnf_, lnf_rstd_, logits_, losses_;
+  Vec<T> h0_, x_final_, lnf_, lnf_rstd_, logits_, losses_;
   // SP: a (B*T, C) scratch (the embedding's partial sums, dh0 gathered), this rank's normed
   // rows and their gradient.
-  std::vector<T> full_, lnf_local_, dnorm_local_;
-  std::vector<T> dnorm_, dx_final_, dh0_;
-  std::vector<T> row_max_, row_lse_;  // vocabulary-parallel cross-entropy, per position
-  StageBuffers<T> stage_;
+  Vec<T> full_, lnf_local_, dnorm_local_;
+  Vec<T> dnorm_, dx_final_, dh0_;
+  Vec<T> row_max_, row_lse_;  // vocabulary-parallel cross-entropy, per position
+  StageBuffersT<B> stage_;
 };
+
+template <typename T>
+using DecoderModel = DecoderModelT<Cpu<T>>;
 
 }  // namespace satdar::model
 

@@ -10,15 +10,18 @@ namespace satdar::model {
 
 namespace {
 
-template <typename T>
-class DenseFfn : public Ffn<T> {
+template <class B>
+class DenseFfn : public FfnT<B> {
  public:
+  using T = typename B::T;
+  using Acc = typename B::Acc;
+
   // Under tensor parallelism each rank holds F/tp rows of gate and up (column-parallel) and
   // the matching columns of down (row-parallel): its output is a partial sum. With
   // Recompute::kFull one set of activations moves into the layer that runs (the branches
   // re-run Forward right before Backward).
-  DenseFfn(const ModelConfig& c, const Sharding& shard, core::ThreadPool* pool)
-      : c_(c), shard_(shard), f_(shard.TpCount(c.intermediate_size)), pool_(pool),
+  DenseFfn(const ModelConfig& c, const Sharding& shard, const typename B::Exec& x)
+      : c_(c), shard_(shard), f_(shard.TpCount(c.intermediate_size)), x_(x),
         offsets_(c.num_hidden_layers), acts_(c.num_hidden_layers) {}
 
   static std::string Name(int i, const char* p) {
@@ -41,7 +44,7 @@ class DenseFfn : public Ffn<T> {
                      table.Offset(Name(i, "down"))};
     }
   }
-  void Resize(int b, int t) override {
+  absl::Status Resize(int b, int t) override {
     dims_ = MlpDims{b * t, c_.hidden_size, f_};
     const bool full = shard_.recompute == Recompute::kFull;
     for (int i = 0; i < c_.num_hidden_layers; ++i) {
@@ -51,21 +54,23 @@ class DenseFfn : public Ffn<T> {
     shared_ = MlpActs<T>();
     if (full) shared_.Resize(dims_);
     scratch_.Resize(dims_);
+    return absl::OkStatus();
   }
   bool tp_partial() const override { return shard_.tp_size > 1; }
-  double Forward(int i, const T* params, const T* z, T* out) override {
+  absl::StatusOr<double> Forward(int i, const Weights<B>& w, const T* z, T* out) override {
     Swap(i);
-    MlpForward(out, &acts_[i], z, Weights(const_cast<T*>(params), i), dims_, pool_);
+    MlpForward(out, &acts_[i], z, MlpWeightsAt(const_cast<T*>(w.compute), i), dims_, x_.pool);
     Swap(i);
     return 0.0;
   }
-  void Backward(int i, const T* params, T* grads, const T* z, const T* dout, T* dz,
-                double loss_scale) override {
+  absl::Status Backward(int i, const Weights<B>& w, Acc* grads, const T* z, const T* dout,
+                        T* dz, double loss_scale) override {
     (void)loss_scale;
     Swap(i);
-    MlpBackward(dz, Weights(grads, i), dout, acts_[i], z, Weights(const_cast<T*>(params), i),
-                dims_, &scratch_, pool_);
+    MlpBackward(dz, MlpWeightsAt(grads, i), dout, acts_[i], z,
+                MlpWeightsAt(const_cast<T*>(w.compute), i), dims_, &scratch_, x_.pool);
     Swap(i);
+    return absl::OkStatus();
   }
 
  private:
@@ -76,13 +81,13 @@ class DenseFfn : public Ffn<T> {
   struct Offsets {
     int64_t gate, up, down;
   };
-  MlpWeights<T> Weights(T* base, int i) const {
+  MlpWeights<T> MlpWeightsAt(T* base, int i) const {
     return {base + offsets_[i].gate, base + offsets_[i].up, base + offsets_[i].down};
   }
   const ModelConfig c_;
   const Sharding shard_;
   const int f_;  // this rank's intermediate size
-  core::ThreadPool* pool_;
+  const typename B::Exec x_;
   std::vector<Offsets> offsets_;
   std::vector<MlpActs<T>> acts_;
   MlpActs<T> shared_;  // kFull: the one set
@@ -94,15 +99,20 @@ class DenseFfn : public Ffn<T> {
 
 void AddDenseFfnParams(const ModelConfig& config, const Sharding& shard, ParamPlace place,
                        int layer, ParamTable* table) {
-  DenseFfn<float>::AddParams(config, shard, place, layer, table);
+  DenseFfn<Cpu<float>>::AddParams(config, shard, place, layer, table);
 }
 
-template <typename T>
-std::unique_ptr<Ffn<T>> MakeDenseFfn(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool) {
-  return std::make_unique<DenseFfn<T>>(config, shard, pool);
+template <class B>
+std::unique_ptr<FfnT<B>> MakeDenseFfn(const ModelConfig& config, const Sharding& shard,
+                                      const typename B::Exec& x) {
+  return std::make_unique<DenseFfn<B>>(config, shard, x);
 }
 
-template std::unique_ptr<Ffn<float>> MakeDenseFfn<float>(const ModelConfig&, const Sharding&, core::ThreadPool*);
-template std::unique_ptr<Ffn<double>> MakeDenseFfn<double>(const ModelConfig&, const Sharding&, core::ThreadPool*);
+template std::unique_ptr<FfnT<Cpu<float>>> MakeDenseFfn<Cpu<float>>(const ModelConfig&,
+                                                                    const Sharding&,
+                                                                    const core::CpuExec&);
+template std::unique_ptr<FfnT<Cpu<double>>> MakeDenseFfn<Cpu<double>>(const ModelConfig&,
+                                                                      const Sharding&,
+                                                                      const core::CpuExec&);
 
 }  // namespace satdar::model

@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/thread_pool.h"
+#include "model/backend.h"
 #include "model/config.h"
 #include "model/param_table.h"
 #include "model/sharding.h"
@@ -31,10 +32,13 @@ namespace satdar::model {
 //   out:  sent to the next stage after Forward (empty on the last stage)
 //   dout: received from the next stage before Backward (the gradients of out)
 //   din:  sent to the previous stage after Backward (the gradients of in)
-template <typename T>
-struct StageBuffers {
-  std::vector<std::vector<T>> in, out, dout, din;
+// Buffers of the backend B (model/backend.h): host memory on the CPU, device memory on CUDA.
+template <class B>
+struct StageBuffersT {
+  std::vector<typename B::template Vec<typename B::T>> in, out, dout, din;
 };
+template <typename T>
+using StageBuffers = StageBuffersT<Cpu<T>>;
 
 template <typename T>
 class Model {

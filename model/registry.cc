@@ -26,74 +26,78 @@ namespace satdar::model {
 
 namespace {
 
-template <typename P>
-using Maker = std::function<P(const ModelConfig&, const Sharding&, core::ThreadPool*)>;
+template <class B, typename P>
+using Maker = std::function<P(const ModelConfig&, const Sharding&, const typename B::Exec&)>;
 
 // One design part: its config value, how to build it, and its parameters (param_layout.h;
 // null when it has none).
-template <typename K, typename P>
+template <class B, typename K, typename P>
 struct Row {
   K key;
-  Maker<P> make;
+  Maker<B, P> make;
   AddParamsFn params;
 };
 
-template <typename T>
+template <class B>
 struct Registry {
-  std::vector<Row<std::string, std::unique_ptr<Topology<T>>>> topologies = {
-      {"standard", MakeStandard<T>, nullptr},
-      {"attnres", MakeAttnRes<T>, AddAttnResParams},
-      {"dar", MakeDar<T>, AddDarParams},
-      {"hc", MakeHc<T>, AddHcParams},
-      {"mhc", MakeMhc<T>, AddMhcParams},
-      {"denseformer", MakeDenseFormer<T>, AddDenseFormerParams},
-      {"muddformer", MakeMuddFormer<T>, AddMuddFormerParams},
+  using Exec = typename B::Exec;
+  std::vector<Row<B, std::string, std::unique_ptr<TopologyT<B>>>> topologies = {
+      {"standard", MakeStandard<B>, nullptr},
+      {"attnres", MakeAttnRes<B>, AddAttnResParams},
+      {"dar", MakeDar<B>, AddDarParams},
+      {"hc", MakeHc<B>, AddHcParams},
+      {"mhc", MakeMhc<B>, AddMhcParams},
+      {"denseformer", MakeDenseFormer<B>, AddDenseFormerParams},
+      {"muddformer", MakeMuddFormer<B>, AddMuddFormerParams},
   };
-  std::vector<Row<std::string, std::unique_ptr<ValueResidual<T>>>> value_residuals = {
-      {"none", [](const ModelConfig&, const Sharding&, core::ThreadPool*) { return nullptr; },
+  std::vector<Row<B, std::string, std::unique_ptr<ValueResidualT<B>>>> value_residuals = {
+      {"none",
+       [](const ModelConfig&, const Sharding&, const Exec&) {
+         return std::unique_ptr<ValueResidualT<B>>();
+       },
        nullptr},
-      {"resformer", MakeResformer<T>, AddResformerParams},
-      {"satformer", MakeSatformer<T>, AddSatformerParams},
+      {"resformer", MakeResformer<B>, AddResformerParams},
+      {"satformer", MakeSatformer<B>, AddSatformerParams},
   };
-  std::vector<Row<bool, std::unique_ptr<Ffn<T>>>> ffns = {
-      {false, MakeDenseFfn<T>, AddDenseFfnParams},
-      {true, MakeMoe<T>, AddMoeParams},
+  std::vector<Row<B, bool, std::unique_ptr<FfnT<B>>>> ffns = {
+      {false, MakeDenseFfn<B>, AddDenseFfnParams},
+      {true, MakeMoe<B>, AddMoeParams},
   };
 };
 
-template <typename K, typename P>
-const Row<K, P>* Find(const std::vector<Row<K, P>>& list, const K& key) {
+template <class B, typename K, typename P>
+const Row<B, K, P>* Find(const std::vector<Row<B, K, P>>& list, const K& key) {
   for (const auto& row : list) {
     if (row.key == key) return &row;
   }
   return nullptr;
 }
 
-template <typename P>
-std::string Names(const std::vector<Row<std::string, P>>& list) {
+template <class B, typename P>
+std::string Names(const std::vector<Row<B, std::string, P>>& list) {
   std::vector<std::string> names;
   for (const auto& row : list) names.push_back("\"" + row.key + "\"");
   return absl::StrJoin(names, ", ");
 }
 
 // The rows `config` picks, or which config field names a design this build does not have.
-template <typename T>
+template <class B>
 struct Design {
-  const Row<std::string, std::unique_ptr<Topology<T>>>* topology;
-  const Row<std::string, std::unique_ptr<ValueResidual<T>>>* value_residual;
-  const Row<bool, std::unique_ptr<Ffn<T>>>* ffn;
+  const Row<B, std::string, std::unique_ptr<TopologyT<B>>>* topology;
+  const Row<B, std::string, std::unique_ptr<ValueResidualT<B>>>* value_residual;
+  const Row<B, bool, std::unique_ptr<FfnT<B>>>* ffn;
   DesignParams params() const {
     return {topology->params, value_residual->params, ffn->params};
   }
 };
 
-template <typename T>
-absl::StatusOr<Design<T>> FindDesign(const Registry<T>& r, const ModelConfig& config,
+template <class B>
+absl::StatusOr<Design<B>> FindDesign(const Registry<B>& r, const ModelConfig& config,
                                      const Sharding& shard) {
   SATDAR_RETURN_IF_ERROR(
       ValidateSharding(config, shard.tp_size, shard.pp_size, shard.ep_size, LayoutNames(),
                        shard.vocab_multiple));
-  Design<T> d;
+  Design<B> d;
   d.topology = Find(r.topologies, std::string(Name(config.residual)));
   if (d.topology == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -117,19 +121,19 @@ absl::StatusOr<Design<T>> FindDesign(const Registry<T>& r, const ModelConfig& co
 }  // namespace
 
 bool TopologySupportsStages(const ModelConfig& config) {
-  Registry<float> r;
+  Registry<Cpu<float>> r;
   const auto* topology = Find(r.topologies, std::string(Name(config.residual)));
   SATDAR_CHECK(topology != nullptr) << Name(config.residual);
   core::ThreadPool pool(1);
-  return topology->make(config, Sharding{}, &pool)->SupportsStages();
+  return topology->make(config, Sharding{}, core::CpuExec{&pool})->SupportsStages();
 }
 
 int TopologyBoundaryTensors(const ModelConfig& config, int after_sublayer) {
-  Registry<float> r;
+  Registry<Cpu<float>> r;
   const auto* topology = Find(r.topologies, std::string(Name(config.residual)));
   SATDAR_CHECK(topology != nullptr) << Name(config.residual);
   core::ThreadPool pool(1);
-  return topology->make(config, Sharding{}, &pool)->BoundaryTensors(after_sublayer);
+  return topology->make(config, Sharding{}, core::CpuExec{&pool})->BoundaryTensors(after_sublayer);
 }
 
 template <typename T>
@@ -142,14 +146,16 @@ template <typename T>
 absl::StatusOr<std::unique_ptr<Model<T>>> CreateModel(const ModelConfig& config,
                                                       const Sharding& shard,
                                                       core::ThreadPool* pool) {
-  Registry<T> r;
-  SATDAR_ASSIGN_OR_RETURN(Design<T> d, FindDesign(r, config, shard));
-  auto branches = std::make_unique<Branches<T>>(config, shard, pool,
-                                                d.value_residual->make(config, shard, pool),
-                                                d.ffn->make(config, shard, pool));
-  return std::unique_ptr<Model<T>>(std::make_unique<DecoderModel<T>>(
-      config, shard, pool, DecoderParams(config, shard, d.params()), std::move(branches),
-      d.topology->make(config, shard, pool)));
+  using B = Cpu<T>;
+  const core::CpuExec x{pool};
+  Registry<B> r;
+  SATDAR_ASSIGN_OR_RETURN(Design<B> d, FindDesign(r, config, shard));
+  auto branches = std::make_unique<BranchesT<B>>(config, shard, x,
+                                                 d.value_residual->make(config, shard, x),
+                                                 d.ffn->make(config, shard, x));
+  return std::unique_ptr<Model<T>>(std::make_unique<DecoderModelT<B>>(
+      config, shard, x, DecoderParams(config, shard, d.params()), std::move(branches),
+      d.topology->make(config, shard, x)));
 }
 
 absl::StatusOr<ParamTable> BuildParamTable(const ModelConfig& config, const Sharding& shard,
@@ -157,8 +163,8 @@ absl::StatusOr<ParamTable> BuildParamTable(const ModelConfig& config, const Shar
   if (align < 1) {
     return absl::InvalidArgumentError(absl::StrCat("parameter alignment ", align, " is not positive"));
   }
-  Registry<float> r;
-  SATDAR_ASSIGN_OR_RETURN(Design<float> d, FindDesign(r, config, shard));
+  Registry<Cpu<float>> r;
+  SATDAR_ASSIGN_OR_RETURN(Design<Cpu<float>> d, FindDesign(r, config, shard));
   return DecoderParams(config, shard, d.params(), align);
 }
 

@@ -3,32 +3,44 @@
 // final RMSNorm and head read. Implementations: variants/standard (the baseline residual),
 // variants/attnres, variants/dar, variants/hyper_connections (hc), variants/mhc,
 // variants/denseformer, variants/muddformer.
+//
+// Templated on the backend B (model/backend.h): every pointer below is a B buffer (host
+// memory on the CPU, device memory on CUDA); parameters are read from Weights<B>, gradients
+// accumulated into B::Acc. Each pass returns the first failure of an op (a launch on CUDA;
+// always OK on the CPU); collectives report theirs in Sharding::errors.
 #ifndef SATDAR_MODEL_TOPOLOGY_H_
 #define SATDAR_MODEL_TOPOLOGY_H_
 
 #include <vector>
 
+#include "absl/status/status.h"
+#include "model/backend.h"
 #include "model/branches.h"
 #include "model/param_table.h"
 #include "nlohmann/json.hpp"
 
 namespace satdar::model {
 
-template <typename T>
-class Topology {
+template <class B>
+class TopologyT {
  public:
-  virtual ~Topology() = default;
+  using T = typename B::T;
+  using Acc = typename B::Acc;
+
+  virtual ~TopologyT() = default;
   // Finds its parameters' offsets in this rank's table; the design's AddParamsFn
   // (param_layout.h) added them, after each block's branch parameters and at the end.
   virtual void Bind(const ParamTable& table) { (void)table; }
-  virtual void Resize(int rows) = 0;
+  // Sizes its buffers for `rows` token rows (an allocation failure on a device).
+  virtual absl::Status Resize(int rows) = 0;
   // h0 (B*T, C) -> x_final (B*T, C); calls branches->Forward for l = 1..2L in order.
-  void Forward(const T* params, const T* h0, Branches<T>* branches, T* x_final) {
-    ForwardRange(params, 1, branches->sublayers(), h0, {}, branches, x_final, {});
+  absl::Status Forward(const Weights<B>& w, const T* h0, BranchesT<B>* branches, T* x_final) {
+    return ForwardRange(w, 1, branches->sublayers(), h0, {}, branches, x_final, {});
   }
   // dx_final -> dh0 (overwritten); calls branches->Backward for l = 2L..1.
-  void Backward(const T* params, T* grads, const T* dx_final, Branches<T>* branches, T* dh0) {
-    BackwardRange(params, grads, 1, branches->sublayers(), dx_final, {}, branches, dh0, {});
+  absl::Status Backward(const Weights<B>& w, Acc* grads, const T* dx_final,
+                        BranchesT<B>* branches, T* dh0) {
+    return BackwardRange(w, grads, 1, branches->sublayers(), dx_final, {}, branches, dh0, {});
   }
 
   // Pipeline parallelism. A topology describes the state after sublayer l (1 <= l < 2L, at a
@@ -40,18 +52,23 @@ class Topology {
   // registry can; one that could not would return false here (layout_check.cc's table).
   virtual bool SupportsStages() const { return true; }
   virtual int BoundaryTensors(int l) const = 0;
-  virtual void ForwardRange(const T* params, int first, int last, const T* h0,
-                            const std::vector<const T*>& in, Branches<T>* branches, T* x_final,
-                            const std::vector<T*>& out) = 0;
+  virtual absl::Status ForwardRange(const Weights<B>& w, int first, int last, const T* h0,
+                                    const std::vector<const T*>& in, BranchesT<B>* branches,
+                                    T* x_final, const std::vector<T*>& out) = 0;
   // Backward of ForwardRange: from dx_final (last == 2L) or the output state's gradients
   // dout, to dh0 (first == 1, overwritten) or the input state's gradients din (overwritten).
-  virtual void BackwardRange(const T* params, T* grads, int first, int last, const T* dx_final,
-                             const std::vector<const T*>& dout, Branches<T>* branches, T* dh0,
-                             const std::vector<T*>& din) = 0;
+  virtual absl::Status BackwardRange(const Weights<B>& w, Acc* grads, int first, int last,
+                                     const T* dx_final, const std::vector<const T*>& dout,
+                                     BranchesT<B>* branches, T* dh0,
+                                     const std::vector<T*>& din) = 0;
 
+  // Statistics (host values; read back from the device by the caller's rules).
   virtual void AppendStats(nlohmann::json* stats) const { (void)stats; }
   virtual void ResetStats() {}
 };
+
+template <typename T>
+using Topology = TopologyT<Cpu<T>>;
 
 }  // namespace satdar::model
 

@@ -26,6 +26,7 @@
 #include "core/ops/adamw.h"
 #include "core/ops/attention.h"
 #include "core/ops/cross_entropy.h"
+#include "core/ops/elementwise.h"
 #include "core/ops/embedding.h"
 #include "core/ops/matmul.h"
 #include "core/ops/rmsnorm.h"

@@ -19,6 +19,9 @@
 //   (rtol 1e-6, expected bit-identical); sum_exp, lse and losses are fp32 outputs (rtol 1e-5
 //   in f32, 1e-4 from bf16 inputs; the CPU sums in double, the GPU in fp32 in a fixed tree);
 //   dlogits are stored in T (1e-5 f32, 1e-2 bf16).
+//   Elementwise (elementwise.h): copies and fills are exact; a sum of two values of T is one
+//   rounding on both sides (the CPU reference adds the same bf16-rounded values in f32 and
+//   rounds once through Quantize), so it is checked exactly too.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -29,6 +32,7 @@
 #include "core/exec.h"
 #include "core/ops/cross_entropy.h"
 #include "core/ops/cuda_ops.h"
+#include "core/ops/elementwise.h"
 #include "core/ops/embedding.h"
 #include "core/ops/ops.h"
 #include "core/ops/rmsnorm.h"
@@ -297,8 +301,46 @@ void CheckVocabParallelCrossEntropy() {
   ExpectClose(glogits.Download(), dlogits, StoredTol<T>(1e-2), "vocab-parallel dlogits");
 }
 
+template <typename T>
+void CheckElementwise() {
+  const int64_t n = 5000;  // more than one chunk of the CPU's pool, not a multiple of a block
+  ThreadPool pool(2);
+  const CpuExec on_cpu{&pool};
+  const CudaExec on_gpu{};  // the legacy default stream
+  const auto a = Quantize<T>(RandomNormal(n, 21));
+  const auto b = Quantize<T>(RandomNormal(n, 22));
+  std::vector<float> sum(n), acc = a, copy(n), zero = b;
+  ASSERT_TRUE(ops::Add(on_cpu, sum.data(), a.data(), b.data(), n).ok());
+  ASSERT_TRUE(ops::AddTo(on_cpu, acc.data(), b.data(), n).ok());
+  ASSERT_TRUE(ops::Copy(on_cpu, copy.data(), a.data(), n).ok());
+  ASSERT_TRUE(ops::Zero(on_cpu, zero.data(), n).ok());
+  EXPECT_EQ(acc, sum);  // out += b is out = out + b
+  EXPECT_EQ(copy, a);
+  EXPECT_EQ(zero, std::vector<float>(n, 0.0f));
+  DeviceArray<T> ga(a), gb(b), gsum(n), gacc(a), gcopy(n), gzero(b);
+  ASSERT_TRUE(ops::Add(on_gpu, gsum.get(), ga.get(), gb.get(), n).ok());
+  ASSERT_TRUE(ops::AddTo(on_gpu, gacc.get(), gb.get(), n).ok());
+  ASSERT_TRUE(ops::Copy(on_gpu, gcopy.get(), ga.get(), n).ok());
+  ASSERT_TRUE(ops::Zero(on_gpu, gzero.get(), n).ok());
+  ExpectClose(gsum.Download(), Quantize<T>(sum), 0.0, "add");
+  ExpectClose(gacc.Download(), Quantize<T>(sum), 0.0, "add to");
+  ExpectClose(gcopy.Download(), a, 0.0, "copy");
+  ExpectClose(gzero.Download(), zero, 0.0, "zero");
+  // In place: out aliases a.
+  ASSERT_TRUE(ops::Add(on_gpu, ga.get(), ga.get(), gb.get(), n).ok());
+  ExpectClose(ga.Download(), Quantize<T>(sum), 0.0, "add (in place)");
+}
+
 #endif  // SATDAR_WITH_CUDA
 
+TEST(OpsCuda, ElementwiseF32) {
+  SATDAR_SKIP_WITHOUT_GPU();
+  SATDAR_IF_CUDA(CheckElementwise<float>());
+}
+TEST(OpsCuda, ElementwiseBf16) {
+  SATDAR_SKIP_WITHOUT_GPU();
+  SATDAR_IF_CUDA(CheckElementwise<Bf16>());
+}
 TEST(OpsCuda, RmsNormF32) {
   SATDAR_SKIP_WITHOUT_GPU();
   SATDAR_IF_CUDA(CheckRmsNorm<float>());

@@ -4,18 +4,25 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/check.h"
+#include "model/ops.h"
 #include "model/variants/depth_retrieval_ops.h"
 
 namespace satdar::model {
 
 namespace {
 
-template <typename T>
-class AttnRes : public Topology<T> {
+template <class B>
+class AttnRes : public TopologyT<B> {
  public:
-  AttnRes(const ModelConfig& c, const Sharding& shard, core::ThreadPool* pool)
+  using T = typename B::T;
+  using Acc = typename B::Acc;
+  template <typename U>
+  using Vec = typename B::template Vec<U>;
+
+  AttnRes(const ModelConfig& c, const Sharding& shard, const typename B::Exec& x)
       : sublayers_(2 * c.num_hidden_layers), block_(c.block_size > 0 ? c.block_size : 1),
-        d_(c.hidden_size), eps_(c.rms_norm_eps), pool_(pool), query_(sublayers_ + 1, -1),
+        d_(c.hidden_size), eps_(c.rms_norm_eps), x_(x), query_(sublayers_ + 1, -1),
         norm_(sublayers_ + 1, -1), steps_(sublayers_ + 1), first_(2 * shard.first_layer(c) + 1),
         last_(2 * shard.end_layer(c)) {}
 
@@ -42,13 +49,13 @@ class AttnRes : public Topology<T> {
     }
   }
 
-  void Resize(int rows) override {
+  absl::Status Resize(int rows) override {
     rows_ = rows;
     const size_t nc = static_cast<size_t>(rows) * d_;
     const int max_sources = sublayers_ / block_ + 2;
     h0_.resize(nc);
     sources_.assign(max_sources, nullptr);
-    dsources_.assign(max_sources, std::vector<T>(nc));
+    dsources_.assign(max_sources, Vec<T>(nc));
     // A pipeline stage keeps only the steps it runs (and the partial it imports).
     for (int k = 0; k <= sublayers_; ++k) {
       Step& s = steps_[k];
@@ -62,6 +69,7 @@ class AttnRes : public Topology<T> {
     du_.resize(nc);
     dy_.resize(nc);
     weight_sum_.assign(sublayers_ + 1, std::vector<double>(max_sources, 0.0));
+    return absl::OkStatus();
   }
 
   // The state after sublayer l: the completed entries (h0, then one per finished block; every
@@ -70,18 +78,21 @@ class AttnRes : public Topology<T> {
     return 1 + l / block_ + (l % block_ != 0 ? 1 : 0);
   }
 
-  void ForwardRange(const T* params, int first, int last, const T* h0,
-                    const std::vector<const T*>& in, Branches<T>* br, T* x_final,
-                    const std::vector<T*>& out) override {
+  absl::Status ForwardRange(const Weights<B>& w, int first, int last, const T* h0,
+                            const std::vector<const T*>& in, BranchesT<B>* br, T* x_final,
+                            const std::vector<T*>& out) override {
     const size_t nc = y_.size();
+    const int64_t n = static_cast<int64_t>(nc);
     int m = 1 + (first - 1) / block_;          // completed sources
     bool has_p = (first - 1) % block_ != 0;    // partial sum non-empty
     if (first == 1) {
-      std::copy(h0, h0 + nc, h0_.begin());
+      SATDAR_RETURN_IF_ERROR(ops::Copy(x_, h0_.data(), h0, n));
       sources_[0] = h0_.data();
     } else {
       for (int j = 0; j < m; ++j) sources_[j] = in[j];  // read in place
-      if (has_p) std::copy(in[m], in[m] + nc, steps_[first - 1].partial.begin());
+      if (has_p) {
+        SATDAR_RETURN_IF_ERROR(ops::Copy(x_, steps_[first - 1].partial.data(), in[m], n));
+      }
     }
     const int end = last == sublayers_ ? sublayers_ + 1 : last;
     for (int l = first; l <= end; ++l) {
@@ -90,22 +101,21 @@ class AttnRes : public Topology<T> {
       s.sources = m;
       s.has_partial = has_p;
       T* u = l <= sublayers_ ? s.u.data() : x_final;
-      std::vector<const T*> x = Inputs(s);
-      cpu::DepthRetrievalForward(u, s.alpha.data(), x.data(), x.data(), static_cast<int>(x.size()),
-                                 params + query_[l - 1], params + norm_[l - 1], rows_, d_, eps_,
-                                 pool_);
+      SATDAR_RETURN_IF_ERROR(PublishInputs(s));
+      SATDAR_RETURN_IF_ERROR(ops::DepthRetrievalForward(
+          x_, u, s.alpha.data(), inputs_.data(), inputs_.data(),
+          static_cast<int>(inputs_.size()), w.compute + query_[l - 1], w.compute + norm_[l - 1],
+          rows_, d_, eps_));
       Accumulate(l - 1, s);
       if (l > sublayers_) break;
-      br->Forward(l, u, y_.data());
-      const T* p = s.partial.data();
-      const T* y = y_.data();
+      SATDAR_RETURN_IF_ERROR(br->Forward(l, u, y_.data()));
+      // The next partial: p + y, or y when the partial is empty.
       T* q = steps_[l].partial.data();
-      pool_->ParallelFor(
-          static_cast<int64_t>(nc),
-          [&](int64_t e0, int64_t e1) {
-            for (int64_t e = e0; e < e1; ++e) q[e] = has_p ? p[e] + y[e] : y[e];
-          },
-          4096);
+      if (has_p) {
+        SATDAR_RETURN_IF_ERROR(ops::Add(x_, q, s.partial.data(), y_.data(), n));
+      } else {
+        SATDAR_RETURN_IF_ERROR(ops::Copy(x_, q, y_.data(), n));
+      }
       has_p = true;
       if (l % block_ == 0) {
         sources_[m++] = steps_[l].partial.data();  // the next step has no partial to overwrite it
@@ -113,48 +123,62 @@ class AttnRes : public Topology<T> {
       }
     }
     if (last < sublayers_) {
-      for (int j = 0; j < m; ++j) std::copy(sources_[j], sources_[j] + nc, out[j]);
-      if (has_p) std::copy(steps_[last].partial.begin(), steps_[last].partial.end(), out[m]);
+      for (int j = 0; j < m; ++j) SATDAR_RETURN_IF_ERROR(ops::Copy(x_, out[j], sources_[j], n));
+      if (has_p) {
+        SATDAR_RETURN_IF_ERROR(ops::Copy(x_, out[m], steps_[last].partial.data(),
+                                         static_cast<int64_t>(steps_[last].partial.size())));
+      }
     }
+    return absl::OkStatus();
   }
 
-  void BackwardRange(const T* params, T* grads, int first, int last, const T* dx_final,
-                     const std::vector<const T*>& dout, Branches<T>* br, T* dh0,
-                     const std::vector<T*>& din) override {
+  absl::Status BackwardRange(const Weights<B>& w, Acc* grads, int first, int last,
+                             const T* dx_final, const std::vector<const T*>& dout,
+                             BranchesT<B>* br, T* dh0, const std::vector<T*>& din) override {
     const size_t nc = y_.size();
-    for (auto& d : dsources_) std::fill(d.begin(), d.end(), T(0));
-    std::fill(dpartial_.begin(), dpartial_.end(), T(0));
+    const int64_t n = static_cast<int64_t>(nc);
+    for (auto& d : dsources_) {
+      SATDAR_RETURN_IF_ERROR(ops::Zero(x_, d.data(), static_cast<int64_t>(d.size())));
+    }
+    SATDAR_RETURN_IF_ERROR(ops::Zero(x_, dpartial_.data(), n));
     // Final readout (or the next stage's gradients of the state after `last`), then the
     // sublayers in reverse. dpartial_ is d/d(partial sum) at the point the current step read it.
     if (last == sublayers_) {
-      RetrievalBackward(sublayers_ + 1, params, grads, dx_final);
+      SATDAR_RETURN_IF_ERROR(RetrievalBackward(sublayers_ + 1, w, grads, dx_final));
     } else {
       const int m = 1 + last / block_;
-      for (int j = 0; j < m; ++j) std::copy(dout[j], dout[j] + nc, dsources_[j].begin());
-      if (last % block_ != 0) std::copy(dout[m], dout[m] + nc, dpartial_.begin());
+      for (int j = 0; j < m; ++j) {
+        SATDAR_RETURN_IF_ERROR(ops::Copy(x_, dsources_[j].data(), dout[j], n));
+      }
+      if (last % block_ != 0) SATDAR_RETURN_IF_ERROR(ops::Copy(x_, dpartial_.data(), dout[m], n));
     }
     for (int l = last; l >= first; --l) {
       const Step& s = steps_[l - 1];
       // d/d(partial after this sublayer): a completed block's source, or the running partial.
       const T* dafter = l % block_ == 0 ? dsources_[s.sources].data() : dpartial_.data();
-      std::copy(dafter, dafter + dy_.size(), dy_.begin());
+      SATDAR_RETURN_IF_ERROR(ops::Copy(x_, dy_.data(), dafter, n));
       // partial_after = partial_before + y: both get the same gradient.
       if (s.has_partial) {
-        std::copy(dy_.begin(), dy_.end(), dpartial_.begin());
+        SATDAR_RETURN_IF_ERROR(ops::Copy(x_, dpartial_.data(), dy_.data(), n));
       } else {
-        std::fill(dpartial_.begin(), dpartial_.end(), T(0));
+        SATDAR_RETURN_IF_ERROR(ops::Zero(x_, dpartial_.data(), n));
       }
-      std::fill(du_.begin(), du_.end(), T(0));
-      br->Backward(l, s.u.data(), dy_.data(), du_.data());
-      RetrievalBackward(l, params, grads, du_.data());
+      SATDAR_RETURN_IF_ERROR(ops::Zero(x_, du_.data(), n));
+      SATDAR_RETURN_IF_ERROR(br->Backward(l, s.u.data(), dy_.data(), du_.data()));
+      SATDAR_RETURN_IF_ERROR(RetrievalBackward(l, w, grads, du_.data()));
     }
     if (first == 1) {
-      std::copy(dsources_[0].begin(), dsources_[0].end(), dh0);
-      return;
+      return ops::Copy(x_, dh0, dsources_[0].data(), static_cast<int64_t>(dsources_[0].size()));
     }
     const int m = 1 + (first - 1) / block_;
-    for (int j = 0; j < m; ++j) std::copy(dsources_[j].begin(), dsources_[j].end(), din[j]);
-    if ((first - 1) % block_ != 0) std::copy(dpartial_.begin(), dpartial_.end(), din[m]);
+    for (int j = 0; j < m; ++j) {
+      SATDAR_RETURN_IF_ERROR(ops::Copy(x_, din[j], dsources_[j].data(),
+                                       static_cast<int64_t>(dsources_[j].size())));
+    }
+    if ((first - 1) % block_ != 0) {
+      SATDAR_RETURN_IF_ERROR(ops::Copy(x_, din[m], dpartial_.data(), n));
+    }
+    return absl::OkStatus();
   }
 
   void AppendStats(nlohmann::json* stats) const override {
@@ -179,32 +203,36 @@ class AttnRes : public Topology<T> {
   struct Step {
     int sources = 0;
     bool has_partial = false;
-    std::vector<T> u, partial, alpha;
+    Vec<T> u, partial, alpha;
   };
 
   static void AddRetrieval(const std::string& prefix, int64_t d, ParamTable* table) {
     table->Add(prefix + ".query", {d}, ParamInit::Constant(0.0));
     table->Add(prefix + ".norm.weight", {d}, ParamInit::Constant(1.0));
   }
-  std::vector<const T*> Inputs(const Step& s) const {
-    std::vector<const T*> x;
-    for (int i = 0; i < s.sources; ++i) x.push_back(sources_[i]);
-    if (s.has_partial) x.push_back(s.partial.data());
-    return x;
+  // The step's sources (and their gradients) as the lists the retrieval ops read, published
+  // after every change of entries.
+  absl::Status PublishInputs(const Step& s) {
+    inputs_.clear();
+    for (int i = 0; i < s.sources; ++i) inputs_.push_back(sources_[i]);
+    if (s.has_partial) inputs_.push_back(s.partial.data());
+    return inputs_.Publish(x_);
   }
-  void RetrievalBackward(int l, const T* params, T* grads, const T* dout) {
+  absl::Status RetrievalBackward(int l, const Weights<B>& w, Acc* grads, const T* dout) {
     const Step& s = steps_[l - 1];
-    std::vector<T*> dx;
-    for (int i = 0; i < s.sources; ++i) dx.push_back(dsources_[i].data());
-    if (s.has_partial) dx.push_back(dpartial_.data());
-    const std::vector<const T*> x = Inputs(s);
-    cpu::DepthRetrievalBackward(dx.data(), dx.data(), grads + query_[l - 1], grads + norm_[l - 1],
-                                dout, s.alpha.data(), x.data(), x.data(),
-                                static_cast<int>(x.size()), params + query_[l - 1],
-                                params + norm_[l - 1], rows_, d_, eps_, pool_);
+    grads_.clear();
+    for (int i = 0; i < s.sources; ++i) grads_.push_back(dsources_[i].data());
+    if (s.has_partial) grads_.push_back(dpartial_.data());
+    SATDAR_RETURN_IF_ERROR(grads_.Publish(x_));
+    SATDAR_RETURN_IF_ERROR(PublishInputs(s));
+    return ops::DepthRetrievalBackward(
+        x_, grads_.data(), grads_.data(), grads + query_[l - 1], grads + norm_[l - 1], dout,
+        s.alpha.data(), inputs_.data(), inputs_.data(), static_cast<int>(inputs_.size()),
+        w.compute + query_[l - 1], w.compute + norm_[l - 1], rows_, d_, eps_);
   }
   void Accumulate(int index, const Step& s) {
     const int count = s.sources + (s.has_partial ? 1 : 0);
+    // Host read: statistics (S9 reads it back on CUDA).
     for (int r = 0; r < rows_; ++r) {
       for (int i = 0; i < count; ++i) weight_sum_[index][i] += s.alpha[r * count + i];
     }
@@ -220,15 +248,18 @@ class AttnRes : public Topology<T> {
 
   const int sublayers_, block_, d_;
   const double eps_;
-  core::ThreadPool* pool_;
+  const typename B::Exec x_;
   std::vector<int64_t> query_, norm_;  // per sublayer 1..2L, then the final readout
   std::vector<Step> steps_;
   const int first_, last_;                // this stage's sublayers
   int rows_ = 0;
-  std::vector<T> h0_;
+  Vec<T> h0_;
   std::vector<const T*> sources_;  // completed sources: h0_, or steps' partial buffers
-  std::vector<std::vector<T>> dsources_;
-  std::vector<T> y_, dpartial_, du_, dy_;
+  std::vector<Vec<T>> dsources_;
+  Vec<T> y_, dpartial_, du_, dy_;
+  // What the retrieval ops read: a step's sources and their gradients.
+  typename B::template PtrList<const T*> inputs_;
+  typename B::template PtrList<T*> grads_;
   std::vector<std::vector<double>> weight_sum_;
   int64_t tokens_ = 0;
 };
@@ -237,15 +268,20 @@ class AttnRes : public Topology<T> {
 
 void AddAttnResParams(const ModelConfig& config, const Sharding& shard, ParamPlace place, int layer,
                       ParamTable* table) {
-  AttnRes<float>::AddParams(config, shard, place, layer, table);
+  AttnRes<Cpu<float>>::AddParams(config, shard, place, layer, table);
 }
 
-template <typename T>
-std::unique_ptr<Topology<T>> MakeAttnRes(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool) {
-  return std::make_unique<AttnRes<T>>(config, shard, pool);
+template <class B>
+std::unique_ptr<TopologyT<B>> MakeAttnRes(const ModelConfig& config, const Sharding& shard,
+                                          const typename B::Exec& x) {
+  return std::make_unique<AttnRes<B>>(config, shard, x);
 }
 
-template std::unique_ptr<Topology<float>> MakeAttnRes<float>(const ModelConfig&, const Sharding&, core::ThreadPool*);
-template std::unique_ptr<Topology<double>> MakeAttnRes<double>(const ModelConfig&, const Sharding&, core::ThreadPool*);
+template std::unique_ptr<TopologyT<Cpu<float>>> MakeAttnRes<Cpu<float>>(const ModelConfig&,
+                                                                        const Sharding&,
+                                                                        const core::CpuExec&);
+template std::unique_ptr<TopologyT<Cpu<double>>> MakeAttnRes<Cpu<double>>(const ModelConfig&,
+                                                                          const Sharding&,
+                                                                          const core::CpuExec&);
 
 }  // namespace satdar::model

@@ -12,8 +12,9 @@
 
 namespace satdar::model {
 
-template <typename T>
-std::unique_ptr<Topology<T>> MakeAttnRes(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool);
+template <class B>
+std::unique_ptr<TopologyT<B>> MakeAttnRes(const ModelConfig& config, const Sharding& shard,
+                                          const typename B::Exec& x);
 // This design's parameters at `place` (param_layout.h): the registry's row.
 void AddAttnResParams(const ModelConfig& config, const Sharding& shard, ParamPlace place, int layer,
                       ParamTable* table);

@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/check.h"
+#include "model/ops.h"
 #include "model/variants/dar_ops.h"
 #include "model/variants/depth_retrieval_ops.h"
 
@@ -12,12 +14,17 @@ namespace satdar::model {
 
 namespace {
 
-template <typename T>
-class Dar : public Topology<T> {
+template <class B>
+class Dar : public TopologyT<B> {
  public:
-  Dar(const ModelConfig& c, const Sharding& shard, core::ThreadPool* pool)
+  using T = typename B::T;
+  using Acc = typename B::Acc;
+  template <typename U>
+  using Vec = typename B::template Vec<U>;
+
+  Dar(const ModelConfig& c, const Sharding& shard, const typename B::Exec& x)
       : sublayers_(2 * c.num_hidden_layers), block_(c.block_size > 0 ? c.block_size : 2),
-        d_(c.hidden_size), eps_(c.rms_norm_eps), pool_(pool), offsets_(sublayers_ + 1),
+        d_(c.hidden_size), eps_(c.rms_norm_eps), x_(x), offsets_(sublayers_ + 1),
         steps_(sublayers_ + 1), first_(2 * shard.first_layer(c) + 1),
         last_(2 * shard.end_layer(c)) {
     route_ = DarRoute(c.dar_variant);  // (key stream, value stream) of target stream s
@@ -56,14 +63,14 @@ class Dar : public Topology<T> {
     }
   }
 
-  void Resize(int rows) override {
+  absl::Status Resize(int rows) override {
     rows_ = rows;
     const size_t nc = static_cast<size_t>(rows) * d_;
     const int max_sources = sublayers_ / block_ + 2;
     for (int s = 0; s < 2; ++s) {
       h0_[s].resize(nc);
       sources_[s].assign(max_sources, nullptr);
-      dsources_[s].assign(max_sources, std::vector<T>(nc));
+      dsources_[s].assign(max_sources, Vec<T>(nc));
       dpartial_[s].resize(nc);
     }
     // A pipeline stage keeps only the steps it runs (and the partial it imports).
@@ -85,6 +92,7 @@ class Dar : public Topology<T> {
     dr_[1].resize(nc);
     weight_sum_.assign(sublayers_ + 1, {std::vector<double>(max_sources, 0.0),
                                         std::vector<double>(max_sources, 0.0)});
+    return absl::OkStatus();
   }
 
   // The state after sublayer l: h0 (the first entry of both streams, sent once), each
@@ -93,15 +101,16 @@ class Dar : public Topology<T> {
     return 1 + 2 * (l / block_) + (l % block_ != 0 ? 2 : 0);
   }
 
-  void ForwardRange(const T* params, int first, int last, const T* h0,
-                    const std::vector<const T*>& in, Branches<T>* br, T* x_final,
-                    const std::vector<T*>& out) override {
+  absl::Status ForwardRange(const Weights<B>& w, int first, int last, const T* h0,
+                            const std::vector<const T*>& in, BranchesT<B>* br, T* x_final,
+                            const std::vector<T*>& out) override {
     const size_t nc = du_.size();
+    const int64_t n = static_cast<int64_t>(nc);
     int m = 1 + (first - 1) / block_;
     bool has_p = (first - 1) % block_ != 0;
     if (first == 1) {
       for (int s = 0; s < 2; ++s) {
-        std::copy(h0, h0 + nc, h0_[s].begin());
+        SATDAR_RETURN_IF_ERROR(ops::Copy(x_, h0_[s].data(), h0, n));
         sources_[s][0] = h0_[s].data();
       }
     } else {
@@ -109,8 +118,8 @@ class Dar : public Topology<T> {
       for (int s = 0; s < 2; ++s) {
         for (int j = 0; j < m; ++j) sources_[s][j] = in[EntryIndex(m, s, j)];
         if (has_p) {
-          const T* p = in[PartialIndex(m, s)];
-          std::copy(p, p + nc, steps_[first - 1].partial[s].begin());
+          SATDAR_RETURN_IF_ERROR(
+              ops::Copy(x_, steps_[first - 1].partial[s].data(), in[PartialIndex(m, s)], n));
         }
       }
     }
@@ -122,22 +131,23 @@ class Dar : public Topology<T> {
       st.sources = m;
       st.has_partial = has_p;
       // Retrieve r^s for both streams in one pass over the sources, then mix.
-      const std::vector<const T*> x0 = Inputs(st, 0), x1 = Inputs(st, 1);
+      SATDAR_RETURN_IF_ERROR(PublishInputs(st));
       T* const out[2] = {st.r[0].data(), st.r[1].data()};
       T* const alpha[2] = {st.alpha[0].data(), st.alpha[1].data()};
-      cpu::DualDepthRetrievalForward(out, alpha, Route(params, o, x0, x1), rows_, d_, eps_,
-                                     pool_);
+      SATDAR_RETURN_IF_ERROR(
+          ops::DualDepthRetrievalForward(x_, out, alpha, Route(w, o), rows_, d_, eps_));
       T* u = l <= sublayers_ ? st.u.data() : x_final;
-      cpu::DarMixForward(u, st.r[0].data(), st.r[1].data(), params + o.mix, nc, pool_);
+      SATDAR_RETURN_IF_ERROR(
+          ops::DarMixForward(x_, u, st.r[0].data(), st.r[1].data(), w.master + o.mix, n));
       Accumulate(l - 1, st);
       if (l > sublayers_) break;
-      br->Forward(l, u, st.y.data());
+      SATDAR_RETURN_IF_ERROR(br->Forward(l, u, st.y.data()));
       // Write: P0, P1 = rho P0 + (1-rho) P1 + b0 y, (1-rho) P0 + rho P1 + b1 y (empty P = 0),
       // straight into the next step's partials.
-      cpu::DarWriteForward(steps_[l].partial[0].data(), steps_[l].partial[1].data(),
-                           has_p ? st.partial[0].data() : nullptr,
-                           has_p ? st.partial[1].data() : nullptr, st.y.data(),
-                           params + o.transport, params + o.write, nc, pool_);
+      SATDAR_RETURN_IF_ERROR(ops::DarWriteForward(
+          x_, steps_[l].partial[0].data(), steps_[l].partial[1].data(),
+          has_p ? st.partial[0].data() : nullptr, has_p ? st.partial[1].data() : nullptr,
+          st.y.data(), w.master + o.transport, w.master + o.write, n));
       has_p = true;
       if (l % block_ == 0) {
         // The completed block's entries stay where they were written (the next step has no
@@ -147,41 +157,46 @@ class Dar : public Topology<T> {
         has_p = false;
       }
     }
-      if (last < sublayers_) {
+    if (last < sublayers_) {
       // Export the state after sublayer `last`.
       for (int s = 0; s < 2; ++s) {
         for (int j = s == 0 ? 0 : 1; j < m; ++j) {
-          std::copy(sources_[s][j], sources_[s][j] + nc, out[EntryIndex(m, s, j)]);
+          SATDAR_RETURN_IF_ERROR(ops::Copy(x_, out[EntryIndex(m, s, j)], sources_[s][j], n));
         }
         if (has_p) {
-          const std::vector<T>& p = steps_[last].partial[s];
-          std::copy(p.begin(), p.end(), out[PartialIndex(m, s)]);
+          const Vec<T>& p = steps_[last].partial[s];
+          SATDAR_RETURN_IF_ERROR(ops::Copy(x_, out[PartialIndex(m, s)], p.data(),
+                                           static_cast<int64_t>(p.size())));
         }
       }
     }
+    return absl::OkStatus();
   }
 
-  void BackwardRange(const T* params, T* grads, int first, int last, const T* dx_final,
-                     const std::vector<const T*>& dout, Branches<T>* br, T* dh0,
-                     const std::vector<T*>& din) override {
+  absl::Status BackwardRange(const Weights<B>& w, Acc* grads, int first, int last,
+                             const T* dx_final, const std::vector<const T*>& dout,
+                             BranchesT<B>* br, T* dh0, const std::vector<T*>& din) override {
     const size_t nc = du_.size();
+    const int64_t n = static_cast<int64_t>(nc);
     for (int s = 0; s < 2; ++s) {
-      for (auto& d : dsources_[s]) std::fill(d.begin(), d.end(), T(0));
-      std::fill(dpartial_[s].begin(), dpartial_[s].end(), T(0));
+      for (auto& d : dsources_[s]) {
+        SATDAR_RETURN_IF_ERROR(ops::Zero(x_, d.data(), static_cast<int64_t>(d.size())));
+      }
+      SATDAR_RETURN_IF_ERROR(
+          ops::Zero(x_, dpartial_[s].data(), static_cast<int64_t>(dpartial_[s].size())));
     }
     if (last == sublayers_) {
-      RetrievalAndMixBackward(sublayers_ + 1, params, grads, dx_final);
+      SATDAR_RETURN_IF_ERROR(RetrievalAndMixBackward(sublayers_ + 1, w, grads, dx_final));
     } else {
       // The next stage's gradients of the state after `last`.
       const int m = 1 + last / block_;
       for (int s = 0; s < 2; ++s) {
         for (int j = s == 0 ? 0 : 1; j < m; ++j) {
-          const T* g = dout[EntryIndex(m, s, j)];
-          std::copy(g, g + nc, dsources_[s][j].begin());
+          SATDAR_RETURN_IF_ERROR(
+              ops::Copy(x_, dsources_[s][j].data(), dout[EntryIndex(m, s, j)], n));
         }
         if (last % block_ != 0) {
-          const T* g = dout[PartialIndex(m, s)];
-          std::copy(g, g + nc, dpartial_[s].begin());
+          SATDAR_RETURN_IF_ERROR(ops::Copy(x_, dpartial_[s].data(), dout[PartialIndex(m, s)], n));
         }
       }
     }
@@ -193,28 +208,32 @@ class Dar : public Topology<T> {
       const T* g0s = l % block_ == 0 ? dsources_[0][st.sources].data() : dpartial_[0].data();
       const T* g1s = l % block_ == 0 ? dsources_[1][st.sources].data() : dpartial_[1].data();
       const bool has_p = st.has_partial;
-      cpu::DarWriteBackward(dy_.data(), dpartial_[0].data(), dpartial_[1].data(), g0s, g1s,
-                            st.y.data(), has_p ? st.partial[0].data() : nullptr,
-                            has_p ? st.partial[1].data() : nullptr, params + o.transport,
-                            params + o.write, grads + o.transport, grads + o.write, nc, pool_);
-      std::fill(du_.begin(), du_.end(), T(0));
-      br->Backward(l, st.u.data(), dy_.data(), du_.data());
-      RetrievalAndMixBackward(l, params, grads, du_.data());
+      SATDAR_RETURN_IF_ERROR(ops::DarWriteBackward(
+          x_, dy_.data(), dpartial_[0].data(), dpartial_[1].data(), g0s, g1s, st.y.data(),
+          has_p ? st.partial[0].data() : nullptr, has_p ? st.partial[1].data() : nullptr,
+          w.master + o.transport, w.master + o.write, grads + o.transport, grads + o.write, n));
+      SATDAR_RETURN_IF_ERROR(ops::Zero(x_, du_.data(), n));
+      SATDAR_RETURN_IF_ERROR(br->Backward(l, st.u.data(), dy_.data(), du_.data()));
+      SATDAR_RETURN_IF_ERROR(RetrievalAndMixBackward(l, w, grads, du_.data()));
     }
     // Both streams start from h0.
     T* dstart = first == 1 ? dh0 : din[0];
-    for (size_t e = 0; e < nc; ++e) dstart[e] = dsources_[0][0][e] + dsources_[1][0][e];
+    SATDAR_RETURN_IF_ERROR(
+        ops::Add(x_, dstart, dsources_[0][0].data(), dsources_[1][0].data(), n));
     if (first > 1) {
       const int m = 1 + (first - 1) / block_;
       for (int s = 0; s < 2; ++s) {
         for (int j = 1; j < m; ++j) {
-          std::copy(dsources_[s][j].begin(), dsources_[s][j].end(), din[EntryIndex(m, s, j)]);
+          SATDAR_RETURN_IF_ERROR(ops::Copy(x_, din[EntryIndex(m, s, j)], dsources_[s][j].data(),
+                                           static_cast<int64_t>(dsources_[s][j].size())));
         }
         if ((first - 1) % block_ != 0) {
-          std::copy(dpartial_[s].begin(), dpartial_[s].end(), din[PartialIndex(m, s)]);
+          SATDAR_RETURN_IF_ERROR(ops::Copy(x_, din[PartialIndex(m, s)], dpartial_[s].data(),
+                                           static_cast<int64_t>(dpartial_[s].size())));
         }
       }
     }
+    return absl::OkStatus();
   }
 
   void AppendStats(nlohmann::json* stats) const override {
@@ -233,6 +252,7 @@ class Dar : public Topology<T> {
       weights.push_back(per_stream);
       if (last_params_ == nullptr) continue;
       const Offsets& o = offsets_[l];
+      // Host read: statistics (S9 reads it back on CUDA).
       double c0, c1;
       cpu::DarMixCoefficients(last_params_ + o.mix, &c0, &c1);
       mix.push_back({c0, c1});
@@ -264,7 +284,7 @@ class Dar : public Topology<T> {
   struct Step {
     int sources = 0;
     bool has_partial = false;
-    std::vector<T> u, y, r[2], partial[2], alpha[2];
+    Vec<T> u, y, r[2], partial[2], alpha[2];
   };
 
   static void AddRetrieval(const std::string& p, int64_t d, ParamTable* table) {
@@ -272,51 +292,61 @@ class Dar : public Topology<T> {
     table->Add(p + ".norm.weight", {d}, ParamInit::Constant(1.0));
     table->Add(p + ".mix", {2}, ParamInit::Constant(0.0));
   }
-  std::vector<const T*> Inputs(const Step& st, int stream) const {
-    std::vector<const T*> x;
-    for (int i = 0; i < st.sources; ++i) x.push_back(sources_[stream][i]);
-    if (st.has_partial) x.push_back(st.partial[stream].data());
-    return x;
+  // The step's sources of each stream (and their gradients) as the lists the retrieval ops
+  // read, published after every change of entries.
+  absl::Status PublishInputs(const Step& st) {
+    for (int t = 0; t < 2; ++t) {
+      inputs_[t].clear();
+      for (int i = 0; i < st.sources; ++i) inputs_[t].push_back(sources_[t][i]);
+      if (st.has_partial) inputs_[t].push_back(st.partial[t].data());
+      SATDAR_RETURN_IF_ERROR(inputs_[t].Publish(x_));
+    }
+    return absl::OkStatus();
   }
-  std::vector<T*> Grads(const Step& st, int stream) {
-    std::vector<T*> x;
-    for (int i = 0; i < st.sources; ++i) x.push_back(dsources_[stream][i].data());
-    if (st.has_partial) x.push_back(dpartial_[stream].data());
-    return x;
+  absl::Status PublishGrads(const Step& st) {
+    for (int t = 0; t < 2; ++t) {
+      grads_[t].clear();
+      for (int i = 0; i < st.sources; ++i) grads_[t].push_back(dsources_[t][i].data());
+      if (st.has_partial) grads_[t].push_back(dpartial_[t].data());
+      SATDAR_RETURN_IF_ERROR(grads_[t].Publish(x_));
+    }
+    return absl::OkStatus();
   }
   // du is d/du of the mixed retrieval u = c0 r0 + c1 r1 at step l.
-  void RetrievalAndMixBackward(int l, const T* params, T* grads, const T* du) {
-    last_params_ = params;
+  absl::Status RetrievalAndMixBackward(int l, const Weights<B>& w, Acc* grads, const T* du) {
+    last_params_ = w.master;
     const Step& st = steps_[l - 1];
     const Offsets& o = offsets_[l - 1];
-    cpu::DarMixBackward(dr_[0].data(), dr_[1].data(), du, st.r[0].data(), st.r[1].data(),
-                        params + o.mix, grads + o.mix, static_cast<int64_t>(du_.size()), pool_);
-    const std::vector<const T*> x0 = Inputs(st, 0), x1 = Inputs(st, 1);
-    const std::vector<T*> g0 = Grads(st, 0), g1 = Grads(st, 1);
-    T* const* const dstreams[2] = {g0.data(), g1.data()};
-    T* const dw[2] = {grads + o.query, grads + o.query + d_};
+    SATDAR_RETURN_IF_ERROR(ops::DarMixBackward(x_, dr_[0].data(), dr_[1].data(), du,
+                                               st.r[0].data(), st.r[1].data(), w.master + o.mix,
+                                               grads + o.mix, static_cast<int64_t>(du_.size())));
+    SATDAR_RETURN_IF_ERROR(PublishInputs(st));
+    SATDAR_RETURN_IF_ERROR(PublishGrads(st));
+    T* const* const dstreams[2] = {grads_[0].data(), grads_[1].data()};
+    Acc* const dw[2] = {grads + o.query, grads + o.query + d_};
     const T* const dout[2] = {dr_[0].data(), dr_[1].data()};
     const T* const alpha[2] = {st.alpha[0].data(), st.alpha[1].data()};
-    cpu::DualDepthRetrievalBackward(dstreams, dw, grads + o.norm, dout, alpha,
-                                    Route(params, o, x0, x1), rows_, d_, eps_, pool_);
+    return ops::DualDepthRetrievalBackward(x_, dstreams, dw, grads + o.norm, dout, alpha,
+                                           Route(w, o), rows_, d_, eps_);
   }
-  // x0, x1: the step's sources of each stream (Inputs), which must outlive the call.
-  DualRetrieval<T> Route(const T* params, const Offsets& o, const std::vector<const T*>& x0,
-                         const std::vector<const T*>& x1) const {
+  // The retrieval of a step from the published inputs_ (PublishInputs), which must stay
+  // unchanged during the call.
+  DualRetrieval<T> Route(const Weights<B>& w, const Offsets& o) const {
     DualRetrieval<T> r;
-    r.streams[0] = x0.data();
-    r.streams[1] = x1.data();
-    r.sources = static_cast<int>(x0.size());
+    r.streams[0] = inputs_[0].data();
+    r.streams[1] = inputs_[1].data();
+    r.sources = static_cast<int>(inputs_[0].size());
     for (int s = 0; s < 2; ++s) {
       r.key[s] = route_[s][0];
       r.value[s] = route_[s][1];
-      r.w[s] = params + o.query + s * d_;
+      r.w[s] = w.compute + o.query + s * d_;
     }
-    r.g = params + o.norm;
+    r.g = w.compute + o.norm;
     return r;
   }
   void Accumulate(int index, const Step& st) {
     const int count = st.sources + (st.has_partial ? 1 : 0);
+    // Host read: statistics (S9 reads it back on CUDA).
     for (int s = 0; s < 2; ++s) {
       for (int r = 0; r < rows_; ++r) {
         for (int i = 0; i < count; ++i) weight_sum_[index][s][i] += st.alpha[s][r * count + i];
@@ -338,34 +368,42 @@ class Dar : public Topology<T> {
 
   const int sublayers_, block_, d_;
   const double eps_;
-  core::ThreadPool* pool_;
+  const typename B::Exec x_;
   std::array<std::array<int, 2>, 2> route_{};  // route_[s] = {key stream, value stream}
   std::vector<Offsets> offsets_;
   std::vector<Step> steps_;
   const int first_, last_;                     // this stage's sublayers
   int rows_ = 0;
-  std::vector<T> h0_[2];                       // each stream's first source
+  Vec<T> h0_[2];                               // each stream's first source
   std::vector<const T*> sources_[2];           // completed entries (h0_, or steps' partials)
-  std::vector<std::vector<T>> dsources_[2];
-  std::vector<T> dpartial_[2], du_, dy_, dr_[2];
+  std::vector<Vec<T>> dsources_[2];
+  Vec<T> dpartial_[2], du_, dy_, dr_[2];
+  // What the retrieval ops read: a step's sources of each stream, and their gradients.
+  typename B::template PtrList<const T*> inputs_[2];
+  typename B::template PtrList<T*> grads_[2];
   std::vector<std::array<std::vector<double>, 2>> weight_sum_;
   int64_t tokens_ = 0;
-  const T* last_params_ = nullptr;
+  const Acc* last_params_ = nullptr;  // the master weights of the last backward
 };
 
 }  // namespace
 
 void AddDarParams(const ModelConfig& config, const Sharding& shard, ParamPlace place, int layer,
                   ParamTable* table) {
-  Dar<float>::AddParams(config, shard, place, layer, table);
+  Dar<Cpu<float>>::AddParams(config, shard, place, layer, table);
 }
 
-template <typename T>
-std::unique_ptr<Topology<T>> MakeDar(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool) {
-  return std::make_unique<Dar<T>>(config, shard, pool);
+template <class B>
+std::unique_ptr<TopologyT<B>> MakeDar(const ModelConfig& config, const Sharding& shard,
+                                      const typename B::Exec& x) {
+  return std::make_unique<Dar<B>>(config, shard, x);
 }
 
-template std::unique_ptr<Topology<float>> MakeDar<float>(const ModelConfig&, const Sharding&, core::ThreadPool*);
-template std::unique_ptr<Topology<double>> MakeDar<double>(const ModelConfig&, const Sharding&, core::ThreadPool*);
+template std::unique_ptr<TopologyT<Cpu<float>>> MakeDar<Cpu<float>>(const ModelConfig&,
+                                                                    const Sharding&,
+                                                                    const core::CpuExec&);
+template std::unique_ptr<TopologyT<Cpu<double>>> MakeDar<Cpu<double>>(const ModelConfig&,
+                                                                      const Sharding&,
+                                                                      const core::CpuExec&);
 
 }  // namespace satdar::model

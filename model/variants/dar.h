@@ -14,8 +14,9 @@
 
 namespace satdar::model {
 
-template <typename T>
-std::unique_ptr<Topology<T>> MakeDar(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool);
+template <class B>
+std::unique_ptr<TopologyT<B>> MakeDar(const ModelConfig& config, const Sharding& shard,
+                                      const typename B::Exec& x);
 // This design's parameters at `place` (param_layout.h): the registry's row.
 void AddDarParams(const ModelConfig& config, const Sharding& shard, ParamPlace place, int layer,
                   ParamTable* table);

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
+#include "model/ops.h"
 #include "model/variants/denseformer_ops.h"
 
 namespace satdar::model {
@@ -13,13 +14,18 @@ namespace {
 
 // X_0 = h0; block i maps Y_{i-1} (Y_{-1} = h0) to X_{i+1} with the baseline's internal
 // residuals; Y_i = sum_{j <= i+1} alpha_{i,j} X_j feeds block i+1; x_final = Y_{L-1}.
-template <typename T>
-class DenseFormer : public Topology<T> {
+template <class B>
+class DenseFormer : public TopologyT<B> {
  public:
+  using T = typename B::T;
+  using Acc = typename B::Acc;
+  template <typename U>
+  using Vec = typename B::template Vec<U>;
+
   // A pipeline stage runs blocks [a_, b_) and keeps only their buffers; earlier X_j are
   // read in place from the previous stage's boundary.
-  DenseFormer(const ModelConfig& c, const Sharding& shard, core::ThreadPool* pool)
-      : layers_(c.num_hidden_layers), d_(c.hidden_size), pool_(pool), offsets_(layers_),
+  DenseFormer(const ModelConfig& c, const Sharding& shard, const typename B::Exec& x)
+      : layers_(c.num_hidden_layers), d_(c.hidden_size), x_exec_(x), offsets_(layers_),
         a_(shard.first_layer(c)), b_(shard.end_layer(c)) {}
 
   static std::string Name(int i) { return absl::StrCat("model.layers.", i, ".dwa.weight"); }
@@ -34,11 +40,11 @@ class DenseFormer : public Topology<T> {
   void Bind(const ParamTable& table) override {
     for (int i = a_; i < b_; ++i) offsets_[i] = table.Offset(Name(i));
   }
-  void Resize(int rows) override {
+  absl::Status Resize(int rows) override {
     const size_t nc = static_cast<size_t>(rows) * d_;
-    x_.assign(layers_ + 1, std::vector<T>());
-    in_.assign(layers_ + 1, std::vector<T>());
-    mid_.assign(layers_, std::vector<T>());
+    x_.assign(layers_ + 1, Vec<T>());
+    in_.assign(layers_ + 1, Vec<T>());
+    mid_.assign(layers_, Vec<T>());
     for (int i = a_; i < b_; ++i) {
       x_[i + 1].resize(nc);
       in_[i].resize(nc);
@@ -46,7 +52,7 @@ class DenseFormer : public Topology<T> {
     }
     if (a_ == 0) x_[0].resize(nc);
     if (b_ < layers_) in_[b_].resize(nc);
-    dx_.assign(b_ + 1, std::vector<T>(nc));
+    dx_.assign(b_ + 1, Vec<T>(nc));
     y_.resize(nc);
     dy_.resize(nc);
     dmid_.resize(nc);
@@ -57,6 +63,9 @@ class DenseFormer : public Topology<T> {
       if (!x_[j].empty()) xs_[j] = x_[j].data();
       if (j <= b_) dxs_.push_back(dx_[j].data());
     }
+    SATDAR_RETURN_IF_ERROR(xs_.Publish(x_exec_));
+    SATDAR_RETURN_IF_ERROR(dxs_.Publish(x_exec_));
+    return absl::OkStatus();
   }
 
   // After block k (sublayer 2k): X_0..X_k, every source a later average reads, and Y_{k-1},
@@ -66,87 +75,104 @@ class DenseFormer : public Topology<T> {
     return l / 2 + 2;
   }
 
-  void ForwardRange(const T* params, int first, int last, const T* h0,
-                    const std::vector<const T*>& in, Branches<T>* br, T* x_final,
-                    const std::vector<T*>& out) override {
+  absl::Status ForwardRange(const Weights<B>& w, int first, int last, const T* h0,
+                            const std::vector<const T*>& in, BranchesT<B>* br, T* x_final,
+                            const std::vector<T*>& out) override {
     const size_t nc = y_.size();
+    const int64_t n = static_cast<int64_t>(nc);
     const int a = (first - 1) / 2, b = last / 2;
     if (a == 0) {
-      std::copy(h0, h0 + nc, x_[0].begin());
-      std::copy(h0, h0 + nc, in_[0].begin());
+      SATDAR_RETURN_IF_ERROR(ops::Copy(x_exec_, x_[0].data(), h0, n));
+      SATDAR_RETURN_IF_ERROR(ops::Copy(x_exec_, in_[0].data(), h0, n));
     } else {
       for (int j = 0; j <= a; ++j) xs_[j] = in[j];  // read in place
-      std::copy(in[a + 1], in[a + 1] + nc, in_[a].begin());
+      SATDAR_RETURN_IF_ERROR(xs_.Publish(x_exec_));
+      SATDAR_RETURN_IF_ERROR(ops::Copy(x_exec_, in_[a].data(), in[a + 1], n));
     }
     for (int i = a; i < b; ++i) {
-      br->Forward(2 * i + 1, in_[i].data(), y_.data());
-      for (size_t e = 0; e < nc; ++e) mid_[i][e] = in_[i][e] + y_[e];
-      br->Forward(2 * i + 2, mid_[i].data(), y_.data());
-      for (size_t e = 0; e < nc; ++e) x_[i + 1][e] = mid_[i][e] + y_[e];
+      SATDAR_RETURN_IF_ERROR(br->Forward(2 * i + 1, in_[i].data(), y_.data()));
+      SATDAR_RETURN_IF_ERROR(ops::Add(x_exec_, mid_[i].data(), in_[i].data(), y_.data(), n));
+      SATDAR_RETURN_IF_ERROR(br->Forward(2 * i + 2, mid_[i].data(), y_.data()));
+      SATDAR_RETURN_IF_ERROR(ops::Add(x_exec_, x_[i + 1].data(), mid_[i].data(), y_.data(), n));
       T* y = i + 1 < layers_ ? in_[i + 1].data() : x_final;
-      cpu::DwaForward(y, xs_.data(), i + 2, params + offsets_[i], static_cast<int64_t>(nc));
+      SATDAR_RETURN_IF_ERROR(
+          ops::DwaForward(x_exec_, y, xs_.data(), i + 2, w.master + offsets_[i], n));
     }
     if (b < layers_) {
-      for (int j = 0; j <= b; ++j) std::copy(xs_[j], xs_[j] + nc, out[j]);
-      std::copy(in_[b].begin(), in_[b].end(), out[b + 1]);
+      for (int j = 0; j <= b; ++j) SATDAR_RETURN_IF_ERROR(ops::Copy(x_exec_, out[j], xs_[j], n));
+      SATDAR_RETURN_IF_ERROR(ops::Copy(x_exec_, out[b + 1], in_[b].data(), n));
     }
+    return absl::OkStatus();
   }
 
-  void BackwardRange(const T* params, T* grads, int first, int last, const T* dx_final,
-                     const std::vector<const T*>& dout, Branches<T>* br, T* dh0,
-                     const std::vector<T*>& din) override {
+  absl::Status BackwardRange(const Weights<B>& w, Acc* grads, int first, int last,
+                             const T* dx_final, const std::vector<const T*>& dout,
+                             BranchesT<B>* br, T* dh0, const std::vector<T*>& din) override {
     const size_t nc = y_.size();
+    const int64_t n = static_cast<int64_t>(nc);
     const int a = (first - 1) / 2, b = last / 2;
-    for (auto& d : dx_) std::fill(d.begin(), d.end(), T(0));
+    for (auto& d : dx_) {
+      SATDAR_RETURN_IF_ERROR(ops::Zero(x_exec_, d.data(), static_cast<int64_t>(d.size())));
+    }
     if (b == layers_) {
-      std::copy(dx_final, dx_final + nc, dy_.begin());  // d/d Y_{L-1}
+      SATDAR_RETURN_IF_ERROR(ops::Copy(x_exec_, dy_.data(), dx_final, n));  // d/d Y_{L-1}
     } else {
-      for (int j = 0; j <= b; ++j) std::copy(dout[j], dout[j] + nc, dx_[j].begin());
-      std::copy(dout[b + 1], dout[b + 1] + nc, dy_.begin());  // d/d Y_{b-1}
+      for (int j = 0; j <= b; ++j) {
+        SATDAR_RETURN_IF_ERROR(ops::Copy(x_exec_, dx_[j].data(), dout[j], n));
+      }
+      SATDAR_RETURN_IF_ERROR(ops::Copy(x_exec_, dy_.data(), dout[b + 1], n));  // d/d Y_{b-1}
     }
     for (int i = b - 1; i >= a; --i) {
-      cpu::DwaBackward(dxs_.data(), grads + offsets_[i], dy_.data(), xs_.data(), i + 2,
-                       params + offsets_[i], static_cast<int64_t>(nc));
+      SATDAR_RETURN_IF_ERROR(ops::DwaBackward(x_exec_, dxs_.data(), grads + offsets_[i],
+                                              dy_.data(), xs_.data(), i + 2,
+                                              w.master + offsets_[i], n));
       // X_{i+1} = mid + f_mlp(mid); mid = in + f_attn(in).
-      std::copy(dx_[i + 1].begin(), dx_[i + 1].end(), dmid_.begin());
-      br->Backward(2 * i + 2, mid_[i].data(), dx_[i + 1].data(), dmid_.data());
-      std::copy(dmid_.begin(), dmid_.end(), dbranch_.begin());
-      br->Backward(2 * i + 1, in_[i].data(), dbranch_.data(), dmid_.data());
-      std::copy(dmid_.begin(), dmid_.end(), dy_.begin());  // d/d Y_{i-1}
+      SATDAR_RETURN_IF_ERROR(ops::Copy(x_exec_, dmid_.data(), dx_[i + 1].data(), n));
+      SATDAR_RETURN_IF_ERROR(br->Backward(2 * i + 2, mid_[i].data(), dx_[i + 1].data(),
+                                          dmid_.data()));
+      SATDAR_RETURN_IF_ERROR(ops::Copy(x_exec_, dbranch_.data(), dmid_.data(), n));
+      SATDAR_RETURN_IF_ERROR(br->Backward(2 * i + 1, in_[i].data(), dbranch_.data(),
+                                          dmid_.data()));
+      SATDAR_RETURN_IF_ERROR(ops::Copy(x_exec_, dy_.data(), dmid_.data(), n));  // d/d Y_{i-1}
     }
-    if (a == 0) {
-      for (size_t e = 0; e < nc; ++e) dh0[e] = dy_[e] + dx_[0][e];
-      return;
+    if (a == 0) return ops::Add(x_exec_, dh0, dy_.data(), dx_[0].data(), n);
+    for (int j = 0; j <= a; ++j) {
+      SATDAR_RETURN_IF_ERROR(ops::Copy(x_exec_, din[j], dx_[j].data(), n));
     }
-    for (int j = 0; j <= a; ++j) std::copy(dx_[j].begin(), dx_[j].end(), din[j]);
-    std::copy(dy_.begin(), dy_.end(), din[a + 1]);
+    SATDAR_RETURN_IF_ERROR(ops::Copy(x_exec_, din[a + 1], dy_.data(), n));
+    return absl::OkStatus();
   }
 
  private:
   const int layers_, d_;
-  core::ThreadPool* pool_;
+  const typename B::Exec x_exec_;
   std::vector<int64_t> offsets_;
   const int a_, b_;  // this pipeline stage's blocks [a_, b_)
   // x_[j] = X_j, in_[i] = block i's input Y_{i-1} (in_[0] = h0), mid_[i] after its attention.
-  std::vector<std::vector<T>> x_, dx_, in_, mid_;
-  std::vector<T> y_, dy_, dmid_, dbranch_;
-  std::vector<const T*> xs_;  // the sources of the depth-weighted averages (X_j)
-  std::vector<T*> dxs_;       // dx_[j].data()
+  std::vector<Vec<T>> x_, dx_, in_, mid_;
+  Vec<T> y_, dy_, dmid_, dbranch_;
+  // The sources of the depth-weighted averages (X_j) and their gradients (dx_[j].data()),
+  // published after every change of entries.
+  typename B::template PtrList<const T*> xs_;
+  typename B::template PtrList<T*> dxs_;
 };
 
 }  // namespace
 
 void AddDenseFormerParams(const ModelConfig& config, const Sharding& shard, ParamPlace place,
                           int layer, ParamTable* table) {
-  DenseFormer<float>::AddParams(config, shard, place, layer, table);
+  DenseFormer<Cpu<float>>::AddParams(config, shard, place, layer, table);
 }
 
-template <typename T>
-std::unique_ptr<Topology<T>> MakeDenseFormer(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool) {
-  return std::make_unique<DenseFormer<T>>(config, shard, pool);
+template <class B>
+std::unique_ptr<TopologyT<B>> MakeDenseFormer(const ModelConfig& config, const Sharding& shard,
+                                              const typename B::Exec& x) {
+  return std::make_unique<DenseFormer<B>>(config, shard, x);
 }
 
-template std::unique_ptr<Topology<float>> MakeDenseFormer<float>(const ModelConfig&, const Sharding&, core::ThreadPool*);
-template std::unique_ptr<Topology<double>> MakeDenseFormer<double>(const ModelConfig&, const Sharding&, core::ThreadPool*);
+template std::unique_ptr<TopologyT<Cpu<float>>> MakeDenseFormer<Cpu<float>>(
+    const ModelConfig&, const Sharding&, const core::CpuExec&);
+template std::unique_ptr<TopologyT<Cpu<double>>> MakeDenseFormer<Cpu<double>>(
+    const ModelConfig&, const Sharding&, const core::CpuExec&);
 
 }  // namespace satdar::model

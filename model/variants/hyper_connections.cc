@@ -1,11 +1,12 @@
 #include "model/variants/hyper_connections.h"
 
-#include <algorithm>
+#include <memory>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "core/ops/matmul.h"
-#include "core/ops/rmsnorm.h"
+#include "core/check.h"
+#include "model/ops.h"
 #include "model/variants/hyper_ops.h"
 #include "model/variants/hyper_streams.h"
 
@@ -15,13 +16,18 @@ namespace {
 
 // Every token carries n streams, stored interleaved as (B*T, n*C): row r, stream j is
 // H + (r*n + j)*C, so the per-stream RMSNorm and projections run over B*T*n rows.
-template <typename T>
-class HyperConnections : public Topology<T> {
+template <class B>
+class HyperConnections : public TopologyT<B> {
  public:
+  using T = typename B::T;
+  using Acc = typename B::Acc;
+  template <typename U>
+  using Vec = typename B::template Vec<U>;
+
   // A pipeline stage keeps its own sublayers' steps; its boundary carries the n streams.
-  HyperConnections(const ModelConfig& c, const Sharding& shard, core::ThreadPool* pool)
+  HyperConnections(const ModelConfig& c, const Sharding& shard, const typename B::Exec& x)
       : sublayers_(2 * c.num_hidden_layers), n_(c.hc_streams), d_(c.hidden_size),
-        eps_(c.rms_norm_eps), pool_(pool), offsets_(sublayers_), steps_(sublayers_),
+        eps_(c.rms_norm_eps), x_(x), offsets_(sublayers_), steps_(sublayers_),
         first_(2 * shard.first_layer(c) + 1), last_(2 * shard.end_layer(c)) {}
 
   static std::string Prefix(int l) {
@@ -64,10 +70,10 @@ class HyperConnections : public Topology<T> {
     }
   }
 
-  void Resize(int rows) override {
+  absl::Status Resize(int rows) override {
     rows_ = rows;
     const size_t nc = static_cast<size_t>(rows) * d_, hc = nc * n_;
-    hyper_.assign(sublayers_ + 1, std::vector<T>());
+    hyper_.assign(sublayers_ + 1, Vec<T>());
     for (int l = first_ - 1; l <= last_; ++l) hyper_[l].resize(hc);
     for (int l = first_; l <= last_; ++l) {
       Step& s = steps_[l - 1];
@@ -87,47 +93,52 @@ class HyperConnections : public Topology<T> {
     dza_.resize(static_cast<size_t>(rows) * n_ * (n_ + 1));
     dzb_.resize(static_cast<size_t>(rows) * n_);
     dcoef_.resize(static_cast<size_t>(rows) * n_ * (n_ + 2));
+    return absl::OkStatus();
   }
 
   // The state after sublayer l is the n streams.
   int BoundaryTensors(int l) const override { (void)l; return n_; }
 
-  void ForwardRange(const T* params, int first, int last, const T* h0,
-                    const std::vector<const T*>& in, Branches<T>* br, T* x_final,
-                    const std::vector<T*>& out) override {
-    T* p = const_cast<T*>(params);
-    StreamsIn(hyper_[first - 1].data(), first == 1, h0, in, rows_, n_, d_, pool_);
+  absl::Status ForwardRange(const Weights<B>& w, int first, int last, const T* h0,
+                            const std::vector<const T*>& in, BranchesT<B>* br, T* x_final,
+                            const std::vector<T*>& out) override {
+    SATDAR_RETURN_IF_ERROR(
+        StreamsIn(x_, hyper_[first - 1].data(), first == 1, h0, in, rows_, n_, d_));
     const int hr = rows_ * n_;
     for (int l = first; l <= last; ++l) {
       Step& s = steps_[l - 1];
       const Offsets& o = offsets_[l - 1];
       const T* h = hyper_[l - 1].data();
-      core::cpu::RmsNormForward(s.hbar.data(), s.rstd.data(), h, p + o.norm, hr, d_, eps_,
-                                pool_);
-      core::cpu::MatmulForward(s.ta.data(), s.hbar.data(), p + o.dynamic_alpha, hr, n_ + 1, d_,
-                               pool_);
-      core::cpu::MatmulForward(s.tb.data(), s.hbar.data(), p + o.dynamic_beta, hr, 1, d_, pool_);
+      SATDAR_RETURN_IF_ERROR(ops::RmsNormForward(x_, s.hbar.data(), s.rstd.data(), h,
+                                                 w.compute + o.norm, hr, d_, eps_));
+      SATDAR_RETURN_IF_ERROR(ops::MatmulForward(x_, s.ta.data(), s.hbar.data(),
+                                                w.compute + o.dynamic_alpha, hr, n_ + 1, d_));
+      SATDAR_RETURN_IF_ERROR(ops::MatmulForward(x_, s.tb.data(), s.hbar.data(),
+                                                w.compute + o.dynamic_beta, hr, 1, d_));
       // ta, tb become their tanh; coef = static + scale * tanh.
-      cpu::HcCoefForward(s.coef.data(), s.ta.data(), n_ + 1, s.tb.data(), 1,
-                         params + o.static_alpha, params + o.static_beta,
-                         params + o.alpha_scale, params + o.beta_scale, rows_, n_, pool_);
+      SATDAR_RETURN_IF_ERROR(ops::HcCoefForward(
+          x_, s.coef.data(), s.ta.data(), n_ + 1, s.tb.data(), 1, w.master + o.static_alpha,
+          w.master + o.static_beta, w.master + o.alpha_scale, w.master + o.beta_scale, rows_,
+          n_));
       const HyperCoefs<T> c = HcCoefs(s.coef.data(), n_);
       // Width connection: the branch input h_in = sum_j A_m[j] H_j.
-      cpu::HyperWidthForward(s.u.data(), h, c, rows_, n_, d_, pool_);
-      br->Forward(l, s.u.data(), s.y.data());
+      SATDAR_RETURN_IF_ERROR(ops::HyperWidthForward(x_, s.u.data(), h, c, rows_, n_, d_));
+      SATDAR_RETURN_IF_ERROR(br->Forward(l, s.u.data(), s.y.data()));
       // Depth connection: H'_m = B[m] y + sum_j A_r[j, m] H_j.
-      cpu::HyperDepthForward(hyper_[l].data(), h, s.y.data(), c, rows_, n_, d_, pool_);
+      SATDAR_RETURN_IF_ERROR(
+          ops::HyperDepthForward(x_, hyper_[l].data(), h, s.y.data(), c, rows_, n_, d_));
     }
-    StreamsOut(x_final, out, last == sublayers_, hyper_[last].data(), rows_, n_, d_, pool_);
+    SATDAR_RETURN_IF_ERROR(StreamsOut(x_, x_final, out, last == sublayers_, hyper_[last].data(),
+                                      rows_, n_, d_));
+    return absl::OkStatus();
   }
 
-  void BackwardRange(const T* params, T* grads, int first, int last, const T* dx_final,
-                     const std::vector<const T*>& dout, Branches<T>* br, T* dh0,
-                     const std::vector<T*>& din) override {
-    T* p = const_cast<T*>(params);
+  absl::Status BackwardRange(const Weights<B>& w, Acc* grads, int first, int last,
+                             const T* dx_final, const std::vector<const T*>& dout,
+                             BranchesT<B>* br, T* dh0, const std::vector<T*>& din) override {
     const int hr = rows_ * n_;
-    StreamsOutBackward(dhyper_.data(), last == sublayers_, dx_final, dout, rows_, n_, d_,
-                       pool_);
+    SATDAR_RETURN_IF_ERROR(StreamsOutBackward(x_, dhyper_.data(), last == sublayers_, dx_final,
+                                              dout, rows_, n_, d_));
     for (int l = last; l >= first; --l) {
       Step& s = steps_[l - 1];
       const Offsets& o = offsets_[l - 1];
@@ -135,26 +146,33 @@ class HyperConnections : public Topology<T> {
       dnext_.swap(dhyper_);  // dnext_ = d/d H after sublayer l
       const HyperCoefs<T> c = HcCoefs(s.coef.data(), n_), dc = HcCoefs(dcoef_.data(), n_);
       // Depth connection (dy_ and dhyper_ overwritten; d/dA_r, d/dB into dcoef_).
-      cpu::HyperDepthBackward(dy_.data(), dhyper_.data(), dc, dnext_.data(), s.y.data(), h, c,
-                              rows_, n_, d_, pool_);
-      std::fill(du_.begin(), du_.end(), T(0));
-      br->Backward(l, s.u.data(), dy_.data(), du_.data());
+      SATDAR_RETURN_IF_ERROR(ops::HyperDepthBackward(x_, dy_.data(), dhyper_.data(), dc,
+                                                     dnext_.data(), s.y.data(), h, c, rows_,
+                                                     n_, d_));
+      SATDAR_RETURN_IF_ERROR(ops::Zero(x_, du_.data(), static_cast<int64_t>(du_.size())));
+      SATDAR_RETURN_IF_ERROR(br->Backward(l, s.u.data(), dy_.data(), du_.data()));
       // Width connection (d/dA_m into dcoef_).
-      cpu::HyperWidthBackward(dhyper_.data(), dc, du_.data(), h, c, rows_, n_, d_, pool_);
+      SATDAR_RETURN_IF_ERROR(ops::HyperWidthBackward(x_, dhyper_.data(), dc, du_.data(), h, c,
+                                                     rows_, n_, d_));
       // Static and dynamic coefficients: dza_, dzb_ = d/d the projections before the tanh.
-      cpu::HcCoefBackward(dza_.data(), dzb_.data(), grads + o.static_alpha,
-                          grads + o.static_beta, grads + o.alpha_scale, grads + o.beta_scale,
-                          dcoef_.data(), s.ta.data(), n_ + 1, s.tb.data(), 1,
-                          params + o.alpha_scale, params + o.beta_scale, rows_, n_, pool_);
-      std::fill(dhbar_.begin(), dhbar_.end(), T(0));
-      core::cpu::MatmulBackward(dhbar_.data(), grads + o.dynamic_alpha, dza_.data(),
-                                s.hbar.data(), p + o.dynamic_alpha, hr, n_ + 1, d_, pool_);
-      core::cpu::MatmulBackward(dhbar_.data(), grads + o.dynamic_beta, dzb_.data(),
-                                s.hbar.data(), p + o.dynamic_beta, hr, 1, d_, pool_);
-      core::cpu::RmsNormBackward(dhyper_.data(), grads + o.norm, dhbar_.data(), h, p + o.norm,
-                                 s.rstd.data(), hr, d_, pool_);
+      SATDAR_RETURN_IF_ERROR(ops::HcCoefBackward(
+          x_, dza_.data(), dzb_.data(), grads + o.static_alpha, grads + o.static_beta,
+          grads + o.alpha_scale, grads + o.beta_scale, dcoef_.data(), s.ta.data(), n_ + 1,
+          s.tb.data(), 1, w.master + o.alpha_scale, w.master + o.beta_scale, rows_, n_));
+      SATDAR_RETURN_IF_ERROR(ops::Zero(x_, dhbar_.data(), static_cast<int64_t>(dhbar_.size())));
+      SATDAR_RETURN_IF_ERROR(ops::MatmulBackward(x_, dhbar_.data(), grads + o.dynamic_alpha,
+                                                 dza_.data(), s.hbar.data(),
+                                                 w.compute + o.dynamic_alpha, hr, n_ + 1, d_));
+      SATDAR_RETURN_IF_ERROR(ops::MatmulBackward(x_, dhbar_.data(), grads + o.dynamic_beta,
+                                                 dzb_.data(), s.hbar.data(),
+                                                 w.compute + o.dynamic_beta, hr, 1, d_));
+      SATDAR_RETURN_IF_ERROR(ops::RmsNormBackward(x_, dhyper_.data(), grads + o.norm,
+                                                  dhbar_.data(), h, w.compute + o.norm,
+                                                  s.rstd.data(), hr, d_));
     }
-    StreamsInBackward(dh0, din, first == 1, dhyper_.data(), rows_, n_, d_, pool_);
+    SATDAR_RETURN_IF_ERROR(
+        StreamsInBackward(x_, dh0, din, first == 1, dhyper_.data(), rows_, n_, d_));
+    return absl::OkStatus();
   }
 
  private:
@@ -162,38 +180,43 @@ class HyperConnections : public Topology<T> {
     int64_t norm, static_alpha, static_beta, dynamic_alpha, dynamic_beta, alpha_scale, beta_scale;
   };
   struct Step {
-    std::vector<T> hbar, rstd;  // (N*n, C), (N*n): RMSNorm(H_j)
-    std::vector<T> ta, tb;      // (N*n, n+1), (N*n): tanh of the dynamic projections
-    std::vector<T> coef;        // (N, n(n+2)): [A_m[j] | A_r[j, .]] per j, then B (HcCoefs)
-    std::vector<T> u, y;        // (N, C): the branch's input and output
+    Vec<T> hbar, rstd;  // (N*n, C), (N*n): RMSNorm(H_j)
+    Vec<T> ta, tb;      // (N*n, n+1), (N*n): tanh of the dynamic projections
+    Vec<T> coef;        // (N, n(n+2)): [A_m[j] | A_r[j, .]] per j, then B (HcCoefs)
+    Vec<T> u, y;        // (N, C): the branch's input and output
   };
 
   const int sublayers_, n_, d_;
   const double eps_;
-  core::ThreadPool* pool_;
+  const typename B::Exec x_;
   std::vector<Offsets> offsets_;
   std::vector<Step> steps_;
   const int first_, last_;  // this pipeline stage's sublayers
   int rows_ = 0;
-  std::vector<std::vector<T>> hyper_;  // H before sublayer l+1 (index 0: the entry copies)
-  std::vector<T> dhyper_, dnext_, dhbar_, du_, dy_;
-  std::vector<T> dza_, dzb_;  // (N*n, n+1), (N*n): d/d the projections before the tanh
-  std::vector<T> dcoef_;      // (N, n(n+2)): d/d coef, HcCoefs' layout
+  std::vector<Vec<T>> hyper_;  // H before sublayer l+1 (index 0: the entry copies)
+  Vec<T> dhyper_, dnext_, dhbar_, du_, dy_;
+  Vec<T> dza_, dzb_;  // (N*n, n+1), (N*n): d/d the projections before the tanh
+  Vec<T> dcoef_;      // (N, n(n+2)): d/d coef, HcCoefs' layout
 };
 
 }  // namespace
 
 void AddHcParams(const ModelConfig& config, const Sharding& shard, ParamPlace place, int layer,
                  ParamTable* table) {
-  HyperConnections<float>::AddParams(config, shard, place, layer, table);
+  HyperConnections<Cpu<float>>::AddParams(config, shard, place, layer, table);
 }
 
-template <typename T>
-std::unique_ptr<Topology<T>> MakeHc(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool) {
-  return std::make_unique<HyperConnections<T>>(config, shard, pool);
+template <class B>
+std::unique_ptr<TopologyT<B>> MakeHc(const ModelConfig& config, const Sharding& shard,
+                                     const typename B::Exec& x) {
+  return std::make_unique<HyperConnections<B>>(config, shard, x);
 }
 
-template std::unique_ptr<Topology<float>> MakeHc<float>(const ModelConfig&, const Sharding&, core::ThreadPool*);
-template std::unique_ptr<Topology<double>> MakeHc<double>(const ModelConfig&, const Sharding&, core::ThreadPool*);
+template std::unique_ptr<TopologyT<Cpu<float>>> MakeHc<Cpu<float>>(const ModelConfig&,
+                                                                   const Sharding&,
+                                                                   const core::CpuExec&);
+template std::unique_ptr<TopologyT<Cpu<double>>> MakeHc<Cpu<double>>(const ModelConfig&,
+                                                                     const Sharding&,
+                                                                     const core::CpuExec&);
 
 }  // namespace satdar::model

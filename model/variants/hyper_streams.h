@@ -1,7 +1,7 @@
 // model/variants/hyper_streams.h: the ends of a range of sublayers over the n-stream hyper
 // state shared by HC and mHC on the CPU. The state is stored interleaved as (B*T, n, C): token
 // r, stream j at (r*n + j)*C. The first sublayer's range enters h0 into every stream and the
-// last one's sums the streams (cpu::StreamsBroadcast / StreamsSum, hyper_ops.h: the ops with
+// last one's sums the streams (ops::StreamsBroadcast / StreamsSum, hyper_ops.h: the ops with
 // a CUDA twin); a pipeline boundary carries the n streams as n tensors of (B*T, C)
 // (JoinStreams / SplitStreams here: pure copies, which only the CPU's pipeline stages use).
 #ifndef SATDAR_MODEL_VARIANTS_HYPER_STREAMS_H_
@@ -11,6 +11,8 @@
 #include <cstddef>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "core/check.h"
 #include "model/variants/hyper_ops.h"
 
 namespace satdar::model {
@@ -39,43 +41,50 @@ void SplitStreams(const std::vector<T*>& parts, const T* hyper, int rows, int n,
 
 // A range of sublayers (pipeline stages, topology.h) starts from h0 entered into every stream
 // (first sublayer 1) or from the previous stage's n streams, and ends in x_final (the last
-// sublayer) or the n streams for the next stage; backward mirrors both ends.
-template <typename T>
-void StreamsIn(T* hyper, bool from_h0, const T* h0, const std::vector<const T*>& in, int rows,
-               int n, int c, core::ThreadPool* pool) {
+// sublayer) or the n streams for the next stage; backward mirrors both ends. x is the
+// execution context of the ops (hyper_ops.h: a core::CpuExec or a core::CudaExec); the
+// pipeline boundaries' join / split are the host copies above.
+template <typename Exec, typename T>
+absl::Status StreamsIn(const Exec& x, T* hyper, bool from_h0, const T* h0,
+                       const std::vector<const T*>& in, int rows, int n, int c) {
   if (from_h0) {
-    cpu::StreamsBroadcast(hyper, h0, rows, n, c, pool);
+    SATDAR_RETURN_IF_ERROR(ops::StreamsBroadcast(x, hyper, h0, rows, n, c));
   } else {
     JoinStreams(hyper, in, rows, n, c);
   }
+  return absl::OkStatus();
 }
-template <typename T>
-void StreamsOut(T* x_final, const std::vector<T*>& out, bool to_final, const T* hyper, int rows,
-                int n, int c, core::ThreadPool* pool) {
+template <typename Exec, typename T>
+absl::Status StreamsOut(const Exec& x, T* x_final, const std::vector<T*>& out, bool to_final,
+                        const T* hyper, int rows, int n, int c) {
   if (to_final) {
-    cpu::StreamsSum(x_final, hyper, rows, n, c, pool);
+    SATDAR_RETURN_IF_ERROR(ops::StreamsSum(x, x_final, hyper, rows, n, c));
   } else {
     SplitStreams(out, hyper, rows, n, c);
   }
+  return absl::OkStatus();
 }
-template <typename T>
-void StreamsOutBackward(T* dhyper, bool to_final, const T* dx_final,
-                        const std::vector<const T*>& dout, int rows, int n, int c,
-                        core::ThreadPool* pool) {
+template <typename Exec, typename T>
+absl::Status StreamsOutBackward(const Exec& x, T* dhyper, bool to_final, const T* dx_final,
+                                const std::vector<const T*>& dout, int rows, int n, int c) {
   if (to_final) {
-    cpu::StreamsBroadcast(dhyper, dx_final, rows, n, c, pool);  // every stream gets dx_final
+    // Every stream gets dx_final.
+    SATDAR_RETURN_IF_ERROR(ops::StreamsBroadcast(x, dhyper, dx_final, rows, n, c));
   } else {
     JoinStreams(dhyper, dout, rows, n, c);
   }
+  return absl::OkStatus();
 }
-template <typename T>
-void StreamsInBackward(T* dh0, const std::vector<T*>& din, bool from_h0, const T* dhyper,
-                       int rows, int n, int c, core::ThreadPool* pool) {
+template <typename Exec, typename T>
+absl::Status StreamsInBackward(const Exec& x, T* dh0, const std::vector<T*>& din, bool from_h0,
+                               const T* dhyper, int rows, int n, int c) {
   if (from_h0) {
-    cpu::StreamsSum(dh0, dhyper, rows, n, c, pool);  // every stream started as h0
+    // Every stream started as h0.
+    SATDAR_RETURN_IF_ERROR(ops::StreamsSum(x, dh0, dhyper, rows, n, c));
   } else {
     SplitStreams(din, dhyper, rows, n, c);
   }
+  return absl::OkStatus();
 }
 
 }  // namespace satdar::model

@@ -1,12 +1,13 @@
 #include "model/variants/mhc.h"
 
-#include <algorithm>
+#include <memory>
 #include <cmath>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "core/ops/matmul.h"
-#include "core/thread_pool.h"
+#include "core/check.h"
+#include "model/ops.h"
 #include "model/variants/hyper_ops.h"
 #include "model/variants/hyper_streams.h"
 
@@ -17,13 +18,18 @@ namespace {
 // Matrices kept per token: the row softmax, then the output of each normalisation.
 constexpr int kSinkhornSteps = 2 * kMhcSinkhornIterations;
 
-template <typename T>
-class Mhc : public Topology<T> {
+template <class B>
+class Mhc : public TopologyT<B> {
  public:
+  using T = typename B::T;
+  using Acc = typename B::Acc;
+  template <typename U>
+  using Vec = typename B::template Vec<U>;
+
   // A pipeline stage keeps its own sublayers' steps; its boundary carries the n streams.
-  Mhc(const ModelConfig& c, const Sharding& shard, core::ThreadPool* pool)
+  Mhc(const ModelConfig& c, const Sharding& shard, const typename B::Exec& x)
       : sublayers_(2 * c.num_hidden_layers), n_(c.hc_streams), d_(c.hidden_size),
-        mixes_(n_ * (n_ + 2)), eps_(c.rms_norm_eps), pool_(pool),
+        mixes_(n_ * (n_ + 2)), eps_(c.rms_norm_eps), x_(x),
         offsets_(sublayers_), steps_(sublayers_), first_(2 * shard.first_layer(c) + 1),
         last_(2 * shard.end_layer(c)) {}
 
@@ -54,10 +60,10 @@ class Mhc : public Topology<T> {
     }
   }
 
-  void Resize(int rows) override {
+  absl::Status Resize(int rows) override {
     rows_ = rows;
     const size_t nc = static_cast<size_t>(rows) * d_, hc = nc * n_;
-    hyper_.assign(sublayers_ + 1, std::vector<T>());
+    hyper_.assign(sublayers_ + 1, Vec<T>());
     for (int l = first_ - 1; l <= last_; ++l) hyper_[l].resize(hc);
     for (int l = first_; l <= last_; ++l) {
       Step& s = steps_[l - 1];
@@ -77,65 +83,77 @@ class Mhc : public Topology<T> {
     dz_.resize(static_cast<size_t>(rows) * mixes_);
     dres_.resize(static_cast<size_t>(rows) * n_ * n_);
     dlogits_.resize(static_cast<size_t>(rows) * n_ * n_);
+    return absl::OkStatus();
   }
 
   // The state after sublayer l is the n streams.
   int BoundaryTensors(int l) const override { (void)l; return n_; }
 
-  void ForwardRange(const T* params, int first, int last, const T* h0,
-                    const std::vector<const T*>& in, Branches<T>* br, T* x_final,
-                    const std::vector<T*>& out) override {
-    T* p = const_cast<T*>(params);
-    StreamsIn(hyper_[first - 1].data(), first == 1, h0, in, rows_, n_, d_, pool_);
+  absl::Status ForwardRange(const Weights<B>& w, int first, int last, const T* h0,
+                            const std::vector<const T*>& in, BranchesT<B>* br, T* x_final,
+                            const std::vector<T*>& out) override {
+    SATDAR_RETURN_IF_ERROR(
+        StreamsIn(x_, hyper_[first - 1].data(), first == 1, h0, in, rows_, n_, d_));
     for (int l = first; l <= last; ++l) {
       Step& s = steps_[l - 1];
       const Offsets& o = offsets_[l - 1];
       // mixes = (fn x) / rms(x) over x = vec(H) of each token.
       const T* h = hyper_[l - 1].data();
-      core::cpu::MatmulForward(s.raw.data(), h, p + o.fn, rows_, mixes_, n_ * d_, pool_);
-      cpu::MhcRms(s.rms.data(), h, rows_, n_ * d_, eps_, pool_);
-      cpu::MhcCoefForward(s.coef.data(), s.logits.data(), s.raw.data(), mixes_, s.rms.data(),
-                          params + o.scale, params + o.base, rows_, n_, pool_);
-      cpu::SinkhornForward(s.sinkhorn.data(), s.logits.data(), rows_, n_, kMhcSinkhornIterations,
-                           pool_);
+      SATDAR_RETURN_IF_ERROR(
+          ops::MatmulForward(x_, s.raw.data(), h, w.compute + o.fn, rows_, mixes_, n_ * d_));
+      SATDAR_RETURN_IF_ERROR(ops::MhcRms(x_, s.rms.data(), h, rows_, n_ * d_, eps_));
+      SATDAR_RETURN_IF_ERROR(ops::MhcCoefForward(x_, s.coef.data(), s.logits.data(),
+                                                 s.raw.data(), mixes_, s.rms.data(),
+                                                 w.master + o.scale, w.master + o.base, rows_,
+                                                 n_));
+      SATDAR_RETURN_IF_ERROR(ops::SinkhornForward(x_, s.sinkhorn.data(), s.logits.data(), rows_,
+                                                  n_, kMhcSinkhornIterations));
       const HyperCoefs<T> c = Coefs(&s);
-      cpu::HyperWidthForward(s.u.data(), h, c, rows_, n_, d_, pool_);
-      br->Forward(l, s.u.data(), s.y.data());
-      cpu::HyperDepthForward(hyper_[l].data(), h, s.y.data(), c, rows_, n_, d_, pool_);
+      SATDAR_RETURN_IF_ERROR(ops::HyperWidthForward(x_, s.u.data(), h, c, rows_, n_, d_));
+      SATDAR_RETURN_IF_ERROR(br->Forward(l, s.u.data(), s.y.data()));
+      SATDAR_RETURN_IF_ERROR(
+          ops::HyperDepthForward(x_, hyper_[l].data(), h, s.y.data(), c, rows_, n_, d_));
     }
-    StreamsOut(x_final, out, last == sublayers_, hyper_[last].data(), rows_, n_, d_, pool_);
+    SATDAR_RETURN_IF_ERROR(StreamsOut(x_, x_final, out, last == sublayers_, hyper_[last].data(),
+                                      rows_, n_, d_));
+    return absl::OkStatus();
   }
 
-  void BackwardRange(const T* params, T* grads, int first, int last, const T* dx_final,
-                     const std::vector<const T*>& dout, Branches<T>* br, T* dh0,
-                     const std::vector<T*>& din) override {
-    T* p = const_cast<T*>(params);
-    StreamsOutBackward(dhyper_.data(), last == sublayers_, dx_final, dout, rows_, n_, d_,
-                       pool_);
+  absl::Status BackwardRange(const Weights<B>& w, Acc* grads, int first, int last,
+                             const T* dx_final, const std::vector<const T*>& dout,
+                             BranchesT<B>* br, T* dh0, const std::vector<T*>& din) override {
+    SATDAR_RETURN_IF_ERROR(StreamsOutBackward(x_, dhyper_.data(), last == sublayers_, dx_final,
+                                              dout, rows_, n_, d_));
     for (int l = last; l >= first; --l) {
       Step& s = steps_[l - 1];
       const Offsets& o = offsets_[l - 1];
       const T* h = hyper_[l - 1].data();
       dnext_.swap(dhyper_);
       const HyperCoefs<T> c = Coefs(&s), dc = GradCoefs();
-      cpu::HyperDepthBackward(dy_.data(), dhyper_.data(), dc, dnext_.data(), s.y.data(), h, c,
-                              rows_, n_, d_, pool_);
-      std::fill(du_.begin(), du_.end(), T(0));
-      br->Backward(l, s.u.data(), dy_.data(), du_.data());
-      cpu::HyperWidthBackward(dhyper_.data(), dc, du_.data(), h, c, rows_, n_, d_, pool_);
+      SATDAR_RETURN_IF_ERROR(ops::HyperDepthBackward(x_, dy_.data(), dhyper_.data(), dc,
+                                                     dnext_.data(), s.y.data(), h, c, rows_,
+                                                     n_, d_));
+      SATDAR_RETURN_IF_ERROR(ops::Zero(x_, du_.data(), static_cast<int64_t>(du_.size())));
+      SATDAR_RETURN_IF_ERROR(br->Backward(l, s.u.data(), dy_.data(), du_.data()));
+      SATDAR_RETURN_IF_ERROR(ops::HyperWidthBackward(x_, dhyper_.data(), dc, du_.data(), h, c,
+                                                     rows_, n_, d_));
       // Through the Sinkhorn and the coefficients to raw (draw_, in place of [dpre | dpost]),
       // scale, base and the rms path into dH, then through the projection to fn and H.
       const int nd = n_ * d_;
-      cpu::SinkhornBackward(dlogits_.data(), dres_.data(), s.sinkhorn.data(), rows_, n_,
-                            kMhcSinkhornIterations, pool_);
-      cpu::MhcCoefBackward(draw_.data(), dz_.data(), grads + o.scale, grads + o.base,
-                           dhyper_.data(), draw_.data(), dlogits_.data(), s.coef.data(),
-                           s.raw.data(), mixes_, s.rms.data(), params + o.scale,
-                           hyper_[l - 1].data(), rows_, n_, nd, pool_);
-      core::cpu::MatmulBackward(dhyper_.data(), grads + o.fn, draw_.data(),
-                                hyper_[l - 1].data(), p + o.fn, rows_, mixes_, nd, pool_);
+      SATDAR_RETURN_IF_ERROR(ops::SinkhornBackward(x_, dlogits_.data(), dres_.data(),
+                                                   s.sinkhorn.data(), rows_, n_,
+                                                   kMhcSinkhornIterations));
+      SATDAR_RETURN_IF_ERROR(ops::MhcCoefBackward(
+          x_, draw_.data(), dz_.data(), grads + o.scale, grads + o.base, dhyper_.data(),
+          draw_.data(), dlogits_.data(), s.coef.data(), s.raw.data(), mixes_, s.rms.data(),
+          w.master + o.scale, hyper_[l - 1].data(), rows_, n_, nd));
+      SATDAR_RETURN_IF_ERROR(ops::MatmulBackward(x_, dhyper_.data(), grads + o.fn, draw_.data(),
+                                                 hyper_[l - 1].data(), w.compute + o.fn, rows_,
+                                                 mixes_, nd));
     }
-    StreamsInBackward(dh0, din, first == 1, dhyper_.data(), rows_, n_, d_, pool_);
+    SATDAR_RETURN_IF_ERROR(
+        StreamsInBackward(x_, dh0, din, first == 1, dhyper_.data(), rows_, n_, d_));
+    return absl::OkStatus();
   }
 
  private:
@@ -143,12 +161,12 @@ class Mhc : public Topology<T> {
     int64_t fn, scale, base;
   };
   struct Step {
-    std::vector<T> raw;       // (N, n(n+2)): fn x before the RMS scale
-    std::vector<T> rms;       // (N)
-    std::vector<T> coef;      // (N, 2n): pre, post
-    std::vector<T> logits;    // (N, n, n): the Sinkhorn's input
-    std::vector<T> sinkhorn;  // (N, steps, n, n): softmax, then every normalisation
-    std::vector<T> u, y;
+    Vec<T> raw;       // (N, n(n+2)): fn x before the RMS scale
+    Vec<T> rms;       // (N)
+    Vec<T> coef;      // (N, 2n): pre, post
+    Vec<T> logits;    // (N, n, n): the Sinkhorn's input
+    Vec<T> sinkhorn;  // (N, steps, n, n): softmax, then every normalisation
+    Vec<T> u, y;
   };
 
   // Where a step's pre, post (coef) and res (the last Sinkhorn iterate) lie.
@@ -164,7 +182,7 @@ class Mhc : public Topology<T> {
     return c;
   }
   // The mixing backward's gradients of pre and post go to draw_ (N, n(n+2)) laid out as
-  // [pre | post | unused], which cpu::MhcCoefBackward turns into d/d(raw) in place; those of
+  // [pre | post | unused], which ops::MhcCoefBackward turns into d/d(raw) in place; those of
   // the Sinkhorn's result to dres_ (N, n, n).
   HyperCoefs<T> GradCoefs() {
     HyperCoefs<T> c;
@@ -180,29 +198,34 @@ class Mhc : public Topology<T> {
 
   const int sublayers_, n_, d_, mixes_;
   const double eps_;
-  core::ThreadPool* pool_;
+  const typename B::Exec x_;
   std::vector<Offsets> offsets_;
   std::vector<Step> steps_;
   const int first_, last_;  // this pipeline stage's sublayers
   int rows_ = 0;
-  std::vector<std::vector<T>> hyper_;
-  std::vector<T> dhyper_, dnext_, du_, dy_, draw_;
-  std::vector<T> dz_, dres_, dlogits_;  // (N, mixes), (N, n, n), (N, n, n)
+  std::vector<Vec<T>> hyper_;
+  Vec<T> dhyper_, dnext_, du_, dy_, draw_;
+  Vec<T> dz_, dres_, dlogits_;  // (N, mixes), (N, n, n), (N, n, n)
 };
 
 }  // namespace
 
 void AddMhcParams(const ModelConfig& config, const Sharding& shard, ParamPlace place, int layer,
                   ParamTable* table) {
-  Mhc<float>::AddParams(config, shard, place, layer, table);
+  Mhc<Cpu<float>>::AddParams(config, shard, place, layer, table);
 }
 
-template <typename T>
-std::unique_ptr<Topology<T>> MakeMhc(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool) {
-  return std::make_unique<Mhc<T>>(config, shard, pool);
+template <class B>
+std::unique_ptr<TopologyT<B>> MakeMhc(const ModelConfig& config, const Sharding& shard,
+                                      const typename B::Exec& x) {
+  return std::make_unique<Mhc<B>>(config, shard, x);
 }
 
-template std::unique_ptr<Topology<float>> MakeMhc<float>(const ModelConfig&, const Sharding&, core::ThreadPool*);
-template std::unique_ptr<Topology<double>> MakeMhc<double>(const ModelConfig&, const Sharding&, core::ThreadPool*);
+template std::unique_ptr<TopologyT<Cpu<float>>> MakeMhc<Cpu<float>>(const ModelConfig&,
+                                                                    const Sharding&,
+                                                                    const core::CpuExec&);
+template std::unique_ptr<TopologyT<Cpu<double>>> MakeMhc<Cpu<double>>(const ModelConfig&,
+                                                                      const Sharding&,
+                                                                      const core::CpuExec&);
 
 }  // namespace satdar::model

@@ -10,8 +10,9 @@
 
 namespace satdar::model {
 
-template <typename T>
-std::unique_ptr<Topology<T>> MakeMhc(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool);
+template <class B>
+std::unique_ptr<TopologyT<B>> MakeMhc(const ModelConfig& config, const Sharding& shard,
+                                      const typename B::Exec& x);
 // This design's parameters at `place` (param_layout.h): the registry's row.
 void AddMhcParams(const ModelConfig& config, const Sharding& shard, ParamPlace place, int layer,
                   ParamTable* table);

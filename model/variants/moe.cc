@@ -4,7 +4,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/ops/matmul.h"
+#include "core/check.h"
+#include "model/ops.h"
 #include "model/layers/mlp.h"
 #include "model/variants/moe_ops.h"
 
@@ -12,15 +13,20 @@ namespace satdar::model {
 
 namespace {
 
-template <typename T>
-class Moe : public Ffn<T> {
+template <class B>
+class Moe : public FfnT<B> {
  public:
+  using T = typename B::T;
+  using Acc = typename B::Acc;
+  template <typename U>
+  using Vec = typename B::template Vec<U>;
+
   // Expert parallelism: this rank holds routed experts [e0_, e0_ + el_); the router and the
   // shared experts are replicated (so is everything under tensor parallelism).
-  Moe(const ModelConfig& c, const Sharding& shard, core::ThreadPool* pool)
+  Moe(const ModelConfig& c, const Sharding& shard, const typename B::Exec& x)
       : c_(c), m_(*c.moe), shard_(shard), d_(c.hidden_size), e_(m_.num_experts), k_(m_.top_k),
         f_(m_.expert_intermediate_size), el_(e_ / shard.ep_size), e0_(shard.ep_rank * el_),
-        pool_(pool), layers_(c.num_hidden_layers),
+        x_(x), layers_(c.num_hidden_layers),
         load_(c.num_hidden_layers, std::vector<int64_t>(m_.num_experts, 0)) {}
 
   static std::string Expert(int i, const char* group, int e, const char* proj) {
@@ -63,7 +69,7 @@ class Moe : public Ffn<T> {
       }
     }
   }
-  void Resize(int b, int t) override {
+  absl::Status Resize(int b, int t) override {
     b_ = b;
     t_ = t;
     const size_t n = static_cast<size_t>(b) * t;
@@ -85,18 +91,21 @@ class Moe : public Ffn<T> {
     shared_out_.resize(n * d_);
     dlogits_.resize(n * e_);
     dweight_.resize(n * k_);
+    return absl::OkStatus();
   }
 
-  double Forward(int i, const T* params, const T* z, T* out) override {
+  absl::StatusOr<double> Forward(int i, const Weights<B>& w, const T* z, T* out) override {
     Layer& L = layers_[i];
     const int n = b_ * t_;
-    T* p = const_cast<T*>(params);
-    core::cpu::MatmulForward(L.logits.data(), z, p + L.router, n, e_, d_, pool_);
+    T* p = const_cast<T*>(w.compute);
+    SATDAR_RETURN_IF_ERROR(ops::MatmulForward(x_, L.logits.data(), z, p + L.router, n, e_, d_));
     // Softmax, top-k (ties to the lower index) and the plan: slots in (expert, token) order.
-    cpu::MoeRoute(L.probs.data(), L.lse.data(), L.sel.data(), L.weight.data(), L.logits.data(),
-                  n, e_, k_, m_.norm_topk_prob, pool_);
-    cpu::MoePlan(L.counts.data(), L.send_slots.data(), L.row_of_slot.data(), L.sel.data(), n,
-                 e_, k_);
+    SATDAR_RETURN_IF_ERROR(ops::MoeRoute(x_, L.probs.data(), L.lse.data(), L.sel.data(),
+                                         L.weight.data(), L.logits.data(), n, e_, k_,
+                                         m_.norm_topk_prob));
+    SATDAR_RETURN_IF_ERROR(ops::MoePlan(x_, L.counts.data(), L.send_slots.data(),
+                                        L.row_of_slot.data(), L.sel.data(), n, e_, k_));
+    // Host read: counts (a device reads MoePlan's counts back here, for dispatch and stats).
     if (!recomputing_) {  // a recomputed forward was counted already
       for (int e = 0; e < e_; ++e) load_[i][e] += L.counts[e];
     }
@@ -105,75 +114,85 @@ class Moe : public Ffn<T> {
     // order (dropless: every slot is computed).
     Dispatch(&L);
     const int rows = n * k_;
-    std::vector<T> xsend(static_cast<size_t>(rows) * d_), xrecv;
-    cpu::MoePermute(xsend.data(), z, L.send_slots.data(), rows, k_, d_, pool_);
+    Vec<T> xsend(static_cast<size_t>(rows) * d_), xrecv;
+    SATDAR_RETURN_IF_ERROR(ops::MoePermute(x_, xsend.data(), z, L.send_slots.data(), rows, k_, d_));
     Exchange(std::move(xsend), &xrecv, L.send_rows, L.recv_rows);
-    std::vector<T> yrecv(xrecv.size());
+    Vec<T> yrecv(xrecv.size());
     for (int j = 0; j < el_; ++j) {
-      const int ne = GatherExpert(L, j, xrecv, &L.expert_in[j]);
+      int ne = 0;
+      SATDAR_RETURN_IF_ERROR(GatherExpert(L, j, xrecv, &L.expert_in[j], &ne));
       if (ne == 0) continue;
       MlpDims dims{ne, d_, f_};
       L.expert_acts[j].Resize(dims);
-      std::vector<T> ye(static_cast<size_t>(ne) * d_);
-      MlpForward(ye.data(), &L.expert_acts[j], L.expert_in[j].data(), Weights(p, L.experts[j]),
-                 dims, pool_);
-      ScatterExpert(L, j, ye, &yrecv);
+      Vec<T> ye(static_cast<size_t>(ne) * d_);
+      MlpForward(ye.data(), &L.expert_acts[j], L.expert_in[j].data(),
+                 ExpertWeights(p, L.experts[j]), dims, x_.pool);
+      SATDAR_RETURN_IF_ERROR(ScatterExpert(L, j, ye, &yrecv));
     }
     Exchange(std::move(yrecv), &L.slot_out, L.recv_rows, L.send_rows);
     // Combine, in (expert, token) order.
-    cpu::MoeCombine(out, L.slot_out.data(), L.weight.data(), L.row_of_slot.data(), n, k_, d_,
-                    pool_);
+    SATDAR_RETURN_IF_ERROR(ops::MoeCombine(x_, out, L.slot_out.data(), L.weight.data(),
+                                           L.row_of_slot.data(), n, k_, d_));
     for (int s = 0; s < m_.num_shared_experts; ++s) {
-      MlpForward(shared_out_.data(), &L.shared_acts[s], z, Weights(p, L.shared[s]),
-                 MlpDims{n, d_, f_}, pool_);
-      for (size_t j = 0; j < shared_out_.size(); ++j) out[j] += shared_out_[j];
+      MlpForward(shared_out_.data(), &L.shared_acts[s], z, ExpertWeights(p, L.shared[s]),
+                 MlpDims{n, d_, f_}, x_.pool);
+      SATDAR_RETURN_IF_ERROR(ops::AddTo(x_, out, shared_out_.data(),
+                                        static_cast<int64_t>(shared_out_.size())));
     }
     // f_e^b (a count: it carries no gradient), the sequence-wise aux loss and the z-loss.
+    // Host read: the loss (a device accumulates it in device memory and reads it back here).
     double loss = 0;
-    cpu::MoeRouterLoss(&loss, L.fraction.data(), L.probs.data(), L.lse.data(), L.sel.data(), b_,
-                       t_, e_, k_, m_.router_aux_loss_coef, m_.router_z_loss_coef, 1.0);
+    SATDAR_RETURN_IF_ERROR(ops::MoeRouterLoss(x_, &loss, L.fraction.data(), L.probs.data(),
+                                              L.lse.data(), L.sel.data(), b_, t_, e_, k_,
+                                              m_.router_aux_loss_coef, m_.router_z_loss_coef,
+                                              1.0));
     return loss;
   }
 
-  void Backward(int i, const T* params, T* grads, const T* z, const T* dout, T* dz,
-                double loss_scale) override {
+  absl::Status Backward(int i, const Weights<B>& w, Acc* grads, const T* z, const T* dout,
+                        T* dz, double loss_scale) override {
     Layer& L = layers_[i];
     const int n = b_ * t_;
-    T* p = const_cast<T*>(params);
+    T* p = const_cast<T*>(w.compute);
     scratch_.Resize(MlpDims{n, d_, f_});
     for (int s = 0; s < m_.num_shared_experts; ++s) {
-      MlpBackward(dz, Weights(grads, L.shared[s]), dout, L.shared_acts[s], z,
-                  Weights(p, L.shared[s]), MlpDims{n, d_, f_}, &scratch_, pool_);
+      MlpBackward(dz, ExpertWeights(grads, L.shared[s]), dout, L.shared_acts[s], z,
+                  ExpertWeights(p, L.shared[s]), MlpDims{n, d_, f_}, &scratch_, x_.pool);
     }
-    std::fill(dweight_.begin(), dweight_.end(), T(0));
+    SATDAR_RETURN_IF_ERROR(ops::Zero(x_, dweight_.data(), static_cast<int64_t>(dweight_.size())));
     // The slots' output gradients go to their experts' ranks and the input gradients come back.
     const int rows = n * k_;
-    std::vector<T> dysend(static_cast<size_t>(rows) * d_), dyrecv;
-    cpu::MoeCombineBackward(dysend.data(), dweight_.data(), dout, L.slot_out.data(),
-                            L.weight.data(), L.send_slots.data(), rows, k_, d_, pool_);
+    Vec<T> dysend(static_cast<size_t>(rows) * d_), dyrecv;
+    SATDAR_RETURN_IF_ERROR(ops::MoeCombineBackward(x_, dysend.data(), dweight_.data(), dout,
+                                                   L.slot_out.data(), L.weight.data(),
+                                                   L.send_slots.data(), rows, k_, d_));
     Exchange(std::move(dysend), &dyrecv, L.send_rows, L.recv_rows);
-    std::vector<T> dxrecv(dyrecv.size()), dy, dxe;
+    Vec<T> dxrecv(dyrecv.size()), dy, dxe;
     for (int j = 0; j < el_; ++j) {
-      const int ne = GatherExpert(L, j, dyrecv, &dy);
+      int ne = 0;
+      SATDAR_RETURN_IF_ERROR(GatherExpert(L, j, dyrecv, &dy, &ne));
       if (ne == 0) continue;
       MlpDims dims{ne, d_, f_};
       scratch_.Resize(dims);
       dxe.assign(static_cast<size_t>(ne) * d_, T(0));
-      MlpBackward(dxe.data(), Weights(grads, L.experts[j]), dy.data(), L.expert_acts[j],
-                  L.expert_in[j].data(), Weights(p, L.experts[j]), dims, &scratch_, pool_);
-      ScatterExpert(L, j, dxe, &dxrecv);
+      MlpBackward(dxe.data(), ExpertWeights(grads, L.experts[j]), dy.data(), L.expert_acts[j],
+                  L.expert_in[j].data(), ExpertWeights(p, L.experts[j]), dims, &scratch_,
+                  x_.pool);
+      SATDAR_RETURN_IF_ERROR(ScatterExpert(L, j, dxe, &dxrecv));
     }
-    std::vector<T> dxsend;
+    Vec<T> dxsend;
     Exchange(std::move(dxrecv), &dxsend, L.recv_rows, L.send_rows);
-    cpu::MoePermuteBackward(dz, dxsend.data(), L.row_of_slot.data(), n, k_, d_, pool_);
+    SATDAR_RETURN_IF_ERROR(
+        ops::MoePermuteBackward(x_, dz, dxsend.data(), L.row_of_slot.data(), n, k_, d_));
     // d loss / d router probabilities, then through the softmax to the logits.
     const double aux_coef = loss_scale * m_.router_aux_loss_coef * e_ / (b_ * static_cast<double>(t_));
     const double z_coef = loss_scale * m_.router_z_loss_coef * 2.0 / n;
-    cpu::MoeRouteBackward(dlogits_.data(), L.probs.data(), L.lse.data(), L.sel.data(),
-                          L.weight.data(), dweight_.data(), L.fraction.data(), b_, t_, e_, k_,
-                          m_.norm_topk_prob, aux_coef, z_coef, pool_);
-    core::cpu::MatmulBackward(dz, grads + L.router, dlogits_.data(), z, p + L.router, n, e_, d_,
-                              pool_);
+    SATDAR_RETURN_IF_ERROR(ops::MoeRouteBackward(
+        x_, dlogits_.data(), L.probs.data(), L.lse.data(), L.sel.data(), L.weight.data(),
+        dweight_.data(), L.fraction.data(), b_, t_, e_, k_, m_.norm_topk_prob, aux_coef, z_coef));
+    SATDAR_RETURN_IF_ERROR(ops::MatmulBackward(x_, dz, grads + L.router, dlogits_.data(), z,
+                                               p + L.router, n, e_, d_));
+    return absl::OkStatus();
   }
 
   void SetRecomputing(bool on) override { recomputing_ = on; }
@@ -189,21 +208,23 @@ class Moe : public Ffn<T> {
   struct Layer {
     int64_t router = -1;
     std::vector<int64_t> experts, shared;  // offsets of each expert's gate_proj
-    std::vector<T> logits, probs, lse, weight;
-    std::vector<int> sel;                   // (N, k) chosen experts
-    // Dispatch plan: counts (E) slots routed to each expert; send_slots (N*k) every slot in
-    // (expert, token) order and row_of_slot (N*k) its inverse; rows sent to / received from
-    // each EP rank; recv_count[src * el + j]: rows of local expert j from rank src.
-    std::vector<int> counts, send_slots, row_of_slot;
+    Vec<Acc> logits, probs, lse, weight;  // the routing values (B::Acc, as the moe ops)
+    Vec<int> sel;                          // (N, k) chosen experts
+    // Dispatch plan: counts (E) slots routed to each expert (on the host); send_slots (N*k)
+    // every slot in (expert, token) order and row_of_slot (N*k) its inverse; rows sent to /
+    // received from each EP rank; recv_count[src * el + j]: rows of local expert j from rank
+    // src.
+    std::vector<int> counts;
+    Vec<int> send_slots, row_of_slot;
     std::vector<size_t> send_rows, recv_rows;
     std::vector<int64_t> recv_count;
-    std::vector<std::vector<T>> expert_in;  // per local expert: its input rows
-    std::vector<T> slot_out;                // per sent slot: its expert's output
-    std::vector<double> fraction;           // (B, E): f_e^b
+    std::vector<Vec<T>> expert_in;  // per local expert: its input rows
+    Vec<T> slot_out;                // per sent slot: its expert's output
+    Vec<double> fraction;           // (B, E): f_e^b (fp32 on CUDA, S6)
     std::vector<MlpActs<T>> expert_acts, shared_acts;
   };
 
-  MlpWeights<T> Weights(T* base, int64_t gate) const {
+  MlpWeights<T> ExpertWeights(T* base, int64_t gate) const {
     const int64_t size = static_cast<int64_t>(f_) * d_;
     return {base + gate, base + gate + size, base + gate + 2 * size};
   }
@@ -232,7 +253,7 @@ class Moe : public Ffn<T> {
   }
   // Rows (send_rows[q] to rank q) to rows (recv_rows[q] from rank q), over the EP group.
   // With one EP rank the rows stay where they are (moved, not copied).
-  void Exchange(std::vector<T>&& in, std::vector<T>* out, const std::vector<size_t>& send_rows,
+  void Exchange(Vec<T>&& in, Vec<T>* out, const std::vector<size_t>& send_rows,
                 const std::vector<size_t>& recv_rows) {
     if (shard_.ep_size == 1) {
       *out = std::move(in);
@@ -248,44 +269,52 @@ class Moe : public Ffn<T> {
                                             core::DTypeOf<T>::value, shard_.collective));
   }
   // Local expert j's rows of a received buffer (every source rank's, in rank order); their
-  // count.
-  int GatherExpert(const Layer& L, int j, const std::vector<T>& recv, std::vector<T>* out) const {
-    out->clear();
-    size_t row = 0;
-    for (int src = 0; src < shard_.ep_size; ++src) {
-      for (int jj = 0; jj < el_; ++jj) {
-        const size_t cnt = L.recv_count[src * el_ + jj];
-        if (jj == j) {
-          out->insert(out->end(), recv.begin() + row * d_, recv.begin() + (row + cnt) * d_);
-        }
-        row += cnt;
-      }
-    }
-    return static_cast<int>(out->size() / d_);
-  }
-  // The inverse of GatherExpert: local expert j's rows back into a received-layout buffer.
-  void ScatterExpert(const Layer& L, int j, const std::vector<T>& rows, std::vector<T>* recv) const {
+  // count (*ne). One copy per source rank.
+  absl::Status GatherExpert(const Layer& L, int j, const Vec<T>& recv, Vec<T>* out,
+                            int* ne) const {
+    size_t total = 0;
+    for (int src = 0; src < shard_.ep_size; ++src) total += L.recv_count[src * el_ + j];
+    out->assign(total * d_, T(0));
     size_t row = 0, taken = 0;
     for (int src = 0; src < shard_.ep_size; ++src) {
       for (int jj = 0; jj < el_; ++jj) {
         const size_t cnt = L.recv_count[src * el_ + jj];
         if (jj == j) {
-          std::copy(rows.begin() + taken * d_, rows.begin() + (taken + cnt) * d_,
-                    recv->begin() + row * d_);
+          SATDAR_RETURN_IF_ERROR(ops::Copy(x_, out->data() + taken * d_, recv.data() + row * d_,
+                                           static_cast<int64_t>(cnt * d_)));
           taken += cnt;
         }
         row += cnt;
       }
     }
+    *ne = static_cast<int>(total);
+    return absl::OkStatus();
+  }
+  // The inverse of GatherExpert: local expert j's rows back into a received-layout buffer.
+  absl::Status ScatterExpert(const Layer& L, int j, const Vec<T>& rows, Vec<T>* recv) const {
+    size_t row = 0, taken = 0;
+    for (int src = 0; src < shard_.ep_size; ++src) {
+      for (int jj = 0; jj < el_; ++jj) {
+        const size_t cnt = L.recv_count[src * el_ + jj];
+        if (jj == j) {
+          SATDAR_RETURN_IF_ERROR(ops::Copy(x_, recv->data() + row * d_, rows.data() + taken * d_,
+                                           static_cast<int64_t>(cnt * d_)));
+          taken += cnt;
+        }
+        row += cnt;
+      }
+    }
+    return absl::OkStatus();
   }
   const ModelConfig c_;
   const MoeConfig m_;
   const Sharding shard_;
   const int d_, e_, k_, f_, el_, e0_;
-  core::ThreadPool* pool_;
+  const typename B::Exec x_;
   std::vector<Layer> layers_;
   int b_ = 0, t_ = 0;
-  std::vector<T> shared_out_, dlogits_, dweight_;
+  Vec<T> shared_out_, dlogits_;
+  Vec<Acc> dweight_;
   MlpScratch<T> scratch_;
   std::vector<std::vector<int64_t>> load_;
   bool recomputing_ = false;
@@ -295,15 +324,20 @@ class Moe : public Ffn<T> {
 
 void AddMoeParams(const ModelConfig& config, const Sharding& shard, ParamPlace place, int layer,
                   ParamTable* table) {
-  Moe<float>::AddParams(config, shard, place, layer, table);
+  Moe<Cpu<float>>::AddParams(config, shard, place, layer, table);
 }
 
-template <typename T>
-std::unique_ptr<Ffn<T>> MakeMoe(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool) {
-  return std::make_unique<Moe<T>>(config, shard, pool);
+template <class B>
+std::unique_ptr<FfnT<B>> MakeMoe(const ModelConfig& config, const Sharding& shard,
+                                 const typename B::Exec& x) {
+  return std::make_unique<Moe<B>>(config, shard, x);
 }
 
-template std::unique_ptr<Ffn<float>> MakeMoe<float>(const ModelConfig&, const Sharding&, core::ThreadPool*);
-template std::unique_ptr<Ffn<double>> MakeMoe<double>(const ModelConfig&, const Sharding&, core::ThreadPool*);
+template std::unique_ptr<FfnT<Cpu<float>>> MakeMoe<Cpu<float>>(const ModelConfig&,
+                                                               const Sharding&,
+                                                               const core::CpuExec&);
+template std::unique_ptr<FfnT<Cpu<double>>> MakeMoe<Cpu<double>>(const ModelConfig&,
+                                                                 const Sharding&,
+                                                                 const core::CpuExec&);
 
 }  // namespace satdar::model

@@ -5,15 +5,16 @@
 
 #include <memory>
 
-#include "core/thread_pool.h"
+#include "model/backend.h"
 #include "model/ffn.h"
 #include "model/param_layout.h"
 #include "model/sharding.h"
 
 namespace satdar::model {
 
-template <typename T>
-std::unique_ptr<Ffn<T>> MakeMoe(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool);
+template <class B>
+std::unique_ptr<FfnT<B>> MakeMoe(const ModelConfig& config, const Sharding& shard,
+                                 const typename B::Exec& x);
 // This design's parameters at `place` (param_layout.h): the registry's row.
 void AddMoeParams(const ModelConfig& config, const Sharding& shard, ParamPlace place, int layer,
                   ParamTable* table);

@@ -1,12 +1,12 @@
 #include "model/variants/muddformer.h"
 
-#include <algorithm>
+#include <memory>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
-#include "core/ops/matmul.h"
-#include "core/ops/rmsnorm.h"
+#include "model/ops.h"
 #include "model/variants/muddformer_ops.h"
 
 namespace satdar::model {
@@ -21,16 +21,23 @@ enum Way { kQ = 0, kK = 1, kV = 2, kR = 3 };
 //                    v: RMSNorm(X^V; mudd.v_norm));  X_{i+1} = X_A + f_mlp(X_A)
 //   A = w2 gelu(w1 RMS(X_{i+1})) + static  (per token, [C, i+2]);  X^c = sum_j A[c, j] X_j
 // with C = 4 ways, or 1 (R only) after the last block, whose X^R is x_final.
-template <typename T>
-class MuddFormer : public Topology<T> {
+template <class B>
+class MuddFormer : public TopologyT<B> {
  public:
+  using T = typename B::T;
+  using Acc = typename B::Acc;
+  template <typename U>
+  using Vec = typename B::template Vec<U>;
+  template <typename P>
+  using PtrList = typename B::template PtrList<P>;
+
   // A pipeline stage runs blocks [a_, b_) and keeps only their buffers; earlier X_j are read
   // in place from the previous stage's boundary. Under tensor parallelism the branches
   // all-reduce the attention output and the three inputs' gradients; the connections are
   // replicated.
-  MuddFormer(const ModelConfig& c, const Sharding& shard, core::ThreadPool* pool)
-      : layers_(c.num_hidden_layers), d_(c.hidden_size), eps_(c.rms_norm_eps), pool_(pool), blocks_(layers_), a_(shard.first_layer(c)),
-        b_(shard.end_layer(c)) {}
+  MuddFormer(const ModelConfig& c, const Sharding& shard, const typename B::Exec& x)
+      : layers_(c.num_hidden_layers), d_(c.hidden_size), eps_(c.rms_norm_eps), x_(x),
+        blocks_(layers_), a_(shard.first_layer(c)), b_(shard.end_layer(c)) {}
 
   // Block i's connections: four (q, k, v, the residual), the last block's one.
   static int Ways(int i, int layers) { return i + 1 < layers ? 4 : 1; }
@@ -66,18 +73,20 @@ class MuddFormer : public Topology<T> {
       b.ln_attn = table.Offset(absl::StrCat("model.layers.", i, ".input_layernorm.weight"));
     }
   }
-  void Resize(int rows) override {
+  absl::Status Resize(int rows) override {
     rows_ = rows;
     const size_t nc = static_cast<size_t>(rows) * d_;
-    x_.assign(layers_ + 1, std::vector<T>());
-    for (int j = a_ == 0 ? 0 : a_ + 1; j <= b_; ++j) x_[j].resize(nc);
-    dx_.assign(b_ + 1, std::vector<T>(nc));
+    xj_.assign(layers_ + 1, Vec<T>());
+    for (int j = a_ == 0 ? 0 : a_ + 1; j <= b_; ++j) xj_[j].resize(nc);
+    dxj_.assign(b_ + 1, Vec<T>(nc));
     dxs_.clear();
-    for (auto& d : dx_) dxs_.push_back(d.data());
+    for (auto& d : dxj_) dxs_.push_back(d.data());
+    SATDAR_RETURN_IF_ERROR(dxs_.Publish(x_));
     xs_.assign(layers_ + 1, nullptr);
     for (int j = 0; j <= layers_; ++j) {
-      if (!x_[j].empty()) xs_[j] = x_[j].data();
+      if (!xj_[j].empty()) xs_[j] = xj_[j].data();
     }
+    SATDAR_RETURN_IF_ERROR(xs_.Publish(x_));
     if (b_ < layers_) {  // the next stage's first inputs, made by this stage's last connection
       for (auto& w : blocks_[b_].ways) w.resize(nc);
       for (auto& w : blocks_[b_].dways) w.resize(nc);
@@ -103,6 +112,7 @@ class MuddFormer : public Topology<T> {
     for (auto& v : dnormed_) v.resize(nc);
     dh_.resize(static_cast<size_t>(rows) * Hidden(4, layers_ + 1));
     da_.resize(static_cast<size_t>(rows) * 4 * (layers_ + 1));
+    return absl::OkStatus();
   }
 
   // After block k (sublayer 2k): X_0..X_k, which later connections read, and block k's four
@@ -112,170 +122,213 @@ class MuddFormer : public Topology<T> {
     return l / 2 + 5;
   }
 
-  void ForwardRange(const T* params, int first, int last, const T* h0,
-                    const std::vector<const T*>& in, Branches<T>* br, T* x_final,
-                    const std::vector<T*>& out) override {
+  absl::Status ForwardRange(const Weights<B>& weights, int first, int last, const T* h0,
+                            const std::vector<const T*>& in, BranchesT<B>* br, T* x_final,
+                            const std::vector<T*>& out) override {
     const size_t nc = y_.size();
-    T* p = const_cast<T*>(params);
     const int first_block = (first - 1) / 2, end_block = last / 2;
     if (first_block == 0) {
-      std::copy(h0, h0 + nc, x_[0].begin());
-      for (int w = 0; w < 4; ++w) std::copy(h0, h0 + nc, blocks_[0].ways[w].begin());
+      SATDAR_RETURN_IF_ERROR(ops::Copy(x_, xj_[0].data(), h0, nc));
+      for (int w = 0; w < 4; ++w) {
+        SATDAR_RETURN_IF_ERROR(ops::Copy(x_, blocks_[0].ways[w].data(), h0, nc));
+      }
     } else {
       for (int j = 0; j <= first_block; ++j) xs_[j] = in[j];  // read in place
+      SATDAR_RETURN_IF_ERROR(xs_.Publish(x_));
       for (int w = 0; w < 4; ++w) {
-        const T* src = in[first_block + 1 + w];
-        std::copy(src, src + nc, blocks_[first_block].ways[w].begin());
+        SATDAR_RETURN_IF_ERROR(
+            ops::Copy(x_, blocks_[first_block].ways[w].data(), in[first_block + 1 + w], nc));
       }
     }
     for (int i = first_block; i < end_block; ++i) {
       Block& b = blocks_[i];
       const int64_t norms[3] = {b.ln_attn, b.k_norm, b.v_norm};
       for (int w = 0; w < 3; ++w) {
-        core::cpu::RmsNormForward(b.normed[w].data(), b.rstd[w].data(), b.ways[w].data(),
-                                  p + norms[w], rows_, d_, eps_, pool_);
+        SATDAR_RETURN_IF_ERROR(ops::RmsNormForward(x_, b.normed[w].data(), b.rstd[w].data(),
+                                                   b.ways[w].data(), weights.compute + norms[w],
+                                                   rows_, d_, eps_));
       }
-      br->AttentionNormedForward(i, b.normed[kQ].data(), b.normed[kK].data(), b.normed[kV].data(),
-                                 y_.data());
-      for (size_t e = 0; e < nc; ++e) b.xa[e] = b.ways[kR][e] + y_[e];
-      br->Forward(2 * i + 2, b.xa.data(), y_.data());
-      for (size_t e = 0; e < nc; ++e) x_[i + 1][e] = b.xa[e] + y_[e];
-      DenseConnection(i, p, i + 1 < layers_ ? &blocks_[i + 1] : nullptr, x_final);
+      SATDAR_RETURN_IF_ERROR(br->AttentionNormedForward(
+          i, b.normed[kQ].data(), b.normed[kK].data(), b.normed[kV].data(), y_.data()));
+      SATDAR_RETURN_IF_ERROR(ops::Add(x_, b.xa.data(), b.ways[kR].data(), y_.data(), nc));
+      SATDAR_RETURN_IF_ERROR(br->Forward(2 * i + 2, b.xa.data(), y_.data()));
+      SATDAR_RETURN_IF_ERROR(ops::Add(x_, xj_[i + 1].data(), b.xa.data(), y_.data(), nc));
+      SATDAR_RETURN_IF_ERROR(
+          DenseConnection(i, weights, i + 1 < layers_ ? &blocks_[i + 1] : nullptr, x_final));
     }
     if (end_block < layers_) {
-      for (int j = 0; j <= end_block; ++j) std::copy(xs_[j], xs_[j] + nc, out[j]);
+      for (int j = 0; j <= end_block; ++j) {
+        SATDAR_RETURN_IF_ERROR(ops::Copy(x_, out[j], xs_[j], nc));
+      }
       for (int w = 0; w < 4; ++w) {
-        const std::vector<T>& src = blocks_[end_block].ways[w];
-        std::copy(src.begin(), src.end(), out[end_block + 1 + w]);
+        const Vec<T>& src = blocks_[end_block].ways[w];
+        SATDAR_RETURN_IF_ERROR(ops::Copy(x_, out[end_block + 1 + w], src.data(),
+                                         static_cast<int64_t>(src.size())));
       }
     }
+    return absl::OkStatus();
   }
 
-  void BackwardRange(const T* params, T* grads, int first, int last, const T* dx_final,
-                     const std::vector<const T*>& dout, Branches<T>* br, T* dh0,
-                     const std::vector<T*>& din) override {
+  absl::Status BackwardRange(const Weights<B>& weights, Acc* grads, int first, int last,
+                             const T* dx_final, const std::vector<const T*>& dout,
+                             BranchesT<B>* br, T* dh0, const std::vector<T*>& din) override {
     const size_t nc = y_.size();
-    T* p = const_cast<T*>(params);
     const int first_block = (first - 1) / 2, end_block = last / 2;
-    for (auto& d : dx_) std::fill(d.begin(), d.end(), T(0));
+    for (auto& d : dxj_) {
+      SATDAR_RETURN_IF_ERROR(ops::Zero(x_, d.data(), static_cast<int64_t>(d.size())));
+    }
     if (end_block < layers_) {
-      for (int j = 0; j <= end_block; ++j) std::copy(dout[j], dout[j] + nc, dx_[j].begin());
+      for (int j = 0; j <= end_block; ++j) {
+        SATDAR_RETURN_IF_ERROR(ops::Copy(x_, dxj_[j].data(), dout[j], nc));
+      }
       for (int w = 0; w < 4; ++w) {
-        const T* src = dout[end_block + 1 + w];
-        std::copy(src, src + nc, blocks_[end_block].dways[w].begin());
+        SATDAR_RETURN_IF_ERROR(
+            ops::Copy(x_, blocks_[end_block].dways[w].data(), dout[end_block + 1 + w], nc));
       }
     }
     for (int i = end_block - 1; i >= first_block; --i) {
       Block& b = blocks_[i];
       // The connection after block i: its ways' gradients are those of block i+1's inputs.
-      std::vector<const T*> dways;
+      dways_.clear();
       if (i + 1 < layers_) {
-        for (int w = 0; w < 4; ++w) dways.push_back(blocks_[i + 1].dways[w].data());
+        for (int w = 0; w < 4; ++w) dways_.push_back(blocks_[i + 1].dways[w].data());
       } else {
-        dways.push_back(dx_final);
+        dways_.push_back(dx_final);
       }
-      DenseConnectionBackward(i, p, grads, dways);
+      SATDAR_RETURN_IF_ERROR(dways_.Publish(x_));
+      SATDAR_RETURN_IF_ERROR(DenseConnectionBackward(i, weights, grads));
       // Block i: X_{i+1} = X_A + f_mlp(X_A); X_A = X^R + attention.
-      std::copy(dx_[i + 1].begin(), dx_[i + 1].end(), dxa_.begin());
-      br->Backward(2 * i + 2, b.xa.data(), dx_[i + 1].data(), dxa_.data());
-      std::copy(dxa_.begin(), dxa_.end(), b.dways[kR].begin());
-      for (auto& v : dnormed_) std::fill(v.begin(), v.end(), T(0));
-      br->AttentionNormedBackward(i, b.normed[kQ].data(), b.normed[kK].data(), b.normed[kV].data(),
-                                  dxa_.data(), dnormed_[kQ].data(), dnormed_[kK].data(),
-                                  dnormed_[kV].data());
+      SATDAR_RETURN_IF_ERROR(ops::Copy(x_, dxa_.data(), dxj_[i + 1].data(), nc));
+      SATDAR_RETURN_IF_ERROR(br->Backward(2 * i + 2, b.xa.data(), dxj_[i + 1].data(), dxa_.data()));
+      SATDAR_RETURN_IF_ERROR(ops::Copy(x_, b.dways[kR].data(), dxa_.data(), nc));
+      for (auto& v : dnormed_) {
+        SATDAR_RETURN_IF_ERROR(ops::Zero(x_, v.data(), static_cast<int64_t>(v.size())));
+      }
+      SATDAR_RETURN_IF_ERROR(br->AttentionNormedBackward(
+          i, b.normed[kQ].data(), b.normed[kK].data(), b.normed[kV].data(), dxa_.data(),
+          dnormed_[kQ].data(), dnormed_[kK].data(), dnormed_[kV].data()));
       const int64_t norms[3] = {b.ln_attn, b.k_norm, b.v_norm};
       for (int w = 0; w < 3; ++w) {
-        std::fill(b.dways[w].begin(), b.dways[w].end(), T(0));
-        core::cpu::RmsNormBackward(b.dways[w].data(), grads + norms[w], dnormed_[w].data(),
-                                   b.ways[w].data(), p + norms[w], b.rstd[w].data(), rows_, d_,
-                                   pool_);
+        SATDAR_RETURN_IF_ERROR(
+            ops::Zero(x_, b.dways[w].data(), static_cast<int64_t>(b.dways[w].size())));
+        SATDAR_RETURN_IF_ERROR(ops::RmsNormBackward(
+            x_, b.dways[w].data(), grads + norms[w], dnormed_[w].data(), b.ways[w].data(),
+            weights.compute + norms[w], b.rstd[w].data(), rows_, d_));
       }
     }
     if (first_block > 0) {
-      for (int j = 0; j <= first_block; ++j) std::copy(dx_[j].begin(), dx_[j].end(), din[j]);
-      for (int w = 0; w < 4; ++w) {
-        const std::vector<T>& g = blocks_[first_block].dways[w];
-        std::copy(g.begin(), g.end(), din[first_block + 1 + w]);
+      for (int j = 0; j <= first_block; ++j) {
+        SATDAR_RETURN_IF_ERROR(
+            ops::Copy(x_, din[j], dxj_[j].data(), static_cast<int64_t>(dxj_[j].size())));
       }
-      return;
+      for (int w = 0; w < 4; ++w) {
+        const Vec<T>& g = blocks_[first_block].dways[w];
+        SATDAR_RETURN_IF_ERROR(ops::Copy(x_, din[first_block + 1 + w], g.data(),
+                                         static_cast<int64_t>(g.size())));
+      }
+      return absl::OkStatus();
     }
-    for (size_t e = 0; e < nc; ++e) {
-      T g = dx_[0][e];
-      for (int w = 0; w < 4; ++w) g += blocks_[0].dways[w][e];
-      dh0[e] = g;
+    // dh0 = dX_0 + dX^Q + dX^K + dX^V + dX^R of block 0, added in that order.
+    SATDAR_RETURN_IF_ERROR(ops::Copy(x_, dh0, dxj_[0].data(), nc));
+    for (int w = 0; w < 4; ++w) {
+      SATDAR_RETURN_IF_ERROR(ops::AddTo(x_, dh0, blocks_[0].dways[w].data(), nc));
     }
+    return absl::OkStatus();
   }
 
  private:
   struct Block {
     int64_t w1, w2, stat, k_norm, v_norm, ln_attn;
-    std::vector<T> ways[4], dways[4];  // this block's inputs X^Q, X^K, X^V, X^R and gradients
-    std::vector<T> normed[3], rstd[3];
-    std::vector<T> xa;                 // X_A
-    std::vector<T> r, r_rstd, h, g;     // the connection after this block
-    std::vector<T> a;  // its dynamic coefficients (N, ways * sources), the static not added
+    Vec<T> ways[4], dways[4];  // this block's inputs X^Q, X^K, X^V, X^R and gradients
+    Vec<T> normed[3], rstd[3];
+    Vec<T> xa;                 // X_A
+    Vec<T> r, r_rstd, h, g;    // the connection after this block
+    Vec<T> a;  // its dynamic coefficients (N, ways * sources), the static not added
   };
 
   // Ways of the connection after block i, written into next's inputs (or x_final).
-  void DenseConnection(int i, T* p, Block* next, T* x_final) {
+  absl::Status DenseConnection(int i, const Weights<B>& weights, Block* next, T* x_final) {
     Block& b = blocks_[i];
     const int c = Ways(i), s = i + 2, k = Hidden(c, s);
-    std::vector<T> ones(d_, T(1));
-    core::cpu::RmsNormForward(b.r.data(), b.r_rstd.data(), x_[i + 1].data(), ones.data(), rows_,
-                              d_, eps_, pool_);
-    core::cpu::MatmulForward(b.h.data(), b.r.data(), p + b.w1, rows_, k, d_, pool_);
-    cpu::GeluForward(b.g.data(), b.h.data(), static_cast<int64_t>(b.h.size()), pool_);
-    core::cpu::MatmulForward(b.a.data(), b.g.data(), p + b.w2, rows_, c * s, k, pool_);
-    T* outs[4] = {};  // with one way it is R (the final hidden state)
-    for (int w = 0; w < c; ++w) outs[w] = next ? next->ways[w].data() : x_final;
-    cpu::DenseCombineForward(outs, c, xs_.data(), s, b.a.data(), c * s, p + b.stat, rows_, d_,
-                             pool_);
+    Vec<T> ones;
+    ones.assign(d_, T(1));
+    SATDAR_RETURN_IF_ERROR(ops::RmsNormForward(x_, b.r.data(), b.r_rstd.data(),
+                                               xj_[i + 1].data(), ones.data(), rows_, d_, eps_));
+    SATDAR_RETURN_IF_ERROR(
+        ops::MatmulForward(x_, b.h.data(), b.r.data(), weights.compute + b.w1, rows_, k, d_));
+    SATDAR_RETURN_IF_ERROR(
+        ops::GeluForward(x_, b.g.data(), b.h.data(), static_cast<int64_t>(b.h.size())));
+    SATDAR_RETURN_IF_ERROR(ops::MatmulForward(x_, b.a.data(), b.g.data(), weights.compute + b.w2,
+                                              rows_, c * s, k));
+    outs_.assign(4, nullptr);  // with one way it is R (the final hidden state)
+    for (int w = 0; w < c; ++w) outs_[w] = next ? next->ways[w].data() : x_final;
+    SATDAR_RETURN_IF_ERROR(outs_.Publish(x_));
+    SATDAR_RETURN_IF_ERROR(ops::DenseCombineForward(x_, outs_.data(), c, xs_.data(), s,
+                                                    b.a.data(), c * s, weights.master + b.stat,
+                                                    rows_, d_));
+    return absl::OkStatus();
   }
 
-  void DenseConnectionBackward(int i, T* p, T* grads, const std::vector<const T*>& dways) {
+  // Backward of the connection after block i from dways_ (published by the caller).
+  absl::Status DenseConnectionBackward(int i, const Weights<B>& weights, Acc* grads) {
     Block& b = blocks_[i];
     const int c = Ways(i), s = i + 2, k = Hidden(c, s);
-    cpu::DenseCombineBackward(da_.data(), grads + b.stat, dxs_.data(), dways.data(), c,
-                              xs_.data(), s, b.a.data(), c * s, p + b.stat, rows_, d_, pool_);
-    std::fill(dh_.begin(), dh_.begin() + static_cast<size_t>(rows_) * k, T(0));
-    core::cpu::MatmulBackward(dh_.data(), grads + b.w2, da_.data(), b.g.data(), p + b.w2, rows_,
-                              c * s, k, pool_);
-    cpu::GeluBackward(dh_.data(), dh_.data(), b.h.data(), static_cast<int64_t>(rows_) * k, pool_);
-    std::fill(dr_.begin(), dr_.end(), T(0));
-    core::cpu::MatmulBackward(dr_.data(), grads + b.w1, dh_.data(), b.r.data(), p + b.w1, rows_, k,
-                              d_, pool_);
+    SATDAR_RETURN_IF_ERROR(ops::DenseCombineBackward(
+        x_, da_.data(), grads + b.stat, dxs_.data(), dways_.data(), c, xs_.data(), s,
+        b.a.data(), c * s, weights.master + b.stat, rows_, d_));
+    SATDAR_RETURN_IF_ERROR(ops::Zero(x_, dh_.data(), static_cast<int64_t>(rows_) * k));
+    SATDAR_RETURN_IF_ERROR(ops::MatmulBackward(x_, dh_.data(), grads + b.w2, da_.data(),
+                                               b.g.data(), weights.compute + b.w2, rows_, c * s,
+                                               k));
+    SATDAR_RETURN_IF_ERROR(ops::GeluBackward(x_, dh_.data(), dh_.data(), b.h.data(),
+                                             static_cast<int64_t>(rows_) * k));
+    SATDAR_RETURN_IF_ERROR(ops::Zero(x_, dr_.data(), static_cast<int64_t>(dr_.size())));
+    SATDAR_RETURN_IF_ERROR(ops::MatmulBackward(x_, dr_.data(), grads + b.w1, dh_.data(),
+                                               b.r.data(), weights.compute + b.w1, rows_, k,
+                                               d_));
     // RMS without a gain: the gain gradient is discarded.
-    std::vector<T> ones(d_, T(1)), dgain(d_, T(0));
-    core::cpu::RmsNormBackward(dx_[i + 1].data(), dgain.data(), dr_.data(), x_[i + 1].data(),
-                               ones.data(), b.r_rstd.data(), rows_, d_, pool_);
+    Vec<T> ones;
+    ones.assign(d_, T(1));
+    Vec<Acc> dgain;
+    dgain.assign(d_, Acc(0));
+    SATDAR_RETURN_IF_ERROR(ops::RmsNormBackward(x_, dxj_[i + 1].data(), dgain.data(),
+                                                dr_.data(), xj_[i + 1].data(), ones.data(),
+                                                b.r_rstd.data(), rows_, d_));
+    return absl::OkStatus();
   }
 
   const int layers_, d_;
   const double eps_;
-  core::ThreadPool* pool_;
+  const typename B::Exec x_;
   std::vector<Block> blocks_;
   const int a_, b_;  // this pipeline stage's blocks [a_, b_)
   int rows_ = 0;
-  std::vector<std::vector<T>> x_, dx_;  // X_0..X_L (this stage's) and their gradients
-  std::vector<const T*> xs_;            // X_j: x_[j], or an earlier stage's, read in place
-  std::vector<T*> dxs_;                 // dx_[j].data(), the ops' list of the X_j gradients
-  std::vector<T> y_, dxa_, dn_, dr_, dh_, da_;
-  std::vector<T> dnormed_[3];
+  std::vector<Vec<T>> xj_, dxj_;  // X_0..X_L (this stage's) and their gradients
+  PtrList<const T*> xs_;          // X_j: xj_[j], or an earlier stage's, read in place
+  PtrList<T*> dxs_;               // dxj_[j].data(), the ops' list of the X_j gradients
+  PtrList<T*> outs_;              // the ways a connection writes (DenseConnection)
+  PtrList<const T*> dways_;       // their gradients (BackwardRange, DenseConnectionBackward)
+  Vec<T> y_, dxa_, dn_, dr_, dh_, da_;
+  Vec<T> dnormed_[3];
 };
 
 }  // namespace
 
 void AddMuddFormerParams(const ModelConfig& config, const Sharding& shard, ParamPlace place,
                          int layer, ParamTable* table) {
-  MuddFormer<float>::AddParams(config, shard, place, layer, table);
+  MuddFormer<Cpu<float>>::AddParams(config, shard, place, layer, table);
 }
 
-template <typename T>
-std::unique_ptr<Topology<T>> MakeMuddFormer(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool) {
-  return std::make_unique<MuddFormer<T>>(config, shard, pool);
+template <class B>
+std::unique_ptr<TopologyT<B>> MakeMuddFormer(const ModelConfig& config, const Sharding& shard,
+                                             const typename B::Exec& x) {
+  return std::make_unique<MuddFormer<B>>(config, shard, x);
 }
 
-template std::unique_ptr<Topology<float>> MakeMuddFormer<float>(const ModelConfig&, const Sharding&, core::ThreadPool*);
-template std::unique_ptr<Topology<double>> MakeMuddFormer<double>(const ModelConfig&, const Sharding&, core::ThreadPool*);
+template std::unique_ptr<TopologyT<Cpu<float>>> MakeMuddFormer<Cpu<float>>(const ModelConfig&,
+                                                                           const Sharding&,
+                                                                           const core::CpuExec&);
+template std::unique_ptr<TopologyT<Cpu<double>>> MakeMuddFormer<Cpu<double>>(
+    const ModelConfig&, const Sharding&, const core::CpuExec&);
 
 }  // namespace satdar::model

@@ -3,22 +3,27 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/check.h"
+#include "model/ops.h"
 #include "model/variants/resformer_ops.h"
 
 namespace satdar::model {
 
 namespace {
 
-template <typename T>
-class Resformer : public ValueResidual<T> {
+template <class B>
+class Resformer : public ValueResidualT<B> {
  public:
+  using T = typename B::T;
+  using Acc = typename B::Acc;
+
   // Under tensor parallelism each rank mixes its own KV heads; the lambdas' gradients are
   // then partial sums over the TP group. learnable_plus's scale and logits are on every
   // pipeline stage (the softmax spans all layers); each stage's gradient covers its layers,
   // and the trainer sums them over the stages.
-  Resformer(const ModelConfig& c, const Sharding& shard, core::ThreadPool* pool)
+  Resformer(const ModelConfig& c, const Sharding& shard, const typename B::Exec& x)
       : learnable_(c.resformer_mode == ResformerMode::kLearnablePlus), layers_(c.num_hidden_layers),
-        width_(shard.TpCount(c.num_key_value_heads) * c.head_size()), pool_(pool), lambda2_(layers_, -1) {}
+        width_(shard.TpCount(c.num_key_value_heads) * c.head_size()), x_(x), lambda2_(layers_, -1) {}
 
   static std::string Lambda2(int i) { return absl::StrCat("model.layers.", i, ".self_attn.lambda2"); }
 
@@ -51,28 +56,35 @@ class Resformer : public ValueResidual<T> {
       lambda2_[i] = spec == nullptr ? -1 : spec->offset;
     }
   }
-  void Resize(int rows) override { rows_ = rows; }
-
-  void Forward(int i, const T* params, const T* x, const T* v, const T* v1, T* vmix) override {
-    (void)x;
-    last_params_ = params;
-    cpu::ResformerMixForward(vmix, v1, v, Lambdas(i, params),
-                             static_cast<int64_t>(rows_) * width_, pool_);
+  absl::Status Resize(int rows) override {
+    rows_ = rows;
+    return absl::OkStatus();
   }
 
-  void Backward(int i, const T* params, T* grads, const T* x, const T* v, const T* v1,
-                const T* dvmix, T* dx, T* dv, T* dv1) override {
+  absl::Status Forward(int i, const Weights<B>& w, const T* x, const T* v, const T* v1,
+                       T* vmix) override {
+    (void)x;
+    last_params_ = w.master;
+    SATDAR_RETURN_IF_ERROR(ops::ResformerMixForward(x_, vmix, v1, v, Lambdas(i, w.master),
+                                                    static_cast<int64_t>(rows_) * width_));
+    return absl::OkStatus();
+  }
+
+  absl::Status Backward(int i, const Weights<B>& w, Acc* grads, const T* x, const T* v,
+                        const T* v1, const T* dvmix, T* dx, T* dv, T* dv1) override {
     (void)x, (void)dx;
-    last_params_ = params;
+    last_params_ = w.master;
     const bool l = learnable_;
-    cpu::ResformerMixBackward(dv, dv1, dvmix, v1, v, Lambdas(i, params),
-                              l ? grads + scale_ : nullptr, l ? grads + logits_ : nullptr,
-                              l ? grads + lambda2_[i] : nullptr,
-                              static_cast<int64_t>(rows_) * width_);
+    SATDAR_RETURN_IF_ERROR(ops::ResformerMixBackward(
+        x_, dv, dv1, dvmix, v1, v, Lambdas(i, w.master), l ? grads + scale_ : nullptr,
+        l ? grads + logits_ : nullptr, l ? grads + lambda2_[i] : nullptr,
+        static_cast<int64_t>(rows_) * width_));
+    return absl::OkStatus();
   }
 
   void AppendStats(nlohmann::json* stats) const override {
     if (last_params_ == nullptr) return;
+    // Host read: statistics (S9 reads it back on CUDA): the lambdas from the master weights.
     nlohmann::json l1 = nlohmann::json::array(), l2 = nlohmann::json::array();
     for (int i = 1; i < layers_; ++i) {
       if (learnable_ && lambda2_[i] < 0) {  // another pipeline stage's layer
@@ -90,8 +102,8 @@ class Resformer : public ValueResidual<T> {
   }
 
  private:
-  ResformerLambdas<T> Lambdas(int i, const T* params) const {
-    ResformerLambdas<T> p;
+  ResformerLambdas<Acc> Lambdas(int i, const Acc* params) const {
+    ResformerLambdas<Acc> p;
     p.layer = i;
     p.layers = layers_;
     if (learnable_) {
@@ -104,26 +116,29 @@ class Resformer : public ValueResidual<T> {
 
   const bool learnable_;
   const int layers_, width_;
-  core::ThreadPool* pool_;
+  const typename B::Exec x_;
   int rows_ = 0;
   int64_t scale_ = -1, logits_ = -1;
   std::vector<int64_t> lambda2_;
-  const T* last_params_ = nullptr;
+  const Acc* last_params_ = nullptr;  // the master weights of the last pass
 };
 
 }  // namespace
 
 void AddResformerParams(const ModelConfig& config, const Sharding& shard, ParamPlace place,
                         int layer, ParamTable* table) {
-  Resformer<float>::AddParams(config, shard, place, layer, table);
+  Resformer<Cpu<float>>::AddParams(config, shard, place, layer, table);
 }
 
-template <typename T>
-std::unique_ptr<ValueResidual<T>> MakeResformer(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool) {
-  return std::make_unique<Resformer<T>>(config, shard, pool);
+template <class B>
+std::unique_ptr<ValueResidualT<B>> MakeResformer(const ModelConfig& config, const Sharding& shard,
+                                                 const typename B::Exec& x) {
+  return std::make_unique<Resformer<B>>(config, shard, x);
 }
 
-template std::unique_ptr<ValueResidual<float>> MakeResformer<float>(const ModelConfig&, const Sharding&, core::ThreadPool*);
-template std::unique_ptr<ValueResidual<double>> MakeResformer<double>(const ModelConfig&, const Sharding&, core::ThreadPool*);
+template std::unique_ptr<ValueResidualT<Cpu<float>>> MakeResformer<Cpu<float>>(
+    const ModelConfig&, const Sharding&, const core::CpuExec&);
+template std::unique_ptr<ValueResidualT<Cpu<double>>> MakeResformer<Cpu<double>>(
+    const ModelConfig&, const Sharding&, const core::CpuExec&);
 
 }  // namespace satdar::model

@@ -7,14 +7,16 @@
 
 #include <memory>
 
+#include "model/backend.h"
 #include "model/param_layout.h"
 #include "model/sharding.h"
 #include "model/value_residual.h"
 
 namespace satdar::model {
 
-template <typename T>
-std::unique_ptr<ValueResidual<T>> MakeResformer(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool);
+template <class B>
+std::unique_ptr<ValueResidualT<B>> MakeResformer(const ModelConfig& config, const Sharding& shard,
+                                                 const typename B::Exec& x);
 // This design's parameters at `place` (param_layout.h): the registry's row.
 void AddResformerParams(const ModelConfig& config, const Sharding& shard, ParamPlace place,
                         int layer, ParamTable* table);

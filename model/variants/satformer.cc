@@ -3,20 +3,27 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "core/check.h"
+#include "model/ops.h"
 #include "model/variants/satformer_ops.h"
 
 namespace satdar::model {
 
 namespace {
 
-template <typename T>
-class Satformer : public ValueResidual<T> {
+template <class B>
+class Satformer : public ValueResidualT<B> {
  public:
+  using T = typename B::T;
+  using Acc = typename B::Acc;
+  template <typename U>
+  using Vec = typename B::template Vec<U>;
+
   // Under tensor parallelism each rank gates its own KV heads (its rows of W_alpha), which
   // meet its own heads of V and V1: no communication beyond the block's.
-  Satformer(const ModelConfig& c, const Sharding& shard, core::ThreadPool* pool)
+  Satformer(const ModelConfig& c, const Sharding& shard, const typename B::Exec& x)
       : c_(c.hidden_size), nkv_(shard.TpCount(c.num_key_value_heads)), hs_(c.head_size()),
-        layers_(c.num_hidden_layers), pool_(pool), offsets_(layers_, -1), alpha_(layers_),
+        layers_(c.num_hidden_layers), x_(x), offsets_(layers_, -1), alpha_(layers_),
         gate_sum_(layers_, std::vector<double>(nkv_, 0.0)),
         gate_zeros_(layers_, std::vector<int64_t>(nkv_, 0)), gate_count_(layers_, 0) {}
 
@@ -35,39 +42,46 @@ class Satformer : public ValueResidual<T> {
       offsets_[i] = spec == nullptr ? -1 : spec->offset;
     }
   }
-  void Resize(int rows) override {
+  absl::Status Resize(int rows) override {
     rows_ = rows;
     for (auto& a : alpha_) a.resize(static_cast<size_t>(rows) * nkv_);
     dalpha_.resize(static_cast<size_t>(rows) * nkv_);
+    return absl::OkStatus();
   }
 
-  void Forward(int i, const T* params, const T* x, const T* v, const T* v1, T* vmix) override {
-    T* alpha = alpha_[i].data();
-    cpu::ValueGateForward(alpha, x, params + offsets_[i], rows_, nkv_, c_, pool_);
+  absl::Status Forward(int i, const Weights<B>& w, const T* x, const T* v, const T* v1,
+                       T* vmix) override {
+    Acc* alpha = alpha_[i].data();
+    SATDAR_RETURN_IF_ERROR(
+        ops::ValueGateForward(x_, alpha, x, w.compute + offsets_[i], rows_, nkv_, c_));
     const size_t n = static_cast<size_t>(rows_) * nkv_;
     if (ablation_ == GateAblation::kZero) {
-      std::fill(alpha, alpha + n, T(0));
+      SATDAR_RETURN_IF_ERROR(ops::Zero(x_, alpha, static_cast<int64_t>(n)));
     } else if (ablation_ == GateAblation::kMean) {
-      for (size_t j = 0; j < n; ++j) alpha[j] = static_cast<T>(MeanGate(i, j % nkv_));
+      // Host write: the ablation's frozen means (a device needs them uploaded here).
+      for (size_t j = 0; j < n; ++j) alpha[j] = static_cast<Acc>(MeanGate(i, j % nkv_));
     } else if (!recomputing_) {
       // Statistics of the live gates, for logging and for the mean ablation (a recomputed
       // forward has been counted already).
+      // Host read: statistics (S9 reads it back on CUDA).
       for (size_t j = 0; j < n; ++j) {
         gate_sum_[i][j % nkv_] += alpha[j];
-        gate_zeros_[i][j % nkv_] += alpha[j] == T(0);
+        gate_zeros_[i][j % nkv_] += alpha[j] == Acc(0);
       }
       gate_count_[i] += rows_;
     }
-    cpu::ValueMixForward(vmix, alpha, v, v1, rows_, nkv_, hs_, pool_);
+    SATDAR_RETURN_IF_ERROR(ops::ValueMixForward(x_, vmix, alpha, v, v1, rows_, nkv_, hs_));
+    return absl::OkStatus();
   }
 
-  void Backward(int i, const T* params, T* grads, const T* x, const T* v, const T* v1,
-                const T* dvmix, T* dx, T* dv, T* dv1) override {
+  absl::Status Backward(int i, const Weights<B>& w, Acc* grads, const T* x, const T* v,
+                        const T* v1, const T* dvmix, T* dx, T* dv, T* dv1) override {
     (void)v;
-    cpu::ValueMixBackward(dv, dv1, dalpha_.data(), dvmix, v1, alpha_[i].data(), rows_, nkv_,
-                          hs_, pool_);
-    cpu::ValueGateBackward(dx, grads + offsets_[i], dalpha_.data(), x, params + offsets_[i],
-                           rows_, nkv_, c_, pool_);
+    SATDAR_RETURN_IF_ERROR(ops::ValueMixBackward(x_, dv, dv1, dalpha_.data(), dvmix, v1,
+                                                 alpha_[i].data(), rows_, nkv_, hs_));
+    SATDAR_RETURN_IF_ERROR(ops::ValueGateBackward(x_, dx, grads + offsets_[i], dalpha_.data(),
+                                                  x, w.compute + offsets_[i], rows_, nkv_, c_));
+    return absl::OkStatus();
   }
 
   void SetRecomputing(bool on) override { recomputing_ = on; }
@@ -87,6 +101,7 @@ class Satformer : public ValueResidual<T> {
     (*stats)["satformer_gate_zero_fraction"] = zeros;
   }
 
+  // The gates are B::Acc (fp32 on CUDA, the ops' type); on the CPU Acc == T.
   const T* gate_values(int i) const override { return i >= 1 ? alpha_[i].data() : nullptr; }
 
   void ResetStats() override {
@@ -116,11 +131,11 @@ class Satformer : public ValueResidual<T> {
   }
 
   const int c_, nkv_, hs_, layers_;
-  core::ThreadPool* pool_;
+  const typename B::Exec x_;
   int rows_ = 0;
   std::vector<int64_t> offsets_;
-  std::vector<std::vector<T>> alpha_;  // per layer (B*T, NKV), after ReLU
-  std::vector<T> dalpha_;
+  std::vector<Vec<Acc>> alpha_;  // per layer (B*T, NKV), after ReLU
+  Vec<Acc> dalpha_;
   bool recomputing_ = false;
   std::vector<std::vector<double>> gate_sum_;
   std::vector<std::vector<int64_t>> gate_zeros_;
@@ -133,15 +148,18 @@ class Satformer : public ValueResidual<T> {
 
 void AddSatformerParams(const ModelConfig& config, const Sharding& shard, ParamPlace place,
                         int layer, ParamTable* table) {
-  Satformer<float>::AddParams(config, shard, place, layer, table);
+  Satformer<Cpu<float>>::AddParams(config, shard, place, layer, table);
 }
 
-template <typename T>
-std::unique_ptr<ValueResidual<T>> MakeSatformer(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool) {
-  return std::make_unique<Satformer<T>>(config, shard, pool);
+template <class B>
+std::unique_ptr<ValueResidualT<B>> MakeSatformer(const ModelConfig& config, const Sharding& shard,
+                                                 const typename B::Exec& x) {
+  return std::make_unique<Satformer<B>>(config, shard, x);
 }
 
-template std::unique_ptr<ValueResidual<float>> MakeSatformer<float>(const ModelConfig&, const Sharding&, core::ThreadPool*);
-template std::unique_ptr<ValueResidual<double>> MakeSatformer<double>(const ModelConfig&, const Sharding&, core::ThreadPool*);
+template std::unique_ptr<ValueResidualT<Cpu<float>>> MakeSatformer<Cpu<float>>(
+    const ModelConfig&, const Sharding&, const core::CpuExec&);
+template std::unique_ptr<ValueResidualT<Cpu<double>>> MakeSatformer<Cpu<double>>(
+    const ModelConfig&, const Sharding&, const core::CpuExec&);
 
 }  // namespace satdar::model

@@ -7,14 +7,16 @@
 #include <memory>
 #include <vector>
 
+#include "model/backend.h"
 #include "model/param_layout.h"
 #include "model/sharding.h"
 #include "model/value_residual.h"
 
 namespace satdar::model {
 
-template <typename T>
-std::unique_ptr<ValueResidual<T>> MakeSatformer(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool);
+template <class B>
+std::unique_ptr<ValueResidualT<B>> MakeSatformer(const ModelConfig& config, const Sharding& shard,
+                                                 const typename B::Exec& x);
 // This design's parameters at `place` (param_layout.h): the registry's row.
 void AddSatformerParams(const ModelConfig& config, const Sharding& shard, ParamPlace place,
                         int layer, ParamTable* table);

@@ -10,8 +10,9 @@
 
 namespace satdar::model {
 
-template <typename T>
-std::unique_ptr<Topology<T>> MakeStandard(const ModelConfig& config, const Sharding& shard, core::ThreadPool* pool);
+template <class B>
+std::unique_ptr<TopologyT<B>> MakeStandard(const ModelConfig& config, const Sharding& shard,
+                                           const typename B::Exec& x);
 
 }  // namespace satdar::model
 

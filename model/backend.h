@@ -1,0 +1,73 @@
+// model/backend.h: the device a model's classes are compiled for (docs/ONE_MODEL_PLAN.md, S5).
+// Every design class is a template on a backend B, one of
+//   Cpu<float>, Cpu<double>     the reference (f64 for gradient checks)
+// (Cuda<float> and Cuda<__nv_bfloat16> come with the GPU instantiation, S6), and reads from it:
+//   B::T        the activations' element type and the weights the ops multiply by
+//   B::Acc      master weights, scalars and parameter gradients (T on the CPU, fp32 on CUDA)
+//   B::Exec     the execution context the ops take first (core/exec.h)
+//   B::Vec<U>   an owned buffer of U on the device: resize(n) (zeros), assign(n, v), data(),
+//               size(), empty(); on the CPU std::vector
+//   B::PtrList<P>  a list of buffer pointers that an op reads as one array (HostPtrList below)
+// A class's arithmetic is ops (core/ops/ops.h, core/ops/elementwise.h, <design>_ops.h) on
+// pointers into Vec buffers; its host state (offsets, statistics, counts) stays std::vector.
+#ifndef SATDAR_MODEL_BACKEND_H_
+#define SATDAR_MODEL_BACKEND_H_
+
+#include <cstddef>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "core/exec.h"
+
+namespace satdar::model {
+
+// A list of pointers (P is `const T*` or `T*`) written on the host and read by an op as an
+// array: write entries, then Publish() before an op reads data(); the list stays valid until
+// the next write. On the CPU data() is the host array and Publish does nothing; on CUDA the
+// list keeps a device copy that Publish uploads on the stream.
+template <typename P>
+class HostPtrList {
+ public:
+  void assign(size_t n, P value) { host_.assign(n, value); }
+  void clear() { host_.clear(); }
+  void push_back(P p) { host_.push_back(p); }
+  size_t size() const { return host_.size(); }
+  P& operator[](size_t i) { return host_[i]; }
+  const P& operator[](size_t i) const { return host_[i]; }
+  absl::Status Publish(const core::CpuExec& x) {
+    (void)x;
+    return absl::OkStatus();
+  }
+  // What an op reads (after Publish).
+  const P* data() const { return host_.data(); }
+  P* data() { return host_.data(); }
+
+ private:
+  std::vector<P> host_;
+};
+
+template <typename E>
+struct Cpu {
+  using T = E;
+  using Acc = E;
+  using Exec = core::CpuExec;
+  template <typename U>
+  using Vec = std::vector<U>;
+  template <typename P>
+  using PtrList = HostPtrList<P>;
+  static constexpr bool kDevice = false;
+};
+
+// The weights of one pass: `compute` is what the ops multiply activations by (B::T), `master`
+// the same parameters in B::Acc, what scalars (mixing logits, gates, norms of coefficients)
+// are read from. On the CPU both are the one parameter buffer; on CUDA the bf16 compute copy
+// and the fp32 master weights (the same buffer in f32). Offsets are the param table's.
+template <class B>
+struct Weights {
+  const typename B::T* compute = nullptr;
+  const typename B::Acc* master = nullptr;
+};
+
+}  // namespace satdar::model
+
+#endif  // SATDAR_MODEL_BACKEND_H_
