@@ -18,6 +18,7 @@ namespace satdar::core {
 class ThreadPool;
 
 namespace cuda {
+class CachingAllocator;
 class GemmHandle;
 class Workspace;
 }  // namespace cuda
@@ -28,13 +29,17 @@ struct CpuExec {
 };
 
 // One CUDA stream and what an op needs beside it. Ops enqueue on `stream` and never
-// synchronise; `gemm` is a cuBLASLt handle bound to the same stream (ops that multiply) and
-// `workspace` that stream's scratch memory (ops that reduce in two passes). Either may be null
-// for ops that do not use it; an op that needs a missing one returns FailedPrecondition.
+// synchronise; `gemm` is a cuBLASLt handle bound to the same stream (ops that multiply),
+// `workspace` that stream's scratch memory (ops that reduce in two passes) and `alloc` where the
+// stream's device buffers come from (a model's DeviceVecs through an AllocScope, and
+// DevicePtrList::Publish; core/cuda/device_vec.h). Any may be null for ops that do not use it;
+// an op that needs a missing one returns FailedPrecondition. `alloc` is last so that
+// `CudaExec{stream, gemm, workspace}` still initialises the others.
 struct CudaExec {
   CUstream_st* stream = nullptr;  // nullptr: the legacy default stream
   cuda::GemmHandle* gemm = nullptr;
   cuda::Workspace* workspace = nullptr;
+  cuda::CachingAllocator* alloc = nullptr;
 };
 
 }  // namespace satdar::core

@@ -1,13 +1,19 @@
 // model/backend.h: the device a model's classes are compiled for (docs/ONE_MODEL_PLAN.md, S5).
 // Every design class is a template on a backend B, one of
 //   Cpu<float>, Cpu<double>     the reference (f64 for gradient checks)
-// (Cuda<float> and Cuda<__nv_bfloat16> come with the GPU instantiation, S6), and reads from it:
+//   Cuda<float>, Cuda<__nv_bfloat16>  CUDA builds only (the classes are instantiated on them
+//                               in S6)
+// and reads from it:
 //   B::T        the activations' element type and the weights the ops multiply by
 //   B::Acc      master weights, scalars and parameter gradients (T on the CPU, fp32 on CUDA)
 //   B::Exec     the execution context the ops take first (core/exec.h)
 //   B::Vec<U>   an owned buffer of U on the device: resize(n) (zeros), assign(n, v), data(),
 //               size(), empty(); on the CPU std::vector
 //   B::PtrList<P>  a list of buffer pointers that an op reads as one array (HostPtrList below)
+//   B::AllocScope  opened from the Exec by a model's entry points (Forward, Backward, Resize):
+//               where Vec's resize/assign allocate on CUDA, and the first failure among them
+//               (status()); on the CPU a no-op that is always OK
+//   B::kDevice  whether Vec's contents live on a device (never read on the host)
 // A class's arithmetic is ops (core/ops/ops.h, core/ops/elementwise.h, <design>_ops.h) on
 // pointers into Vec buffers; its host state (offsets, statistics, counts) stays std::vector.
 #ifndef SATDAR_MODEL_BACKEND_H_
@@ -18,6 +24,10 @@
 
 #include "absl/status/status.h"
 #include "core/exec.h"
+
+#if defined(SATDAR_WITH_CUDA) || defined(__CUDACC__)
+#include "core/cuda/device_vec.h"
+#endif
 
 namespace satdar::model {
 
@@ -46,6 +56,13 @@ class HostPtrList {
   std::vector<P> host_;
 };
 
+// CPU: no device memory to scope; status() is always OK (std::vector's allocation failures
+// are not Statuses).
+struct HostAllocScope {
+  explicit HostAllocScope(const core::CpuExec&) {}
+  absl::Status status() const { return absl::OkStatus(); }
+};
+
 template <typename E>
 struct Cpu {
   using T = E;
@@ -55,8 +72,27 @@ struct Cpu {
   using Vec = std::vector<U>;
   template <typename P>
   using PtrList = HostPtrList<P>;
+  using AllocScope = HostAllocScope;
   static constexpr bool kDevice = false;
 };
+
+#if defined(SATDAR_WITH_CUDA) || defined(__CUDACC__)
+// CUDA (E float or __nv_bfloat16): activations in E, master weights, scalars and gradients in
+// fp32; buffers are core/cuda/device_vec.h's, allocated through the AllocScope's
+// CudaExec::alloc on its stream.
+template <typename E>
+struct Cuda {
+  using T = E;
+  using Acc = float;
+  using Exec = core::CudaExec;
+  template <typename U>
+  using Vec = core::cuda::DeviceVec<U>;
+  template <typename P>
+  using PtrList = core::cuda::DevicePtrList<P>;
+  using AllocScope = core::cuda::AllocScope;
+  static constexpr bool kDevice = true;
+};
+#endif  // SATDAR_WITH_CUDA || __CUDACC__
 
 // The weights of one pass: `compute` is what the ops multiply activations by (B::T), `master`
 // the same parameters in B::Acc, what scalars (mixing logits, gates, norms of coefficients)

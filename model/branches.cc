@@ -113,7 +113,7 @@ absl::Status BranchesT<B>::Resize(int b, int t) {
     allocate(&l.acts, value_residual_ && i >= 1);
     if (selective) {  // one (B, NH, T, T) buffer for every layer
       shared_.attn.probs.resize(l.acts.attn.probs.size());
-      l.acts.attn.probs = std::vector<T>();
+      l.acts.attn.probs = Vec<T>();
     }
   }
   if (full) allocate(&shared_, value_residual_ != nullptr);
@@ -141,8 +141,9 @@ void BranchesT<B>::SetWeights(const Weights<B>& w, Acc* grads) {
 }
 
 template <class B>
-AttentionWeights<typename B::T> BranchesT<B>::AttnWeights(T* base, const Layer& l) const {
-  AttentionWeights<T> w{base + l.wq, base + l.wk, base + l.wv, base + l.wo, nullptr, nullptr};
+template <typename U>
+AttentionWeights<U> BranchesT<B>::AttnWeights(U* base, const Layer& l) const {
+  AttentionWeights<U> w{base + l.wq, base + l.wk, base + l.wv, base + l.wo, nullptr, nullptr};
   if (config_.qk_norm) {
     w.q_norm = base + l.q_norm;
     w.k_norm = base + l.k_norm;
@@ -182,8 +183,9 @@ absl::Status BranchesT<B>::RecomputeAttention(int i, const T* xq, const T* xk, c
   } else if (shard_.recompute == Recompute::kSelective) {
     // Q and K are saved: the probabilities again (and the output, discarded).
     AttentionWeights<T> w = AttnWeights(const_cast<T*>(w_.compute), layers_[i]);
-    AttentionCoreForward(y_scratch_.data(), &layers_[i].acts.attn, ValuesRead(i), w, dims_,
-                         cos_.data(), sin_.data(), x_.pool);
+    SATDAR_RETURN_IF_ERROR(AttentionCoreForward(x_, y_scratch_.data(), &layers_[i].acts.attn,
+                                                ValuesRead(i), w, dims_, cos_.data(),
+                                                sin_.data()));
   }
   return absl::OkStatus();
 }
@@ -279,10 +281,11 @@ template <class B>
 absl::Status BranchesT<B>::AttentionForwardIn(int i, const T* xq, const T* xk, const T* xv,
                                               T* y, bool reduce) {
   Layer& L = layers_[i];
-  AttentionActs<T>& attn = L.acts.attn;
+  AttentionActs<B>& attn = L.acts.attn;
   AttentionWeights<T> w = AttnWeights(const_cast<T*>(w_.compute), L);
   const std::array<const T*, 3> x = GatherInputs(xq, xk, xv);
-  AttentionProjectForward(&attn, x[0], x[1], x[2], w, dims_, &scratch_, x_.pool);
+  SATDAR_RETURN_IF_ERROR(
+      AttentionProjectForward(x_, &attn, x[0], x[1], x[2], w, dims_, &scratch_));
   if (i == 0 && !v1_keep_.empty()) {
     SATDAR_RETURN_IF_ERROR(
         ops::Copy(x_, v1_keep_.data(), attn.v.data(), static_cast<int64_t>(attn.v.size())));
@@ -293,7 +296,8 @@ absl::Status BranchesT<B>::AttentionForwardIn(int i, const T* xq, const T* xk, c
         value_residual_->Forward(i, w_, x[2], attn.v.data(), v1(), L.acts.vmix.data()));
   }
   T* out = sp_ ? out_full_.data() : y;
-  AttentionCoreForward(out, &attn, ValuesRead(i), w, dims_, cos_.data(), sin_.data(), x_.pool);
+  SATDAR_RETURN_IF_ERROR(
+      AttentionCoreForward(x_, out, &attn, ValuesRead(i), w, dims_, cos_.data(), sin_.data()));
   // Row-parallel Wo: partial sums, added over TP (into this rank's rows under SP).
   if (!reduce) return absl::OkStatus();
   if (sp_) {
@@ -373,9 +377,9 @@ template <class B>
 absl::Status BranchesT<B>::AttentionBackwardIn(int i, const T* xq, const T* xk, const T* xv,
                                                const T* dy, T* dxq, T* dxk, T* dxv) {
   Layer& L = layers_[i];
-  const AttentionActs<T>& attn = L.acts.attn;
+  const AttentionActs<B>& attn = L.acts.attn;
   AttentionWeights<T> w = AttnWeights(const_cast<T*>(w_.compute), L);
-  AttentionWeights<T> g = AttnWeights(grads_, L);
+  AttentionWeights<Acc> g = AttnWeights(grads_, L);
   // Under SP: every row of the inputs and of dy again, and the inputs' gradients of every row
   // into full buffers, reduce-scattered into this rank's rows below.
   const std::array<const T*, 3> x = GatherInputs(xq, xk, xv);
@@ -391,8 +395,8 @@ absl::Status BranchesT<B>::AttentionBackwardIn(int i, const T* xq, const T* xk, 
     gk = dxk == dxq ? gq : dk_full_.data();
     gv = dxv == dxq ? gq : dxv == dxk ? gk : dv_full_.data();
   }
-  AttentionCoreBackward(g, fdy, attn, ValuesRead(i), w, dims_, cos_.data(), sin_.data(),
-                        &scratch_, x_.pool);
+  SATDAR_RETURN_IF_ERROR(AttentionCoreBackward(x_, g, fdy, attn, ValuesRead(i), w, dims_,
+                                               cos_.data(), sin_.data(), &scratch_));
   const T* dv = scratch_.dv.data();  // d loss / d (values attention read)
   if (value_residual_ && i >= 1) {
     SATDAR_RETURN_IF_ERROR(value_residual_->Backward(i, w_, grads_, x[2], attn.v.data(), v1(),
@@ -406,7 +410,8 @@ absl::Status BranchesT<B>::AttentionBackwardIn(int i, const T* xq, const T* xk, 
     dv = dv_raw_.data();
     SATDAR_RETURN_IF_ERROR(value_residual_->FinishBackward(w_, grads_));
   }
-  AttentionProjectBackward(gq, gk, gv, g, dv, x[0], x[1], x[2], w, dims_, &scratch_, x_.pool);
+  SATDAR_RETURN_IF_ERROR(AttentionProjectBackward(x_, gq, gk, gv, g, dv, x[0], x[1], x[2], w,
+                                                  dims_, &scratch_));
   // Column-parallel q/k/v (and the gate rows): each rank's input gradients are partial sums,
   // added over the TP group once per distinct buffer (under SP into this rank's rows).
   auto reduce = [&](T* full, T* local) -> absl::Status {

@@ -96,7 +96,7 @@ class BranchesT {
   // attention probabilities alone move that way.
   struct Acts {
     Vec<T> x_attn, rstd_attn;  // normed attention input (B*T, C), (B*T)
-    AttentionActs<T> attn;
+    AttentionActs<B> attn;
     Vec<T> vmix;               // V' when a value residual mixes this layer
     Vec<T> z_mlp, rstd_mlp;    // normed FFN input
   };
@@ -117,7 +117,8 @@ class BranchesT {
     BranchesT* b_;
     int i_;
   };
-  AttentionWeights<T> AttnWeights(T* base, const Layer& layer) const;
+  template <typename U>
+  AttentionWeights<U> AttnWeights(U* base, const Layer& layer) const;
   const T* ValuesRead(int i) const;
   void Enter(int i);
   void Leave(int i);
@@ -147,8 +148,8 @@ class BranchesT {
   std::unique_ptr<FfnT<B>> ffn_;
   std::vector<Layer> layers_;
   AttentionDims dims_;
-  Vec<T> cos_, sin_;
-  AttentionScratch<T> scratch_;
+  Vec<Acc> cos_, sin_;  // the RoPE tables (fp32 on a device)
+  AttentionScratch<B> scratch_;
   Vec<T> dx_, dv_raw_, dv1_;
   bool sp_ = false;        // sequence parallelism (Sharding::sequence_parallel, tp > 1)
   int rows_ = 0;           // token rows of the branches' inputs and outputs on this rank

@@ -399,7 +399,7 @@ void DecoderModelT<B>::Predictions(std::vector<int32_t>* argmax) const {
 template <class B>
 bool DecoderModelT<B>::GateValues(int layer, std::vector<double>* gates) const {
   ValueResidualT<B>* vr = branches_->value_residual();
-  const T* g = vr == nullptr ? nullptr : vr->gate_values(layer);
+  const Acc* g = vr == nullptr ? nullptr : vr->gate_values(layer);
   if (g == nullptr) return false;
   // Host read: statistics (S9 reads it back on CUDA).
   gates->assign(g, g + static_cast<size_t>(b_) * t_ * shard_.TpCount(config_.num_key_value_heads));

@@ -48,10 +48,10 @@ class DenseFfn : public FfnT<B> {
     dims_ = MlpDims{b * t, c_.hidden_size, f_};
     const bool full = shard_.recompute == Recompute::kFull;
     for (int i = 0; i < c_.num_hidden_layers; ++i) {
-      acts_[i] = MlpActs<T>();
+      acts_[i] = MlpActs<B>();
       if (shard_.OwnsLayer(c_, i) && !full) acts_[i].Resize(dims_);
     }
-    shared_ = MlpActs<T>();
+    shared_ = MlpActs<B>();
     if (full) shared_.Resize(dims_);
     scratch_.Resize(dims_);
     return absl::OkStatus();
@@ -59,18 +59,21 @@ class DenseFfn : public FfnT<B> {
   bool tp_partial() const override { return shard_.tp_size > 1; }
   absl::StatusOr<double> Forward(int i, const Weights<B>& w, const T* z, T* out) override {
     Swap(i);
-    MlpForward(out, &acts_[i], z, MlpWeightsAt(const_cast<T*>(w.compute), i), dims_, x_.pool);
+    const absl::Status status =
+        MlpForward(x_, out, &acts_[i], z, MlpWeightsAt(const_cast<T*>(w.compute), i), dims_);
     Swap(i);
+    SATDAR_RETURN_IF_ERROR(status);
     return 0.0;
   }
   absl::Status Backward(int i, const Weights<B>& w, Acc* grads, const T* z, const T* dout,
                         T* dz, double loss_scale) override {
     (void)loss_scale;
     Swap(i);
-    MlpBackward(dz, MlpWeightsAt(grads, i), dout, acts_[i], z,
-                MlpWeightsAt(const_cast<T*>(w.compute), i), dims_, &scratch_, x_.pool);
+    const absl::Status status =
+        MlpBackward(x_, dz, MlpWeightsAt(grads, i), dout, acts_[i], z,
+                    MlpWeightsAt(const_cast<T*>(w.compute), i), dims_, &scratch_);
     Swap(i);
-    return absl::OkStatus();
+    return status;
   }
 
  private:
@@ -89,9 +92,9 @@ class DenseFfn : public FfnT<B> {
   const int f_;  // this rank's intermediate size
   const typename B::Exec x_;
   std::vector<Offsets> offsets_;
-  std::vector<MlpActs<T>> acts_;
-  MlpActs<T> shared_;  // kFull: the one set
-  MlpScratch<T> scratch_;
+  std::vector<MlpActs<B>> acts_;
+  MlpActs<B> shared_;  // kFull: the one set
+  MlpScratch<B> scratch_;
   MlpDims dims_;
 };
 

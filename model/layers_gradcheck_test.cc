@@ -6,6 +6,7 @@
 #include "core/ops/gradcheck_testutil.h"
 #include "core/ops/rope.h"
 #include "gtest/gtest.h"
+#include "model/backend.h"
 #include "model/layers/attention.h"
 #include "model/layers/mlp.h"
 #include "model/model.h"
@@ -37,14 +38,15 @@ TEST_P(LayersGradcheck, Attention) {
   double* q0 = wqkv.data();
   AttentionWeights<double> w{q0, q0 + qd * d.c, q0 + (qd + kd) * d.c, wo.data(), qn.data(),
                              kn.data()};
-  AttentionActs<double> acts;
+  AttentionActs<Cpu<double>> acts;
   acts.Resize(d);
-  AttentionScratch<double> scratch;
+  AttentionScratch<Cpu<double>> scratch;
   scratch.Resize(d);
   Vec out(n * d.c);
   auto loss = [&] {
-    AttentionLayerForward(out.data(), &acts, x.data(), w, d, cos.data(), sin.data(), &scratch,
-                          &pool_);
+    EXPECT_TRUE(AttentionLayerForward(core::CpuExec{&pool_}, out.data(), &acts, x.data(), w, d,
+                                      cos.data(), sin.data(), &scratch)
+                    .ok());
     return Dot(out, r);
   };
   loss();
@@ -53,8 +55,9 @@ TEST_P(LayersGradcheck, Attention) {
   double* g0 = gqkv.data();
   AttentionWeights<double> g{g0, g0 + qd * d.c, g0 + (qd + kd) * d.c, go.data(), gqn.data(),
                              gkn.data()};
-  AttentionLayerBackward(dx.data(), g, r.data(), acts, x.data(), w, d, cos.data(), sin.data(),
-                         &scratch, &pool_);
+  ASSERT_TRUE(AttentionLayerBackward(core::CpuExec{&pool_}, dx.data(), g, r.data(), acts,
+                                     x.data(), w, d, cos.data(), sin.data(), &scratch)
+                  .ok());
   const double tol = 1e-7;
   EXPECT_LT(GradError(&x, dx, loss), tol);
   EXPECT_LT(GradError(&wqkv, gqkv, loss), tol);
@@ -75,19 +78,21 @@ TEST(MlpGradcheck, SwigluMlp) {
   // gate_proj and up_proj stacked in one buffer, as the param table lays them out.
   Vec wgu = RandomVector(2 * d.f * d.c, 3, 0.5), wd = RandomVector(d.c * d.f, 5, 0.5);
   MlpWeights<double> w{wgu.data(), wgu.data() + d.f * d.c, wd.data()};
-  MlpActs<double> acts;
+  MlpActs<Cpu<double>> acts;
   acts.Resize(d);
   Vec out(d.rows * d.c);
   auto loss = [&] {
-    MlpForward(out.data(), &acts, z.data(), w, d, &pool);
+    EXPECT_TRUE(MlpForward(core::CpuExec{&pool}, out.data(), &acts, z.data(), w, d).ok());
     return Dot(out, r);
   };
   loss();
   Vec dz(z.size(), 0.0), ggu(wgu.size(), 0.0), gd(wd.size(), 0.0);
   MlpWeights<double> g{ggu.data(), ggu.data() + d.f * d.c, gd.data()};
-  MlpScratch<double> scratch;
+  MlpScratch<Cpu<double>> scratch;
   scratch.Resize(d);
-  MlpBackward(dz.data(), g, r.data(), acts, z.data(), w, d, &scratch, &pool);
+  ASSERT_TRUE(
+      MlpBackward(core::CpuExec{&pool}, dz.data(), g, r.data(), acts, z.data(), w, d, &scratch)
+          .ok());
   EXPECT_LT(GradError(&z, dz, loss), 1e-7);
   EXPECT_LT(GradError(&wgu, ggu, loss), 1e-7);
   EXPECT_LT(GradError(&wd, gd, loss), 1e-7);

@@ -55,9 +55,9 @@ class ValueResidualT {
   // Statistics gathered since the last ResetStats (for --log-jsonl).
   virtual void AppendStats(nlohmann::json* stats) const { (void)stats; }
   virtual void ResetStats() {}
-  // Layer i's gates of the last Forward (B*T, NKV, a B buffer), or null when this design has
-  // none.
-  virtual const T* gate_values(int i) const { (void)i; return nullptr; }
+  // Layer i's gates of the last Forward (B*T, NKV, a B buffer of Acc: fp32 on CUDA), or null
+  // when this design has none.
+  virtual const Acc* gate_values(int i) const { (void)i; return nullptr; }
   // Only SATFormer has gates; others report false and ignore the call.
   virtual bool SetGateAblation(GateAblation mode) { return mode == GateAblation::kNone; }
 };

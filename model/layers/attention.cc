@@ -1,19 +1,25 @@
 #include "model/layers/attention.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <type_traits>
 
 #include "core/check.h"
-#include "core/ops/attention.h"
-#include "core/ops/matmul.h"
-#include "core/ops/rmsnorm.h"
-#include "core/ops/rope.h"
+#include "core/dtype.h"
+#include "core/thread_pool.h"
+#include "model/layers/linear.h"
+#include "model/ops.h"
+
+#if defined(SATDAR_WITH_CUDA) || defined(__CUDACC__)
+#include <cuda_bf16.h>
+#endif
 
 namespace satdar::model {
 
-namespace cpu = core::cpu;
+using layers_internal::LinearBackward;
 
-template <typename T>
-void AttentionActs<T>::Resize(const AttentionDims& d) {
+template <class B>
+void AttentionActs<B>::Resize(const AttentionDims& d) {
   size_t n = d.rows();
   q_raw.resize(n * d.nh * d.hs);
   k_raw.resize(n * d.nkv * d.hs);
@@ -22,14 +28,19 @@ void AttentionActs<T>::Resize(const AttentionDims& d) {
   k_rstd.resize(n * d.nkv);
   q.resize(n * d.nh * d.hs);
   k.resize(n * d.nkv * d.hs);
-  probs.resize(static_cast<size_t>(d.b) * d.nh * d.t * d.t);
+  if constexpr (B::kDevice) {
+    lse.resize(static_cast<size_t>(d.b) * d.nh * d.t);
+  } else {
+    probs.resize(static_cast<size_t>(d.b) * d.nh * d.t * d.t);
+  }
   att.resize(n * d.nh * d.hs);
 }
 
-template <typename T>
-void AttentionScratch<T>::Resize(const AttentionDims& d) {
+template <class B>
+void AttentionScratch<B>::Resize(const AttentionDims& d) {
   size_t n = d.rows();
-  qkv.resize(n * (d.nh + 2 * d.nkv) * d.hs);
+  // The fused q/k/v GEMM is the CPU's (see ProjectQkv below).
+  if constexpr (!B::kDevice) qkv.resize(n * (d.nh + 2 * d.nkv) * d.hs);
   datt.resize(n * d.nh * d.hs);
   dq.resize(n * d.nh * d.hs);
   dk.resize(n * d.nkv * d.hs);
@@ -40,180 +51,280 @@ void AttentionScratch<T>::Resize(const AttentionDims& d) {
 
 namespace {
 
+// The DType of the CUDA attention kernels' void pointers.
+template <typename T>
+constexpr core::DType KernelDType() {
+#if defined(SATDAR_WITH_CUDA) || defined(__CUDACC__)
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) return core::DType::kBF16;
+#endif
+  return core::DType::kF32;
+}
+
+// Rows [0, n) split over x.pool in chunks of `grain` (the calling thread without a pool).
+template <typename F>
+void ForRows(const core::CpuExec& x, int64_t n, F&& body) {
+  if (x.pool == nullptr) {
+    body(int64_t{0}, n);
+  } else {
+    x.pool->ParallelFor(n, body, 64);
+  }
+}
+
 // Rows of (B*T, qd + 2 kd) <-> three contiguous (B*T, qd), (B*T, kd), (B*T, kd) arrays.
 template <typename T>
-void SplitQkv(T* q, T* k, T* v, const T* qkv, int n, int qd, int kd, core::ThreadPool* pool) {
+void SplitQkv(const core::CpuExec& x, T* q, T* k, T* v, const T* qkv, int n, int qd, int kd) {
   const int64_t w = qd + 2 * kd;
-  pool->ParallelFor(
-      n,
-      [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r) {
-          const T* src = qkv + r * w;
-          std::copy(src, src + qd, q + r * qd);
-          std::copy(src + qd, src + qd + kd, k + r * kd);
-          std::copy(src + qd + kd, src + w, v + r * kd);
-        }
-      },
-      64);
+  ForRows(x, n, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* src = qkv + r * w;
+      std::copy(src, src + qd, q + r * qd);
+      std::copy(src + qd, src + qd + kd, k + r * kd);
+      std::copy(src + qd + kd, src + w, v + r * kd);
+    }
+  });
 }
 
 template <typename T>
-void JoinQkv(T* qkv, const T* q, const T* k, const T* v, int n, int qd, int kd,
-             core::ThreadPool* pool) {
+void JoinQkv(const core::CpuExec& x, T* qkv, const T* q, const T* k, const T* v, int n, int qd,
+             int kd) {
   const int64_t w = qd + 2 * kd;
-  pool->ParallelFor(
-      n,
-      [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r) {
-          T* dst = qkv + r * w;
-          std::copy(q + r * qd, q + (r + 1) * qd, dst);
-          std::copy(k + r * kd, k + (r + 1) * kd, dst + qd);
-          std::copy(v + r * kd, v + (r + 1) * kd, dst + qd + kd);
-        }
-      },
-      64);
+  ForRows(x, n, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      T* dst = qkv + r * w;
+      std::copy(q + r * qd, q + (r + 1) * qd, dst);
+      std::copy(k + r * kd, k + (r + 1) * kd, dst + qd);
+      std::copy(v + r * kd, v + (r + 1) * kd, dst + qd + kd);
+    }
+  });
 }
 
-template <typename T>
-void CheckStacked(const AttentionWeights<T>& w, const AttentionDims& d) {
+template <typename U>
+void CheckStacked(const AttentionWeights<U>& w, const AttentionDims& d) {
   const int64_t qsize = static_cast<int64_t>(d.nh) * d.hs * d.c;
   const int64_t ksize = static_cast<int64_t>(d.nkv) * d.hs * d.c;
   SATDAR_CHECK(w.wk == w.wq + qsize && w.wv == w.wk + ksize) << "q/k/v weights not stacked";
 }
 
-}  // namespace
-
+// The q/k/v projections and their backward, overloaded on the device like the ops. The CPU
+// runs one GEMM against the stacked weight when the three inputs are one buffer (through
+// scratch qkv); CUDA always runs three, its param table aligning each weight to 32.
 template <typename T>
-void AttentionProjectForward(AttentionActs<T>* acts, const T* xq, const T* xk, const T* xv,
-                             const AttentionWeights<T>& w, const AttentionDims& d,
-                             AttentionScratch<T>* s, core::ThreadPool* pool) {
+absl::Status ProjectQkv(const core::CpuExec& x, T* q, T* k, T* v, T* qkv, const T* xq,
+                        const T* xk, const T* xv, const AttentionWeights<T>& w,
+                        const AttentionDims& d) {
   const int n = d.rows(), qd = d.nh * d.hs, kd = d.nkv * d.hs;
   if (xq == xk && xk == xv) {
     CheckStacked(w, d);
-    cpu::MatmulForward(s->qkv.data(), xq, w.wq, n, qd + 2 * kd, d.c, pool);
-    SplitQkv(acts->q_raw.data(), acts->k_raw.data(), acts->v.data(), s->qkv.data(), n, qd, kd,
-             pool);
+    SATDAR_RETURN_IF_ERROR(ops::MatmulForward(x, qkv, xq, w.wq, n, qd + 2 * kd, d.c));
+    SplitQkv(x, q, k, v, qkv, n, qd, kd);
   } else {
-    cpu::MatmulForward(acts->q_raw.data(), xq, w.wq, n, qd, d.c, pool);
-    cpu::MatmulForward(acts->k_raw.data(), xk, w.wk, n, kd, d.c, pool);
-    cpu::MatmulForward(acts->v.data(), xv, w.wv, n, kd, d.c, pool);
+    SATDAR_RETURN_IF_ERROR(ops::MatmulForward(x, q, xq, w.wq, n, qd, d.c));
+    SATDAR_RETURN_IF_ERROR(ops::MatmulForward(x, k, xk, w.wk, n, kd, d.c));
+    SATDAR_RETURN_IF_ERROR(ops::MatmulForward(x, v, xv, w.wv, n, kd, d.c));
   }
+  return absl::OkStatus();
 }
 
 template <typename T>
-void AttentionCoreForward(T* out, AttentionActs<T>* acts, const T* v, const AttentionWeights<T>& w,
-                          const AttentionDims& d, const T* cos, const T* sin,
-                          core::ThreadPool* pool) {
-  const int n = d.rows(), qd = d.nh * d.hs;
-  if (d.qk_norm) {
-    cpu::RmsNormForward(acts->q.data(), acts->q_rstd.data(), acts->q_raw.data(), w.q_norm,
-                        n * d.nh, d.hs, d.eps, pool);
-    cpu::RmsNormForward(acts->k.data(), acts->k_rstd.data(), acts->k_raw.data(), w.k_norm,
-                        n * d.nkv, d.hs, d.eps, pool);
-  } else {
-    std::copy(acts->q_raw.begin(), acts->q_raw.end(), acts->q.begin());
-    std::copy(acts->k_raw.begin(), acts->k_raw.end(), acts->k.begin());
-  }
-  cpu::RopeForward(acts->q.data(), cos, sin, d.b, d.t, d.nh, d.hs, pool);
-  cpu::RopeForward(acts->k.data(), cos, sin, d.b, d.t, d.nkv, d.hs, pool);
-  cpu::AttentionForward(acts->att.data(), acts->probs.data(), acts->q.data(), acts->k.data(), v,
-                        d.b, d.t, d.nh, d.nkv, d.hs, pool);
-  cpu::MatmulForward(out, acts->att.data(), w.wo, n, d.c, qd, pool);
-}
-
-template <typename T>
-void AttentionCoreBackward(const AttentionWeights<T>& g, const T* dout, const AttentionActs<T>& acts,
-                           const T* v, const AttentionWeights<T>& w, const AttentionDims& d,
-                           const T* cos, const T* sin, AttentionScratch<T>* s,
-                           core::ThreadPool* pool) {
-  const int n = d.rows(), qd = d.nh * d.hs;
-  std::fill(s->datt.begin(), s->datt.end(), T(0));
-  cpu::MatmulBackward(s->datt.data(), g.wo, dout, acts.att.data(), w.wo, n, d.c, qd, pool);
-  std::fill(s->dq.begin(), s->dq.end(), T(0));
-  std::fill(s->dk.begin(), s->dk.end(), T(0));
-  std::fill(s->dv.begin(), s->dv.end(), T(0));
-  cpu::AttentionBackward(s->dq.data(), s->dk.data(), s->dv.data(), s->datt.data(),
-                         acts.probs.data(), acts.q.data(), acts.k.data(), v, d.b, d.t, d.nh,
-                         d.nkv, d.hs, pool);
-  cpu::RopeBackward(s->dq.data(), cos, sin, d.b, d.t, d.nh, d.hs, pool);
-  cpu::RopeBackward(s->dk.data(), cos, sin, d.b, d.t, d.nkv, d.hs, pool);
-  if (d.qk_norm) {
-    std::fill(s->dq_raw.begin(), s->dq_raw.end(), T(0));
-    std::fill(s->dk_raw.begin(), s->dk_raw.end(), T(0));
-    cpu::RmsNormBackward(s->dq_raw.data(), g.q_norm, s->dq.data(), acts.q_raw.data(), w.q_norm,
-                         acts.q_rstd.data(), n * d.nh, d.hs, pool);
-    cpu::RmsNormBackward(s->dk_raw.data(), g.k_norm, s->dk.data(), acts.k_raw.data(), w.k_norm,
-                         acts.k_rstd.data(), n * d.nkv, d.hs, pool);
-  } else {
-    std::copy(s->dq.begin(), s->dq.end(), s->dq_raw.begin());
-    std::copy(s->dk.begin(), s->dk.end(), s->dk_raw.begin());
-  }
-}
-
-template <typename T>
-void AttentionProjectBackward(T* dxq, T* dxk, T* dxv, const AttentionWeights<T>& g, const T* dv,
-                              const T* xq, const T* xk, const T* xv, const AttentionWeights<T>& w,
-                              const AttentionDims& d, AttentionScratch<T>* s,
-                              core::ThreadPool* pool) {
+absl::Status ProjectQkvBackward(const core::CpuExec& x, T* dxq, T* dxk, T* dxv,
+                                const AttentionWeights<T>& g, T* qkv, const T* dq,
+                                const T* dk, const T* dv, const T* xq, const T* xk,
+                                const T* xv, const AttentionWeights<T>& w,
+                                const AttentionDims& d) {
   const int n = d.rows(), qd = d.nh * d.hs, kd = d.nkv * d.hs;
   if (xq == xk && xk == xv) {
     SATDAR_CHECK(dxq == dxk && dxk == dxv) << "one input needs one gradient";
     CheckStacked(g, d);
-    JoinQkv(s->qkv.data(), s->dq_raw.data(), s->dk_raw.data(), dv, n, qd, kd, pool);
-    cpu::MatmulBackward(dxq, g.wq, s->qkv.data(), xq, w.wq, n, qd + 2 * kd, d.c, pool);
-  } else {
-    cpu::MatmulBackward(dxq, g.wq, s->dq_raw.data(), xq, w.wq, n, qd, d.c, pool);
-    cpu::MatmulBackward(dxk, g.wk, s->dk_raw.data(), xk, w.wk, n, kd, d.c, pool);
-    cpu::MatmulBackward(dxv, g.wv, dv, xv, w.wv, n, kd, d.c, pool);
+    JoinQkv(x, qkv, dq, dk, dv, n, qd, kd);
+    return ops::MatmulBackward(x, dxq, g.wq, qkv, xq, w.wq, n, qd + 2 * kd, d.c);
   }
+  SATDAR_RETURN_IF_ERROR(ops::MatmulBackward(x, dxq, g.wq, dq, xq, w.wq, n, qd, d.c));
+  SATDAR_RETURN_IF_ERROR(ops::MatmulBackward(x, dxk, g.wk, dk, xk, w.wk, n, kd, d.c));
+  return ops::MatmulBackward(x, dxv, g.wv, dv, xv, w.wv, n, kd, d.c);
+}
+
+#if defined(SATDAR_WITH_CUDA) || defined(__CUDACC__)
+template <typename T>
+absl::Status ProjectQkv(const core::CudaExec& x, T* q, T* k, T* v, T* qkv, const T* xq,
+                        const T* xk, const T* xv, const AttentionWeights<T>& w,
+                        const AttentionDims& d) {
+  (void)qkv;
+  const int n = d.rows(), qd = d.nh * d.hs, kd = d.nkv * d.hs;
+  SATDAR_RETURN_IF_ERROR(ops::MatmulForward(x, q, xq, w.wq, n, qd, d.c));
+  SATDAR_RETURN_IF_ERROR(ops::MatmulForward(x, k, xk, w.wk, n, kd, d.c));
+  return ops::MatmulForward(x, v, xv, w.wv, n, kd, d.c);
 }
 
 template <typename T>
-void AttentionLayerForward(T* out, AttentionActs<T>* acts, const T* x,
-                           const AttentionWeights<T>& w, const AttentionDims& d, const T* cos,
-                           const T* sin, AttentionScratch<T>* s, core::ThreadPool* pool) {
-  AttentionProjectForward(acts, x, x, x, w, d, s, pool);
-  AttentionCoreForward(out, acts, acts->v.data(), w, d, cos, sin, pool);
+absl::Status ProjectQkvBackward(const core::CudaExec& x, T* dxq, T* dxk, T* dxv,
+                                const AttentionWeights<float>& g, T* qkv, const T* dq,
+                                const T* dk, const T* dv, const T* xq, const T* xk,
+                                const T* xv, const AttentionWeights<T>& w,
+                                const AttentionDims& d) {
+  (void)qkv;
+  const int n = d.rows(), qd = d.nh * d.hs, kd = d.nkv * d.hs;
+  SATDAR_RETURN_IF_ERROR(LinearBackward(x, dxq, g.wq, dq, xq, w.wq, n, qd, d.c, false));
+  SATDAR_RETURN_IF_ERROR(LinearBackward(x, dxk, g.wk, dk, xk, w.wk, n, kd, d.c, false));
+  return LinearBackward(x, dxv, g.wv, dv, xv, w.wv, n, kd, d.c, false);
+}
+#endif
+
+}  // namespace
+
+template <class B>
+absl::Status AttentionProjectForward(const typename B::Exec& x, AttentionActs<B>* acts,
+                                     const typename B::T* xq, const typename B::T* xk,
+                                     const typename B::T* xv,
+                                     const AttentionWeights<typename B::T>& w,
+                                     const AttentionDims& d, AttentionScratch<B>* s) {
+  return ProjectQkv(x, acts->q_raw.data(), acts->k_raw.data(), acts->v.data(), s->qkv.data(),
+                    xq, xk, xv, w, d);
 }
 
-template <typename T>
-void AttentionLayerBackward(T* dx, const AttentionWeights<T>& g, const T* dout,
-                            const AttentionActs<T>& acts, const T* x, const AttentionWeights<T>& w,
-                            const AttentionDims& d, const T* cos, const T* sin,
-                            AttentionScratch<T>* s, core::ThreadPool* pool) {
-  AttentionCoreBackward(g, dout, acts, acts.v.data(), w, d, cos, sin, s, pool);
-  AttentionProjectBackward(dx, dx, dx, g, s->dv.data(), x, x, x, w, d, s, pool);
+template <class B>
+absl::Status AttentionCoreForward(const typename B::Exec& x, typename B::T* out,
+                                  AttentionActs<B>* acts, const typename B::T* v,
+                                  const AttentionWeights<typename B::T>& w,
+                                  const AttentionDims& d, const typename B::Acc* cos,
+                                  const typename B::Acc* sin) {
+  const int n = d.rows(), qd = d.nh * d.hs, kd = d.nkv * d.hs;
+  if (d.qk_norm) {
+    SATDAR_RETURN_IF_ERROR(ops::RmsNormForward(x, acts->q.data(), acts->q_rstd.data(),
+                                               acts->q_raw.data(), w.q_norm, n * d.nh, d.hs,
+                                               d.eps));
+    SATDAR_RETURN_IF_ERROR(ops::RmsNormForward(x, acts->k.data(), acts->k_rstd.data(),
+                                               acts->k_raw.data(), w.k_norm, n * d.nkv, d.hs,
+                                               d.eps));
+  } else {
+    SATDAR_RETURN_IF_ERROR(
+        ops::Copy(x, acts->q.data(), acts->q_raw.data(), static_cast<int64_t>(n) * qd));
+    SATDAR_RETURN_IF_ERROR(
+        ops::Copy(x, acts->k.data(), acts->k_raw.data(), static_cast<int64_t>(n) * kd));
+  }
+  SATDAR_RETURN_IF_ERROR(ops::RopeForward(x, acts->q.data(), cos, sin, d.b, d.t, d.nh, d.hs));
+  SATDAR_RETURN_IF_ERROR(ops::RopeForward(x, acts->k.data(), cos, sin, d.b, d.t, d.nkv, d.hs));
+  if constexpr (B::kDevice) {  // flash attention: lse instead of the probabilities
+    SATDAR_RETURN_IF_ERROR(ops::AttentionForward(
+        x, KernelDType<typename B::T>(), acts->att.data(), acts->lse.data(), acts->q.data(),
+        acts->k.data(), v, d.b, d.t, d.nh, d.nkv, d.hs));
+  } else {
+    SATDAR_RETURN_IF_ERROR(ops::AttentionForward(x, acts->att.data(), acts->probs.data(),
+                                                 acts->q.data(), acts->k.data(), v, d.b, d.t,
+                                                 d.nh, d.nkv, d.hs));
+  }
+  return ops::MatmulForward(x, out, acts->att.data(), w.wo, n, d.c, qd);
 }
 
-#define SATDAR_INSTANTIATE(T)                                                                   \
-  template struct AttentionActs<T>;                                                             \
-  template struct AttentionScratch<T>;                                                          \
-  template void AttentionProjectForward<T>(AttentionActs<T>*, const T*, const T*, const T*,     \
-                                           const AttentionWeights<T>&, const AttentionDims&,    \
-                                           AttentionScratch<T>*, core::ThreadPool*);            \
-  template void AttentionCoreForward<T>(T*, AttentionActs<T>*, const T*,                        \
-                                        const AttentionWeights<T>&, const AttentionDims&,       \
-                                        const T*, const T*, core::ThreadPool*);                 \
-  template void AttentionCoreBackward<T>(const AttentionWeights<T>&, const T*,                  \
-                                         const AttentionActs<T>&, const T*,                     \
-                                         const AttentionWeights<T>&, const AttentionDims&,      \
-                                         const T*, const T*, AttentionScratch<T>*,              \
-                                         core::ThreadPool*);                                    \
-  template void AttentionProjectBackward<T>(T*, T*, T*, const AttentionWeights<T>&, const T*,   \
-                                            const T*, const T*, const T*,                       \
-                                            const AttentionWeights<T>&, const AttentionDims&,   \
-                                            AttentionScratch<T>*, core::ThreadPool*);           \
-  template void AttentionLayerForward<T>(T*, AttentionActs<T>*, const T*,                       \
-                                         const AttentionWeights<T>&, const AttentionDims&,      \
-                                         const T*, const T*, AttentionScratch<T>*,              \
-                                         core::ThreadPool*);                                    \
-  template void AttentionLayerBackward<T>(T*, const AttentionWeights<T>&, const T*,             \
-                                          const AttentionActs<T>&, const T*,                    \
-                                          const AttentionWeights<T>&, const AttentionDims&,     \
-                                          const T*, const T*, AttentionScratch<T>*,             \
-                                          core::ThreadPool*);
-SATDAR_INSTANTIATE(float)
-SATDAR_INSTANTIATE(double)
+template <class B>
+absl::Status AttentionCoreBackward(const typename B::Exec& x,
+                                   const AttentionWeights<typename B::Acc>& g,
+                                   const typename B::T* dout, const AttentionActs<B>& acts,
+                                   const typename B::T* v,
+                                   const AttentionWeights<typename B::T>& w,
+                                   const AttentionDims& d, const typename B::Acc* cos,
+                                   const typename B::Acc* sin, AttentionScratch<B>* s) {
+  const int n = d.rows(), qd = d.nh * d.hs, kd = d.nkv * d.hs;
+  const int64_t nq = static_cast<int64_t>(n) * qd, nk = static_cast<int64_t>(n) * kd;
+  SATDAR_RETURN_IF_ERROR(LinearBackward(x, s->datt.data(), g.wo, dout, acts.att.data(), w.wo, n,
+                                        d.c, qd, /*overwrite=*/true));
+  SATDAR_RETURN_IF_ERROR(ops::Zero(x, s->dq.data(), nq));
+  SATDAR_RETURN_IF_ERROR(ops::Zero(x, s->dk.data(), nk));
+  SATDAR_RETURN_IF_ERROR(ops::Zero(x, s->dv.data(), nk));
+  if constexpr (B::kDevice) {  // recomputes the probabilities from lse
+    SATDAR_RETURN_IF_ERROR(ops::AttentionBackward(
+        x, KernelDType<typename B::T>(), s->dq.data(), s->dk.data(), s->dv.data(),
+        s->datt.data(), acts.att.data(), acts.lse.data(), acts.q.data(), acts.k.data(), v, d.b,
+        d.t, d.nh, d.nkv, d.hs));
+  } else {
+    SATDAR_RETURN_IF_ERROR(ops::AttentionBackward(x, s->dq.data(), s->dk.data(), s->dv.data(),
+                                                  s->datt.data(), acts.probs.data(),
+                                                  acts.q.data(), acts.k.data(), v, d.b, d.t,
+                                                  d.nh, d.nkv, d.hs));
+  }
+  SATDAR_RETURN_IF_ERROR(ops::RopeBackward(x, s->dq.data(), cos, sin, d.b, d.t, d.nh, d.hs));
+  SATDAR_RETURN_IF_ERROR(ops::RopeBackward(x, s->dk.data(), cos, sin, d.b, d.t, d.nkv, d.hs));
+  if (d.qk_norm) {
+    SATDAR_RETURN_IF_ERROR(ops::Zero(x, s->dq_raw.data(), nq));
+    SATDAR_RETURN_IF_ERROR(ops::Zero(x, s->dk_raw.data(), nk));
+    SATDAR_RETURN_IF_ERROR(ops::RmsNormBackward(x, s->dq_raw.data(), g.q_norm, s->dq.data(),
+                                                acts.q_raw.data(), w.q_norm, acts.q_rstd.data(),
+                                                n * d.nh, d.hs));
+    SATDAR_RETURN_IF_ERROR(ops::RmsNormBackward(x, s->dk_raw.data(), g.k_norm, s->dk.data(),
+                                                acts.k_raw.data(), w.k_norm, acts.k_rstd.data(),
+                                                n * d.nkv, d.hs));
+  } else {
+    SATDAR_RETURN_IF_ERROR(ops::Copy(x, s->dq_raw.data(), s->dq.data(), nq));
+    SATDAR_RETURN_IF_ERROR(ops::Copy(x, s->dk_raw.data(), s->dk.data(), nk));
+  }
+  return absl::OkStatus();
+}
+
+template <class B>
+absl::Status AttentionProjectBackward(const typename B::Exec& x, typename B::T* dxq,
+                                      typename B::T* dxk, typename B::T* dxv,
+                                      const AttentionWeights<typename B::Acc>& g,
+                                      const typename B::T* dv, const typename B::T* xq,
+                                      const typename B::T* xk, const typename B::T* xv,
+                                      const AttentionWeights<typename B::T>& w,
+                                      const AttentionDims& d, AttentionScratch<B>* s) {
+  return ProjectQkvBackward(x, dxq, dxk, dxv, g, s->qkv.data(), s->dq_raw.data(),
+                            s->dk_raw.data(), dv, xq, xk, xv, w, d);
+}
+
+template <class B>
+absl::Status AttentionLayerForward(const typename B::Exec& x, typename B::T* out,
+                                   AttentionActs<B>* acts, const typename B::T* in,
+                                   const AttentionWeights<typename B::T>& w,
+                                   const AttentionDims& d, const typename B::Acc* cos,
+                                   const typename B::Acc* sin, AttentionScratch<B>* s) {
+  SATDAR_RETURN_IF_ERROR(AttentionProjectForward(x, acts, in, in, in, w, d, s));
+  return AttentionCoreForward(x, out, acts, acts->v.data(), w, d, cos, sin);
+}
+
+template <class B>
+absl::Status AttentionLayerBackward(const typename B::Exec& x, typename B::T* dx,
+                                    const AttentionWeights<typename B::Acc>& g,
+                                    const typename B::T* dout, const AttentionActs<B>& acts,
+                                    const typename B::T* in,
+                                    const AttentionWeights<typename B::T>& w,
+                                    const AttentionDims& d, const typename B::Acc* cos,
+                                    const typename B::Acc* sin, AttentionScratch<B>* s) {
+  SATDAR_RETURN_IF_ERROR(
+      AttentionCoreBackward(x, g, dout, acts, acts.v.data(), w, d, cos, sin, s));
+  return AttentionProjectBackward(x, dx, dx, dx, g, s->dv.data(), in, in, in, w, d, s);
+}
+
+#define SATDAR_INSTANTIATE(B)                                                                  \
+  template struct AttentionActs<B>;                                                            \
+  template struct AttentionScratch<B>;                                                         \
+  template absl::Status AttentionProjectForward<B>(                                            \
+      const B::Exec&, AttentionActs<B>*, const B::T*, const B::T*, const B::T*,                \
+      const AttentionWeights<B::T>&, const AttentionDims&, AttentionScratch<B>*);              \
+  template absl::Status AttentionCoreForward<B>(const B::Exec&, B::T*, AttentionActs<B>*,      \
+                                                const B::T*, const AttentionWeights<B::T>&,    \
+                                                const AttentionDims&, const B::Acc*,           \
+                                                const B::Acc*);                                \
+  template absl::Status AttentionCoreBackward<B>(                                              \
+      const B::Exec&, const AttentionWeights<B::Acc>&, const B::T*, const AttentionActs<B>&,   \
+      const B::T*, const AttentionWeights<B::T>&, const AttentionDims&, const B::Acc*,         \
+      const B::Acc*, AttentionScratch<B>*);                                                    \
+  template absl::Status AttentionProjectBackward<B>(                                           \
+      const B::Exec&, B::T*, B::T*, B::T*, const AttentionWeights<B::Acc>&, const B::T*,       \
+      const B::T*, const B::T*, const B::T*, const AttentionWeights<B::T>&,                    \
+      const AttentionDims&, AttentionScratch<B>*);                                             \
+  template absl::Status AttentionLayerForward<B>(                                              \
+      const B::Exec&, B::T*, AttentionActs<B>*, const B::T*, const AttentionWeights<B::T>&,    \
+      const AttentionDims&, const B::Acc*, const B::Acc*, AttentionScratch<B>*);               \
+  template absl::Status AttentionLayerBackward<B>(                                             \
+      const B::Exec&, B::T*, const AttentionWeights<B::Acc>&, const B::T*,                     \
+      const AttentionActs<B>&, const B::T*, const AttentionWeights<B::T>&,                     \
+      const AttentionDims&, const B::Acc*, const B::Acc*, AttentionScratch<B>*);
+SATDAR_INSTANTIATE(Cpu<float>)
+SATDAR_INSTANTIATE(Cpu<double>)
+#if defined(SATDAR_WITH_CUDA)
+SATDAR_INSTANTIATE(Cuda<float>)
+SATDAR_INSTANTIATE(Cuda<__nv_bfloat16>)
+#endif
 #undef SATDAR_INSTANTIATE
 
 }  // namespace satdar::model

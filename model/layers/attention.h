@@ -2,15 +2,24 @@
 // sublayer output a = O Wo^T (MODELS.md section 2), in two stages so a value residual can
 // sit between them:
 //   Project: Q = xq Wq^T (B,T,NH,HS); K = xk Wk^T, V = xv Wv^T (B,T,NKV,HS)
-//            (one fused GEMM against the stacked weight when xq == xk == xv)
+//            (on the CPU one fused GEMM against the stacked weight when xq == xk == xv; on
+//            CUDA always three GEMMs, the device param table aligning each weight to 32)
 //   Core:    qk_norm (per-head RMSNorm of Q and K), RoPE on Q and K, causal softmax attention
 //            over the given values (V, or V' of a value residual), output projection.
+//
+// Templated on the backend B (model/backend.h): the same functions run on Cpu<float|double>
+// (the reference, bit for bit what the CPU model always computed) and, in CUDA builds, on
+// Cuda<float|__nv_bfloat16> (what the GPU decoder computed). Every function takes the
+// execution context first and returns the first failure of an op. The one difference of
+// state: the CPU keeps the softmax probabilities (B,NH,T,T) of T for the backward, CUDA the
+// flash attention's log-sum-exp lse (B,NH,T) in fp32 (core/ops/attention_cuda.h).
+// Types: activations are B::T; the RMSNorm statistics, the RoPE tables and the weight
+// gradients are B::Acc (T on the CPU, fp32 on CUDA).
 #ifndef SATDAR_MODEL_LAYERS_ATTENTION_H_
 #define SATDAR_MODEL_LAYERS_ATTENTION_H_
 
-#include <vector>
-
-#include "core/thread_pool.h"
+#include "absl/status/status.h"
+#include "model/backend.h"
 
 namespace satdar::model {
 
@@ -23,79 +32,107 @@ struct AttentionDims {
   int rows() const { return b * t; }
 };
 
-// REQUIRES: wk == wq + NH*HS*C and wv == wk + NKV*HS*C (the param table stores q, k and v
-// back to back), so the three projections can run as one GEMM against the stacked weight.
-template <typename T>
+// The weights (U = B::T, read from Weights<B>::compute) or their gradients (U = B::Acc).
+// On the CPU, with one input, the projections run as one GEMM against the stacked weight:
+// REQUIRES there wk == wq + NH*HS*C and wv == wk + NKV*HS*C (the CPU param table stores q, k
+// and v back to back).
+template <typename U>
 struct AttentionWeights {
-  T* wq = nullptr;      // (NH*HS, C)
-  T* wk = nullptr;      // (NKV*HS, C)
-  T* wv = nullptr;      // (NKV*HS, C)
-  T* wo = nullptr;      // (C, NH*HS)
-  T* q_norm = nullptr;  // (HS), only with qk_norm
-  T* k_norm = nullptr;  // (HS)
+  U* wq = nullptr;      // (NH*HS, C)
+  U* wk = nullptr;      // (NKV*HS, C)
+  U* wv = nullptr;      // (NKV*HS, C)
+  U* wo = nullptr;      // (C, NH*HS)
+  U* q_norm = nullptr;  // (HS), only with qk_norm
+  U* k_norm = nullptr;  // (HS)
 };
 
 // Saved activations of one attention sublayer.
-template <typename T>
+template <class B>
 struct AttentionActs {
-  std::vector<T> q_raw, k_raw, v;  // projections (B*T, NH*HS), (B*T, NKV*HS), (B*T, NKV*HS)
-  std::vector<T> q_rstd, k_rstd;   // (B*T*NH), (B*T*NKV)
-  std::vector<T> q, k;             // what attention reads (normed, rotated)
-  std::vector<T> probs;            // (B,NH,T,T)
-  std::vector<T> att;              // attention output before Wo (B*T, NH*HS)
+  using T = typename B::T;
+  using Acc = typename B::Acc;
+  template <typename U>
+  using Vec = typename B::template Vec<U>;
+
+  Vec<T> q_raw, k_raw, v;  // projections (B*T, NH*HS), (B*T, NKV*HS), (B*T, NKV*HS)
+  Vec<Acc> q_rstd, k_rstd; // (B*T*NH), (B*T*NKV)
+  Vec<T> q, k;             // what attention reads (normed, rotated)
+  Vec<T> probs;            // CPU: (B,NH,T,T); empty on CUDA
+  Vec<float> lse;          // CUDA: (B,NH,T) fp32; empty on the CPU
+  Vec<T> att;              // attention output before Wo (B*T, NH*HS)
   void Resize(const AttentionDims& d);
 };
 
 // Transient buffers shared by every layer of a model.
-template <typename T>
+template <class B>
 struct AttentionScratch {
-  std::vector<T> qkv;             // (B*T, (NH+2*NKV)*HS): fused projection output or gradient
-  std::vector<T> datt;            // (B*T, NH*HS)
-  std::vector<T> dq, dk;          // d/d(q, k) as attention read them
-  std::vector<T> dq_raw, dk_raw;  // d/d(raw projections)
-  std::vector<T> dv;              // d/d(the values attention read) (B*T, NKV*HS)
+  using T = typename B::T;
+  template <typename U>
+  using Vec = typename B::template Vec<U>;
+
+  Vec<T> qkv;             // CPU: (B*T, (NH+2*NKV)*HS) fused projection output or gradient
+  Vec<T> datt;            // (B*T, NH*HS)
+  Vec<T> dq, dk;          // d/d(q, k) as attention read them
+  Vec<T> dq_raw, dk_raw;  // d/d(raw projections)
+  Vec<T> dv;              // d/d(the values attention read) (B*T, NKV*HS)
   void Resize(const AttentionDims& d);
 };
 
-template <typename T>
-void AttentionProjectForward(AttentionActs<T>* acts, const T* xq, const T* xk, const T* xv,
-                             const AttentionWeights<T>& w, const AttentionDims& d,
-                             AttentionScratch<T>* scratch, core::ThreadPool* pool);
+template <class B>
+absl::Status AttentionProjectForward(const typename B::Exec& x, AttentionActs<B>* acts,
+                                     const typename B::T* xq, const typename B::T* xk,
+                                     const typename B::T* xv,
+                                     const AttentionWeights<typename B::T>& w,
+                                     const AttentionDims& d, AttentionScratch<B>* scratch);
 
 // out (B*T, C); v (B*T, NKV*HS): the values attention reads (acts->v or a mixed V').
-template <typename T>
-void AttentionCoreForward(T* out, AttentionActs<T>* acts, const T* v, const AttentionWeights<T>& w,
-                          const AttentionDims& d, const T* cos, const T* sin,
-                          core::ThreadPool* pool);
+// cos, sin: the RoPE tables (T, HS/2) (core/ops/rope.h RopeTables).
+template <class B>
+absl::Status AttentionCoreForward(const typename B::Exec& x, typename B::T* out,
+                                  AttentionActs<B>* acts, const typename B::T* v,
+                                  const AttentionWeights<typename B::T>& w,
+                                  const AttentionDims& d, const typename B::Acc* cos,
+                                  const typename B::Acc* sin);
 
 // From dout (B*T, C) to scratch->dq_raw, scratch->dk_raw and scratch->dv (all overwritten);
 // weight gradients += into g.
-template <typename T>
-void AttentionCoreBackward(const AttentionWeights<T>& g, const T* dout, const AttentionActs<T>& acts,
-                           const T* v, const AttentionWeights<T>& w, const AttentionDims& d,
-                           const T* cos, const T* sin, AttentionScratch<T>* scratch,
-                           core::ThreadPool* pool);
+template <class B>
+absl::Status AttentionCoreBackward(const typename B::Exec& x,
+                                   const AttentionWeights<typename B::Acc>& g,
+                                   const typename B::T* dout, const AttentionActs<B>& acts,
+                                   const typename B::T* v,
+                                   const AttentionWeights<typename B::T>& w,
+                                   const AttentionDims& d, const typename B::Acc* cos,
+                                   const typename B::Acc* sin, AttentionScratch<B>* scratch);
 
 // From scratch->dq_raw, scratch->dk_raw and dv (d/d raw V) to dxq, dxk, dxv (+=; they may
 // alias, and must when xq == xk == xv); weight gradients += into g.
-template <typename T>
-void AttentionProjectBackward(T* dxq, T* dxk, T* dxv, const AttentionWeights<T>& g, const T* dv,
-                              const T* xq, const T* xk, const T* xv, const AttentionWeights<T>& w,
-                              const AttentionDims& d, AttentionScratch<T>* scratch,
-                              core::ThreadPool* pool);
+template <class B>
+absl::Status AttentionProjectBackward(const typename B::Exec& x, typename B::T* dxq,
+                                      typename B::T* dxk, typename B::T* dxv,
+                                      const AttentionWeights<typename B::Acc>& g,
+                                      const typename B::T* dv, const typename B::T* xq,
+                                      const typename B::T* xk, const typename B::T* xv,
+                                      const AttentionWeights<typename B::T>& w,
+                                      const AttentionDims& d, AttentionScratch<B>* scratch);
 
 // Both stages with one input and no value residual: out = attention sublayer of x.
-template <typename T>
-void AttentionLayerForward(T* out, AttentionActs<T>* acts, const T* x,
-                           const AttentionWeights<T>& w, const AttentionDims& d, const T* cos,
-                           const T* sin, AttentionScratch<T>* scratch, core::ThreadPool* pool);
+template <class B>
+absl::Status AttentionLayerForward(const typename B::Exec& x, typename B::T* out,
+                                   AttentionActs<B>* acts, const typename B::T* in,
+                                   const AttentionWeights<typename B::T>& w,
+                                   const AttentionDims& d, const typename B::Acc* cos,
+                                   const typename B::Acc* sin, AttentionScratch<B>* scratch);
 
 // dx (B*T, C) += d/dx; weight gradients += into g.
-template <typename T>
-void AttentionLayerBackward(T* dx, const AttentionWeights<T>& g, const T* dout,
-                            const AttentionActs<T>& acts, const T* x, const AttentionWeights<T>& w,
-                            const AttentionDims& d, const T* cos, const T* sin,
-                            AttentionScratch<T>* scratch, core::ThreadPool* pool);
+template <class B>
+absl::Status AttentionLayerBackward(const typename B::Exec& x, typename B::T* dx,
+                                    const AttentionWeights<typename B::Acc>& g,
+                                    const typename B::T* dout, const AttentionActs<B>& acts,
+                                    const typename B::T* in,
+                                    const AttentionWeights<typename B::T>& w,
+                                    const AttentionDims& d, const typename B::Acc* cos,
+                                    const typename B::Acc* sin, AttentionScratch<B>* scratch);
 
 }  // namespace satdar::model
 

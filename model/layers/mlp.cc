@@ -1,64 +1,74 @@
 #include "model/layers/mlp.h"
 
-#include <algorithm>
+#include <cstdint>
 
 #include "core/check.h"
-#include "core/ops/matmul.h"
-#include "core/ops/swiglu.h"
+#include "model/layers/linear.h"
+#include "model/ops.h"
+
+#if defined(SATDAR_WITH_CUDA) || defined(__CUDACC__)
+#include <cuda_bf16.h>
+#endif
 
 namespace satdar::model {
 
-namespace cpu = core::cpu;
+using layers_internal::LinearBackward;
 
-template <typename T>
-void MlpActs<T>::Resize(const MlpDims& d) {
+template <class B>
+void MlpActs<B>::Resize(const MlpDims& d) {
   size_t n = static_cast<size_t>(d.rows) * d.f;
   gate_up.resize(2 * n);
   act.resize(n);
 }
 
-template <typename T>
-void MlpScratch<T>::Resize(const MlpDims& d) {
+template <class B>
+void MlpScratch<B>::Resize(const MlpDims& d) {
   size_t n = static_cast<size_t>(d.rows) * d.f;
   dact.resize(n);
   dgate_up.resize(2 * n);
 }
 
-template <typename T>
-void MlpForward(T* out, MlpActs<T>* acts, const T* z, const MlpWeights<T>& w, const MlpDims& d,
-                core::ThreadPool* pool) {
+template <class B>
+absl::Status MlpForward(const typename B::Exec& x, typename B::T* out, MlpActs<B>* acts,
+                        const typename B::T* z, const MlpWeights<typename B::T>& w,
+                        const MlpDims& d) {
   SATDAR_CHECK(w.up == w.gate + static_cast<int64_t>(d.f) * d.c) << "gate/up not stacked";
-  cpu::MatmulForward(acts->gate_up.data(), z, w.gate, d.rows, 2 * d.f, d.c, pool);
-  cpu::SwigluForward(acts->act.data(), acts->gate_up.data(), d.rows, d.f, pool);
-  cpu::MatmulForward(out, acts->act.data(), w.down, d.rows, d.c, d.f, pool);
+  SATDAR_RETURN_IF_ERROR(
+      ops::MatmulForward(x, acts->gate_up.data(), z, w.gate, d.rows, 2 * d.f, d.c));
+  SATDAR_RETURN_IF_ERROR(
+      ops::SwigluForward(x, acts->act.data(), acts->gate_up.data(), d.rows, d.f));
+  return ops::MatmulForward(x, out, acts->act.data(), w.down, d.rows, d.c, d.f);
 }
 
-template <typename T>
-void MlpBackward(T* dz, const MlpWeights<T>& g, const T* dout, const MlpActs<T>& acts, const T* z,
-                 const MlpWeights<T>& w, const MlpDims& d, MlpScratch<T>* s,
-                 core::ThreadPool* pool) {
-  std::fill(s->dact.begin(), s->dact.end(), T(0));
-  cpu::MatmulBackward(s->dact.data(), g.down, dout, acts.act.data(), w.down, d.rows, d.c, d.f,
-                      pool);
-  cpu::SwigluBackward(s->dgate_up.data(), s->dact.data(), acts.gate_up.data(), d.rows, d.f, pool);
+template <class B>
+absl::Status MlpBackward(const typename B::Exec& x, typename B::T* dz,
+                         const MlpWeights<typename B::Acc>& g, const typename B::T* dout,
+                         const MlpActs<B>& acts, const typename B::T* z,
+                         const MlpWeights<typename B::T>& w, const MlpDims& d,
+                         MlpScratch<B>* s) {
+  SATDAR_RETURN_IF_ERROR(LinearBackward(x, s->dact.data(), g.down, dout, acts.act.data(), w.down,
+                                        d.rows, d.c, d.f, /*overwrite=*/true));
+  SATDAR_RETURN_IF_ERROR(ops::SwigluBackward(x, s->dgate_up.data(), s->dact.data(),
+                                             acts.gate_up.data(), d.rows, d.f));
   SATDAR_CHECK(g.up == g.gate + static_cast<int64_t>(d.f) * d.c) << "gate/up grads not stacked";
-  cpu::MatmulBackward(dz, g.gate, s->dgate_up.data(), z, w.gate, d.rows, 2 * d.f, d.c, pool);
+  return LinearBackward(x, dz, g.gate, s->dgate_up.data(), z, w.gate, d.rows, 2 * d.f, d.c,
+                        /*overwrite=*/false);
 }
 
-template struct MlpActs<float>;
-template struct MlpActs<double>;
-template struct MlpScratch<float>;
-template struct MlpScratch<double>;
-template void MlpForward<float>(float*, MlpActs<float>*, const float*, const MlpWeights<float>&,
-                                const MlpDims&, core::ThreadPool*);
-template void MlpForward<double>(double*, MlpActs<double>*, const double*,
-                                 const MlpWeights<double>&, const MlpDims&, core::ThreadPool*);
-template void MlpBackward<float>(float*, const MlpWeights<float>&, const float*,
-                                 const MlpActs<float>&, const float*, const MlpWeights<float>&,
-                                 const MlpDims&, MlpScratch<float>*, core::ThreadPool*);
-template void MlpBackward<double>(double*, const MlpWeights<double>&, const double*,
-                                  const MlpActs<double>&, const double*,
-                                  const MlpWeights<double>&, const MlpDims&, MlpScratch<double>*,
-                                  core::ThreadPool*);
+#define SATDAR_INSTANTIATE(B)                                                                  \
+  template struct MlpActs<B>;                                                                  \
+  template struct MlpScratch<B>;                                                               \
+  template absl::Status MlpForward<B>(const B::Exec&, B::T*, MlpActs<B>*, const B::T*,         \
+                                      const MlpWeights<B::T>&, const MlpDims&);                \
+  template absl::Status MlpBackward<B>(const B::Exec&, B::T*, const MlpWeights<B::Acc>&,       \
+                                       const B::T*, const MlpActs<B>&, const B::T*,            \
+                                       const MlpWeights<B::T>&, const MlpDims&, MlpScratch<B>*);
+SATDAR_INSTANTIATE(Cpu<float>)
+SATDAR_INSTANTIATE(Cpu<double>)
+#if defined(SATDAR_WITH_CUDA)
+SATDAR_INSTANTIATE(Cuda<float>)
+SATDAR_INSTANTIATE(Cuda<__nv_bfloat16>)
+#endif
+#undef SATDAR_INSTANTIATE
 
 }  // namespace satdar::model

@@ -15,7 +15,8 @@
 // and back: HyperDepthBackward, HyperWidthBackward (dH and the coefficients' gradients);
 // the backward of entry is StreamsSum, of exit StreamsBroadcast. HyperCoefs<F> says where a
 // design keeps pre, post and res (F: T on the CPU, fp32 on the GPU), so HC and mHC share them.
-// A pipeline boundary's join / split of the n streams stays in hyper_streams.h (pure copies).
+// A pipeline boundary carries the n streams as n tensors (N, C): JoinStreams / SplitStreams
+// (pure copies; hyper_streams.h decides when).
 //
 // HC (coefficients per token from the n rows RMSNorm(H_j), the caller's):
 //   ta (N*n, lda) = RMSNorm(H_j) dynamic_alpha^T (n+1 columns), tb (N*n, ldb) = ... dynamic_beta^T
@@ -142,6 +143,12 @@ void StreamsBroadcast(T* out, const T* in, int rows, int n, int c, core::ThreadP
 // of entry). Overwritten.
 template <typename T>
 void StreamsSum(T* out, const T* in, int rows, int n, int c, core::ThreadPool* pool);
+// A pipeline boundary (pure copies): hyper (N, n, C) <- stream j from parts[j] (N, C), and
+// parts[j] (N, C) <- stream j of hyper (N, n, C). parts: an array of n pointers.
+template <typename T>
+void JoinStreams(T* hyper, const T* const* parts, int rows, int n, int c, core::ThreadPool* pool);
+template <typename T>
+void SplitStreams(T* const* parts, const T* hyper, int rows, int n, int c, core::ThreadPool* pool);
 
 // u (N, C) = sum_j pre_j H_j (overwritten; added in stream order).
 template <typename T>
@@ -221,6 +228,13 @@ template <typename T>
 absl::Status StreamsBroadcast(const core::CudaExec& x, T* out, const T* in, int rows, int n, int c);
 template <typename T>
 absl::Status StreamsSum(const core::CudaExec& x, T* out, const T* in, int rows, int n, int c);
+// parts: a device array of n device pointers (a published PtrList, model/backend.h).
+template <typename T>
+absl::Status JoinStreams(const core::CudaExec& x, T* hyper, const T* const* parts, int rows, int n,
+                         int c);
+template <typename T>
+absl::Status SplitStreams(const core::CudaExec& x, T* const* parts, const T* hyper, int rows, int n,
+                          int c);
 template <typename T>
 absl::Status HyperWidthForward(const core::CudaExec& x, T* u, const T* h,
                                const HyperCoefs<float>& coefs, int rows, int n, int c);
@@ -313,6 +327,18 @@ inline absl::Status StreamsSum(const core::CpuExec& x, T* out, const T* in, int 
   return absl::OkStatus();
 }
 template <typename T>
+inline absl::Status JoinStreams(const core::CpuExec& x, T* hyper, const T* const* parts, int rows,
+                                int n, int c) {
+  cpu::JoinStreams(hyper, parts, rows, n, c, x.pool);
+  return absl::OkStatus();
+}
+template <typename T>
+inline absl::Status SplitStreams(const core::CpuExec& x, T* const* parts, const T* hyper, int rows,
+                                 int n, int c) {
+  cpu::SplitStreams(parts, hyper, rows, n, c, x.pool);
+  return absl::OkStatus();
+}
+template <typename T>
 inline absl::Status HyperWidthForward(const core::CpuExec& x, T* u, const T* h,
                                       const HyperCoefs<T>& coefs, int rows, int n, int c) {
   cpu::HyperWidthForward(u, h, coefs, rows, n, c, x.pool);
@@ -365,11 +391,13 @@ using cuda::HyperDepthBackward;
 using cuda::HyperDepthForward;
 using cuda::HyperWidthBackward;
 using cuda::HyperWidthForward;
+using cuda::JoinStreams;
 using cuda::MhcCoefBackward;
 using cuda::MhcCoefForward;
 using cuda::MhcRms;
 using cuda::SinkhornBackward;
 using cuda::SinkhornForward;
+using cuda::SplitStreams;
 using cuda::StreamsBroadcast;
 using cuda::StreamsSum;
 #endif

@@ -268,6 +268,36 @@ void StreamsSum(T* out, const T* in, int rows, int n, int c, core::ThreadPool* p
 }
 
 template <typename T>
+void JoinStreams(T* hyper, const T* const* parts, int rows, int n, int c, core::ThreadPool* pool) {
+  pool->ParallelFor(
+      rows,
+      [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          for (int j = 0; j < n; ++j) {
+            const T* src = parts[j] + r * c;
+            std::copy(src, src + c, hyper + (r * n + j) * c);
+          }
+        }
+      },
+      kRowChunk);
+}
+
+template <typename T>
+void SplitStreams(T* const* parts, const T* hyper, int rows, int n, int c, core::ThreadPool* pool) {
+  pool->ParallelFor(
+      rows,
+      [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          for (int j = 0; j < n; ++j) {
+            const T* src = hyper + (r * n + j) * c;
+            std::copy(src, src + c, parts[j] + r * c);
+          }
+        }
+      },
+      kRowChunk);
+}
+
+template <typename T>
 void HyperWidthForward(T* u, const T* h, const HyperCoefs<T>& coefs, int rows, int n, int c,
                        core::ThreadPool* pool) {
   pool->ParallelFor(
@@ -442,6 +472,8 @@ void HcCoefBackward(T* dta, T* dtb, T* grad_static_alpha, T* grad_static_beta,
                                    core::ThreadPool*);                                         \
   template void StreamsBroadcast<T>(T*, const T*, int, int, int, core::ThreadPool*);           \
   template void StreamsSum<T>(T*, const T*, int, int, int, core::ThreadPool*);                 \
+  template void JoinStreams<T>(T*, const T* const*, int, int, int, core::ThreadPool*);         \
+  template void SplitStreams<T>(T* const*, const T*, int, int, int, core::ThreadPool*);        \
   template void HyperWidthForward<T>(T*, const T*, const HyperCoefs<T>&, int, int, int,        \
                                      core::ThreadPool*);                                       \
   template void HyperDepthForward<T>(T*, const T*, const T*, const HyperCoefs<T>&, int, int,   \

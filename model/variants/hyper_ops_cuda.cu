@@ -1,7 +1,8 @@
 // HC's and mHC's ops on the GPU (hyper_ops.h; hyper_ops_cpu.cc is the reference). The kernels
 // are those of the former hyper_cuda.cu (stream entry / exit, the width and depth connections,
 // HC's coefficients, ColumnSums; mHC's MhcRms, MhcCoefForward, MhcCoefBackward, RowScaleAdd)
-// and layers/sinkhorn_cuda.cu (the Sinkhorn forward and backward), arithmetic unchanged.
+// and layers/sinkhorn_cuda.cu (the Sinkhorn forward and backward), arithmetic unchanged, and
+// a pipeline boundary's join / split of the streams (copies through a device pointer array).
 // Elementwise kernels walk (token, stream, channel) with a grid stride; the dot products of
 // the mixing backward and MhcRms run a block per token (or token and stream), each thread a
 // fixed channel slice, then a fixed tree (BlockSums); the coefficients and the Sinkhorn a
@@ -227,6 +228,31 @@ __global__ void SumKernel(T* out, const T* in, int64_t rows, int n, int c) {
     float s = 0.0f;
     for (int j = 0; j < n; ++j) s += Ld(in + (r * n + j) * c + e);
     St(out + i, s);
+  }
+}
+
+// i walks hyper (rows, n, c): token r, stream j, channel e; part j holds (rows, c).
+template <typename T>
+__global__ void JoinKernel(T* hyper, const T* const* parts, int64_t rows, int n, int c) {
+  const int64_t total = rows * n * c;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t rj = i / c, e = i % c;
+    const int64_t r = rj / n;
+    const int j = static_cast<int>(rj % n);
+    hyper[i] = parts[j][r * c + e];
+  }
+}
+
+template <typename T>
+__global__ void SplitKernel(T* const* parts, const T* hyper, int64_t rows, int n, int c) {
+  const int64_t total = rows * n * c;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t rj = i / c, e = i % c;
+    const int64_t r = rj / n;
+    const int j = static_cast<int>(rj % n);
+    parts[j][r * c + e] = hyper[i];
   }
 }
 
@@ -529,6 +555,30 @@ absl::Status StreamsSum(const core::CudaExec& x, T* out, const T* in, int rows, 
 }
 
 template <typename T>
+absl::Status JoinStreams(const core::CudaExec& x, T* hyper, const T* const* parts, int rows, int n,
+                         int c) {
+  cudaStream_t stream = x.stream;
+  SATDAR_RETURN_IF_ERROR(CheckStreams("JoinStreams", n));
+  if (rows <= 0 || c <= 0) return absl::OkStatus();
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("JoinKernel", JoinKernel<T>,
+                                     dim3(Blocks(static_cast<int64_t>(rows) * n * c)),
+                                     dim3(kThreads), 0, stream, hyper, parts, rows, n, c));
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status SplitStreams(const core::CudaExec& x, T* const* parts, const T* hyper, int rows, int n,
+                          int c) {
+  cudaStream_t stream = x.stream;
+  SATDAR_RETURN_IF_ERROR(CheckStreams("SplitStreams", n));
+  if (rows <= 0 || c <= 0) return absl::OkStatus();
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("SplitKernel", SplitKernel<T>,
+                                     dim3(Blocks(static_cast<int64_t>(rows) * n * c)),
+                                     dim3(kThreads), 0, stream, parts, hyper, rows, n, c));
+  return absl::OkStatus();
+}
+
+template <typename T>
 absl::Status HyperWidthForward(const core::CudaExec& x, T* u, const T* h,
                                const HyperCoefs<float>& coefs, int rows, int n, int c) {
   cudaStream_t stream = x.stream;
@@ -637,6 +687,8 @@ absl::Status HcCoefBackward(const core::CudaExec& x, T* dta, T* dtb, float* grad
       const float*, const float*, int, const float*, const float*, const T*, int, int, int);       \
   template absl::Status StreamsBroadcast<T>(const core::CudaExec&, T*, const T*, int, int, int);   \
   template absl::Status StreamsSum<T>(const core::CudaExec&, T*, const T*, int, int, int);         \
+  template absl::Status JoinStreams<T>(const core::CudaExec&, T*, const T* const*, int, int, int); \
+  template absl::Status SplitStreams<T>(const core::CudaExec&, T* const*, const T*, int, int, int);\
   template absl::Status HyperWidthForward<T>(const core::CudaExec&, T*, const T*,                  \
                                              const HyperCoefs<float>&, int, int, int);             \
   template absl::Status HyperDepthForward<T>(const core::CudaExec&, T*, const T*, const T*,        \

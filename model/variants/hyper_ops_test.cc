@@ -2,7 +2,8 @@
 // and exit; the width and depth connections in HC's and mHC's coefficient layouts; HC's
 // coefficients on both the GPU's one-buffer and the CPU model's two-buffer projection layouts;
 // the Sinkhorn's logits; H, raw, scale and base through the RMS, the sigmoids and the
-// Sinkhorn, with padding columns in raw), and the CUDA side against the CPU side, f32 and bf16
+// Sinkhorn, with padding columns in raw; a pipeline boundary's join / split exactly against
+// hand loops), and the CUDA side against the CPU side, f32 and bf16
 // (tag gpu: skipped without a GPU), on the inputs the former residual_mixing_cuda_test and the
 // Sinkhorn case of layers_cuda_test used.
 //
@@ -17,13 +18,15 @@
 //   parameters' gradients (sums over tokens, CPU in double) get 1e-4. The stream mixing: the
 //   outputs stored in T (u, H out, dy, dH, the exit's sum) 1e-2, its fp32 dot products (the
 //   coefficients' gradients, from the same bf16-rounded operands on both sides) 1e-4; the entry
-//   is a copy (0). HC's coefficients: tanh and coef 1e-5 (fp32 from fp32 on both sides), dproj
-//   (stored in T) 1e-2, the four parameters' gradients (sums over tokens) 1e-4.
+//   is a copy (0), and so are the boundary's join and split (equal). HC's coefficients: tanh
+//   and coef 1e-5 (fp32 from fp32 on both sides), dproj (stored in T) 1e-2, the four
+//   parameters' gradients (sums over tokens) 1e-4.
 #include "model/variants/hyper_ops.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -206,6 +209,46 @@ TEST(HyperOps, OneWorkerAndFourGiveTheSameBits) {
   EXPECT_EQ(std::memcmp(one.data(), four.data(), one.size() * sizeof(float)), 0);
 }
 
+// A pipeline boundary's join and split (pure copies) against hand loops, every element, on
+// 37 rows over two workers; the split of the join gives the parts back.
+TEST(HyperOps, JoinAndSplitStreamsCopyEveryElement) {
+  const int rows = 37, n = 3, c = 10;
+  core::ThreadPool pool(2);
+  const core::CpuExec x{&pool};
+  std::vector<std::vector<float>> parts;
+  std::vector<const float*> in;
+  for (int j = 0; j < n; ++j) {
+    const Vec v = RandomVector(Sz(rows, c), 61 + j);
+    parts.emplace_back(v.begin(), v.end());
+    in.push_back(parts.back().data());
+  }
+  std::vector<float> hyper(Sz(rows * n, c), -1.0f), expect(hyper.size());
+  for (int r = 0; r < rows; ++r) {
+    for (int j = 0; j < n; ++j) {
+      for (int e = 0; e < c; ++e) expect[Sz(r * n + j, c) + e] = parts[j][Sz(r, c) + e];
+    }
+  }
+  ASSERT_TRUE(ops::JoinStreams(x, hyper.data(), in.data(), rows, n, c).ok());
+  for (size_t i = 0; i < hyper.size(); ++i) ASSERT_EQ(hyper[i], expect[i]) << i;
+  // Split a different state, so that nothing is left over from the parts.
+  const Vec hv = RandomVector(hyper.size(), 64);
+  const std::vector<float> h(hv.begin(), hv.end());
+  std::vector<std::vector<float>> outs(n, std::vector<float>(Sz(rows, c), -1.0f));
+  std::vector<float*> out;
+  for (int j = 0; j < n; ++j) out.push_back(outs[j].data());
+  ASSERT_TRUE(ops::SplitStreams(x, out.data(), h.data(), rows, n, c).ok());
+  for (int r = 0; r < rows; ++r) {
+    for (int j = 0; j < n; ++j) {
+      for (int e = 0; e < c; ++e) {
+        ASSERT_EQ(outs[j][Sz(r, c) + e], h[Sz(r * n + j, c) + e]) << r << " " << j << " " << e;
+      }
+    }
+  }
+  // Round trip: split(join(parts)) == parts.
+  ASSERT_TRUE(ops::SplitStreams(x, out.data(), hyper.data(), rows, n, c).ok());
+  for (int j = 0; j < n; ++j) EXPECT_EQ(outs[j], parts[j]) << j;
+}
+
 // The width and depth connections: loss = <wu, u> + <wo, H_out> over H, y and the
 // coefficients, in HC's layout (HcCoefs: pre and res interleaved) and in mHC's (pre, post in
 // one buffer, res in another with a token stride larger than n*n). dH starts nonzero (the depth
@@ -322,6 +365,7 @@ TEST(HyperOps, HcCoefGradientsMatchFiniteDifferences) {
 #ifdef SATDAR_WITH_CUDA
 
 using core::gpu_test::DeviceArray;
+using core::gpu_test::DeviceVector;
 using core::gpu_test::ExpectClose;
 using core::gpu_test::kIsBf16;
 using core::gpu_test::Quantize;
@@ -545,9 +589,51 @@ void CheckHcCoefCudaAgainstCpu() {
       gdcoef.f32(), gt.f32(), n + 1, gt.f32() + n + 1, n + 1, gas_p.f32(), gbs_p.f32(), rows, n)));
 }
 
+// A pipeline boundary's join and split: copies, so the GPU equals the CPU exactly (the parts
+// in device arrays of device pointers, as a published PtrList holds them).
+template <typename T>
+void CheckBoundaryCudaAgainstCpu() {
+  const int rows = 13, n = 3, c = 40;
+  core::ThreadPool pool(2);
+  OpsTestExec ex(&pool);
+  std::vector<std::vector<float>> parts;
+  std::vector<const float*> in;
+  std::vector<std::unique_ptr<DeviceArray<T>>> gparts, gouts;
+  std::vector<const T*> gin;
+  std::vector<T*> gout;
+  for (int j = 0; j < n; ++j) {
+    parts.push_back(Quantize<T>(RandomNormal(Sz(rows, c), 81 + j)));
+    in.push_back(parts.back().data());
+    gparts.push_back(std::make_unique<DeviceArray<T>>(parts.back()));
+    gin.push_back(gparts.back()->get());
+    gouts.push_back(std::make_unique<DeviceArray<T>>(std::vector<float>(Sz(rows, c), -1.0f)));
+    gout.push_back(gouts.back()->get());
+  }
+  const auto h = Quantize<T>(RandomNormal(Sz(rows * n, c), 85));
+  std::vector<float> joined(h.size());
+  std::vector<std::vector<float>> outs(n, std::vector<float>(Sz(rows, c)));
+  std::vector<float*> out;
+  for (int j = 0; j < n; ++j) out.push_back(outs[j].data());
+  EXPECT_TRUE(ops::JoinStreams(ex.cpu, joined.data(), in.data(), rows, n, c).ok());
+  EXPECT_TRUE(ops::SplitStreams(ex.cpu, out.data(), h.data(), rows, n, c).ok());
+  DeviceVector<const T*> gin_list(gin);
+  DeviceVector<T*> gout_list(gout);
+  DeviceArray<T> gh(h), gjoined(std::vector<float>(h.size(), -1.0f));
+  ASSERT_TRUE(ops::JoinStreams(ex.gpu, gjoined.get(), gin_list.get(), rows, n, c).ok());
+  ASSERT_TRUE(ops::SplitStreams(ex.gpu, gout_list.get(), gh.get(), rows, n, c).ok());
+  EXPECT_EQ(gjoined.Download(), joined);
+  for (int j = 0; j < n; ++j) EXPECT_EQ(gouts[j]->Download(), outs[j]) << j;
+  // More streams than the kernels hold: refused before launching.
+  EXPECT_TRUE(absl::IsInvalidArgument(ops::JoinStreams(
+      ex.gpu, gjoined.get(), gin_list.get(), 1, cuda::kMaxHyperStreams + 1, c)));
+  EXPECT_TRUE(absl::IsInvalidArgument(ops::SplitStreams(
+      ex.gpu, gout_list.get(), gh.get(), 1, cuda::kMaxHyperStreams + 1, c)));
+}
+
 #endif  // SATDAR_WITH_CUDA
 
 SATDAR_CUDA_MATCHES_CPU_TESTS(HyperOps, CheckCudaAgainstCpu)
+SATDAR_CUDA_MATCHES_CPU_TESTS(HyperBoundaryOps, CheckBoundaryCudaAgainstCpu)
 SATDAR_CUDA_MATCHES_CPU_TESTS(HyperMixingOps, CheckMixingCudaAgainstCpu)
 SATDAR_CUDA_MATCHES_CPU_TESTS(HcCoefOps, CheckHcCoefCudaAgainstCpu)
 

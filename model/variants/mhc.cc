@@ -93,7 +93,7 @@ class Mhc : public TopologyT<B> {
                             const std::vector<const T*>& in, BranchesT<B>* br, T* x_final,
                             const std::vector<T*>& out) override {
     SATDAR_RETURN_IF_ERROR(
-        StreamsIn(x_, hyper_[first - 1].data(), first == 1, h0, in, rows_, n_, d_));
+        StreamsIn(x_, hyper_[first - 1].data(), first == 1, h0, in, &in_list_, rows_, n_, d_));
     for (int l = first; l <= last; ++l) {
       Step& s = steps_[l - 1];
       const Offsets& o = offsets_[l - 1];
@@ -114,8 +114,8 @@ class Mhc : public TopologyT<B> {
       SATDAR_RETURN_IF_ERROR(
           ops::HyperDepthForward(x_, hyper_[l].data(), h, s.y.data(), c, rows_, n_, d_));
     }
-    SATDAR_RETURN_IF_ERROR(StreamsOut(x_, x_final, out, last == sublayers_, hyper_[last].data(),
-                                      rows_, n_, d_));
+    SATDAR_RETURN_IF_ERROR(StreamsOut(x_, x_final, out, &out_list_, last == sublayers_,
+                                      hyper_[last].data(), rows_, n_, d_));
     return absl::OkStatus();
   }
 
@@ -123,7 +123,7 @@ class Mhc : public TopologyT<B> {
                              const T* dx_final, const std::vector<const T*>& dout,
                              BranchesT<B>* br, T* dh0, const std::vector<T*>& din) override {
     SATDAR_RETURN_IF_ERROR(StreamsOutBackward(x_, dhyper_.data(), last == sublayers_, dx_final,
-                                              dout, rows_, n_, d_));
+                                              dout, &dout_list_, rows_, n_, d_));
     for (int l = last; l >= first; --l) {
       Step& s = steps_[l - 1];
       const Offsets& o = offsets_[l - 1];
@@ -152,7 +152,7 @@ class Mhc : public TopologyT<B> {
                                                  mixes_, nd));
     }
     SATDAR_RETURN_IF_ERROR(
-        StreamsInBackward(x_, dh0, din, first == 1, dhyper_.data(), rows_, n_, d_));
+        StreamsInBackward(x_, dh0, din, &din_list_, first == 1, dhyper_.data(), rows_, n_, d_));
     return absl::OkStatus();
   }
 
@@ -206,6 +206,10 @@ class Mhc : public TopologyT<B> {
   std::vector<Vec<T>> hyper_;
   Vec<T> dhyper_, dnext_, du_, dy_, draw_;
   Vec<T> dz_, dres_, dlogits_;  // (N, mixes), (N, n, n), (N, n, n)
+  // A pipeline boundary's n tensors (the topology's in, out, dout, din) as the join / split
+  // ops read them (hyper_streams.h writes and publishes them).
+  typename B::template PtrList<const T*> in_list_, dout_list_;
+  typename B::template PtrList<T*> out_list_, din_list_;
 };
 
 }  // namespace

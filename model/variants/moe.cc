@@ -125,8 +125,8 @@ class Moe : public FfnT<B> {
       MlpDims dims{ne, d_, f_};
       L.expert_acts[j].Resize(dims);
       Vec<T> ye(static_cast<size_t>(ne) * d_);
-      MlpForward(ye.data(), &L.expert_acts[j], L.expert_in[j].data(),
-                 ExpertWeights(p, L.experts[j]), dims, x_.pool);
+      SATDAR_RETURN_IF_ERROR(MlpForward(x_, ye.data(), &L.expert_acts[j], L.expert_in[j].data(),
+                                        ExpertWeights(p, L.experts[j]), dims));
       SATDAR_RETURN_IF_ERROR(ScatterExpert(L, j, ye, &yrecv));
     }
     Exchange(std::move(yrecv), &L.slot_out, L.recv_rows, L.send_rows);
@@ -134,8 +134,8 @@ class Moe : public FfnT<B> {
     SATDAR_RETURN_IF_ERROR(ops::MoeCombine(x_, out, L.slot_out.data(), L.weight.data(),
                                            L.row_of_slot.data(), n, k_, d_));
     for (int s = 0; s < m_.num_shared_experts; ++s) {
-      MlpForward(shared_out_.data(), &L.shared_acts[s], z, ExpertWeights(p, L.shared[s]),
-                 MlpDims{n, d_, f_}, x_.pool);
+      SATDAR_RETURN_IF_ERROR(MlpForward(x_, shared_out_.data(), &L.shared_acts[s], z,
+                                        ExpertWeights(p, L.shared[s]), MlpDims{n, d_, f_}));
       SATDAR_RETURN_IF_ERROR(ops::AddTo(x_, out, shared_out_.data(),
                                         static_cast<int64_t>(shared_out_.size())));
     }
@@ -156,8 +156,9 @@ class Moe : public FfnT<B> {
     T* p = const_cast<T*>(w.compute);
     scratch_.Resize(MlpDims{n, d_, f_});
     for (int s = 0; s < m_.num_shared_experts; ++s) {
-      MlpBackward(dz, ExpertWeights(grads, L.shared[s]), dout, L.shared_acts[s], z,
-                  ExpertWeights(p, L.shared[s]), MlpDims{n, d_, f_}, &scratch_, x_.pool);
+      SATDAR_RETURN_IF_ERROR(MlpBackward(x_, dz, ExpertWeights(grads, L.shared[s]), dout,
+                                         L.shared_acts[s], z, ExpertWeights(p, L.shared[s]),
+                                         MlpDims{n, d_, f_}, &scratch_));
     }
     SATDAR_RETURN_IF_ERROR(ops::Zero(x_, dweight_.data(), static_cast<int64_t>(dweight_.size())));
     // The slots' output gradients go to their experts' ranks and the input gradients come back.
@@ -175,9 +176,9 @@ class Moe : public FfnT<B> {
       MlpDims dims{ne, d_, f_};
       scratch_.Resize(dims);
       dxe.assign(static_cast<size_t>(ne) * d_, T(0));
-      MlpBackward(dxe.data(), ExpertWeights(grads, L.experts[j]), dy.data(), L.expert_acts[j],
-                  L.expert_in[j].data(), ExpertWeights(p, L.experts[j]), dims, &scratch_,
-                  x_.pool);
+      SATDAR_RETURN_IF_ERROR(MlpBackward(x_, dxe.data(), ExpertWeights(grads, L.experts[j]),
+                                         dy.data(), L.expert_acts[j], L.expert_in[j].data(),
+                                         ExpertWeights(p, L.experts[j]), dims, &scratch_));
       SATDAR_RETURN_IF_ERROR(ScatterExpert(L, j, dxe, &dxrecv));
     }
     Vec<T> dxsend;
@@ -221,7 +222,7 @@ class Moe : public FfnT<B> {
     std::vector<Vec<T>> expert_in;  // per local expert: its input rows
     Vec<T> slot_out;                // per sent slot: its expert's output
     Vec<double> fraction;           // (B, E): f_e^b (fp32 on CUDA, S6)
-    std::vector<MlpActs<T>> expert_acts, shared_acts;
+    std::vector<MlpActs<B>> expert_acts, shared_acts;
   };
 
   MlpWeights<T> ExpertWeights(T* base, int64_t gate) const {
@@ -315,7 +316,7 @@ class Moe : public FfnT<B> {
   int b_ = 0, t_ = 0;
   Vec<T> shared_out_, dlogits_;
   Vec<Acc> dweight_;
-  MlpScratch<T> scratch_;
+  MlpScratch<B> scratch_;
   std::vector<std::vector<int64_t>> load_;
   bool recomputing_ = false;
 };

@@ -101,8 +101,8 @@ class Satformer : public ValueResidualT<B> {
     (*stats)["satformer_gate_zero_fraction"] = zeros;
   }
 
-  // The gates are B::Acc (fp32 on CUDA, the ops' type); on the CPU Acc == T.
-  const T* gate_values(int i) const override { return i >= 1 ? alpha_[i].data() : nullptr; }
+  // The gates are B::Acc (fp32 on CUDA, the ops' type).
+  const Acc* gate_values(int i) const override { return i >= 1 ? alpha_[i].data() : nullptr; }
 
   void ResetStats() override {
     for (int i = 0; i < layers_; ++i) {
