@@ -8,6 +8,10 @@
 #include "core/ops/rope.h"
 #include "model/ops.h"
 
+#if defined(SATDAR_WITH_CUDA)
+#include <cuda_bf16.h>
+#endif
+
 namespace satdar::model {
 
 namespace {
@@ -84,8 +88,17 @@ absl::Status BranchesT<B>::Resize(int b, int t) {
                         c.head_size(),
                         c.qk_norm,
                         c.rms_norm_eps};
-  // Computed on the host (a device takes them uploaded).
-  core::cpu::RopeTables(&cos_, &sin_, t, c.head_size(), c.rope_theta);
+  // Computed on the host, then uploaded (copied on the CPU).
+  {
+    std::vector<Acc> cos, sin;
+    core::cpu::RopeTables(&cos, &sin, t, c.head_size(), c.rope_theta);
+    cos_.resize(cos.size());
+    sin_.resize(sin.size());
+    SATDAR_RETURN_IF_ERROR(
+        ops::Upload(x_, cos_.data(), cos.data(), static_cast<int64_t>(cos.size())));
+    SATDAR_RETURN_IF_ERROR(
+        ops::Upload(x_, sin_.data(), sin.data(), static_cast<int64_t>(sin.size())));
+  }
   const size_t n = static_cast<size_t>(b) * t, nc = n * c.hidden_size;
   const size_t nkv = n * dims_.nkv * c.head_size();
   // Sequence parallelism: the branches' inputs and outputs are this rank's rows; attention
@@ -120,7 +133,8 @@ absl::Status BranchesT<B>::Resize(int b, int t) {
   v1_keep_.resize(full && value_residual_ ? nkv : 0);
   y_scratch_.resize(full || selective ? nc : 0);
   for (Vec<T>* v : {&gq_, &gk_, &gv_, &out_full_, &dy_full_, &dq_full_, &dk_full_, &dv_full_}) {
-    v->assign(sp_ ? nc : 0, T(0));
+    v->resize(0);  // zeros, as assign(n, 0)
+    v->resize(sp_ ? nc : 0);
   }
   scatter_.resize(sp_ ? lnc : 0);
   scratch_.Resize(dims_);
@@ -463,5 +477,9 @@ void BranchesT<B>::ResetStats() {
 
 template class BranchesT<Cpu<float>>;
 template class BranchesT<Cpu<double>>;
+#if defined(SATDAR_WITH_CUDA)
+template class BranchesT<Cuda<float>>;
+template class BranchesT<Cuda<__nv_bfloat16>>;
+#endif
 
 }  // namespace satdar::model

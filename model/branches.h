@@ -95,10 +95,12 @@ class BranchesT {
   // moved into the layer that runs (Enter) and out again (Leave); with kSelective the
   // attention probabilities alone move that way.
   struct Acts {
-    Vec<T> x_attn, rstd_attn;  // normed attention input (B*T, C), (B*T)
+    Vec<T> x_attn;             // normed attention input (B*T, C)
+    Vec<Acc> rstd_attn;        // (B*T) (fp32 on a device)
     AttentionActs<B> attn;
     Vec<T> vmix;               // V' when a value residual mixes this layer
-    Vec<T> z_mlp, rstd_mlp;    // normed FFN input
+    Vec<T> z_mlp;              // normed FFN input
+    Vec<Acc> rstd_mlp;
   };
   struct Layer {
     int64_t ln_attn, wq, wk, wv, wo, q_norm, k_norm, ln_mlp;
@@ -148,7 +150,7 @@ class BranchesT {
   std::unique_ptr<FfnT<B>> ffn_;
   std::vector<Layer> layers_;
   AttentionDims dims_;
-  Vec<Acc> cos_, sin_;  // the RoPE tables (fp32 on a device)
+  Vec<Acc> cos_, sin_;  // the RoPE tables (fp32 on a device), uploaded from the host's
   AttentionScratch<B> scratch_;
   Vec<T> dx_, dv_raw_, dv1_;
   bool sp_ = false;        // sequence parallelism (Sharding::sequence_parallel, tp > 1)

@@ -1,11 +1,17 @@
 #include "model/decoder.h"
 
 #include <algorithm>
+#include <type_traits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
+#include "model/layers/linear.h"
 #include "model/ops.h"
+
+#if defined(SATDAR_WITH_CUDA)
+#include <cuda_bf16.h>
+#endif
 
 namespace satdar::model {
 
@@ -94,6 +100,8 @@ absl::Status DecoderModelT<B>::Resize(int b, int t) {
   rows_ = shard_.StreamRows(static_cast<int>(n));
   const size_t lnc = static_cast<size_t>(rows_) * config_.hidden_size;
   const bool sp = rows_ != static_cast<int>(n);
+  host_inputs_.resize(n);
+  host_targets_.resize(n);
   inputs_.resize(n);
   targets_.resize(n);
   h0_.resize(lnc);
@@ -107,6 +115,7 @@ absl::Status DecoderModelT<B>::Resize(int b, int t) {
     lnf_rstd_.resize(rows_);
     logits_.resize(n * vl_);
     losses_.resize(n);
+    host_losses_.resize(n);
     dnorm_.resize(nc);
     dnorm_local_.resize(sp ? lnc : 0);
     row_max_.resize(n);
@@ -117,8 +126,13 @@ absl::Status DecoderModelT<B>::Resize(int b, int t) {
   // Boundary buffers: the topology's state tensors, then V1.
   const size_t v1 = n * shard_.TpCount(config_.num_key_value_heads) * config_.head_size();
   auto layout = [&](int after_sublayer, std::vector<Vec<T>>* a, std::vector<Vec<T>>* g) {
-    a->assign(topology_->BoundaryTensors(after_sublayer), Vec<T>(lnc));
-    if (branches_->has_value_residual()) a->emplace_back(v1);
+    Vec<T> stream;
+    stream.resize(lnc);
+    a->assign(topology_->BoundaryTensors(after_sublayer), stream);
+    if (branches_->has_value_residual()) {
+      a->emplace_back();
+      a->back().resize(v1);
+    }
     *g = *a;
   };
   stage_ = StageBuffersT<B>();
@@ -168,7 +182,7 @@ absl::Status DecoderModelT<B>::CrossEntropyForward(double* loss) {
   } else {
     // Vocabulary-parallel softmax: the row max, the sum of exponentials and the target's
     // logit are each reduced over the TP group (Megatron-LM's scheme).
-    Vec<T> sum, target;
+    Vec<Acc> sum, target;
     sum.resize(n);
     target.resize(n);
     SATDAR_RETURN_IF_ERROR(
@@ -182,9 +196,10 @@ absl::Status DecoderModelT<B>::CrossEntropyForward(double* loss) {
     SATDAR_RETURN_IF_ERROR(ops::VocabParallelLoss(x_, losses_.data(), row_lse_.data(),
                                                   row_max_.data(), sum.data(), target.data(), n));
   }
-  // Host read: statistics (S9 reads it back on CUDA). The loss, summed in double in order.
+  // The loss, read back (a copy on the CPU) and summed in double in order.
+  SATDAR_RETURN_IF_ERROR(ops::Download(x_, host_losses_.data(), losses_.data(), n));
   double sum = 0;
-  for (T l : losses_) sum += static_cast<double>(l);
+  for (Acc l : host_losses_) sum += static_cast<double>(l);
   *loss = sum / n;
   return absl::OkStatus();
 }
@@ -192,7 +207,7 @@ absl::Status DecoderModelT<B>::CrossEntropyForward(double* loss) {
 template <class B>
 absl::Status DecoderModelT<B>::CrossEntropyBackward(double loss_scale) {
   const int n = b_ * t_;
-  const T scale = static_cast<T>(loss_scale / n);
+  const Acc scale = static_cast<Acc>(loss_scale / n);
   if (shard_.tp_size == 1) {
     return ops::CrossEntropyBackward(x_, logits_.data(), logits_.data(), targets_.data(), scale,
                                      n, vl_);
@@ -203,8 +218,8 @@ absl::Status DecoderModelT<B>::CrossEntropyBackward(double loss_scale) {
 }
 
 template <class B>
-absl::StatusOr<double> DecoderModelT<B>::Forward(const T* params, const int32_t* tokens, int b,
-                                                 int t) {
+absl::StatusOr<double> DecoderModelT<B>::Forward(const Weights<B>& w, const int32_t* tokens,
+                                                 int b, int t) {
   const int64_t count = static_cast<int64_t>(b) * (t + 1);
   for (int64_t i = 0; i < count; ++i) {
     if (tokens[i] < 0 || tokens[i] >= config_.vocab_size) {
@@ -213,16 +228,48 @@ absl::StatusOr<double> DecoderModelT<B>::Forward(const T* params, const int32_t*
     }
   }
   if (!pending_.ok()) return std::exchange(pending_, absl::OkStatus());
-  // On the CPU the one parameter buffer is both the compute and the master weights.
-  SATDAR_ASSIGN_OR_RETURN(const double loss, ForwardPass(Weights<B>{params, params}, tokens, b, t));
+  typename B::AllocScope scope(x_);
+  absl::StatusOr<double> loss = ForwardPass(w, tokens, b, t);
+  SATDAR_RETURN_IF_ERROR(scope.status());
+  SATDAR_RETURN_IF_ERROR(loss.status());
   SATDAR_RETURN_IF_ERROR(CommStatus());
   return loss;
 }
 
 template <class B>
-absl::Status DecoderModelT<B>::Backward(const T* params, T* grads, double loss_scale) {
-  SATDAR_RETURN_IF_ERROR(BackwardPass(Weights<B>{params, params}, grads, loss_scale));
+absl::Status DecoderModelT<B>::Backward(const Weights<B>& w, Acc* grads, double loss_scale) {
+  typename B::AllocScope scope(x_);
+  const absl::Status status = BackwardPass(w, grads, loss_scale);
+  SATDAR_RETURN_IF_ERROR(scope.status());
+  SATDAR_RETURN_IF_ERROR(status);
   return CommStatus();
+}
+
+// Model<T>: one parameter buffer is both the compute and the master weights (the CPU; on a
+// device only where they have one type).
+template <class B>
+absl::StatusOr<double> DecoderModelT<B>::Forward(const T* params, const int32_t* tokens, int b,
+                                                 int t) {
+  if constexpr (std::is_same_v<T, Acc>) {
+    return Forward(Weights<B>{params, params}, tokens, b, t);
+  } else {
+    (void)params, (void)tokens, (void)b, (void)t;
+    return absl::UnimplementedError(
+        "Model::Forward with one parameter buffer: this model's master weights are fp32, "
+        "call DecoderModelT::Forward(const Weights<B>&, ...)");
+  }
+}
+
+template <class B>
+absl::Status DecoderModelT<B>::Backward(const T* params, T* grads, double loss_scale) {
+  if constexpr (std::is_same_v<T, Acc>) {
+    return Backward(Weights<B>{params, params}, grads, loss_scale);
+  } else {
+    (void)params, (void)grads, (void)loss_scale;
+    return absl::UnimplementedError(
+        "Model::Backward with one parameter buffer: this model's master weights and gradients "
+        "are fp32, call DecoderModelT::Backward(const Weights<B>&, Acc*, ...)");
+  }
 }
 
 template <class B>
@@ -233,10 +280,12 @@ absl::StatusOr<double> DecoderModelT<B>::ForwardPass(const Weights<B>& w, const 
   const int n = b * t, d = c.hidden_size;
   for (int bi = 0; bi < b; ++bi) {
     for (int ti = 0; ti < t; ++ti) {
-      inputs_[bi * t + ti] = tokens[bi * (t + 1) + ti];
-      targets_[bi * t + ti] = tokens[bi * (t + 1) + ti + 1];
+      host_inputs_[bi * t + ti] = tokens[bi * (t + 1) + ti];
+      host_targets_[bi * t + ti] = tokens[bi * (t + 1) + ti + 1];
     }
   }
+  SATDAR_RETURN_IF_ERROR(ops::Upload(x_, inputs_.data(), host_inputs_.data(), n));
+  SATDAR_RETURN_IF_ERROR(ops::Upload(x_, targets_.data(), host_targets_.data(), n));
   branches_->SetWeights(w, nullptr);
   if (shard_.pp_size == 1) {
     SATDAR_RETURN_IF_ERROR(EmbeddingForward(w.compute + embed_off_, h0_.data()));
@@ -288,11 +337,11 @@ absl::Status DecoderModelT<B>::BackwardPass(const Weights<B>& w, Acc* grads, dou
   const int n = b_ * t_, d = c.hidden_size;
   if (shard_.last_stage()) {
     SATDAR_RETURN_IF_ERROR(CrossEntropyBackward(loss_scale));
-    SATDAR_RETURN_IF_ERROR(
-        ops::Zero(x_, dnorm_.data(), static_cast<int64_t>(dnorm_.size())));
-    SATDAR_RETURN_IF_ERROR(ops::MatmulBackward(x_, dnorm_.data(), grads + head_off_,
-                                               logits_.data(), lnf_.data(),
-                                               w.compute + head_off_, n, vl_, d));
+    // dnorm = dlogits W (overwritten), dW_head += dlogits^T lnf (fp32 on a device).
+    SATDAR_RETURN_IF_ERROR(layers_internal::LinearBackward(x_, dnorm_.data(), grads + head_off_,
+                                                           logits_.data(), lnf_.data(),
+                                                           w.compute + head_off_, n, vl_, d,
+                                                           /*overwrite=*/true));
     // Each rank's vocabulary slice: summed over TP (under SP into this rank's rows).
     const T* dnorm = dnorm_.data();
     if (rows_ != n) {
@@ -369,13 +418,25 @@ void DecoderModelT<B>::Predictions(std::vector<int32_t>* argmax) const {
   argmax->resize(n);
   // (best logit, its vocabulary id) per row of this rank's slice.
   std::vector<double> best(2 * static_cast<size_t>(n));
-  // Host read: statistics (S9 reads it back on CUDA).
-  for (int r = 0; r < n; ++r) {
-    const T* row = logits_.data() + static_cast<size_t>(r) * v;
-    const int j = static_cast<int>(std::max_element(row, row + v) - row);
-    (*argmax)[r] = v0_ + j;
-    best[2 * r] = row[j];
-    best[2 * r + 1] = v0_ + j;
+  // The logits read back a few rows at a time (copies on the CPU; a failed copy on a device
+  // leaves argmax empty).
+  const int chunk = std::max(1, std::min(n, (1 << 20) / std::max(v, 1)));
+  std::vector<T> rows(static_cast<size_t>(chunk) * v);
+  for (int r0 = 0; r0 < n; r0 += chunk) {
+    const int count = std::min(chunk, n - r0);
+    if (!ops::Download(x_, rows.data(), logits_.data() + static_cast<size_t>(r0) * v,
+                       static_cast<int64_t>(count) * v)
+             .ok()) {
+      argmax->clear();
+      return;
+    }
+    for (int r = r0; r < r0 + count; ++r) {
+      const T* row = rows.data() + static_cast<size_t>(r - r0) * v;
+      const int j = static_cast<int>(std::max_element(row, row + v) - row);
+      (*argmax)[r] = v0_ + j;
+      best[2 * r] = row[j];
+      best[2 * r + 1] = v0_ + j;
+    }
   }
   if (shard_.tp_size == 1) return;
   std::vector<double> all(best.size() * shard_.tp_size);
@@ -401,12 +462,18 @@ bool DecoderModelT<B>::GateValues(int layer, std::vector<double>* gates) const {
   ValueResidualT<B>* vr = branches_->value_residual();
   const Acc* g = vr == nullptr ? nullptr : vr->gate_values(layer);
   if (g == nullptr) return false;
-  // Host read: statistics (S9 reads it back on CUDA).
-  gates->assign(g, g + static_cast<size_t>(b_) * t_ * shard_.TpCount(config_.num_key_value_heads));
+  // Read back (a copy on the CPU).
+  std::vector<Acc> host(static_cast<size_t>(b_) * t_ * shard_.TpCount(config_.num_key_value_heads));
+  if (!ops::Download(x_, host.data(), g, static_cast<int64_t>(host.size())).ok()) return false;
+  gates->assign(host.begin(), host.end());
   return true;
 }
 
 template class DecoderModelT<Cpu<float>>;
 template class DecoderModelT<Cpu<double>>;
+#if defined(SATDAR_WITH_CUDA)
+template class DecoderModelT<Cuda<float>>;
+template class DecoderModelT<Cuda<__nv_bfloat16>>;
+#endif
 
 }  // namespace satdar::model

@@ -6,6 +6,10 @@
 #include "absl/strings/str_cat.h"
 #include "model/layers/mlp.h"
 
+#if defined(SATDAR_WITH_CUDA)
+#include <cuda_bf16.h>
+#endif
+
 namespace satdar::model {
 
 namespace {
@@ -84,7 +88,8 @@ class DenseFfn : public FfnT<B> {
   struct Offsets {
     int64_t gate, up, down;
   };
-  MlpWeights<T> MlpWeightsAt(T* base, int i) const {
+  template <typename U>
+  MlpWeights<U> MlpWeightsAt(U* base, int i) const {
     return {base + offsets_[i].gate, base + offsets_[i].up, base + offsets_[i].down};
   }
   const ModelConfig c_;
@@ -117,5 +122,12 @@ template std::unique_ptr<FfnT<Cpu<float>>> MakeDenseFfn<Cpu<float>>(const ModelC
 template std::unique_ptr<FfnT<Cpu<double>>> MakeDenseFfn<Cpu<double>>(const ModelConfig&,
                                                                       const Sharding&,
                                                                       const core::CpuExec&);
+#if defined(SATDAR_WITH_CUDA)
+template std::unique_ptr<FfnT<Cuda<float>>> MakeDenseFfn<Cuda<float>>(const ModelConfig&,
+                                                                      const Sharding&,
+                                                                      const core::CudaExec&);
+template std::unique_ptr<FfnT<Cuda<__nv_bfloat16>>> MakeDenseFfn<Cuda<__nv_bfloat16>>(
+    const ModelConfig&, const Sharding&, const core::CudaExec&);
+#endif
 
 }  // namespace satdar::model

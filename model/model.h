@@ -40,7 +40,11 @@ struct StageBuffersT {
 template <typename T>
 using StageBuffers = StageBuffersT<Cpu<T>>;
 
-template <typename T>
+// Stage: the boundary buffers' type; the default is the CPU's, so Model<T> is the CPU model
+// every caller knows. A model on a device (decoder.h, DecoderModelT<Cuda<T>>) derives from
+// Model<T, StageBuffersT<Cuda<T>>>, a different class, so device buffers never pass for host
+// ones.
+template <typename T, class Stage = StageBuffers<T>>
 class Model {
  public:
   virtual ~Model() = default;
@@ -73,7 +77,7 @@ class Model {
   // than the last, Forward returns its layers' auxiliary losses (the cross-entropy is the last
   // stage's) and Backward starts from
   // dout; on one other than the first, Forward starts from in.
-  virtual StageBuffers<T>* PrepareStage(int b, int t) = 0;
+  virtual Stage* PrepareStage(int b, int t) = 0;
 };
 
 // The registry (model/registry.cc): builds the model that `config` describes, or says

@@ -22,6 +22,10 @@
 #include "model/variants/satformer.h"
 #include "model/variants/standard.h"
 
+#if defined(SATDAR_WITH_CUDA)
+#include <cuda_bf16.h>
+#endif
+
 namespace satdar::model {
 
 namespace {
@@ -167,6 +171,68 @@ absl::StatusOr<ParamTable> BuildParamTable(const ModelConfig& config, const Shar
   SATDAR_ASSIGN_OR_RETURN(Design<Cpu<float>> d, FindDesign(r, config, shard));
   return DecoderParams(config, shard, d.params(), align);
 }
+
+template <class B>
+absl::StatusOr<std::unique_ptr<DecoderModelT<B>>> CreateDeviceModel(const ModelConfig& config,
+                                                                   const Sharding& shard,
+                                                                   const typename B::Exec& x) {
+  // What the CPU registry refuses (the config, the sharding, an unknown design) first.
+  Registry<Cpu<float>> cpu;
+  SATDAR_RETURN_IF_ERROR(FindDesign(cpu, config, shard).status());
+  // The device rows: the designs instantiated on B so far (docs/ONE_MODEL_PLAN.md, S6).
+  using Exec = typename B::Exec;
+  const std::vector<Row<B, std::string, std::unique_ptr<TopologyT<B>>>> topologies = {
+      {"standard", MakeStandard<B>, nullptr},
+  };
+  const std::vector<Row<B, std::string, std::unique_ptr<ValueResidualT<B>>>> value_residuals = {
+      {"none",
+       [](const ModelConfig&, const Sharding&, const Exec&) {
+         return std::unique_ptr<ValueResidualT<B>>();
+       },
+       nullptr},
+      {"resformer", MakeResformer<B>, AddResformerParams},
+  };
+  const std::vector<Row<B, bool, std::unique_ptr<FfnT<B>>>> ffns = {
+      {false, MakeDenseFfn<B>, AddDenseFfnParams},
+  };
+  auto refuse = [](const std::string& field, const std::string& value) {
+    return absl::UnimplementedError(absl::StrCat(
+        "config field \"", field, "\": ", value,
+        " is not on the device model yet; the GPU runs it through model/gpu/ for now"));
+  };
+  Design<B> d;
+  d.topology = Find(topologies, std::string(Name(config.residual)));
+  if (d.topology == nullptr) {
+    return refuse("residual", absl::StrCat("\"", Name(config.residual), "\""));
+  }
+  d.value_residual = Find(value_residuals, std::string(Name(config.value_residual)));
+  if (d.value_residual == nullptr) {
+    return refuse("value_residual", absl::StrCat("\"", Name(config.value_residual), "\""));
+  }
+  d.ffn = Find(ffns, config.moe.has_value());
+  if (d.ffn == nullptr) return refuse("moe", "the sparse MoE FFN");
+  if (shard.tp_size > 1 || shard.pp_size > 1 || shard.ep_size > 1) {
+    return absl::UnimplementedError(absl::StrCat(
+        "the device model runs one rank (tp ", shard.tp_size, ", pp ", shard.pp_size, ", ep ",
+        shard.ep_size, "); the GPU runs layouts through model/gpu/ for now"));
+  }
+  auto branches = std::make_unique<BranchesT<B>>(config, shard, x,
+                                                 d.value_residual->make(config, shard, x),
+                                                 d.ffn->make(config, shard, x));
+  // The GPU's table: every tensor aligned to 32 elements.
+  return std::make_unique<DecoderModelT<B>>(config, shard, x,
+                                            DecoderParams(config, shard, d.params(), 32),
+                                            std::move(branches),
+                                            d.topology->make(config, shard, x));
+}
+
+#if defined(SATDAR_WITH_CUDA)
+template absl::StatusOr<std::unique_ptr<DecoderModelT<Cuda<float>>>>
+CreateDeviceModel<Cuda<float>>(const ModelConfig&, const Sharding&, const core::CudaExec&);
+template absl::StatusOr<std::unique_ptr<DecoderModelT<Cuda<__nv_bfloat16>>>>
+CreateDeviceModel<Cuda<__nv_bfloat16>>(const ModelConfig&, const Sharding&,
+                                       const core::CudaExec&);
+#endif
 
 template absl::StatusOr<std::unique_ptr<Model<float>>> CreateModel<float>(const ModelConfig&,
                                                                           core::ThreadPool*);

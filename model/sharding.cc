@@ -1,10 +1,15 @@
 #include "model/sharding.h"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
 #include "core/dtype.h"
+
+#if defined(SATDAR_WITH_CUDA)
+#include <cuda_bf16.h>
+#endif
 
 namespace satdar::model {
 
@@ -17,10 +22,22 @@ bool Collective(const Sharding& s, std::unique_ptr<comm::Work> work) {
   return false;
 }
 
+namespace {
+// The dtype a collective sends T as (bf16 activations of a device model as kBF16).
+template <typename T>
+constexpr core::DType CommDType() {
+#if defined(SATDAR_WITH_CUDA)
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) return core::DType::kBF16;
+  else
+#endif
+    return core::DTypeOf<T>::value;
+}
+}  // namespace
+
 template <typename T>
 void TpAllReduce(const Sharding& s, T* data, size_t n, comm::ReduceOp op) {
   if (s.tp_size == 1 || (s.errors != nullptr && s.errors->failed())) return;
-  Collective(s, s.tp->AllReduce(data, n, core::DTypeOf<T>::value, op, s.collective));
+  Collective(s, s.tp->AllReduce(data, n, CommDType<T>(), op, s.collective));
 }
 
 template <typename T>
@@ -30,7 +47,7 @@ void TpAllGather(const Sharding& s, const T* local, T* full, size_t n) {
     return;
   }
   if (s.errors != nullptr && s.errors->failed()) return;
-  Collective(s, s.tp->AllGather(local, full, n, core::DTypeOf<T>::value, s.collective));
+  Collective(s, s.tp->AllGather(local, full, n, CommDType<T>(), s.collective));
 }
 
 template <typename T>
@@ -40,7 +57,7 @@ void TpReduceScatter(const Sharding& s, const T* full, T* local, size_t n) {
     return;
   }
   if (s.errors != nullptr && s.errors->failed()) return;
-  Collective(s, s.tp->ReduceScatter(full, local, n, core::DTypeOf<T>::value,
+  Collective(s, s.tp->ReduceScatter(full, local, n, CommDType<T>(),
                                     comm::ReduceOp::kSum, s.collective));
 }
 
@@ -50,5 +67,14 @@ template void TpReduceScatter<float>(const Sharding&, const float*, float*, size
 template void TpReduceScatter<double>(const Sharding&, const double*, double*, size_t);
 template void TpAllReduce<float>(const Sharding&, float*, size_t, comm::ReduceOp);
 template void TpAllReduce<double>(const Sharding&, double*, size_t, comm::ReduceOp);
+#if defined(SATDAR_WITH_CUDA)
+// The device models' activations (DecoderModelT<Cuda<__nv_bfloat16>>).
+template void TpAllGather<__nv_bfloat16>(const Sharding&, const __nv_bfloat16*, __nv_bfloat16*,
+                                         size_t);
+template void TpReduceScatter<__nv_bfloat16>(const Sharding&, const __nv_bfloat16*,
+                                             __nv_bfloat16*, size_t);
+template void TpAllReduce<__nv_bfloat16>(const Sharding&, __nv_bfloat16*, size_t,
+                                         comm::ReduceOp);
+#endif
 
 }  // namespace satdar::model

@@ -3,6 +3,7 @@
 //
 //   SATDAR_RETURN_IF_ERROR(ops::Add(x, out, a, b, n));
 //
+// Upload and Download move n elements between host memory and x's buffers.
 // n elements each. The CPU side is inline (copies and fills on the calling thread as
 // std::copy/std::fill did; adds split over x.pool in chunks of kElementwiseGrain, bit-identical
 // whatever the thread count); the CUDA side (elementwise_cuda.cu, T float or __nv_bfloat16,
@@ -35,6 +36,16 @@ absl::Status Add(const CudaExec& x, T* out, const T* a, const T* b, int64_t n);
 // out += a.
 template <typename T>
 absl::Status AddTo(const CudaExec& x, T* out, const T* a, int64_t n);
+// dst (device) = src (host), enqueued on x.stream; src may be reused when it returns (a copy
+// from pageable memory is staged before cudaMemcpyAsync returns). T float, __nv_bfloat16 or
+// int32_t.
+template <typename T>
+absl::Status Upload(const CudaExec& x, T* dst, const T* host_src, int64_t n);
+// host_dst = src (device): waits for x.stream, so every op enqueued before it has finished
+// and host_dst holds the values when it returns. The one way a model reads device values on
+// the host. T float, __nv_bfloat16 or int32_t.
+template <typename T>
+absl::Status Download(const CudaExec& x, T* host_dst, const T* src, int64_t n);
 }  // namespace cuda
 #endif  // SATDAR_WITH_CUDA || __CUDACC__
 
@@ -77,10 +88,24 @@ inline absl::Status AddTo(const CpuExec& x, T* out, const T* a, int64_t n) {
   return absl::OkStatus();
 }
 
+// Host memory to the buffers of x and back (on the CPU both are host memory: copies). A
+// model's host state (token ids, the RoPE tables) goes in through Upload; what the host reads
+// of its buffers (the losses, statistics) comes out through Download.
+template <typename T>
+inline absl::Status Upload(const CpuExec& x, T* dst, const T* host_src, int64_t n) {
+  return Copy(x, dst, host_src, n);
+}
+template <typename T>
+inline absl::Status Download(const CpuExec& x, T* host_dst, const T* src, int64_t n) {
+  return Copy(x, host_dst, src, n);
+}
+
 #if defined(SATDAR_WITH_CUDA) || defined(__CUDACC__)
 using cuda::Add;
 using cuda::AddTo;
 using cuda::Copy;
+using cuda::Download;
+using cuda::Upload;
 using cuda::Zero;
 #endif
 

@@ -69,6 +69,31 @@ absl::Status AddTo(const CudaExec& x, T* out, const T* a, int64_t n) {
   return absl::OkStatus();
 }
 
+template <typename T>
+absl::Status Upload(const CudaExec& x, T* dst, const T* host_src, int64_t n) {
+  if (n == 0) return absl::OkStatus();
+  SATDAR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, host_src, static_cast<size_t>(n) * sizeof(T),
+                                              cudaMemcpyHostToDevice, x.stream));
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status Download(const CudaExec& x, T* host_dst, const T* src, int64_t n) {
+  if (n == 0) return absl::OkStatus();
+  SATDAR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_dst, src, static_cast<size_t>(n) * sizeof(T),
+                                              cudaMemcpyDeviceToHost, x.stream));
+  SATDAR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(x.stream));
+  return absl::OkStatus();
+}
+
+#define SATDAR_INSTANTIATE_TRANSFER(T)                                       \
+  template absl::Status Upload<T>(const CudaExec&, T*, const T*, int64_t); \
+  template absl::Status Download<T>(const CudaExec&, T*, const T*, int64_t);
+SATDAR_INSTANTIATE_TRANSFER(float)
+SATDAR_INSTANTIATE_TRANSFER(__nv_bfloat16)
+SATDAR_INSTANTIATE_TRANSFER(int32_t)
+#undef SATDAR_INSTANTIATE_TRANSFER
+
 #define SATDAR_INSTANTIATE(T)                                                       \
   template absl::Status Copy<T>(const CudaExec&, T*, const T*, int64_t);            \
   template absl::Status Zero<T>(const CudaExec&, T*, int64_t);                      \

@@ -7,6 +7,10 @@
 #include "model/ops.h"
 #include "model/variants/resformer_ops.h"
 
+#if defined(SATDAR_WITH_CUDA)
+#include <cuda_bf16.h>
+#endif
+
 namespace satdar::model {
 
 namespace {
@@ -84,7 +88,21 @@ class Resformer : public ValueResidualT<B> {
 
   void AppendStats(nlohmann::json* stats) const override {
     if (last_params_ == nullptr) return;
-    // Host read: statistics (S9 reads it back on CUDA): the lambdas from the master weights.
+    // The learnable lambdas read back from the master weights (copies on the CPU); none on a
+    // failed copy.
+    std::vector<Acc> scale(learnable_ ? 1 : 0), logits(learnable_ ? layers_ - 1 : 0),
+        lambda2(learnable_ ? layers_ : 0);
+    if (learnable_) {
+      const int64_t nl = static_cast<int64_t>(logits.size());
+      if (!ops::Download(x_, scale.data(), last_params_ + scale_, 1).ok() ||
+          !ops::Download(x_, logits.data(), last_params_ + logits_, nl).ok()) {
+        return;
+      }
+      for (int i = 1; i < layers_; ++i) {
+        if (lambda2_[i] < 0) continue;
+        if (!ops::Download(x_, &lambda2[i], last_params_ + lambda2_[i], 1).ok()) return;
+      }
+    }
     nlohmann::json l1 = nlohmann::json::array(), l2 = nlohmann::json::array();
     for (int i = 1; i < layers_; ++i) {
       if (learnable_ && lambda2_[i] < 0) {  // another pipeline stage's layer
@@ -92,10 +110,18 @@ class Resformer : public ValueResidualT<B> {
         l2.push_back(nullptr);
         continue;
       }
+      ResformerLambdas<Acc> p;
+      p.layer = i;
+      p.layers = layers_;
+      if (learnable_) {
+        p.scale = scale.data();
+        p.logits = logits.data();
+        p.lambda2 = &lambda2[i];
+      }
       double a, b;
-      cpu::ResformerMix(Lambdas(i, last_params_), &a, &b);
-      l1.push_back(static_cast<double>(static_cast<T>(a)));
-      l2.push_back(static_cast<double>(static_cast<T>(b)));
+      cpu::ResformerMix(p, &a, &b);
+      l1.push_back(static_cast<double>(static_cast<Acc>(a)));
+      l2.push_back(static_cast<double>(static_cast<Acc>(b)));
     }
     (*stats)["resformer_lambda1"] = l1;
     (*stats)["resformer_lambda2"] = l2;
@@ -140,5 +166,11 @@ template std::unique_ptr<ValueResidualT<Cpu<float>>> MakeResformer<Cpu<float>>(
     const ModelConfig&, const Sharding&, const core::CpuExec&);
 template std::unique_ptr<ValueResidualT<Cpu<double>>> MakeResformer<Cpu<double>>(
     const ModelConfig&, const Sharding&, const core::CpuExec&);
+#if defined(SATDAR_WITH_CUDA)
+template std::unique_ptr<ValueResidualT<Cuda<float>>> MakeResformer<Cuda<float>>(
+    const ModelConfig&, const Sharding&, const core::CudaExec&);
+template std::unique_ptr<ValueResidualT<Cuda<__nv_bfloat16>>> MakeResformer<Cuda<__nv_bfloat16>>(
+    const ModelConfig&, const Sharding&, const core::CudaExec&);
+#endif
 
 }  // namespace satdar::model

@@ -5,6 +5,10 @@
 #include "core/check.h"
 #include "model/ops.h"
 
+#if defined(SATDAR_WITH_CUDA)
+#include <cuda_bf16.h>
+#endif
+
 namespace satdar::model {
 
 namespace {
@@ -87,5 +91,11 @@ template std::unique_ptr<TopologyT<Cpu<float>>> MakeStandard<Cpu<float>>(
     const ModelConfig&, const Sharding&, const core::CpuExec&);
 template std::unique_ptr<TopologyT<Cpu<double>>> MakeStandard<Cpu<double>>(
     const ModelConfig&, const Sharding&, const core::CpuExec&);
+#if defined(SATDAR_WITH_CUDA)
+template std::unique_ptr<TopologyT<Cuda<float>>> MakeStandard<Cuda<float>>(
+    const ModelConfig&, const Sharding&, const core::CudaExec&);
+template std::unique_ptr<TopologyT<Cuda<__nv_bfloat16>>> MakeStandard<Cuda<__nv_bfloat16>>(
+    const ModelConfig&, const Sharding&, const core::CudaExec&);
+#endif
 
 }  // namespace satdar::model

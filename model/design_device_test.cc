@@ -1,0 +1,263 @@
+// The CPU model's classes on the device (docs/ONE_MODEL_PLAN.md, S6): DecoderModelT<Cuda<float>>
+// and DecoderModelT<Cuda<__nv_bfloat16>> (registry.cc's CreateDeviceModel) against
+// DecoderModelT<Cpu<float>> (CreateModel<float>) for the designs instantiated on the device:
+// the transformer, ResFormer with fixed lambdas and ResFormer learnable_plus. The same
+// parameters (mapped by name from the CPU's packed table into the device's table aligned to 32),
+// the same tokens, one Forward + Backward each; the loss and every parameter gradient compared.
+// Recomputation (Recompute::kFull) must not change a bit on the device, nor must a second run.
+// Skips without a CUDA build or a GPU (tag gpu).
+//
+// Tolerances: those of model/gpu/gpu_model_test.cc, which compares today's GPU path with the
+// same CPU model on the same tiny shapes:
+//   f32:  loss within 1e-5 relative; per tensor ||gpu - cpu|| <= 2e-3 * max(||cpu||, 1e-4).
+//   bf16: loss within 2e-2 relative; per tensor ||gpu - cpu|| <= 1e-1 * max(||cpu||, 1e-4)
+//         + 10 * ||cpu at bf16-rounded weights - cpu|| (the CPU's own move under bf16 rounding
+//         of the weights; see ExpectBf16GradsClose there for why).
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/cuda/runtime.h"
+#include "core/cuda/testing/gpu_test_util.h"
+#include "core/dtype.h"
+#include "core/thread_pool.h"
+#include "gtest/gtest.h"
+#include "model/decoder.h"
+#include "model/model.h"
+
+#ifdef SATDAR_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "core/cuda/allocator.h"
+#include "core/cuda/workspace.h"
+#include "core/ops/gemm_cuda.h"
+#endif
+
+namespace satdar::model {
+namespace {
+
+namespace gt = core::gpu_test;
+
+constexpr int kB = 2, kT = 24;
+
+ModelConfig Tiny(const std::string& value_residual, ResformerMode mode = ResformerMode::kFixed) {
+  ModelConfig c;
+  c.vocab_size = 96;
+  c.hidden_size = 64;
+  c.intermediate_size = 96;
+  c.num_hidden_layers = 3;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.tie_word_embeddings = true;
+  SATDAR_CHECK(FromName("standard", &c.residual) && FromName(value_residual, &c.value_residual))
+      << value_residual;
+  c.resformer_mode = mode;
+  return c;
+}
+
+struct Result {
+  double loss = 0;
+  std::vector<float> grads;  // in the CPU's packed table
+};
+
+// The parameters, perturbed so constant inits (norm weights, lambdas) do not hide a wrong
+// gradient (as gpu_model_test).
+std::vector<float> Params(const ParamTable& table) {
+  std::vector<float> p(table.size());
+  table.Initialize(p.data(), 7);
+  std::mt19937 rng(11);
+  std::normal_distribution<float> noise(0.0f, 0.05f);
+  for (float& x : p) x += noise(rng);
+  return p;
+}
+
+// The CPU model in f32; with bf16_weights on the parameters rounded to bf16.
+Result CpuRun(const ModelConfig& c, const std::vector<int32_t>& tokens, bool bf16_weights) {
+  core::ThreadPool pool(2);
+  auto model = CreateModel<float>(c, &pool);
+  EXPECT_TRUE(model.ok()) << model.status();
+  std::vector<float> p = Params((*model)->params());
+  if (bf16_weights) {
+    for (float& x : p) x = core::BF16ToFloat(core::FloatToBF16(x));
+  }
+  Result r;
+  r.grads.assign(p.size(), 0.0f);
+  auto loss = (*model)->Forward(p.data(), tokens.data(), kB, kT);
+  EXPECT_TRUE(loss.ok()) << loss.status();
+  r.loss = loss.value_or(0.0);
+  const absl::Status backward = (*model)->Backward(p.data(), r.grads.data(), 1.0);
+  EXPECT_TRUE(backward.ok()) << backward;
+  return r;
+}
+
+// Every tensor of `from` (by name) into `to`'s offsets; `to`'s padding stays as it is.
+void CopyByName(const ParamTable& from, const float* src, const ParamTable& to, float* dst) {
+  for (const ParamSpec& spec : from.specs()) {
+    const ParamSpec* other = to.Find(spec.name);
+    ASSERT_NE(other, nullptr) << spec.name;
+    ASSERT_EQ(other->numel, spec.numel) << spec.name;
+    std::copy(src + spec.offset, src + spec.offset + spec.numel, dst + other->offset);
+  }
+}
+
+double Distance(const ParamSpec& spec, const Result& a, const Result& b) {
+  double d = 0;
+  for (int64_t i = 0; i < spec.numel; ++i) {
+    const double e = double{a.grads[spec.offset + i]} - b.grads[spec.offset + i];
+    d += e * e;
+  }
+  return std::sqrt(d);
+}
+
+double Norm(const ParamSpec& spec, const Result& a) {
+  double n = 0;
+  for (int64_t i = 0; i < spec.numel; ++i) {
+    n += double{a.grads[spec.offset + i]} * a.grads[spec.offset + i];
+  }
+  return std::sqrt(n);
+}
+
+#ifdef SATDAR_WITH_CUDA
+
+// The device's execution context: the legacy default stream, a GEMM handle, a workspace and
+// the allocator the model's buffers come from.
+struct GpuExec {
+  GpuExec() {
+    auto h = core::cuda::GemmHandle::Create();
+    EXPECT_TRUE(h.ok()) << h.status();
+    if (h.ok()) gemm = std::move(*h);
+    x = core::CudaExec{nullptr, gemm.get(), &workspace, &alloc};
+  }
+  core::cuda::CachingAllocator alloc;
+  core::cuda::Workspace workspace{&alloc, nullptr};
+  std::unique_ptr<core::cuda::GemmHandle> gemm;
+  core::CudaExec x;
+};
+
+// DecoderModelT<Cuda<E>>: fp32 master weights, E compute weights (the master rounded), fp32
+// gradients. Also checks the device table (aligned to 32) and that its padding's gradients
+// stay zero.
+template <typename E>
+Result GpuRun(const ModelConfig& c, const std::vector<int32_t>& tokens, Recompute recompute) {
+  Result r;
+  GpuExec gpu;
+  if (gpu.gemm == nullptr) return r;
+  Sharding shard;
+  shard.recompute = recompute;
+  auto model = CreateDeviceModel<Cuda<E>>(c, shard, gpu.x);
+  EXPECT_TRUE(model.ok()) << model.status();
+  if (!model.ok()) return r;
+  const ParamTable& table = (*model)->params();
+  EXPECT_EQ(table.align(), 32);
+  auto packed = BuildParamTable(c, Sharding{});
+  EXPECT_TRUE(packed.ok()) << packed.status();
+  const std::vector<float> p = Params(*packed);
+  std::vector<float> staged(table.size(), 0.0f);
+  CopyByName(*packed, p.data(), table, staged.data());
+  gt::DeviceArray<float> master(staged), grads(std::vector<float>(table.size(), 0.0f));
+  gt::DeviceArray<E> compute(gt::Quantize<E>(staged));
+  const Weights<Cuda<E>> w{compute.get(), master.get()};
+  auto loss = (*model)->Forward(w, tokens.data(), kB, kT);
+  EXPECT_TRUE(loss.ok()) << loss.status();
+  const absl::Status backward = (*model)->Backward(w, grads.get(), 1.0);
+  EXPECT_TRUE(backward.ok()) << backward;
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  r.loss = loss.value_or(0.0);
+  const std::vector<float> g = grads.Download();
+  r.grads.assign(p.size(), 0.0f);
+  for (const ParamSpec& spec : packed->specs()) {
+    const ParamSpec* d = table.Find(spec.name);
+    std::copy(g.begin() + d->offset, g.begin() + d->offset + spec.numel,
+              r.grads.begin() + spec.offset);
+  }
+  float padding = 0;
+  for (const ParamSpec& spec : table.specs()) {
+    for (int64_t e = spec.offset + spec.numel; e < spec.offset + spec.stride; ++e) {
+      padding += std::abs(g[e]);
+    }
+  }
+  EXPECT_EQ(padding, 0.0f);
+  return r;
+}
+
+template <typename E>
+void CheckDesign(const ModelConfig& c) {
+  const std::vector<int32_t> tokens = gt::RandomTokens(kB * (kT + 1), c.vocab_size, 3);
+  const Result want = CpuRun(c, tokens, false);
+  auto packed = BuildParamTable(c, Sharding{});
+  ASSERT_TRUE(packed.ok()) << packed.status();
+  const Result got = GpuRun<E>(c, tokens, Recompute::kNone);
+  ASSERT_EQ(got.grads.size(), want.grads.size());
+  if constexpr (!gt::kIsBf16<E>) {
+    EXPECT_NEAR(got.loss, want.loss, 1e-5 * want.loss);
+    for (const ParamSpec& spec : packed->specs()) {
+      const double diff = Distance(spec, got, want), ref = Norm(spec, want);
+      EXPECT_LE(diff, 2e-3 * std::max(ref, 1e-4))
+          << spec.name << ": |gpu - cpu| " << diff << ", |cpu| " << ref;
+    }
+  } else {
+    EXPECT_NEAR(got.loss, want.loss, 2e-2 * want.loss);
+    const Result perturbed = CpuRun(c, tokens, true);
+    for (const ParamSpec& spec : packed->specs()) {
+      const double diff = Distance(spec, got, want), ref = Norm(spec, want);
+      const double sensitivity = Distance(spec, perturbed, want);
+      EXPECT_LE(diff, 1e-1 * std::max(ref, 1e-4) + 10.0 * sensitivity)
+          << spec.name << ": |gpu - cpu| " << diff << ", |cpu| " << ref
+          << ", |cpu at bf16 weights - cpu| " << sensitivity;
+    }
+  }
+  // The same deterministic kernels again, and with every layer recomputed: identical bits.
+  const Result again = GpuRun<E>(c, tokens, Recompute::kNone);
+  const Result recomputed = GpuRun<E>(c, tokens, Recompute::kFull);
+  EXPECT_EQ(again.loss, got.loss);
+  EXPECT_EQ(again.grads, got.grads);
+  EXPECT_EQ(recomputed.loss, got.loss);
+  EXPECT_EQ(recomputed.grads, got.grads);
+}
+
+template <typename E>
+void CheckTransformer() {
+  CheckDesign<E>(Tiny("none"));
+}
+template <typename E>
+void CheckResformerFixed() {
+  CheckDesign<E>(Tiny("resformer", ResformerMode::kFixed));
+}
+template <typename E>
+void CheckResformerLearnablePlus() {
+  CheckDesign<E>(Tiny("resformer", ResformerMode::kLearnablePlus));
+}
+
+// A design not yet on the device: Unimplemented naming the field and the value.
+template <typename E>
+void CheckRefusal() {
+  GpuExec gpu;
+  ModelConfig c = Tiny("none");
+  SATDAR_CHECK(FromName("dar", &c.residual));
+  auto model = CreateDeviceModel<Cuda<E>>(c, Sharding{}, gpu.x);
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kUnimplemented);
+  const std::string message(model.status().message());
+  EXPECT_NE(message.find("config field \"residual\": \"dar\""), std::string::npos) << message;
+  EXPECT_NE(message.find("model/gpu/"), std::string::npos) << message;
+  c = Tiny("satformer");
+  model = CreateDeviceModel<Cuda<E>>(c, Sharding{}, gpu.x);
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(std::string(model.status().message()).find("\"value_residual\": \"satformer\""),
+            std::string::npos)
+      << model.status();
+}
+
+#endif  // SATDAR_WITH_CUDA
+
+SATDAR_CUDA_MATCHES_CPU_TESTS(DeviceTransformer, CheckTransformer)
+SATDAR_CUDA_MATCHES_CPU_TESTS(DeviceResformerFixed, CheckResformerFixed)
+SATDAR_CUDA_MATCHES_CPU_TESTS(DeviceResformerLearnablePlus, CheckResformerLearnablePlus)
+SATDAR_CUDA_MATCHES_CPU_TESTS(DeviceRegistry, CheckRefusal)
+
+}  // namespace
+}  // namespace satdar::model
