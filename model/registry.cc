@@ -176,41 +176,9 @@ template <class B>
 absl::StatusOr<std::unique_ptr<DecoderModelT<B>>> CreateDeviceModel(const ModelConfig& config,
                                                                    const Sharding& shard,
                                                                    const typename B::Exec& x) {
-  // What the CPU registry refuses (the config, the sharding, an unknown design) first.
-  Registry<Cpu<float>> cpu;
-  SATDAR_RETURN_IF_ERROR(FindDesign(cpu, config, shard).status());
-  // The device rows: the designs instantiated on B so far (docs/ONE_MODEL_PLAN.md, S6).
-  using Exec = typename B::Exec;
-  const std::vector<Row<B, std::string, std::unique_ptr<TopologyT<B>>>> topologies = {
-      {"standard", MakeStandard<B>, nullptr},
-  };
-  const std::vector<Row<B, std::string, std::unique_ptr<ValueResidualT<B>>>> value_residuals = {
-      {"none",
-       [](const ModelConfig&, const Sharding&, const Exec&) {
-         return std::unique_ptr<ValueResidualT<B>>();
-       },
-       nullptr},
-      {"resformer", MakeResformer<B>, AddResformerParams},
-  };
-  const std::vector<Row<B, bool, std::unique_ptr<FfnT<B>>>> ffns = {
-      {false, MakeDenseFfn<B>, AddDenseFfnParams},
-  };
-  auto refuse = [](const std::string& field, const std::string& value) {
-    return absl::UnimplementedError(absl::StrCat(
-        "config field \"", field, "\": ", value,
-        " is not on the device model yet; the GPU runs it through model/gpu/ for now"));
-  };
-  Design<B> d;
-  d.topology = Find(topologies, std::string(Name(config.residual)));
-  if (d.topology == nullptr) {
-    return refuse("residual", absl::StrCat("\"", Name(config.residual), "\""));
-  }
-  d.value_residual = Find(value_residuals, std::string(Name(config.value_residual)));
-  if (d.value_residual == nullptr) {
-    return refuse("value_residual", absl::StrCat("\"", Name(config.value_residual), "\""));
-  }
-  d.ffn = Find(ffns, config.moe.has_value());
-  if (d.ffn == nullptr) return refuse("moe", "the sparse MoE FFN");
+  // The same rows as the CPU's: every design is instantiated on the device backends.
+  Registry<B> r;
+  SATDAR_ASSIGN_OR_RETURN(Design<B> d, FindDesign(r, config, shard));
   if (shard.tp_size > 1 || shard.pp_size > 1 || shard.ep_size > 1) {
     return absl::UnimplementedError(absl::StrCat(
         "the device model runs one rank (tp ", shard.tp_size, ", pp ", shard.pp_size, ", ep ",

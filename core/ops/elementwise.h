@@ -37,13 +37,13 @@ absl::Status Add(const CudaExec& x, T* out, const T* a, const T* b, int64_t n);
 template <typename T>
 absl::Status AddTo(const CudaExec& x, T* out, const T* a, int64_t n);
 // dst (device) = src (host), enqueued on x.stream; src may be reused when it returns (a copy
-// from pageable memory is staged before cudaMemcpyAsync returns). T float, __nv_bfloat16 or
-// int32_t.
+// from pageable memory is staged before cudaMemcpyAsync returns). T float, __nv_bfloat16,
+// int32_t or double.
 template <typename T>
 absl::Status Upload(const CudaExec& x, T* dst, const T* host_src, int64_t n);
 // host_dst = src (device): waits for x.stream, so every op enqueued before it has finished
 // and host_dst holds the values when it returns. The one way a model reads device values on
-// the host. T float, __nv_bfloat16 or int32_t.
+// the host. T float, __nv_bfloat16, int32_t or double.
 template <typename T>
 absl::Status Download(const CudaExec& x, T* host_dst, const T* src, int64_t n);
 }  // namespace cuda

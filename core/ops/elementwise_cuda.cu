@@ -92,6 +92,7 @@ absl::Status Download(const CudaExec& x, T* host_dst, const T* src, int64_t n) {
 SATDAR_INSTANTIATE_TRANSFER(float)
 SATDAR_INSTANTIATE_TRANSFER(__nv_bfloat16)
 SATDAR_INSTANTIATE_TRANSFER(int32_t)
+SATDAR_INSTANTIATE_TRANSFER(double)
 #undef SATDAR_INSTANTIATE_TRANSFER
 
 #define SATDAR_INSTANTIATE(T)                                                       \

@@ -1,5 +1,8 @@
-// model/layers/linear.h: the backward of a linear layer as the layers (attention.cc, mlp.cc)
-// run it on each device, one name overloaded on the execution context like the ops:
+// model/layers/linear.h: a linear layer's pieces whose types differ by device, one name
+// overloaded on the execution context like the ops. LinearForwardAcc: out (M,N) = inp (M,K)
+// weight^T (weight (N,K)) into B::Acc (T on the CPU: ops::MatmulForward; fp32 on CUDA from T
+// inputs: the mixed GEMM), for the small projections whose outputs are coefficients (HC/mHC,
+// MUDDFormer, the MoE router). LinearBackward, as the layers (attention.cc, mlp.cc) run it:
 //   CPU:  ops::MatmulBackward, the weight gradient in T (T == Acc);
 //   CUDA: ops::MatmulBackwardInput and ops::MatmulBackwardWeightF32, the mixed-precision
 //         forms: the weight gradient accumulates in fp32 (B::Acc) from T inputs.
@@ -8,12 +11,37 @@
 
 #include <cstdint>
 
+#include <type_traits>
+
 #include "absl/status/status.h"
 #include "core/check.h"
 #include "core/exec.h"
 #include "model/ops.h"
 
+#if defined(SATDAR_WITH_CUDA) || defined(__CUDACC__)
+#include "core/dtype.h"
+#include "core/ops/gemm_cuda.h"
+#endif
+
 namespace satdar::model::layers_internal {
+
+template <typename T>
+absl::Status LinearForwardAcc(const core::CpuExec& x, T* out, const T* inp, const T* weight,
+                              int m, int n, int k) {
+  return ops::MatmulForward(x, out, inp, weight, m, n, k);
+}
+#if defined(SATDAR_WITH_CUDA) || defined(__CUDACC__)
+template <typename T>
+absl::Status LinearForwardAcc(const core::CudaExec& x, float* out, const T* inp,
+                              const T* weight, int m, int n, int k) {
+  if (x.gemm == nullptr) {
+    return absl::FailedPreconditionError("LinearForwardAcc: the CudaExec has no GEMM handle");
+  }
+  constexpr core::DType kDt = std::is_same_v<T, float> ? core::DType::kF32 : core::DType::kBF16;
+  return x.gemm->GemmMixed(kDt, core::DType::kF32, false, true, m, n, k, 1.0f, inp, k, weight, k,
+                           0.0f, out, n);
+}
+#endif
 
 // inp (M,K), weight (N,K), dout (M,N): dinp (M,K) += dout weight (overwrite: dinp = dout
 // weight), dweight (N,K) += dout^T inp.

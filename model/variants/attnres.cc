@@ -8,6 +8,10 @@
 #include "model/ops.h"
 #include "model/variants/depth_retrieval_ops.h"
 
+#if defined(SATDAR_WITH_CUDA)
+#include <cuda_bf16.h>
+#endif
+
 namespace satdar::model {
 
 namespace {
@@ -55,20 +59,23 @@ class AttnRes : public TopologyT<B> {
     const int max_sources = sublayers_ / block_ + 2;
     h0_.resize(nc);
     sources_.assign(max_sources, nullptr);
-    dsources_.assign(max_sources, Vec<T>(nc));
+    dsources_.assign(max_sources, Vec<T>());  // B::Vec has no sized constructor
+    for (auto& d : dsources_) d.resize(nc);
     // A pipeline stage keeps only the steps it runs (and the partial it imports).
     for (int k = 0; k <= sublayers_; ++k) {
       Step& s = steps_[k];
       const bool used = k + 1 >= first_ - 1 && (k + 1 <= last_ + 1 || Owned(sublayers_ + 1));
       s.u.assign(used ? nc : 0, T(0));
       s.partial.assign(used ? nc : 0, T(0));
-      s.alpha.assign(used ? static_cast<size_t>(rows) * max_sources : 0, T(0));
+      s.alpha.assign(used ? static_cast<size_t>(rows) * max_sources : 0, Acc(0));
     }
     y_.resize(nc);
     dpartial_.resize(nc);
     du_.resize(nc);
     dy_.resize(nc);
     weight_sum_.assign(sublayers_ + 1, std::vector<double>(max_sources, 0.0));
+    // The host copy of one step's depth weights (statistics); the CPU reads them in place.
+    if (B::kDevice) host_alpha_.resize(static_cast<size_t>(rows) * max_sources);
     return absl::OkStatus();
   }
 
@@ -106,7 +113,7 @@ class AttnRes : public TopologyT<B> {
           x_, u, s.alpha.data(), inputs_.data(), inputs_.data(),
           static_cast<int>(inputs_.size()), w.compute + query_[l - 1], w.compute + norm_[l - 1],
           rows_, d_, eps_));
-      Accumulate(l - 1, s);
+      SATDAR_RETURN_IF_ERROR(Accumulate(l - 1, s));
       if (l > sublayers_) break;
       SATDAR_RETURN_IF_ERROR(br->Forward(l, u, y_.data()));
       // The next partial: p + y, or y when the partial is empty.
@@ -203,7 +210,8 @@ class AttnRes : public TopologyT<B> {
   struct Step {
     int sources = 0;
     bool has_partial = false;
-    Vec<T> u, partial, alpha;
+    Vec<T> u, partial;
+    Vec<Acc> alpha;  // B::Acc (fp32 on CUDA, the retrieval ops' type)
   };
 
   static void AddRetrieval(const std::string& prefix, int64_t d, ParamTable* table) {
@@ -230,15 +238,23 @@ class AttnRes : public TopologyT<B> {
         s.alpha.data(), inputs_.data(), inputs_.data(), static_cast<int>(inputs_.size()),
         w.compute + query_[l - 1], w.compute + norm_[l - 1], rows_, d_, eps_);
   }
-  void Accumulate(int index, const Step& s) {
+  absl::Status Accumulate(int index, const Step& s) {
     const int count = s.sources + (s.has_partial ? 1 : 0);
-    // Host read: statistics (S9 reads it back on CUDA).
+    // Host read: in place on the CPU; a device's depth weights are downloaded first (a wait
+    // for the stream per step).
+    const Acc* alpha = s.alpha.data();
+    if (B::kDevice) {
+      SATDAR_RETURN_IF_ERROR(ops::Download(x_, host_alpha_.data(), alpha,
+                                           static_cast<int64_t>(rows_) * count));
+      alpha = host_alpha_.data();
+    }
     for (int r = 0; r < rows_; ++r) {
-      for (int i = 0; i < count; ++i) weight_sum_[index][i] += s.alpha[r * count + i];
+      for (int i = 0; i < count; ++i) weight_sum_[index][i] += alpha[r * count + i];
     }
     // Once per pass, at this stage's first retrieval (the last stage alone would leave the
     // others' statistics without a token count).
     if (index == first_ - 1) tokens_ += rows_;
+    return absl::OkStatus();
   }
 
   // Step l (1..2L+1, the last one the final readout) runs on this pipeline stage.
@@ -261,6 +277,7 @@ class AttnRes : public TopologyT<B> {
   typename B::template PtrList<const T*> inputs_;
   typename B::template PtrList<T*> grads_;
   std::vector<std::vector<double>> weight_sum_;
+  std::vector<Acc> host_alpha_;  // a device's depth weights of one step (empty on the CPU)
   int64_t tokens_ = 0;
 };
 
@@ -283,5 +300,12 @@ template std::unique_ptr<TopologyT<Cpu<float>>> MakeAttnRes<Cpu<float>>(const Mo
 template std::unique_ptr<TopologyT<Cpu<double>>> MakeAttnRes<Cpu<double>>(const ModelConfig&,
                                                                           const Sharding&,
                                                                           const core::CpuExec&);
+#if defined(SATDAR_WITH_CUDA)
+template std::unique_ptr<TopologyT<Cuda<float>>> MakeAttnRes<Cuda<float>>(const ModelConfig&,
+                                                                          const Sharding&,
+                                                                          const core::CudaExec&);
+template std::unique_ptr<TopologyT<Cuda<__nv_bfloat16>>> MakeAttnRes<Cuda<__nv_bfloat16>>(
+    const ModelConfig&, const Sharding&, const core::CudaExec&);
+#endif
 
 }  // namespace satdar::model

@@ -10,6 +10,10 @@
 #include "model/variants/dar_ops.h"
 #include "model/variants/depth_retrieval_ops.h"
 
+#if defined(SATDAR_WITH_CUDA)
+#include <cuda_bf16.h>
+#endif
+
 namespace satdar::model {
 
 namespace {
@@ -70,7 +74,8 @@ class Dar : public TopologyT<B> {
     for (int s = 0; s < 2; ++s) {
       h0_[s].resize(nc);
       sources_[s].assign(max_sources, nullptr);
-      dsources_[s].assign(max_sources, Vec<T>(nc));
+      dsources_[s].assign(max_sources, Vec<T>());  // B::Vec has no sized constructor
+      for (auto& d : dsources_[s]) d.resize(nc);
       dpartial_[s].resize(nc);
     }
     // A pipeline stage keeps only the steps it runs (and the partial it imports).
@@ -83,7 +88,7 @@ class Dar : public TopologyT<B> {
       for (int s = 0; s < 2; ++s) {
         st.r[s].assign(size, T(0));
         st.partial[s].assign(size, T(0));
-        st.alpha[s].assign(used ? static_cast<size_t>(rows) * max_sources : 0, T(0));
+        st.alpha[s].assign(used ? static_cast<size_t>(rows) * max_sources : 0, Acc(0));
       }
     }
     du_.resize(nc);
@@ -92,6 +97,8 @@ class Dar : public TopologyT<B> {
     dr_[1].resize(nc);
     weight_sum_.assign(sublayers_ + 1, {std::vector<double>(max_sources, 0.0),
                                         std::vector<double>(max_sources, 0.0)});
+    // The host copy of one step's depth weights (statistics); the CPU reads them in place.
+    if (B::kDevice) host_alpha_.resize(static_cast<size_t>(rows) * max_sources);
     return absl::OkStatus();
   }
 
@@ -133,13 +140,13 @@ class Dar : public TopologyT<B> {
       // Retrieve r^s for both streams in one pass over the sources, then mix.
       SATDAR_RETURN_IF_ERROR(PublishInputs(st));
       T* const out[2] = {st.r[0].data(), st.r[1].data()};
-      T* const alpha[2] = {st.alpha[0].data(), st.alpha[1].data()};
+      Acc* const alpha[2] = {st.alpha[0].data(), st.alpha[1].data()};
       SATDAR_RETURN_IF_ERROR(
           ops::DualDepthRetrievalForward(x_, out, alpha, Route(w, o), rows_, d_, eps_));
       T* u = l <= sublayers_ ? st.u.data() : x_final;
       SATDAR_RETURN_IF_ERROR(
           ops::DarMixForward(x_, u, st.r[0].data(), st.r[1].data(), w.master + o.mix, n));
-      Accumulate(l - 1, st);
+      SATDAR_RETURN_IF_ERROR(Accumulate(l - 1, st));
       if (l > sublayers_) break;
       SATDAR_RETURN_IF_ERROR(br->Forward(l, u, st.y.data()));
       // Write: P0, P1 = rho P0 + (1-rho) P1 + b0 y, (1-rho) P0 + rho P1 + b1 y (empty P = 0),
@@ -239,6 +246,7 @@ class Dar : public TopologyT<B> {
   void AppendStats(nlohmann::json* stats) const override {
     nlohmann::json weights = nlohmann::json::array(), mix = nlohmann::json::array(),
                    transport = nlohmann::json::array(), write = nlohmann::json::array();
+    bool last_params_ok = true;
     for (int l = 0; l <= sublayers_; ++l) {
       if (!Owned(l + 1)) continue;  // another pipeline stage's sublayer
       const Step& st = steps_[l];
@@ -250,16 +258,26 @@ class Dar : public TopologyT<B> {
         per_stream.push_back(w);
       }
       weights.push_back(per_stream);
-      if (last_params_ == nullptr) continue;
+      if (last_params_ == nullptr || !last_params_ok) continue;
       const Offsets& o = offsets_[l];
-      // Host read: statistics (S9 reads it back on CUDA).
+      // The scalars read back from the master weights (copies on the CPU); on a failed copy
+      // the coefficients end here.
+      Acc m[2], t[1], wr[2];
+      if (!ops::Download(x_, m, last_params_ + o.mix, 2).ok()) {
+        last_params_ok = false;
+        continue;
+      }
       double c0, c1;
-      cpu::DarMixCoefficients(last_params_ + o.mix, &c0, &c1);
+      cpu::DarMixCoefficients(m, &c0, &c1);
       mix.push_back({c0, c1});
       if (l < sublayers_) {
+        if (!ops::Download(x_, t, last_params_ + o.transport, 1).ok() ||
+            !ops::Download(x_, wr, last_params_ + o.write, 2).ok()) {
+          last_params_ok = false;
+          continue;
+        }
         double rho, b0, b1;
-        cpu::DarWriteCoefficients(last_params_ + o.transport, last_params_ + o.write, &rho, &b0,
-                                  &b1);
+        cpu::DarWriteCoefficients(t, wr, &rho, &b0, &b1);
         transport.push_back(rho);
         write.push_back({b0, b1});
       }
@@ -284,7 +302,8 @@ class Dar : public TopologyT<B> {
   struct Step {
     int sources = 0;
     bool has_partial = false;
-    Vec<T> u, y, r[2], partial[2], alpha[2];
+    Vec<T> u, y, r[2], partial[2];
+    Vec<Acc> alpha[2];  // B::Acc (fp32 on CUDA, the retrieval ops' type)
   };
 
   static void AddRetrieval(const std::string& p, int64_t d, ParamTable* table) {
@@ -325,7 +344,7 @@ class Dar : public TopologyT<B> {
     T* const* const dstreams[2] = {grads_[0].data(), grads_[1].data()};
     Acc* const dw[2] = {grads + o.query, grads + o.query + d_};
     const T* const dout[2] = {dr_[0].data(), dr_[1].data()};
-    const T* const alpha[2] = {st.alpha[0].data(), st.alpha[1].data()};
+    const Acc* const alpha[2] = {st.alpha[0].data(), st.alpha[1].data()};
     return ops::DualDepthRetrievalBackward(x_, dstreams, dw, grads + o.norm, dout, alpha,
                                            Route(w, o), rows_, d_, eps_);
   }
@@ -344,17 +363,25 @@ class Dar : public TopologyT<B> {
     r.g = w.compute + o.norm;
     return r;
   }
-  void Accumulate(int index, const Step& st) {
+  absl::Status Accumulate(int index, const Step& st) {
     const int count = st.sources + (st.has_partial ? 1 : 0);
-    // Host read: statistics (S9 reads it back on CUDA).
+    // Host read: in place on the CPU; a device's depth weights are downloaded first (a wait
+    // for the stream per step).
     for (int s = 0; s < 2; ++s) {
+      const Acc* alpha = st.alpha[s].data();
+      if (B::kDevice) {
+        SATDAR_RETURN_IF_ERROR(ops::Download(x_, host_alpha_.data(), alpha,
+                                             static_cast<int64_t>(rows_) * count));
+        alpha = host_alpha_.data();
+      }
       for (int r = 0; r < rows_; ++r) {
-        for (int i = 0; i < count; ++i) weight_sum_[index][s][i] += st.alpha[s][r * count + i];
+        for (int i = 0; i < count; ++i) weight_sum_[index][s][i] += alpha[r * count + i];
       }
     }
     // Once per pass, at this stage's first retrieval (the last stage alone would leave the
     // others' statistics without a token count).
     if (index == first_ - 1) tokens_ += rows_;
+    return absl::OkStatus();
   }
 
   // Step l (1..2L+1, the last one the final readout) runs on this pipeline stage.
@@ -382,6 +409,7 @@ class Dar : public TopologyT<B> {
   typename B::template PtrList<const T*> inputs_[2];
   typename B::template PtrList<T*> grads_[2];
   std::vector<std::array<std::vector<double>, 2>> weight_sum_;
+  std::vector<Acc> host_alpha_;  // a device's depth weights of one step (empty on the CPU)
   int64_t tokens_ = 0;
   const Acc* last_params_ = nullptr;  // the master weights of the last backward
 };
@@ -405,5 +433,12 @@ template std::unique_ptr<TopologyT<Cpu<float>>> MakeDar<Cpu<float>>(const ModelC
 template std::unique_ptr<TopologyT<Cpu<double>>> MakeDar<Cpu<double>>(const ModelConfig&,
                                                                       const Sharding&,
                                                                       const core::CpuExec&);
+#if defined(SATDAR_WITH_CUDA)
+template std::unique_ptr<TopologyT<Cuda<float>>> MakeDar<Cuda<float>>(const ModelConfig&,
+                                                                      const Sharding&,
+                                                                      const core::CudaExec&);
+template std::unique_ptr<TopologyT<Cuda<__nv_bfloat16>>> MakeDar<Cuda<__nv_bfloat16>>(
+    const ModelConfig&, const Sharding&, const core::CudaExec&);
+#endif
 
 }  // namespace satdar::model

@@ -8,6 +8,10 @@
 #include "model/ops.h"
 #include "model/variants/denseformer_ops.h"
 
+#if defined(SATDAR_WITH_CUDA)
+#include <cuda_bf16.h>
+#endif
+
 namespace satdar::model {
 
 namespace {
@@ -52,7 +56,8 @@ class DenseFormer : public TopologyT<B> {
     }
     if (a_ == 0) x_[0].resize(nc);
     if (b_ < layers_) in_[b_].resize(nc);
-    dx_.assign(b_ + 1, Vec<T>(nc));
+    dx_.assign(b_ + 1, Vec<T>());  // B::Vec has no sized constructor
+    for (auto& d : dx_) d.resize(nc);
     y_.resize(nc);
     dy_.resize(nc);
     dmid_.resize(nc);
@@ -174,5 +179,11 @@ template std::unique_ptr<TopologyT<Cpu<float>>> MakeDenseFormer<Cpu<float>>(
     const ModelConfig&, const Sharding&, const core::CpuExec&);
 template std::unique_ptr<TopologyT<Cpu<double>>> MakeDenseFormer<Cpu<double>>(
     const ModelConfig&, const Sharding&, const core::CpuExec&);
+#if defined(SATDAR_WITH_CUDA)
+template std::unique_ptr<TopologyT<Cuda<float>>> MakeDenseFormer<Cuda<float>>(
+    const ModelConfig&, const Sharding&, const core::CudaExec&);
+template std::unique_ptr<TopologyT<Cuda<__nv_bfloat16>>> MakeDenseFormer<Cuda<__nv_bfloat16>>(
+    const ModelConfig&, const Sharding&, const core::CudaExec&);
+#endif
 
 }  // namespace satdar::model

@@ -6,16 +6,23 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
+#include "model/layers/linear.h"
 #include "model/ops.h"
 #include "model/variants/hyper_ops.h"
 #include "model/variants/hyper_streams.h"
+
+#if defined(SATDAR_WITH_CUDA)
+#include <cuda_bf16.h>
+#endif
 
 namespace satdar::model {
 
 namespace {
 
 // Every token carries n streams, stored interleaved as (B*T, n*C): row r, stream j is
-// H + (r*n + j)*C, so the per-stream RMSNorm and projections run over B*T*n rows.
+// H + (r*n + j)*C, so the per-stream RMSNorm and projections run over B*T*n rows. The
+// statistics and coefficients (rstd, the projections ta and tb, coef and its gradient) are
+// B::Acc, as the ops take them (fp32 on CUDA; T on the CPU, where Acc == T).
 template <class B>
 class HyperConnections : public TopologyT<B> {
  public:
@@ -111,16 +118,16 @@ class HyperConnections : public TopologyT<B> {
       const T* h = hyper_[l - 1].data();
       SATDAR_RETURN_IF_ERROR(ops::RmsNormForward(x_, s.hbar.data(), s.rstd.data(), h,
                                                  w.compute + o.norm, hr, d_, eps_));
-      SATDAR_RETURN_IF_ERROR(ops::MatmulForward(x_, s.ta.data(), s.hbar.data(),
-                                                w.compute + o.dynamic_alpha, hr, n_ + 1, d_));
-      SATDAR_RETURN_IF_ERROR(ops::MatmulForward(x_, s.tb.data(), s.hbar.data(),
-                                                w.compute + o.dynamic_beta, hr, 1, d_));
+      SATDAR_RETURN_IF_ERROR(layers_internal::LinearForwardAcc(
+          x_, s.ta.data(), s.hbar.data(), w.compute + o.dynamic_alpha, hr, n_ + 1, d_));
+      SATDAR_RETURN_IF_ERROR(layers_internal::LinearForwardAcc(
+          x_, s.tb.data(), s.hbar.data(), w.compute + o.dynamic_beta, hr, 1, d_));
       // ta, tb become their tanh; coef = static + scale * tanh.
       SATDAR_RETURN_IF_ERROR(ops::HcCoefForward(
           x_, s.coef.data(), s.ta.data(), n_ + 1, s.tb.data(), 1, w.master + o.static_alpha,
           w.master + o.static_beta, w.master + o.alpha_scale, w.master + o.beta_scale, rows_,
           n_));
-      const HyperCoefs<T> c = HcCoefs(s.coef.data(), n_);
+      const HyperCoefs<Acc> c = HcCoefs(s.coef.data(), n_);
       // Width connection: the branch input h_in = sum_j A_m[j] H_j.
       SATDAR_RETURN_IF_ERROR(ops::HyperWidthForward(x_, s.u.data(), h, c, rows_, n_, d_));
       SATDAR_RETURN_IF_ERROR(br->Forward(l, s.u.data(), s.y.data()));
@@ -144,7 +151,7 @@ class HyperConnections : public TopologyT<B> {
       const Offsets& o = offsets_[l - 1];
       const T* h = hyper_[l - 1].data();
       dnext_.swap(dhyper_);  // dnext_ = d/d H after sublayer l
-      const HyperCoefs<T> c = HcCoefs(s.coef.data(), n_), dc = HcCoefs(dcoef_.data(), n_);
+      const HyperCoefs<Acc> c = HcCoefs(s.coef.data(), n_), dc = HcCoefs(dcoef_.data(), n_);
       // Depth connection (dy_ and dhyper_ overwritten; d/dA_r, d/dB into dcoef_).
       SATDAR_RETURN_IF_ERROR(ops::HyperDepthBackward(x_, dy_.data(), dhyper_.data(), dc,
                                                      dnext_.data(), s.y.data(), h, c, rows_,
@@ -159,13 +166,13 @@ class HyperConnections : public TopologyT<B> {
           x_, dza_.data(), dzb_.data(), grads + o.static_alpha, grads + o.static_beta,
           grads + o.alpha_scale, grads + o.beta_scale, dcoef_.data(), s.ta.data(), n_ + 1,
           s.tb.data(), 1, w.master + o.alpha_scale, w.master + o.beta_scale, rows_, n_));
-      SATDAR_RETURN_IF_ERROR(ops::Zero(x_, dhbar_.data(), static_cast<int64_t>(dhbar_.size())));
-      SATDAR_RETURN_IF_ERROR(ops::MatmulBackward(x_, dhbar_.data(), grads + o.dynamic_alpha,
-                                                 dza_.data(), s.hbar.data(),
-                                                 w.compute + o.dynamic_alpha, hr, n_ + 1, d_));
-      SATDAR_RETURN_IF_ERROR(ops::MatmulBackward(x_, dhbar_.data(), grads + o.dynamic_beta,
-                                                 dzb_.data(), s.hbar.data(),
-                                                 w.compute + o.dynamic_beta, hr, 1, d_));
+      // dhbar_ = dza_ dynamic_alpha (overwritten), then += dzb_ dynamic_beta.
+      SATDAR_RETURN_IF_ERROR(layers_internal::LinearBackward(
+          x_, dhbar_.data(), grads + o.dynamic_alpha, dza_.data(), s.hbar.data(),
+          w.compute + o.dynamic_alpha, hr, n_ + 1, d_, /*overwrite=*/true));
+      SATDAR_RETURN_IF_ERROR(layers_internal::LinearBackward(
+          x_, dhbar_.data(), grads + o.dynamic_beta, dzb_.data(), s.hbar.data(),
+          w.compute + o.dynamic_beta, hr, 1, d_, /*overwrite=*/false));
       SATDAR_RETURN_IF_ERROR(ops::RmsNormBackward(x_, dhyper_.data(), grads + o.norm,
                                                   dhbar_.data(), h, w.compute + o.norm,
                                                   s.rstd.data(), hr, d_));
@@ -180,9 +187,10 @@ class HyperConnections : public TopologyT<B> {
     int64_t norm, static_alpha, static_beta, dynamic_alpha, dynamic_beta, alpha_scale, beta_scale;
   };
   struct Step {
-    Vec<T> hbar, rstd;  // (N*n, C), (N*n): RMSNorm(H_j)
-    Vec<T> ta, tb;      // (N*n, n+1), (N*n): tanh of the dynamic projections
-    Vec<T> coef;        // (N, n(n+2)): [A_m[j] | A_r[j, .]] per j, then B (HcCoefs)
+    Vec<T> hbar;        // (N*n, C): RMSNorm(H_j)
+    Vec<Acc> rstd;      // (N*n)
+    Vec<Acc> ta, tb;    // (N*n, n+1), (N*n): tanh of the dynamic projections
+    Vec<Acc> coef;      // (N, n(n+2)): [A_m[j] | A_r[j, .]] per j, then B (HcCoefs)
     Vec<T> u, y;        // (N, C): the branch's input and output
   };
 
@@ -196,7 +204,7 @@ class HyperConnections : public TopologyT<B> {
   std::vector<Vec<T>> hyper_;  // H before sublayer l+1 (index 0: the entry copies)
   Vec<T> dhyper_, dnext_, dhbar_, du_, dy_;
   Vec<T> dza_, dzb_;  // (N*n, n+1), (N*n): d/d the projections before the tanh
-  Vec<T> dcoef_;      // (N, n(n+2)): d/d coef, HcCoefs' layout
+  Vec<Acc> dcoef_;    // (N, n(n+2)): d/d coef, HcCoefs' layout
   // A pipeline boundary's n tensors (the topology's in, out, dout, din) as the join / split
   // ops read them (hyper_streams.h writes and publishes them).
   typename B::template PtrList<const T*> in_list_, dout_list_;
@@ -222,5 +230,12 @@ template std::unique_ptr<TopologyT<Cpu<float>>> MakeHc<Cpu<float>>(const ModelCo
 template std::unique_ptr<TopologyT<Cpu<double>>> MakeHc<Cpu<double>>(const ModelConfig&,
                                                                      const Sharding&,
                                                                      const core::CpuExec&);
+#if defined(SATDAR_WITH_CUDA)
+template std::unique_ptr<TopologyT<Cuda<float>>> MakeHc<Cuda<float>>(const ModelConfig&,
+                                                                     const Sharding&,
+                                                                     const core::CudaExec&);
+template std::unique_ptr<TopologyT<Cuda<__nv_bfloat16>>> MakeHc<Cuda<__nv_bfloat16>>(
+    const ModelConfig&, const Sharding&, const core::CudaExec&);
+#endif
 
 }  // namespace satdar::model

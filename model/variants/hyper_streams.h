@@ -7,12 +7,22 @@
 #ifndef SATDAR_MODEL_VARIANTS_HYPER_STREAMS_H_
 #define SATDAR_MODEL_VARIANTS_HYPER_STREAMS_H_
 
+#include <type_traits>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
+#include "core/exec.h"
+#include "model/ops.h"
 #include "model/variants/hyper_ops.h"
+
+#if defined(SATDAR_WITH_CUDA)
+#include <cuda_bf16.h>
+
+#include "core/dtype.h"
+#include "core/ops/gemm_cuda.h"
+#endif
 
 namespace satdar::model {
 
@@ -30,6 +40,7 @@ absl::Status PublishParts(const Exec& x, const std::vector<P>& parts, int n, Lis
   for (P p : parts) list->push_back(p);
   return list->Publish(x);
 }
+
 
 }  // namespace hyper_streams_internal
 

@@ -7,9 +7,14 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
+#include "model/layers/linear.h"
 #include "model/ops.h"
 #include "model/variants/hyper_ops.h"
 #include "model/variants/hyper_streams.h"
+
+#if defined(SATDAR_WITH_CUDA)
+#include <cuda_bf16.h>
+#endif
 
 namespace satdar::model {
 
@@ -18,6 +23,8 @@ namespace {
 // Matrices kept per token: the row softmax, then the output of each normalisation.
 constexpr int kSinkhornSteps = 2 * kMhcSinkhornIterations;
 
+// The mix logits, rms, coefficients, Sinkhorn iterates and their gradients are B::Acc, as the
+// ops take them (fp32 on CUDA; T on the CPU, where Acc == T).
 template <class B>
 class Mhc : public TopologyT<B> {
  public:
@@ -83,6 +90,7 @@ class Mhc : public TopologyT<B> {
     dz_.resize(static_cast<size_t>(rows) * mixes_);
     dres_.resize(static_cast<size_t>(rows) * n_ * n_);
     dlogits_.resize(static_cast<size_t>(rows) * n_ * n_);
+    if constexpr (B::kDevice) dcoef_.resize(static_cast<size_t>(rows) * mixes_);
     return absl::OkStatus();
   }
 
@@ -99,8 +107,8 @@ class Mhc : public TopologyT<B> {
       const Offsets& o = offsets_[l - 1];
       // mixes = (fn x) / rms(x) over x = vec(H) of each token.
       const T* h = hyper_[l - 1].data();
-      SATDAR_RETURN_IF_ERROR(
-          ops::MatmulForward(x_, s.raw.data(), h, w.compute + o.fn, rows_, mixes_, n_ * d_));
+      SATDAR_RETURN_IF_ERROR(layers_internal::LinearForwardAcc(
+          x_, s.raw.data(), h, w.compute + o.fn, rows_, mixes_, n_ * d_));
       SATDAR_RETURN_IF_ERROR(ops::MhcRms(x_, s.rms.data(), h, rows_, n_ * d_, eps_));
       SATDAR_RETURN_IF_ERROR(ops::MhcCoefForward(x_, s.coef.data(), s.logits.data(),
                                                  s.raw.data(), mixes_, s.rms.data(),
@@ -108,7 +116,7 @@ class Mhc : public TopologyT<B> {
                                                  n_));
       SATDAR_RETURN_IF_ERROR(ops::SinkhornForward(x_, s.sinkhorn.data(), s.logits.data(), rows_,
                                                   n_, kMhcSinkhornIterations));
-      const HyperCoefs<T> c = Coefs(&s);
+      const HyperCoefs<Acc> c = Coefs(&s);
       SATDAR_RETURN_IF_ERROR(ops::HyperWidthForward(x_, s.u.data(), h, c, rows_, n_, d_));
       SATDAR_RETURN_IF_ERROR(br->Forward(l, s.u.data(), s.y.data()));
       SATDAR_RETURN_IF_ERROR(
@@ -129,7 +137,7 @@ class Mhc : public TopologyT<B> {
       const Offsets& o = offsets_[l - 1];
       const T* h = hyper_[l - 1].data();
       dnext_.swap(dhyper_);
-      const HyperCoefs<T> c = Coefs(&s), dc = GradCoefs();
+      const HyperCoefs<Acc> c = Coefs(&s), dc = GradCoefs();
       SATDAR_RETURN_IF_ERROR(ops::HyperDepthBackward(x_, dy_.data(), dhyper_.data(), dc,
                                                      dnext_.data(), s.y.data(), h, c, rows_,
                                                      n_, d_));
@@ -137,19 +145,20 @@ class Mhc : public TopologyT<B> {
       SATDAR_RETURN_IF_ERROR(br->Backward(l, s.u.data(), dy_.data(), du_.data()));
       SATDAR_RETURN_IF_ERROR(ops::HyperWidthBackward(x_, dhyper_.data(), dc, du_.data(), h, c,
                                                      rows_, n_, d_));
-      // Through the Sinkhorn and the coefficients to raw (draw_, in place of [dpre | dpost]),
-      // scale, base and the rms path into dH, then through the projection to fn and H.
+      // Through the Sinkhorn and the coefficients to raw (draw_; on the CPU in place of
+      // [dpre | dpost]), scale, base and the rms path into dH, then through the projection to
+      // fn and H.
       const int nd = n_ * d_;
       SATDAR_RETURN_IF_ERROR(ops::SinkhornBackward(x_, dlogits_.data(), dres_.data(),
                                                    s.sinkhorn.data(), rows_, n_,
                                                    kMhcSinkhornIterations));
       SATDAR_RETURN_IF_ERROR(ops::MhcCoefBackward(
           x_, draw_.data(), dz_.data(), grads + o.scale, grads + o.base, dhyper_.data(),
-          draw_.data(), dlogits_.data(), s.coef.data(), s.raw.data(), mixes_, s.rms.data(),
+          DcoefData(), dlogits_.data(), s.coef.data(), s.raw.data(), mixes_, s.rms.data(),
           w.master + o.scale, hyper_[l - 1].data(), rows_, n_, nd));
-      SATDAR_RETURN_IF_ERROR(ops::MatmulBackward(x_, dhyper_.data(), grads + o.fn, draw_.data(),
-                                                 hyper_[l - 1].data(), w.compute + o.fn, rows_,
-                                                 mixes_, nd));
+      SATDAR_RETURN_IF_ERROR(layers_internal::LinearBackward(
+          x_, dhyper_.data(), grads + o.fn, draw_.data(), hyper_[l - 1].data(), w.compute + o.fn,
+          rows_, mixes_, nd, /*overwrite=*/false));
     }
     SATDAR_RETURN_IF_ERROR(
         StreamsInBackward(x_, dh0, din, &din_list_, first == 1, dhyper_.data(), rows_, n_, d_));
@@ -161,17 +170,17 @@ class Mhc : public TopologyT<B> {
     int64_t fn, scale, base;
   };
   struct Step {
-    Vec<T> raw;       // (N, n(n+2)): fn x before the RMS scale
-    Vec<T> rms;       // (N)
-    Vec<T> coef;      // (N, 2n): pre, post
-    Vec<T> logits;    // (N, n, n): the Sinkhorn's input
-    Vec<T> sinkhorn;  // (N, steps, n, n): softmax, then every normalisation
+    Vec<Acc> raw;       // (N, n(n+2)): fn x before the RMS scale
+    Vec<Acc> rms;       // (N)
+    Vec<Acc> coef;      // (N, 2n): pre, post
+    Vec<Acc> logits;    // (N, n, n): the Sinkhorn's input
+    Vec<Acc> sinkhorn;  // (N, steps, n, n): softmax, then every normalisation
     Vec<T> u, y;
   };
 
   // Where a step's pre, post (coef) and res (the last Sinkhorn iterate) lie.
-  HyperCoefs<T> Coefs(Step* s) const {
-    HyperCoefs<T> c;
+  HyperCoefs<Acc> Coefs(Step* s) const {
+    HyperCoefs<Acc> c;
     c.pre = s->coef.data();
     c.pre_token = 2 * n_;
     c.post = s->coef.data() + n_;
@@ -181,19 +190,28 @@ class Mhc : public TopologyT<B> {
     c.res_row = n_;
     return c;
   }
-  // The mixing backward's gradients of pre and post go to draw_ (N, n(n+2)) laid out as
-  // [pre | post | unused], which ops::MhcCoefBackward turns into d/d(raw) in place; those of
+  // The mixing backward's gradients of pre and post go to DcoefData() (N, n(n+2)) laid out as
+  // [pre | post | unused], which ops::MhcCoefBackward turns into d/d(raw) (draw_); those of
   // the Sinkhorn's result to dres_ (N, n, n).
-  HyperCoefs<T> GradCoefs() {
-    HyperCoefs<T> c;
-    c.pre = draw_.data();
+  HyperCoefs<Acc> GradCoefs() {
+    HyperCoefs<Acc> c;
+    c.pre = DcoefData();
     c.pre_token = mixes_;
-    c.post = draw_.data() + n_;
+    c.post = DcoefData() + n_;
     c.post_token = mixes_;
     c.res = dres_.data();
     c.res_token = static_cast<int64_t>(n_) * n_;
     c.res_row = n_;
     return c;
+  }
+  // [dpre | dpost]: on the CPU draw_ itself (MhcCoefBackward works in place, as the CPU model
+  // always did); on CUDA dcoef_ (fp32; draw_ is T and must not alias it there).
+  Acc* DcoefData() {
+    if constexpr (B::kDevice) {
+      return dcoef_.data();
+    } else {
+      return draw_.data();
+    }
   }
 
   const int sublayers_, n_, d_, mixes_;
@@ -205,7 +223,8 @@ class Mhc : public TopologyT<B> {
   int rows_ = 0;
   std::vector<Vec<T>> hyper_;
   Vec<T> dhyper_, dnext_, du_, dy_, draw_;
-  Vec<T> dz_, dres_, dlogits_;  // (N, mixes), (N, n, n), (N, n, n)
+  Vec<Acc> dz_, dres_, dlogits_;  // (N, mixes), (N, n, n), (N, n, n)
+  Vec<Acc> dcoef_;                // (N, mixes): [dpre | dpost | unused], CUDA only (DcoefData)
   // A pipeline boundary's n tensors (the topology's in, out, dout, din) as the join / split
   // ops read them (hyper_streams.h writes and publishes them).
   typename B::template PtrList<const T*> in_list_, dout_list_;
@@ -231,5 +250,12 @@ template std::unique_ptr<TopologyT<Cpu<float>>> MakeMhc<Cpu<float>>(const ModelC
 template std::unique_ptr<TopologyT<Cpu<double>>> MakeMhc<Cpu<double>>(const ModelConfig&,
                                                                       const Sharding&,
                                                                       const core::CpuExec&);
+#if defined(SATDAR_WITH_CUDA)
+template std::unique_ptr<TopologyT<Cuda<float>>> MakeMhc<Cuda<float>>(const ModelConfig&,
+                                                                      const Sharding&,
+                                                                      const core::CudaExec&);
+template std::unique_ptr<TopologyT<Cuda<__nv_bfloat16>>> MakeMhc<Cuda<__nv_bfloat16>>(
+    const ModelConfig&, const Sharding&, const core::CudaExec&);
+#endif
 
 }  // namespace satdar::model

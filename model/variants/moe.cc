@@ -1,13 +1,23 @@
 #include "model/variants/moe.h"
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
-#include "model/ops.h"
+#include "core/exec.h"
+#include "model/layers/linear.h"
 #include "model/layers/mlp.h"
+#include "model/ops.h"
 #include "model/variants/moe_ops.h"
+
+#if defined(SATDAR_WITH_CUDA)
+#include <cuda_bf16.h>
+
+#include "core/dtype.h"
+#include "core/ops/gemm_cuda.h"
+#endif
 
 namespace satdar::model {
 
@@ -20,6 +30,8 @@ class Moe : public FfnT<B> {
   using Acc = typename B::Acc;
   template <typename U>
   using Vec = typename B::template Vec<U>;
+  // f_e^b: double on the CPU, fp32 on CUDA (moe_ops.h).
+  using Fraction = std::conditional_t<B::kDevice, float, double>;
 
   // Expert parallelism: this rank holds routed experts [e0_, e0_ + el_); the router and the
   // shared experts are replicated (so is everything under tensor parallelism).
@@ -70,6 +82,13 @@ class Moe : public FfnT<B> {
     }
   }
   absl::Status Resize(int b, int t) override {
+    if constexpr (B::kDevice) {
+      if (shard_.ep_size > 1) {
+        return absl::UnimplementedError(absl::StrCat(
+            "MoE: expert parallelism (sharding ep_size ", shard_.ep_size,
+            ") is CPU-only: its AllToAllV exchanges move host buffers; the device runs ep_size 1"));
+      }
+    }
     b_ = b;
     t_ = t;
     const size_t n = static_cast<size_t>(b) * t;
@@ -91,6 +110,7 @@ class Moe : public FfnT<B> {
     shared_out_.resize(n * d_);
     dlogits_.resize(n * e_);
     dweight_.resize(n * k_);
+    plan_counts_.resize(e_);
     return absl::OkStatus();
   }
 
@@ -98,14 +118,29 @@ class Moe : public FfnT<B> {
     Layer& L = layers_[i];
     const int n = b_ * t_;
     T* p = const_cast<T*>(w.compute);
-    SATDAR_RETURN_IF_ERROR(ops::MatmulForward(x_, L.logits.data(), z, p + L.router, n, e_, d_));
+    SATDAR_RETURN_IF_ERROR(
+        layers_internal::LinearForwardAcc(x_, L.logits.data(), z, p + L.router, n, e_, d_));
     // Softmax, top-k (ties to the lower index) and the plan: slots in (expert, token) order.
     SATDAR_RETURN_IF_ERROR(ops::MoeRoute(x_, L.probs.data(), L.lse.data(), L.sel.data(),
                                          L.weight.data(), L.logits.data(), n, e_, k_,
                                          m_.norm_topk_prob));
-    SATDAR_RETURN_IF_ERROR(ops::MoePlan(x_, L.counts.data(), L.send_slots.data(),
+    SATDAR_RETURN_IF_ERROR(ops::MoePlan(x_, plan_counts_.data(), L.send_slots.data(),
                                         L.row_of_slot.data(), L.sel.data(), n, e_, k_));
-    // Host read: counts (a device reads MoePlan's counts back here, for dispatch and stats).
+    // f_e^b (a count: it carries no gradient), the sequence-wise aux loss and the z-loss (from
+    // probs, lse and sel only: here so that the two reads back below wait once).
+    loss_.assign(1, 0.0);
+    if (loss_.size() != 1) {  // a device allocation failed (the AllocScope has the cause)
+      return absl::ResourceExhaustedError("MoE: could not allocate the loss accumulator");
+    }
+    SATDAR_RETURN_IF_ERROR(ops::MoeRouterLoss(x_, loss_.data(), L.fraction.data(),
+                                              L.probs.data(), L.lse.data(), L.sel.data(), b_, t_,
+                                              e_, k_, m_.router_aux_loss_coef,
+                                              m_.router_z_loss_coef, 1.0));
+    // Host reads: the counts (dispatch and stats) and the loss, through ops::Download (on the
+    // CPU plain copies; on a device one wait for the stream, then a copy with nothing queued).
+    SATDAR_RETURN_IF_ERROR(ops::Download(x_, L.counts.data(), plan_counts_.data(), e_));
+    double loss = 0;
+    SATDAR_RETURN_IF_ERROR(ops::Download(x_, &loss, loss_.data(), 1));
     if (!recomputing_) {  // a recomputed forward was counted already
       for (int e = 0; e < e_; ++e) load_[i][e] += L.counts[e];
     }
@@ -114,22 +149,25 @@ class Moe : public FfnT<B> {
     // order (dropless: every slot is computed).
     Dispatch(&L);
     const int rows = n * k_;
-    Vec<T> xsend(static_cast<size_t>(rows) * d_), xrecv;
+    Vec<T> xsend, xrecv;
+    xsend.resize(static_cast<size_t>(rows) * d_);
     SATDAR_RETURN_IF_ERROR(ops::MoePermute(x_, xsend.data(), z, L.send_slots.data(), rows, k_, d_));
-    Exchange(std::move(xsend), &xrecv, L.send_rows, L.recv_rows);
-    Vec<T> yrecv(xrecv.size());
+    SATDAR_RETURN_IF_ERROR(Exchange(std::move(xsend), &xrecv, L.send_rows, L.recv_rows));
+    Vec<T> yrecv;
+    yrecv.resize(xrecv.size());
     for (int j = 0; j < el_; ++j) {
       int ne = 0;
       SATDAR_RETURN_IF_ERROR(GatherExpert(L, j, xrecv, &L.expert_in[j], &ne));
       if (ne == 0) continue;
       MlpDims dims{ne, d_, f_};
       L.expert_acts[j].Resize(dims);
-      Vec<T> ye(static_cast<size_t>(ne) * d_);
+      Vec<T> ye;
+      ye.resize(static_cast<size_t>(ne) * d_);
       SATDAR_RETURN_IF_ERROR(MlpForward(x_, ye.data(), &L.expert_acts[j], L.expert_in[j].data(),
                                         ExpertWeights(p, L.experts[j]), dims));
       SATDAR_RETURN_IF_ERROR(ScatterExpert(L, j, ye, &yrecv));
     }
-    Exchange(std::move(yrecv), &L.slot_out, L.recv_rows, L.send_rows);
+    SATDAR_RETURN_IF_ERROR(Exchange(std::move(yrecv), &L.slot_out, L.recv_rows, L.send_rows));
     // Combine, in (expert, token) order.
     SATDAR_RETURN_IF_ERROR(ops::MoeCombine(x_, out, L.slot_out.data(), L.weight.data(),
                                            L.row_of_slot.data(), n, k_, d_));
@@ -139,13 +177,6 @@ class Moe : public FfnT<B> {
       SATDAR_RETURN_IF_ERROR(ops::AddTo(x_, out, shared_out_.data(),
                                         static_cast<int64_t>(shared_out_.size())));
     }
-    // f_e^b (a count: it carries no gradient), the sequence-wise aux loss and the z-loss.
-    // Host read: the loss (a device accumulates it in device memory and reads it back here).
-    double loss = 0;
-    SATDAR_RETURN_IF_ERROR(ops::MoeRouterLoss(x_, &loss, L.fraction.data(), L.probs.data(),
-                                              L.lse.data(), L.sel.data(), b_, t_, e_, k_,
-                                              m_.router_aux_loss_coef, m_.router_z_loss_coef,
-                                              1.0));
     return loss;
   }
 
@@ -163,12 +194,14 @@ class Moe : public FfnT<B> {
     SATDAR_RETURN_IF_ERROR(ops::Zero(x_, dweight_.data(), static_cast<int64_t>(dweight_.size())));
     // The slots' output gradients go to their experts' ranks and the input gradients come back.
     const int rows = n * k_;
-    Vec<T> dysend(static_cast<size_t>(rows) * d_), dyrecv;
+    Vec<T> dysend, dyrecv;
+    dysend.resize(static_cast<size_t>(rows) * d_);
     SATDAR_RETURN_IF_ERROR(ops::MoeCombineBackward(x_, dysend.data(), dweight_.data(), dout,
                                                    L.slot_out.data(), L.weight.data(),
                                                    L.send_slots.data(), rows, k_, d_));
-    Exchange(std::move(dysend), &dyrecv, L.send_rows, L.recv_rows);
-    Vec<T> dxrecv(dyrecv.size()), dy, dxe;
+    SATDAR_RETURN_IF_ERROR(Exchange(std::move(dysend), &dyrecv, L.send_rows, L.recv_rows));
+    Vec<T> dxrecv, dy, dxe;
+    dxrecv.resize(dyrecv.size());
     for (int j = 0; j < el_; ++j) {
       int ne = 0;
       SATDAR_RETURN_IF_ERROR(GatherExpert(L, j, dyrecv, &dy, &ne));
@@ -182,7 +215,7 @@ class Moe : public FfnT<B> {
       SATDAR_RETURN_IF_ERROR(ScatterExpert(L, j, dxe, &dxrecv));
     }
     Vec<T> dxsend;
-    Exchange(std::move(dxrecv), &dxsend, L.recv_rows, L.send_rows);
+    SATDAR_RETURN_IF_ERROR(Exchange(std::move(dxrecv), &dxsend, L.recv_rows, L.send_rows));
     SATDAR_RETURN_IF_ERROR(
         ops::MoePermuteBackward(x_, dz, dxsend.data(), L.row_of_slot.data(), n, k_, d_));
     // d loss / d router probabilities, then through the softmax to the logits.
@@ -191,8 +224,9 @@ class Moe : public FfnT<B> {
     SATDAR_RETURN_IF_ERROR(ops::MoeRouteBackward(
         x_, dlogits_.data(), L.probs.data(), L.lse.data(), L.sel.data(), L.weight.data(),
         dweight_.data(), L.fraction.data(), b_, t_, e_, k_, m_.norm_topk_prob, aux_coef, z_coef));
-    SATDAR_RETURN_IF_ERROR(ops::MatmulBackward(x_, dz, grads + L.router, dlogits_.data(), z,
-                                               p + L.router, n, e_, d_));
+    SATDAR_RETURN_IF_ERROR(layers_internal::LinearBackward(x_, dz, grads + L.router,
+                                                           dlogits_.data(), z, p + L.router, n,
+                                                           e_, d_, /*overwrite=*/false));
     return absl::OkStatus();
   }
 
@@ -211,7 +245,8 @@ class Moe : public FfnT<B> {
     std::vector<int64_t> experts, shared;  // offsets of each expert's gate_proj
     Vec<Acc> logits, probs, lse, weight;  // the routing values (B::Acc, as the moe ops)
     Vec<int> sel;                          // (N, k) chosen experts
-    // Dispatch plan: counts (E) slots routed to each expert (on the host); send_slots (N*k)
+    // Dispatch plan: counts (E) slots routed to each expert (on the host, read back from
+    // plan_counts_); send_slots (N*k)
     // every slot in (expert, token) order and row_of_slot (N*k) its inverse; rows sent to /
     // received from each EP rank; recv_count[src * el + j]: rows of local expert j from rank
     // src.
@@ -221,11 +256,12 @@ class Moe : public FfnT<B> {
     std::vector<int64_t> recv_count;
     std::vector<Vec<T>> expert_in;  // per local expert: its input rows
     Vec<T> slot_out;                // per sent slot: its expert's output
-    Vec<double> fraction;           // (B, E): f_e^b (fp32 on CUDA, S6)
+    Vec<Fraction> fraction;         // (B, E): f_e^b (double on the CPU, fp32 on CUDA)
     std::vector<MlpActs<B>> expert_acts, shared_acts;
   };
 
-  MlpWeights<T> ExpertWeights(T* base, int64_t gate) const {
+  template <typename U>
+  MlpWeights<U> ExpertWeights(U* base, int64_t gate) const {
     const int64_t size = static_cast<int64_t>(f_) * d_;
     return {base + gate, base + gate + size, base + gate + 2 * size};
   }
@@ -253,21 +289,27 @@ class Moe : public FfnT<B> {
     }
   }
   // Rows (send_rows[q] to rank q) to rows (recv_rows[q] from rank q), over the EP group.
-  // With one EP rank the rows stay where they are (moved, not copied).
-  void Exchange(Vec<T>&& in, Vec<T>* out, const std::vector<size_t>& send_rows,
-                const std::vector<size_t>& recv_rows) {
+  // With one EP rank the rows stay where they are (moved, not copied). CPU-only otherwise
+  // (host buffers; Resize refuses ep_size > 1 on a device).
+  absl::Status Exchange(Vec<T>&& in, Vec<T>* out, const std::vector<size_t>& send_rows,
+                        const std::vector<size_t>& recv_rows) {
     if (shard_.ep_size == 1) {
       *out = std::move(in);
-      return;
+      return absl::OkStatus();
     }
-    size_t total = 0;
-    for (size_t r : recv_rows) total += r;
-    out->assign(total * d_, T(0));
-    std::vector<size_t> sc(send_rows.size()), rc(recv_rows.size());
-    for (size_t q = 0; q < sc.size(); ++q) sc[q] = send_rows[q] * d_;
-    for (size_t q = 0; q < rc.size(); ++q) rc[q] = recv_rows[q] * d_;
-    Collective(shard_, shard_.ep->AllToAllV(in.data(), sc, out->data(), rc,
-                                            core::DTypeOf<T>::value, shard_.collective));
+    if constexpr (B::kDevice) {
+      return absl::UnimplementedError("MoE: the expert-parallel exchange is CPU-only");
+    } else {
+      size_t total = 0;
+      for (size_t r : recv_rows) total += r;
+      out->assign(total * d_, T(0));
+      std::vector<size_t> sc(send_rows.size()), rc(recv_rows.size());
+      for (size_t q = 0; q < sc.size(); ++q) sc[q] = send_rows[q] * d_;
+      for (size_t q = 0; q < rc.size(); ++q) rc[q] = recv_rows[q] * d_;
+      Collective(shard_, shard_.ep->AllToAllV(in.data(), sc, out->data(), rc,
+                                              core::DTypeOf<T>::value, shard_.collective));
+      return absl::OkStatus();
+    }
   }
   // Local expert j's rows of a received buffer (every source rank's, in rank order); their
   // count (*ne). One copy per source rank.
@@ -316,6 +358,8 @@ class Moe : public FfnT<B> {
   int b_ = 0, t_ = 0;
   Vec<T> shared_out_, dlogits_;
   Vec<Acc> dweight_;
+  Vec<int> plan_counts_;  // (E): MoePlan's counts, read back into a layer's counts
+  Vec<double> loss_;      // (1): MoeRouterLoss's accumulator, read back by Forward
   MlpScratch<B> scratch_;
   std::vector<std::vector<int64_t>> load_;
   bool recomputing_ = false;
@@ -340,5 +384,12 @@ template std::unique_ptr<FfnT<Cpu<float>>> MakeMoe<Cpu<float>>(const ModelConfig
 template std::unique_ptr<FfnT<Cpu<double>>> MakeMoe<Cpu<double>>(const ModelConfig&,
                                                                  const Sharding&,
                                                                  const core::CpuExec&);
+#if defined(SATDAR_WITH_CUDA)
+template std::unique_ptr<FfnT<Cuda<float>>> MakeMoe<Cuda<float>>(const ModelConfig&,
+                                                                 const Sharding&,
+                                                                 const core::CudaExec&);
+template std::unique_ptr<FfnT<Cuda<__nv_bfloat16>>> MakeMoe<Cuda<__nv_bfloat16>>(
+    const ModelConfig&, const Sharding&, const core::CudaExec&);
+#endif
 
 }  // namespace satdar::model

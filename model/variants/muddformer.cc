@@ -1,13 +1,23 @@
 #include "model/variants/muddformer.h"
 
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
+#include "core/exec.h"
+#include "model/layers/linear.h"
 #include "model/ops.h"
 #include "model/variants/muddformer_ops.h"
+
+#if defined(SATDAR_WITH_CUDA)
+#include <cuda_bf16.h>
+
+#include "core/dtype.h"
+#include "core/ops/gemm_cuda.h"
+#endif
 
 namespace satdar::model {
 
@@ -21,6 +31,8 @@ enum Way { kQ = 0, kK = 1, kV = 2, kR = 3 };
 //                    v: RMSNorm(X^V; mudd.v_norm));  X_{i+1} = X_A + f_mlp(X_A)
 //   A = w2 gelu(w1 RMS(X_{i+1})) + static  (per token, [C, i+2]);  X^c = sum_j A[c, j] X_j
 // with C = 4 ways, or 1 (R only) after the last block, whose X^R is x_final.
+// The RMSNorms' rstd and the coefficients A (and dA) are B::Acc, as the ops take them (fp32
+// on CUDA; T on the CPU, where Acc == T).
 template <class B>
 class MuddFormer : public TopologyT<B> {
  public:
@@ -78,7 +90,8 @@ class MuddFormer : public TopologyT<B> {
     const size_t nc = static_cast<size_t>(rows) * d_;
     xj_.assign(layers_ + 1, Vec<T>());
     for (int j = a_ == 0 ? 0 : a_ + 1; j <= b_; ++j) xj_[j].resize(nc);
-    dxj_.assign(b_ + 1, Vec<T>(nc));
+    dxj_.assign(b_ + 1, Vec<T>());
+    for (auto& d : dxj_) d.resize(nc);
     dxs_.clear();
     for (auto& d : dxj_) dxs_.push_back(d.data());
     SATDAR_RETURN_IF_ERROR(dxs_.Publish(x_));
@@ -112,6 +125,7 @@ class MuddFormer : public TopologyT<B> {
     for (auto& v : dnormed_) v.resize(nc);
     dh_.resize(static_cast<size_t>(rows) * Hidden(4, layers_ + 1));
     da_.resize(static_cast<size_t>(rows) * 4 * (layers_ + 1));
+    if constexpr (B::kDevice) da_t_.resize(da_.size());
     return absl::OkStatus();
   }
 
@@ -240,10 +254,12 @@ class MuddFormer : public TopologyT<B> {
   struct Block {
     int64_t w1, w2, stat, k_norm, v_norm, ln_attn;
     Vec<T> ways[4], dways[4];  // this block's inputs X^Q, X^K, X^V, X^R and gradients
-    Vec<T> normed[3], rstd[3];
+    Vec<T> normed[3];
+    Vec<Acc> rstd[3];
     Vec<T> xa;                 // X_A
-    Vec<T> r, r_rstd, h, g;    // the connection after this block
-    Vec<T> a;  // its dynamic coefficients (N, ways * sources), the static not added
+    Vec<T> r, h, g;            // the connection after this block
+    Vec<Acc> r_rstd;
+    Vec<Acc> a;  // its dynamic coefficients (N, ways * sources), the static not added
   };
 
   // Ways of the connection after block i, written into next's inputs (or x_final).
@@ -252,14 +268,16 @@ class MuddFormer : public TopologyT<B> {
     const int c = Ways(i), s = i + 2, k = Hidden(c, s);
     Vec<T> ones;
     ones.assign(d_, T(1));
+    SATDAR_RETURN_IF_ERROR(CheckSize(ones, d_));
     SATDAR_RETURN_IF_ERROR(ops::RmsNormForward(x_, b.r.data(), b.r_rstd.data(),
                                                xj_[i + 1].data(), ones.data(), rows_, d_, eps_));
     SATDAR_RETURN_IF_ERROR(
         ops::MatmulForward(x_, b.h.data(), b.r.data(), weights.compute + b.w1, rows_, k, d_));
     SATDAR_RETURN_IF_ERROR(
         ops::GeluForward(x_, b.g.data(), b.h.data(), static_cast<int64_t>(b.h.size())));
-    SATDAR_RETURN_IF_ERROR(ops::MatmulForward(x_, b.a.data(), b.g.data(), weights.compute + b.w2,
-                                              rows_, c * s, k));
+    SATDAR_RETURN_IF_ERROR(
+        layers_internal::LinearForwardAcc(x_, b.a.data(), b.g.data(), weights.compute + b.w2,
+                                          rows_, c * s, k));
     outs_.assign(4, nullptr);  // with one way it is R (the final hidden state)
     for (int w = 0; w < c; ++w) outs_[w] = next ? next->ways[w].data() : x_final;
     SATDAR_RETURN_IF_ERROR(outs_.Publish(x_));
@@ -273,28 +291,50 @@ class MuddFormer : public TopologyT<B> {
   absl::Status DenseConnectionBackward(int i, const Weights<B>& weights, Acc* grads) {
     Block& b = blocks_[i];
     const int c = Ways(i), s = i + 2, k = Hidden(c, s);
-    SATDAR_RETURN_IF_ERROR(ops::DenseCombineBackward(
-        x_, da_.data(), grads + b.stat, dxs_.data(), dways_.data(), c, xs_.data(), s,
-        b.a.data(), c * s, weights.master + b.stat, rows_, d_));
-    SATDAR_RETURN_IF_ERROR(ops::Zero(x_, dh_.data(), static_cast<int64_t>(rows_) * k));
-    SATDAR_RETURN_IF_ERROR(ops::MatmulBackward(x_, dh_.data(), grads + b.w2, da_.data(),
-                                               b.g.data(), weights.compute + b.w2, rows_, c * s,
-                                               k));
+    // da: dA in Acc (for the static weights); on CUDA also rounded to T (da_t_) for the GEMMs,
+    // on the CPU (Acc == T) da_ itself.
+    const T* da = nullptr;
+    if constexpr (B::kDevice) {
+      SATDAR_RETURN_IF_ERROR(ops::DenseCombineBackward(
+          x_, da_.data(), da_t_.data(), grads + b.stat, dxs_.data(), dways_.data(), c,
+          xs_.data(), s, b.a.data(), c * s, weights.master + b.stat, rows_, d_));
+      da = da_t_.data();
+    } else {
+      SATDAR_RETURN_IF_ERROR(ops::DenseCombineBackward(
+          x_, da_.data(), grads + b.stat, dxs_.data(), dways_.data(), c, xs_.data(), s,
+          b.a.data(), c * s, weights.master + b.stat, rows_, d_));
+      da = da_.data();
+    }
+    // dh_ (rows, k) = da w2 (overwritten).
+    SATDAR_RETURN_IF_ERROR(layers_internal::LinearBackward(
+        x_, dh_.data(), grads + b.w2, da, b.g.data(), weights.compute + b.w2, rows_, c * s, k,
+        /*overwrite=*/true));
     SATDAR_RETURN_IF_ERROR(ops::GeluBackward(x_, dh_.data(), dh_.data(), b.h.data(),
                                              static_cast<int64_t>(rows_) * k));
-    SATDAR_RETURN_IF_ERROR(ops::Zero(x_, dr_.data(), static_cast<int64_t>(dr_.size())));
-    SATDAR_RETURN_IF_ERROR(ops::MatmulBackward(x_, dr_.data(), grads + b.w1, dh_.data(),
-                                               b.r.data(), weights.compute + b.w1, rows_, k,
-                                               d_));
+    // dr_ (rows, d) = dh_ w1 (overwritten: all of dr_).
+    SATDAR_RETURN_IF_ERROR(layers_internal::LinearBackward(
+        x_, dr_.data(), grads + b.w1, dh_.data(), b.r.data(), weights.compute + b.w1, rows_, k,
+        d_, /*overwrite=*/true));
     // RMS without a gain: the gain gradient is discarded.
     Vec<T> ones;
     ones.assign(d_, T(1));
+    SATDAR_RETURN_IF_ERROR(CheckSize(ones, d_));
     Vec<Acc> dgain;
     dgain.assign(d_, Acc(0));
+    SATDAR_RETURN_IF_ERROR(CheckSize(dgain, d_));
     SATDAR_RETURN_IF_ERROR(ops::RmsNormBackward(x_, dxj_[i + 1].data(), dgain.data(),
                                                 dr_.data(), xj_[i + 1].data(), ones.data(),
                                                 b.r_rstd.data(), rows_, d_));
     return absl::OkStatus();
+  }
+
+  // A buffer allocated inside a pass: on CUDA a failed allocation leaves it empty (the
+  // AllocScope keeps the failure), so check before an op reads it. Always OK on the CPU.
+  template <typename V>
+  static absl::Status CheckSize(const V& v, int n) {
+    if (v.size() == static_cast<size_t>(n)) return absl::OkStatus();
+    return absl::ResourceExhaustedError(
+        absl::StrCat("MUDDFormer: could not allocate a buffer of ", n, " elements"));
   }
 
   const int layers_, d_;
@@ -308,7 +348,9 @@ class MuddFormer : public TopologyT<B> {
   PtrList<T*> dxs_;               // dxj_[j].data(), the ops' list of the X_j gradients
   PtrList<T*> outs_;              // the ways a connection writes (DenseConnection)
   PtrList<const T*> dways_;       // their gradients (BackwardRange, DenseConnectionBackward)
-  Vec<T> y_, dxa_, dn_, dr_, dh_, da_;
+  Vec<T> y_, dxa_, dn_, dr_, dh_;
+  Vec<Acc> da_;   // (N, 4 (L+1)): dA of a connection
+  Vec<T> da_t_;   // da_ rounded to T for the GEMMs, CUDA only (empty on the CPU)
   Vec<T> dnormed_[3];
 };
 
@@ -330,5 +372,11 @@ template std::unique_ptr<TopologyT<Cpu<float>>> MakeMuddFormer<Cpu<float>>(const
                                                                            const core::CpuExec&);
 template std::unique_ptr<TopologyT<Cpu<double>>> MakeMuddFormer<Cpu<double>>(
     const ModelConfig&, const Sharding&, const core::CpuExec&);
+#if defined(SATDAR_WITH_CUDA)
+template std::unique_ptr<TopologyT<Cuda<float>>> MakeMuddFormer<Cuda<float>>(
+    const ModelConfig&, const Sharding&, const core::CudaExec&);
+template std::unique_ptr<TopologyT<Cuda<__nv_bfloat16>>> MakeMuddFormer<Cuda<__nv_bfloat16>>(
+    const ModelConfig&, const Sharding&, const core::CudaExec&);
+#endif
 
 }  // namespace satdar::model

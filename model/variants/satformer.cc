@@ -1,11 +1,16 @@
 #include "model/variants/satformer.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
 #include "model/ops.h"
 #include "model/variants/satformer_ops.h"
+
+#if defined(SATDAR_WITH_CUDA)
+#include <cuda_bf16.h>
+#endif
 
 namespace satdar::model {
 
@@ -46,6 +51,9 @@ class Satformer : public ValueResidualT<B> {
     rows_ = rows;
     for (auto& a : alpha_) a.resize(static_cast<size_t>(rows) * nkv_);
     dalpha_.resize(static_cast<size_t>(rows) * nkv_);
+    // The host copy of one layer's gates (statistics and the mean ablation); the CPU reads
+    // and writes alpha_ in place.
+    if (B::kDevice) host_alpha_.resize(static_cast<size_t>(rows) * nkv_);
     return absl::OkStatus();
   }
 
@@ -58,15 +66,26 @@ class Satformer : public ValueResidualT<B> {
     if (ablation_ == GateAblation::kZero) {
       SATDAR_RETURN_IF_ERROR(ops::Zero(x_, alpha, static_cast<int64_t>(n)));
     } else if (ablation_ == GateAblation::kMean) {
-      // Host write: the ablation's frozen means (a device needs them uploaded here).
-      for (size_t j = 0; j < n; ++j) alpha[j] = static_cast<Acc>(MeanGate(i, j % nkv_));
+      // The ablation's frozen means, written on the host: in place on the CPU, into the host
+      // copy and uploaded on a device.
+      Acc* h = B::kDevice ? host_alpha_.data() : alpha;
+      for (size_t j = 0; j < n; ++j) h[j] = static_cast<Acc>(MeanGate(i, j % nkv_));
+      if (B::kDevice) {
+        SATDAR_RETURN_IF_ERROR(ops::Upload(x_, alpha, h, static_cast<int64_t>(n)));
+      }
     } else if (!recomputing_) {
       // Statistics of the live gates, for logging and for the mean ablation (a recomputed
-      // forward has been counted already).
-      // Host read: statistics (S9 reads it back on CUDA).
+      // forward has been counted already). Host read: in place on the CPU; a device's gates
+      // are downloaded first (a wait for the stream per layer and forward).
+      const Acc* h = alpha;
+      if (B::kDevice) {
+        SATDAR_RETURN_IF_ERROR(
+            ops::Download(x_, host_alpha_.data(), alpha, static_cast<int64_t>(n)));
+        h = host_alpha_.data();
+      }
       for (size_t j = 0; j < n; ++j) {
-        gate_sum_[i][j % nkv_] += alpha[j];
-        gate_zeros_[i][j % nkv_] += alpha[j] == Acc(0);
+        gate_sum_[i][j % nkv_] += h[j];
+        gate_zeros_[i][j % nkv_] += h[j] == Acc(0);
       }
       gate_count_[i] += rows_;
     }
@@ -136,6 +155,7 @@ class Satformer : public ValueResidualT<B> {
   std::vector<int64_t> offsets_;
   std::vector<Vec<Acc>> alpha_;  // per layer (B*T, NKV), after ReLU
   Vec<Acc> dalpha_;
+  std::vector<Acc> host_alpha_;  // a device's gates of one layer on the host (empty on the CPU)
   bool recomputing_ = false;
   std::vector<std::vector<double>> gate_sum_;
   std::vector<std::vector<int64_t>> gate_zeros_;
@@ -161,5 +181,11 @@ template std::unique_ptr<ValueResidualT<Cpu<float>>> MakeSatformer<Cpu<float>>(
     const ModelConfig&, const Sharding&, const core::CpuExec&);
 template std::unique_ptr<ValueResidualT<Cpu<double>>> MakeSatformer<Cpu<double>>(
     const ModelConfig&, const Sharding&, const core::CpuExec&);
+#if defined(SATDAR_WITH_CUDA)
+template std::unique_ptr<ValueResidualT<Cuda<float>>> MakeSatformer<Cuda<float>>(
+    const ModelConfig&, const Sharding&, const core::CudaExec&);
+template std::unique_ptr<ValueResidualT<Cuda<__nv_bfloat16>>> MakeSatformer<Cuda<__nv_bfloat16>>(
+    const ModelConfig&, const Sharding&, const core::CudaExec&);
+#endif
 
 }  // namespace satdar::model
