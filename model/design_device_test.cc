@@ -34,6 +34,7 @@
 
 #include "core/cuda/allocator.h"
 #include "core/cuda/workspace.h"
+#include "model/variants/ops_test_exec.h"
 #include "core/ops/gemm_cuda.h"
 #endif
 
@@ -135,28 +136,13 @@ double Norm(const ParamSpec& spec, const Result& a) {
 
 #ifdef SATDAR_WITH_CUDA
 
-// The device's execution context: the legacy default stream, a GEMM handle, a workspace and
-// the allocator the model's buffers come from.
-struct GpuExec {
-  GpuExec() {
-    auto h = core::cuda::GemmHandle::Create();
-    EXPECT_TRUE(h.ok()) << h.status();
-    if (h.ok()) gemm = std::move(*h);
-    x = core::CudaExec{nullptr, gemm.get(), &workspace, &alloc};
-  }
-  core::cuda::CachingAllocator alloc;
-  core::cuda::Workspace workspace{&alloc, nullptr};
-  std::unique_ptr<core::cuda::GemmHandle> gemm;
-  core::CudaExec x;
-};
-
 // DecoderModelT<Cuda<E>>: fp32 master weights, E compute weights (the master rounded), fp32
 // gradients. Also checks the device table (aligned to 32) and that its padding's gradients
 // stay zero.
 template <typename E>
 Result GpuRun(const ModelConfig& c, const std::vector<int32_t>& tokens, Recompute recompute) {
   Result r;
-  GpuExec gpu;
+  DeviceTestExec gpu;
   if (gpu.gemm == nullptr) return r;
   Sharding shard;
   shard.recompute = recompute;
@@ -284,7 +270,7 @@ SATDAR_DESIGN_CASE(MoeBlockDarSatformer, Moe(Tiny("dar", "satformer", 2, false),
 // A layout the device model does not run yet: Unimplemented naming it.
 template <typename E>
 void CheckRefusal() {
-  GpuExec gpu;
+  DeviceTestExec gpu;
   Sharding shard;
   shard.tp_size = 2;
   auto model = CreateDeviceModel<Cuda<E>>(Tiny("standard", "none"), shard, gpu.x);

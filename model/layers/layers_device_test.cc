@@ -45,6 +45,7 @@
 #include "core/cuda/allocator.h"
 #include "core/cuda/device_vec.h"
 #include "core/cuda/workspace.h"
+#include "model/variants/ops_test_exec.h"
 #include "core/ops/gemm_cuda.h"
 #endif
 
@@ -64,21 +65,6 @@ template <typename E>
 double Tol() {
   return kIsBf16<E> ? 1e-1 : 1e-3;
 }
-
-// The GPU's execution context: the legacy default stream, a GEMM handle on it, a workspace
-// and the allocator the layers' DeviceVecs come from.
-struct GpuExec {
-  GpuExec() {
-    auto h = core::cuda::GemmHandle::Create();
-    EXPECT_TRUE(h.ok()) << h.status();
-    if (h.ok()) gemm = std::move(*h);
-    x = core::CudaExec{nullptr, gemm.get(), &workspace, &alloc};
-  }
-  core::cuda::CachingAllocator alloc;
-  core::cuda::Workspace workspace{&alloc, nullptr};
-  std::unique_ptr<core::cuda::GemmHandle> gemm;
-  core::CudaExec x;
-};
 
 // Offsets of one attention layer's weights in one parameter buffer, q/k/v back to back (as
 // the CPU's fused GEMM requires).
@@ -133,7 +119,7 @@ void CheckAttention(bool qk_norm) {
                   .ok());
 
   // The GPU.
-  GpuExec gpu;
+  DeviceTestExec gpu;
   ASSERT_NE(gpu.gemm, nullptr);
   DeviceArray<E> dparams(params), dx_in(x), ddout(dout), ddx(dx0), dout_gpu(nc);
   DeviceArray<float> dgrads(std::vector<float>(lay.size, 0.0f)), dcos(cos), dsin(sin);
@@ -211,7 +197,7 @@ void CheckMlp() {
                           at(p.data()), d, &scratch)
                   .ok());
 
-  GpuExec gpu;
+  DeviceTestExec gpu;
   ASSERT_NE(gpu.gemm, nullptr);
   DeviceArray<E> dparams(params), dzin(z), ddout(dout), ddz(dz0), dout_gpu(nc);
   DeviceArray<float> dgrads(std::vector<float>(3 * fc, 0.0f));
