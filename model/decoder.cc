@@ -1,6 +1,7 @@
 #include "model/decoder.h"
 
 #include <algorithm>
+#include <limits>
 #include <type_traits>
 #include <utility>
 
@@ -93,8 +94,17 @@ DecoderModelT<B>::DecoderModelT(const ModelConfig& config, const Sharding& shard
 template <class B>
 absl::Status DecoderModelT<B>::Resize(int b, int t) {
   if (b == b_ && t == t_) return absl::OkStatus();
-  b_ = b;
-  t_ = t;
+  typename B::AllocScope scope(x_);
+  absl::Status status = ResizeBuffers(b, t);
+  if (status.ok()) status = scope.status();
+  // Sized for (b, t) only when every buffer is: otherwise the next pass retries.
+  b_ = status.ok() ? b : 0;
+  t_ = status.ok() ? t : 0;
+  return status;
+}
+
+template <class B>
+absl::Status DecoderModelT<B>::ResizeBuffers(int b, int t) {
   const size_t n = static_cast<size_t>(b) * t, nc = n * config_.hidden_size;
   // Under sequence parallelism the residual stream is this rank's rows (lnc of nc).
   rows_ = shard_.StreamRows(static_cast<int>(n));
@@ -174,7 +184,7 @@ absl::Status DecoderModelT<B>::EmbeddingBackward(Acc* dtable) {
 }
 
 template <class B>
-absl::Status DecoderModelT<B>::CrossEntropyForward(double* loss) {
+absl::Status DecoderModelT<B>::CrossEntropyLosses() {
   const int n = b_ * t_;
   if (shard_.tp_size == 1) {
     SATDAR_RETURN_IF_ERROR(
@@ -196,6 +206,12 @@ absl::Status DecoderModelT<B>::CrossEntropyForward(double* loss) {
     SATDAR_RETURN_IF_ERROR(ops::VocabParallelLoss(x_, losses_.data(), row_lse_.data(),
                                                   row_max_.data(), sum.data(), target.data(), n));
   }
+  return absl::OkStatus();
+}
+
+template <class B>
+absl::Status DecoderModelT<B>::MeanLoss(double* loss) {
+  const int n = b_ * t_;
   // The loss, read back (a copy on the CPU) and summed in double in order.
   SATDAR_RETURN_IF_ERROR(ops::Download(x_, host_losses_.data(), losses_.data(), n));
   double sum = 0;
@@ -218,8 +234,26 @@ absl::Status DecoderModelT<B>::CrossEntropyBackward(double loss_scale) {
 }
 
 template <class B>
-absl::StatusOr<double> DecoderModelT<B>::Forward(const Weights<B>& w, const int32_t* tokens,
-                                                 int b, int t) {
+absl::Status DecoderModelT<B>::LossIntoSink(const LossSink& sink) {
+  const int n = b_ * t_;
+  if (sink.train && shard_.tp_size == 1) {
+    // The logits become their own gradient in the same pass (sink.scale / N per position).
+    SATDAR_RETURN_IF_ERROR(ops::CrossEntropyForwardBackward(
+        x_, losses_.data(), logits_.data(), logits_.data(), targets_.data(),
+        static_cast<Acc>(sink.scale / n), n, vl_));
+  } else {
+    SATDAR_RETURN_IF_ERROR(CrossEntropyLosses());
+    if (sink.train) SATDAR_RETURN_IF_ERROR(CrossEntropyBackward(sink.scale));
+  }
+  return ops::AccumulateSum(x_, sink.acc, losses_.data(), n, sink.scale / n);
+}
+
+template <class B>
+absl::Status DecoderModelT<B>::CheckTokens(const int32_t* tokens, int b, int t) const {
+  if (b < 1 || t < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch ", b, " x ", t, " tokens: both must be positive"));
+  }
   const int64_t count = static_cast<int64_t>(b) * (t + 1);
   for (int64_t i = 0; i < count; ++i) {
     if (tokens[i] < 0 || tokens[i] >= config_.vocab_size) {
@@ -227,17 +261,46 @@ absl::StatusOr<double> DecoderModelT<B>::Forward(const Weights<B>& w, const int3
                                                      " is outside [0, ", config_.vocab_size, ")"));
     }
   }
+  return absl::OkStatus();
+}
+
+template <class B>
+absl::StatusOr<double> DecoderModelT<B>::Forward(const Weights<B>& w, const int32_t* tokens,
+                                                 int b, int t) {
+  pass_ = Pass::kNone;
+  SATDAR_RETURN_IF_ERROR(CheckTokens(tokens, b, t));
   if (!pending_.ok()) return std::exchange(pending_, absl::OkStatus());
   typename B::AllocScope scope(x_);
-  absl::StatusOr<double> loss = ForwardPass(w, tokens, b, t);
+  absl::StatusOr<double> loss = ForwardPass(w, tokens, b, t, nullptr);
   SATDAR_RETURN_IF_ERROR(scope.status());
   SATDAR_RETURN_IF_ERROR(loss.status());
   SATDAR_RETURN_IF_ERROR(CommStatus());
+  pass_ = Pass::kTrain;
   return loss;
 }
 
 template <class B>
+absl::Status DecoderModelT<B>::ForwardAccumulate(const Weights<B>& w, const int32_t* tokens,
+                                                 int b, int t, const LossSink& sink) {
+  pass_ = Pass::kNone;
+  if (sink.acc == nullptr) return absl::InvalidArgumentError("ForwardAccumulate: no loss sink");
+  SATDAR_RETURN_IF_ERROR(CheckTokens(tokens, b, t));
+  if (!pending_.ok()) return std::exchange(pending_, absl::OkStatus());
+  typename B::AllocScope scope(x_);
+  const absl::StatusOr<double> aux = ForwardPass(w, tokens, b, t, &sink);
+  SATDAR_RETURN_IF_ERROR(scope.status());
+  SATDAR_RETURN_IF_ERROR(aux.status());
+  SATDAR_RETURN_IF_ERROR(CommStatus());
+  pass_ = sink.train ? Pass::kFused : Pass::kNone;
+  return absl::OkStatus();
+}
+
+template <class B>
 absl::Status DecoderModelT<B>::Backward(const Weights<B>& w, Acc* grads, double loss_scale) {
+  if (pass_ == Pass::kNone) {
+    return absl::FailedPreconditionError(
+        "Backward without a training forward pass (none yet, an evaluation, or a failed one)");
+  }
   typename B::AllocScope scope(x_);
   const absl::Status status = BackwardPass(w, grads, loss_scale);
   SATDAR_RETURN_IF_ERROR(scope.status());
@@ -274,7 +337,7 @@ absl::Status DecoderModelT<B>::Backward(const T* params, T* grads, double loss_s
 
 template <class B>
 absl::StatusOr<double> DecoderModelT<B>::ForwardPass(const Weights<B>& w, const int32_t* tokens,
-                                                     int b, int t) {
+                                                     int b, int t, const LossSink* sink) {
   SATDAR_RETURN_IF_ERROR(Resize(b, t));
   const ModelConfig& c = config_;
   const int n = b * t, d = c.hidden_size;
@@ -314,7 +377,12 @@ absl::StatusOr<double> DecoderModelT<B>::ForwardPass(const Weights<B>& w, const 
             ops::Copy(x_, v1.data(), branches_->v1(), static_cast<int64_t>(v1.size())));
       }
       cross_entropy_ = 0;
-      return branches_->aux_loss();  // this stage's share of the auxiliary losses
+      // This stage's share of the auxiliary losses.
+      if (sink != nullptr && sink->train && branches_->aux_loss() != 0) {
+        SATDAR_RETURN_IF_ERROR(
+            ops::AccumulateValue(x_, sink->acc, sink->scale * branches_->aux_loss()));
+      }
+      return branches_->aux_loss();
     }
   }
   // The final norm on this rank's rows; under SP the head reads every row (all-gathered).
@@ -326,17 +394,26 @@ absl::StatusOr<double> DecoderModelT<B>::ForwardPass(const Weights<B>& w, const 
       ops::MatmulForward(x_, logits_.data(), lnf_.data(), w.compute + head_off_, n, vl_, d));
   // Padded vocabulary rows: no probability (their gradients stay 0).
   SATDAR_RETURN_IF_ERROR(ops::MaskPaddedVocab(x_, logits_.data(), n, vl_, vtrue_));
-  SATDAR_RETURN_IF_ERROR(CrossEntropyForward(&cross_entropy_));
+  if (sink != nullptr) {
+    cross_entropy_ = std::numeric_limits<double>::quiet_NaN();  // not read back
+    SATDAR_RETURN_IF_ERROR(LossIntoSink(*sink));
+    if (sink->train && branches_->aux_loss() != 0) {
+      SATDAR_RETURN_IF_ERROR(
+          ops::AccumulateValue(x_, sink->acc, sink->scale * branches_->aux_loss()));
+    }
+    return branches_->aux_loss();
+  }
+  SATDAR_RETURN_IF_ERROR(CrossEntropyLosses());
+  SATDAR_RETURN_IF_ERROR(MeanLoss(&cross_entropy_));
   return cross_entropy_ + branches_->aux_loss();
 }
 
 template <class B>
 absl::Status DecoderModelT<B>::BackwardPass(const Weights<B>& w, Acc* grads, double loss_scale) {
-  SATDAR_CHECK(b_ > 0) << "Backward before Forward";
   const ModelConfig& c = config_;
   const int n = b_ * t_, d = c.hidden_size;
   if (shard_.last_stage()) {
-    SATDAR_RETURN_IF_ERROR(CrossEntropyBackward(loss_scale));
+    if (pass_ == Pass::kTrain) SATDAR_RETURN_IF_ERROR(CrossEntropyBackward(loss_scale));
     // dnorm = dlogits W (overwritten), dW_head += dlogits^T lnf (fp32 on a device).
     SATDAR_RETURN_IF_ERROR(layers_internal::LinearBackward(x_, dnorm_.data(), grads + head_off_,
                                                            logits_.data(), lnf_.data(),

@@ -45,6 +45,21 @@ class DecoderModelT : public Model<typename B::T, StageBuffersT<B>> {
   // Acc. tokens are host memory on every backend.
   absl::StatusOr<double> Forward(const Weights<B>& w, const int32_t* tokens, int b, int t);
   absl::Status Backward(const Weights<B>& w, Acc* grads, double loss_scale);
+  // Where a pass that reads nothing back puts its loss (the GPU trainer's: no host sync per
+  // step). acc: one double in the backend's memory (device memory on CUDA).
+  struct LossSink {
+    double* acc = nullptr;
+    double scale = 1.0;  // the micro-batch's share of the step's loss
+    bool train = true;
+  };
+  // The forward pass with its loss left in the backend. train: *sink.acc += sink.scale *
+  // (mean cross-entropy + this stage's auxiliary losses), and the cross-entropy's gradient
+  // (times sink.scale) is computed here, in one pass over the logits on CUDA, so the next
+  // Backward (whose loss_scale then only scales the auxiliary losses) starts from it.
+  // !train (evaluation): *sink.acc += sink.scale * mean cross-entropy, nothing else; a Backward
+  // after it is FailedPrecondition. last_cross_entropy() is NaN after either (not read back).
+  absl::Status ForwardAccumulate(const Weights<B>& w, const int32_t* tokens, int b, int t,
+                                 const LossSink& sink);
   double last_cross_entropy() const override { return cross_entropy_; }
   void AppendStats(nlohmann::json* stats) const override;
   void ResetStats() override;
@@ -56,28 +71,36 @@ class DecoderModelT : public Model<typename B::T, StageBuffersT<B>> {
   }
   // A failed Resize (an allocation on a device) is kept and returned by the next Forward.
   StageBuffersT<B>* PrepareStage(int b, int t) override {
-    typename B::AllocScope scope(x_);
     absl::Status status = Resize(b, t);
-    if (status.ok()) status = scope.status();
     if (pending_.ok()) pending_ = std::move(status);
     return &stage_;
   }
 
  private:
-  absl::StatusOr<double> ForwardPass(const Weights<B>& w, const int32_t* tokens, int b, int t);
+  // sink: null for Forward (the loss is read back and returned), else ForwardAccumulate's.
+  absl::StatusOr<double> ForwardPass(const Weights<B>& w, const int32_t* tokens, int b, int t,
+                                     const LossSink* sink);
+  absl::Status CheckTokens(const int32_t* tokens, int b, int t) const;
   absl::Status BackwardPass(const Weights<B>& w, Acc* grads, double loss_scale);
   // The first failure of a collective inside a pass (Sharding::errors), or OK.
   absl::Status CommStatus() const {
     return shard_.errors == nullptr ? absl::OkStatus() : shard_.errors->status();
   }
+  // Sizes every buffer for (b, t) in its own AllocScope; on a failure the next call retries.
   absl::Status Resize(int b, int t);
+  absl::Status ResizeBuffers(int b, int t);
   // Vocabulary-parallel pieces (tp > 1): this rank holds rows [v0_, v0_ + vl_) of the padded
   // vocabulary, the first vtrue_ of them true rows.
   absl::Status EmbeddingForward(const T* table, T* h0);
   absl::Status EmbeddingBackward(Acc* dtable);
-  // *loss = the mean cross-entropy over the B*T positions.
-  absl::Status CrossEntropyForward(double* loss);
+  // losses_ = the cross-entropy of each of the B*T positions (with the TP reductions).
+  absl::Status CrossEntropyLosses();
+  // *loss = the mean of losses_, read back and summed on the host in order.
+  absl::Status MeanLoss(double* loss);
   absl::Status CrossEntropyBackward(double loss_scale);
+  // ForwardAccumulate's loss: losses_ (with the gradient of the logits when training) into
+  // the sink, plus the auxiliary losses when training.
+  absl::Status LossIntoSink(const LossSink& sink);
 
   ModelConfig config_;
   Sharding shard_;
@@ -91,6 +114,10 @@ class DecoderModelT : public Model<typename B::T, StageBuffersT<B>> {
   int64_t embed_off_, norm_off_, head_off_;
   int b_ = 0, t_ = 0;
   double cross_entropy_ = 0;
+  // The last forward pass: kNone (none, or an evaluation), kTrain (Forward; Backward computes
+  // the cross-entropy's gradient) or kFused (ForwardAccumulate computed it already).
+  enum class Pass { kNone, kTrain, kFused };
+  Pass pass_ = Pass::kNone;
   absl::Status pending_;  // a failed PrepareStage, returned by the next Forward
   // (B*T) token ids: split on the host, then uploaded into the backend's buffers.
   std::vector<int32_t> host_inputs_, host_targets_;
@@ -110,12 +137,12 @@ class DecoderModelT : public Model<typename B::T, StageBuffersT<B>> {
 template <typename T>
 using DecoderModel = DecoderModelT<Cpu<T>>;
 
-// The registry's device rows (registry.cc), B = Cuda<float> or Cuda<__nv_bfloat16> in CUDA
-// builds: this rank's model on the device for the designs instantiated there (the standard
-// topology; value residual "none" or "resformer"; the dense FFN), its table aligned to 32
-// (the GPU's, BuildParamTable(config, shard, 32)). Any other design: Unimplemented naming
-// the config field and value (the GPU runs it through model/gpu/ for now); a config or
-// sharding the CPU registry refuses: the CPU registry's error.
+// The registry's rows on a device (registry.cc), B = Cuda<float> or Cuda<__nv_bfloat16> in
+// CUDA builds: this rank's model for any design, its table aligned to kDeviceParamAlign (the
+// GPU's, BuildParamTable(config, shard, kDeviceParamAlign)). A config or sharding the CPU
+// registry refuses: its error; one the kernels cannot take: CheckDeviceSupport's
+// (layout_check.h); tp, pp or ep > 1: Unimplemented (one rank's whole model for now); x
+// without a GEMM handle or allocator: FailedPrecondition.
 template <class B>
 absl::StatusOr<std::unique_ptr<DecoderModelT<B>>> CreateDeviceModel(const ModelConfig& config,
                                                                    const Sharding& shard,

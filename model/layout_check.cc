@@ -1,5 +1,6 @@
 #include "model/layout_check.h"
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -144,6 +145,52 @@ absl::Status ValidateSharding(const ModelConfig& c, int tp, int pp, int ep,
     if (c.moe.has_value()) {
       SATDAR_RETURN_IF_ERROR(divisible(names.ep, ep, "moe.num_experts", c.moe->num_experts));
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckDeviceSupport(const ModelConfig& c) {
+  // Every residual, value residual and FFN runs on the device; what is refused here is what
+  // its kernels cannot take. HC's dynamic_alpha and dynamic_beta run as two GEMMs
+  // (variants/hyper_connections.cc), so their sizes are free.
+  if ((c.residual == Residual::kHc || c.residual == Residual::kMhc) &&
+      c.hc_streams > kDeviceMaxHyperStreams) {
+    return absl::InvalidArgumentError(absl::StrCat("device cuda: hc_streams ", c.hc_streams,
+                                                   " exceeds the GPU kernels' limit of ",
+                                                   kDeviceMaxHyperStreams));
+  }
+  // gate_proj and up_proj run as one (2F, D) GEMM (layers/mlp.cc checks they are adjacent), and
+  // the device table starts each tensor at a multiple of kDeviceParamAlign elements.
+  if (!c.moe.has_value()) {
+    const int64_t ffn = static_cast<int64_t>(c.intermediate_size) * c.hidden_size;
+    if (ffn % kDeviceParamAlign != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "device cuda: intermediate_size x hidden_size = ", c.intermediate_size, " x ",
+          c.hidden_size, " must be a multiple of ", kDeviceParamAlign));
+    }
+  } else {
+    const int64_t expert = static_cast<int64_t>(c.moe->expert_intermediate_size) * c.hidden_size;
+    if (expert % kDeviceParamAlign != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "device cuda: moe.expert_intermediate_size x hidden_size = ",
+          c.moe->expert_intermediate_size, " x ", c.hidden_size, " must be a multiple of ",
+          kDeviceParamAlign));
+    }
+    if (c.moe->num_experts > kDeviceMaxExperts) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("device cuda: moe.num_experts ", c.moe->num_experts,
+                       " exceeds the GPU router's limit of ", kDeviceMaxExperts));
+    }
+    if (c.moe->top_k > kDeviceMaxTopK) {
+      return absl::InvalidArgumentError(absl::StrCat("device cuda: moe.top_k ", c.moe->top_k,
+                                                     " exceeds the GPU router's limit of ",
+                                                     kDeviceMaxTopK));
+    }
+  }
+  if (c.head_size() > kDeviceMaxHeadSize) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "device cuda: head size hidden_size / num_attention_heads = ", c.head_size(),
+        " exceeds the attention kernel's limit of ", kDeviceMaxHeadSize));
   }
   return absl::OkStatus();
 }

@@ -1,9 +1,11 @@
-// model/layout_check.h: whether a config can be split into a dp x tp x pp x ep layout, checked
-// from the config alone (no model is built, no kernel linked), so the coordinator can refuse an
-// impossible job at submit and `satdar train` before any rank starts.
+// model/layout_check.h: whether a config can be split into a dp x tp x pp x ep layout, and
+// whether the device (CUDA) backend's kernels can run it, checked from the config alone (no
+// model is built, no kernel linked), so the coordinator can refuse an impossible job at submit
+// and `satdar train` before any rank starts.
 #ifndef SATDAR_MODEL_LAYOUT_CHECK_H_
 #define SATDAR_MODEL_LAYOUT_CHECK_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -65,6 +67,23 @@ Capabilities CapabilitiesOf(const ModelConfig& config);
 // calls it), the config field and the change that would run.
 absl::Status ValidateSharding(const ModelConfig& config, int tp, int pp, int ep,
                               const LayoutNames& names = {}, int vocab_multiple = 1);
+
+// The GPU's parameter tables start every tensor at a multiple of this many elements.
+inline constexpr int64_t kDeviceParamAlign = 32;
+// Limits of the CUDA kernels (per-thread arrays, shared memory), checked from the config alone.
+// Copies, so this library needs no kernel headers: static_asserts keep each equal to the
+// kernels' own constant (variants/hyper_ops_cpu.cc, variants/moe_ops_cpu.cc,
+// layers/attention.cc).
+inline constexpr int kDeviceMaxHyperStreams = 8;  // = cuda::kMaxHyperStreams (variants/hyper_ops.h)
+inline constexpr int kDeviceMaxExperts = 256;     // = kMoeMaxExperts (variants/moe_ops.h)
+inline constexpr int kDeviceMaxTopK = 16;         // = kMoeMaxTopK
+inline constexpr int kDeviceMaxHeadSize = 128;    // = core::cuda::kAttentionMaxHeadSize
+
+// OK when the device (CUDA) backend can run this config; otherwise InvalidArgument naming the
+// config field and the limit: hc_streams (HC and mHC), the dense FFN's and the experts'
+// gate/up weight (a multiple of kDeviceParamAlign elements: gate_proj and up_proj run as one
+// (2F, D) GEMM, adjacent in the table), moe.num_experts and moe.top_k, and the head size.
+absl::Status CheckDeviceSupport(const ModelConfig& config);
 
 }  // namespace satdar::model
 

@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "core/check.h"
 #include "model/decoder.h"
+#include "model/layout_check.h"
 #include "model/dense_ffn.h"
 #include "model/model.h"
 #include "model/variants/attnres.h"
@@ -179,17 +180,23 @@ absl::StatusOr<std::unique_ptr<DecoderModelT<B>>> CreateDeviceModel(const ModelC
   // The same rows as the CPU's: every design is instantiated on the device backends.
   Registry<B> r;
   SATDAR_ASSIGN_OR_RETURN(Design<B> d, FindDesign(r, config, shard));
+  SATDAR_RETURN_IF_ERROR(CheckDeviceSupport(config));
   if (shard.tp_size > 1 || shard.pp_size > 1 || shard.ep_size > 1) {
     return absl::UnimplementedError(absl::StrCat(
-        "the device model runs one rank (tp ", shard.tp_size, ", pp ", shard.pp_size, ", ep ",
-        shard.ep_size, "); the GPU runs layouts through model/gpu/ for now"));
+        "the device model runs one rank's whole model for now (tp ", shard.tp_size, ", pp ",
+        shard.pp_size, ", ep ", shard.ep_size, " asked)"));
+  }
+  if (x.gemm == nullptr || x.alloc == nullptr) {
+    return absl::FailedPreconditionError(
+        "the device model's execution context needs a GEMM handle and an allocator");
   }
   auto branches = std::make_unique<BranchesT<B>>(config, shard, x,
                                                  d.value_residual->make(config, shard, x),
                                                  d.ffn->make(config, shard, x));
-  // The GPU's table: every tensor aligned to 32 elements.
+  // The GPU's table: every tensor aligned to kDeviceParamAlign elements.
   return std::make_unique<DecoderModelT<B>>(config, shard, x,
-                                            DecoderParams(config, shard, d.params(), 32),
+                                            DecoderParams(config, shard, d.params(),
+                                                          kDeviceParamAlign),
                                             std::move(branches),
                                             d.topology->make(config, shard, x));
 }

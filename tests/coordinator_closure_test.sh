@@ -15,7 +15,7 @@ for want in //coordinator:coordinator //coordinator:job_spec //model:layout_chec
   grep -qx "$want" "$DEPS" || { echo "FAIL: $want is not in the closure; is $DEPS the coordinator's?"; exit 1; }
 done
 # What it must not hold: kernels and their libraries, the model, the runtime.
-FORBIDDEN='^(@system//:openblas|@local_cuda//.*|//core/ops:.*|//core/cuda.*|//model:(model|layers|cuda_kernels|memory_estimate|cost_model|layout_search)|//model/gpu:.*|//parallel:.*|//worker:.*|//comm:(nccl|mpi|gloo|staged).*)$'
+FORBIDDEN='^(@system//:openblas|@local_cuda//.*|//core/ops:.*|//core/cuda.*|//model:(model|layers|cuda_kernels|device_model|memory_estimate|cost_model|layout_search)|//parallel:.*|//worker:.*|//comm:(nccl|mpi|gloo|staged).*)$'
 bad=$(grep -E "$FORBIDDEN" "$DEPS" || true)
 if [[ -n $bad ]]; then
   echo "FAIL: the coordinator's build closure holds kernels, the training runtime or worker/:"

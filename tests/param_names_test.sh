@@ -3,8 +3,7 @@
 # roles and block ranges (model/param_table.h: ParamSpec::role, ParamTable::BlockStarts), not
 # from parameter-name strings. Only the table's builders and the designs that bind their own
 # parameters may spell the decoder's names: model/decoder.cc, model/branches.{h,cc},
-# model/param_layout.h, model/param_table.h and model/variants/. (model/gpu/ still does, until
-# issue 30 removes it; it is not scanned.)
+# model/param_layout.h, model/param_table.h and model/variants/.
 # Usage: param_names_test.sh FILE... (the sources of worker/, coordinator/, comm/, data/,
 # metrics/, parallel/ and model/)
 set -uo pipefail

@@ -1,7 +1,7 @@
 #include "worker/cuda_engine.h"
 
 #include "absl/strings/str_cat.h"
-#include "model/gpu/gpu_model.h"
+#include "model/device_model.h"
 #include "settings/train_settings.h"
 #include "worker/mfu.h"
 
@@ -21,7 +21,7 @@
 #include "core/cuda/workspace.h"
 #include "core/exec.h"
 #include "core/ops/adamw.h"
-#include "model/gpu/train_kernels.h"
+#include "core/ops/elementwise.h"
 #endif
 
 namespace satdar::worker {
@@ -215,7 +215,7 @@ class CudaEngine : public StepEngine {
   cudaStream_t stream_ = nullptr;
   // The compute stream's scratch (SumSquares); made with the stream, gone before it.
   std::unique_ptr<kc::Workspace> workspace_;
-  std::unique_ptr<model::gpu::GpuModel> model_;
+  std::unique_ptr<model::DeviceModel> model_;
   int64_t nd_ = 0;  // elements of each device buffer: params().size() (aligned tensors)
   // Host copies for initialisation, resume and checkpoints, laid out by params(); the device
   // holds the truth.
@@ -249,10 +249,13 @@ absl::Status CudaEngine::Init() {
   SATDAR_ASSIGN_OR_RETURN(compute_, kc::Stream::Create());
   stream_ = compute_.get();
   workspace_ = std::make_unique<kc::Workspace>(&alloc_, stream_);
-  SATDAR_ASSIGN_OR_RETURN(model_, model::gpu::GpuModel::Create(
-                                      o_.config, {o_.gpu.compute, o_.gpu.recompute}, stream_,
-                                      &alloc_));
-  const model::ParamTable& table = model_->params();  // aligned: model::gpu::kDeviceAlign
+  SATDAR_ASSIGN_OR_RETURN(
+      model_, model::DeviceModel::Create(
+                  o_.config,
+                  {o_.gpu.compute,
+                   o_.gpu.recompute ? model::Recompute::kFull : model::Recompute::kNone},
+                  stream_, &alloc_));
+  const model::ParamTable& table = model_->params();  // aligned: model::kDeviceParamAlign
   nd_ = table.size();
   padded_ = zero_ ? (nd_ + world_size_ - 1) / world_size_ * world_size_ : nd_;
   shard_len_ = zero_ ? padded_ / world_size_ : nd_;
@@ -360,7 +363,7 @@ absl::StatusOr<double> CudaEngine::ForwardBackward(std::vector<std::vector<int32
   // The global gradient norm; the device holds the averaged gradients now (under ZeRO-1 each
   // replica its slice: the squares are summed over the replicas).
   SATDAR_RETURN_IF_ERROR(
-      model::gpu::SumSquares(Exec(), scalars_ + 1, zero_ ? shard_grads_ : grads_, shard_len_));
+      core::ops::SumSquares(Exec(), scalars_ + 1, zero_ ? shard_grads_ : grads_, shard_len_));
   if (zero_) {
     SATDAR_RETURN_IF_ERROR(ready_[0].Record(stream_));
     comm::CollectiveOptions c = copts_;
@@ -398,7 +401,7 @@ absl::Status CheckCudaEngine(const TrainOptions& o) {
   // The options (`satdar train` and the coordinator check them first, in their words), then
   // the design.
   SATDAR_RETURN_IF_ERROR(settings::CheckGpuPathOptions(o, settings::Spelling::kFields));
-  return model::gpu::CheckGpuSupport(o.config);
+  return model::CheckDeviceSupport(o.config);
 }
 
 absl::StatusOr<std::unique_ptr<StepEngine>> CreateCudaEngine(const TrainOptions& options,

@@ -1,7 +1,7 @@
 // worker/cuda_engine.h: the step of trainer.cc on a GPU rank.
 //
 // Micro-batches run forward and backward on one CUDA stream (bf16 or f32 compute, fp32 master
-// weights and gradients, model/gpu/gpu_model.h). Under data parallelism each layer's gradient
+// weights and gradients, model/device_model.h). Under data parallelism each layer's gradient
 // slice is all-reduced over the device communicator (GpuOptions::world) as soon as the
 // backward pass is done with it: the communicator waits on an event recorded on the compute
 // stream, so communication overlaps the rest of the backward pass. Then the global gradient

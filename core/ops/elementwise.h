@@ -3,16 +3,21 @@
 //
 //   SATDAR_RETURN_IF_ERROR(ops::Add(x, out, a, b, n));
 //
-// Upload and Download move n elements between host memory and x's buffers.
-// n elements each. The CPU side is inline (copies and fills on the calling thread as
+// Upload and Download move n elements between host memory and x's buffers. Besides them, what
+// a trainer does to whole buffers: CastFromF32 (the compute copy of fp32 master weights),
+// AccumulateSum / AccumulateValue (a running fp64 total in x's memory, e.g. the mean loss)
+// and SumSquares (the gradient norm's fp64 sum of squares).
+// Each takes n elements. The CPU side is inline (copies and fills on the calling thread as
 // std::copy/std::fill did; adds split over x.pool in chunks of kElementwiseGrain, bit-identical
-// whatever the thread count); the CUDA side (elementwise_cuda.cu, T float or __nv_bfloat16,
-// fp32 arithmetic) is enqueued on x.stream.
+// whatever the thread count; the fp64 sums serially in index order); the CUDA side
+// (elementwise_cuda.cu, T float or __nv_bfloat16, fp32 arithmetic, fp64 sums in a fixed order
+// so they are bit-identical run to run) is enqueued on x.stream.
 #ifndef SATDAR_CORE_OPS_ELEMENTWISE_H_
 #define SATDAR_CORE_OPS_ELEMENTWISE_H_
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "absl/status/status.h"
 #include "core/exec.h"
@@ -46,6 +51,19 @@ absl::Status Upload(const CudaExec& x, T* dst, const T* host_src, int64_t n);
 // the host. T float, __nv_bfloat16, int32_t or double.
 template <typename T>
 absl::Status Download(const CudaExec& x, T* host_dst, const T* src, int64_t n);
+// out = in rounded to T (nearest even for bf16): the compute copy of fp32 master weights.
+template <typename T>
+absl::Status CastFromF32(const CudaExec& x, T* out, const float* in, int64_t n);
+// *acc (fp64, device) += scale * (sum of v[0..n)); the sum in fp64 by one block in a fixed
+// order (bit-identical run to run).
+absl::Status AccumulateSum(const CudaExec& x, double* acc, const float* v, int64_t n,
+                           double scale);
+// *acc (fp64, device) += value: one tiny kernel, so the host never waits for the stream.
+absl::Status AccumulateValue(const CudaExec& x, double* acc, double value);
+// *out (fp64, device) = sum of v[i]^2 over [0, n), n = 0 included (0). A grid of
+// ReduceBlocks(n) blocks (core/cuda/reduce_grid.h), then one block adds their sums in block
+// order. Scratch: that many doubles from x.workspace (FailedPrecondition when it is null).
+absl::Status SumSquares(const CudaExec& x, double* out, const float* v, int64_t n);
 }  // namespace cuda
 #endif  // SATDAR_WITH_CUDA || __CUDACC__
 
@@ -100,11 +118,51 @@ inline absl::Status Download(const CpuExec& x, T* host_dst, const T* src, int64_
   return Copy(x, host_dst, src, n);
 }
 
+// out = in converted to T (float or double, the CPU backends' element types).
+template <typename T>
+inline absl::Status CastFromF32(const CpuExec& x, T* out, const float* in, int64_t n) {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "float or double");
+  (void)x;
+  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(in[i]);
+  return absl::OkStatus();
+}
+// *acc += scale * (sum of v[0..n)), the sum in double in index order.
+template <typename T>
+inline absl::Status AccumulateSum(const CpuExec& x, double* acc, const T* v, int64_t n,
+                                  double scale) {
+  (void)x;
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(v[i]);
+  *acc += scale * sum;
+  return absl::OkStatus();
+}
+inline absl::Status AccumulateValue(const CpuExec& x, double* acc, double value) {
+  (void)x;
+  *acc += value;
+  return absl::OkStatus();
+}
+// *out = sum of v[i]^2 over [0, n), in double in index order.
+template <typename T>
+inline absl::Status SumSquares(const CpuExec& x, double* out, const T* v, int64_t n) {
+  (void)x;
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double e = static_cast<double>(v[i]);
+    sum += e * e;
+  }
+  *out = sum;
+  return absl::OkStatus();
+}
+
 #if defined(SATDAR_WITH_CUDA) || defined(__CUDACC__)
+using cuda::AccumulateSum;
+using cuda::AccumulateValue;
 using cuda::Add;
 using cuda::AddTo;
+using cuda::CastFromF32;
 using cuda::Copy;
 using cuda::Download;
+using cuda::SumSquares;
 using cuda::Upload;
 using cuda::Zero;
 #endif

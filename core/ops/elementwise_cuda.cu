@@ -1,20 +1,26 @@
 // CUDA side of core/ops/elementwise.h: grid-stride kernels in fp32, copies and fills as
-// asynchronous memory operations on the stream.
+// asynchronous memory operations on the stream. The fp64 sums have no atomics: AccumulateSum
+// is one block (each thread a fixed strided slice, then a shared-memory tree); SumSquares a
+// grid of ReduceBlocks(n) blocks the same way, then one thread adds the block sums in block
+// order.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "core/cuda/bf16.cuh"
 #include "core/cuda/check.h"
 #include "core/cuda/launch.h"
 #include "core/cuda/reduce.cuh"
+#include "core/cuda/reduce_grid.h"
+#include "core/cuda/workspace.h"
 #include "core/ops/elementwise.h"
 
 namespace satdar::core::cuda {
 
 namespace {
 
-using namespace ::satdar::core::cuda::device;  // NOLINT: Ld, St, GridBlocks
+using namespace ::satdar::core::cuda::device;  // NOLINT: Ld, St, GridBlocks, BlockSums
 
 constexpr int kThreads = 256;
 
@@ -32,6 +38,44 @@ __global__ void AddToKernel(T* out, const T* a, int64_t n) {
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     St(out + i, Ld(out + i) + Ld(a + i));
   }
+}
+
+template <typename T>
+__global__ void CastKernel(T* out, const float* in, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    St(out + i, in[i]);
+  }
+}
+
+// One block of kThreads: the sum does not depend on any launch size but n.
+__global__ void AccumulateSumKernel(double* acc, const float* v, int64_t n, double scale) {
+  double s[1] = {0.0};
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s[0] += v[i];
+  BlockSums<kThreads, 1>(s);
+  if (threadIdx.x == 0) *acc += scale * s[0];
+}
+
+__global__ void AccumulateValueKernel(double* acc, double value) {
+  if (threadIdx.x == 0) *acc += value;
+}
+
+__global__ void SumSquaresKernel(double* scratch, const float* v, int64_t n) {
+  double s[1] = {0.0};
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const double e = v[i];
+    s[0] += e * e;
+  }
+  BlockSums<kThreads, 1>(s);
+  if (threadIdx.x == 0) scratch[blockIdx.x] = s[0];
+}
+
+__global__ void SumFinishKernel(double* out, const double* scratch, int blocks) {
+  if (threadIdx.x != 0) return;
+  double s = 0.0;
+  for (int b = 0; b < blocks; ++b) s += scratch[b];
+  *out = s;
 }
 
 }  // namespace
@@ -86,6 +130,41 @@ absl::Status Download(const CudaExec& x, T* host_dst, const T* src, int64_t n) {
   return absl::OkStatus();
 }
 
+template <typename T>
+absl::Status CastFromF32(const CudaExec& x, T* out, const float* in, int64_t n) {
+  if (n == 0) return absl::OkStatus();
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("CastKernel", CastKernel<T>, dim3(GridBlocks(n, kThreads)),
+                                     dim3(kThreads), 0, x.stream, out, in, n));
+  return absl::OkStatus();
+}
+
+absl::Status AccumulateSum(const CudaExec& x, double* acc, const float* v, int64_t n,
+                           double scale) {
+  if (n == 0) return absl::OkStatus();
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("AccumulateSumKernel", AccumulateSumKernel, dim3(1),
+                                     dim3(kThreads), 0, x.stream, acc, v, n, scale));
+  return absl::OkStatus();
+}
+
+absl::Status AccumulateValue(const CudaExec& x, double* acc, double value) {
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("AccumulateValueKernel", AccumulateValueKernel, dim3(1),
+                                     dim3(1), 0, x.stream, acc, value));
+  return absl::OkStatus();
+}
+
+absl::Status SumSquares(const CudaExec& x, double* out, const float* v, int64_t n) {
+  // n = 0 still launches (one block), so *out is written.
+  const int blocks = ReduceBlocks(n, kThreads);
+  absl::StatusOr<double*> scratch =
+      Scratch<double>(x, static_cast<size_t>(blocks), "SumSquares");
+  if (!scratch.ok()) return scratch.status();
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("SumSquaresKernel", SumSquaresKernel, dim3(blocks),
+                                     dim3(kThreads), 0, x.stream, *scratch, v, n));
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("SumFinishKernel", SumFinishKernel, dim3(1), dim3(32), 0,
+                                     x.stream, out, *scratch, blocks));
+  return absl::OkStatus();
+}
+
 #define SATDAR_INSTANTIATE_TRANSFER(T)                                       \
   template absl::Status Upload<T>(const CudaExec&, T*, const T*, int64_t); \
   template absl::Status Download<T>(const CudaExec&, T*, const T*, int64_t);
@@ -99,7 +178,8 @@ SATDAR_INSTANTIATE_TRANSFER(double)
   template absl::Status Copy<T>(const CudaExec&, T*, const T*, int64_t);            \
   template absl::Status Zero<T>(const CudaExec&, T*, int64_t);                      \
   template absl::Status Add<T>(const CudaExec&, T*, const T*, const T*, int64_t);   \
-  template absl::Status AddTo<T>(const CudaExec&, T*, const T*, int64_t);
+  template absl::Status AddTo<T>(const CudaExec&, T*, const T*, int64_t);           \
+  template absl::Status CastFromF32<T>(const CudaExec&, T*, const float*, int64_t);
 SATDAR_INSTANTIATE(float)
 SATDAR_INSTANTIATE(__nv_bfloat16)
 #undef SATDAR_INSTANTIATE

@@ -10,8 +10,9 @@
 // apart from the element types (the CPU is templated on float and double, T everywhere; CUDA on
 // float and __nv_bfloat16, with fp32 statistics and parameter gradients), except where noted:
 //  - Rope: the CUDA tables cos/sin are always fp32.
-//  - CrossEntropyForwardBackward, MatmulBackwardInput, MatmulBackwardWeightF32 and the
-//    GroupedMatmul* layers are CUDA only (fused or mixed-precision forms).
+//  - MatmulBackwardInput, MatmulBackwardWeightF32 and the GroupedMatmul* layers are CUDA
+//    only (mixed-precision forms); CrossEntropyForwardBackward is one fused pass on CUDA and
+//    the forward then the backward on the CPU.
 //  - Attention: the CPU keeps probs (B,NH,T,T) of T; CUDA takes a DType and void pointers and
 //    keeps lse (B,NH,T) fp32 instead (flash-style), its backward's scratch from x.workspace.
 //  - AdamWUpdate: the CPU takes T for all four buffers, CUDA fp32 only.
@@ -119,6 +120,16 @@ template <typename T>
 inline absl::Status CrossEntropyBackward(const CpuExec& x, T* dlogits, const T* logits,
                                          const int32_t* targets, internal::NoDeduce<T> dloss,
                                          int n, int v) {
+  cpu::CrossEntropyBackward(dlogits, logits, targets, dloss, n, v, x.pool);
+  return absl::OkStatus();
+}
+// Both: the losses, then the gradient (CUDA fuses them into one pass over the logits; the
+// CPU runs the two loops above, so dlogits may alias logits here too).
+template <typename T>
+inline absl::Status CrossEntropyForwardBackward(const CpuExec& x, T* losses, T* dlogits,
+                                                const T* logits, const int32_t* targets,
+                                                internal::NoDeduce<T> dloss, int n, int v) {
+  cpu::CrossEntropyForward(losses, logits, targets, n, v, x.pool);
   cpu::CrossEntropyBackward(dlogits, logits, targets, dloss, n, v, x.pool);
   return absl::OkStatus();
 }

@@ -21,13 +21,20 @@
 //   dlogits are stored in T (1e-5 f32, 1e-2 bf16).
 //   Elementwise (elementwise.h): copies and fills are exact; a sum of two values of T is one
 //   rounding on both sides (the CPU reference adds the same bf16-rounded values in f32 and
-//   rounds once through Quantize), so it is checked exactly too.
+//   rounds once through Quantize), so it is checked exactly too. CastFromF32 is one rounding
+//   of an fp32 value and must equal __float2bfloat16's (exact). The fp64 sums (AccumulateSum,
+//   SumSquares) add the same fp32 values in another order than the CPU's index order: rtol
+//   1e-12 of the result; AccumulateValue adds exactly representable values and is exact.
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "core/cuda/allocator.h"
 #include "core/cuda/runtime.h"
 #include "core/cuda/testing/gpu_test_util.h"
+#include "core/cuda/workspace.h"
 #include "core/dtype.h"
 #include "core/exec.h"
 #include "core/ops/cross_entropy.h"
@@ -331,8 +338,108 @@ void CheckElementwise() {
   ExpectClose(ga.Download(), Quantize<T>(sum), 0.0, "add (in place)");
 }
 
+template <typename T>
+void CheckCastFromF32() {
+  // Not a multiple of a block; ties of bf16's rounding (1 + 2^-8 rounds down to even, 1 + 3 *
+  // 2^-8 up), a subnormal and large values besides random ones.
+  std::vector<float> in = RandomNormal(5000, 31, 3.0f);
+  for (float v : {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, -1.0f - 0x1p-8f, 0x1p-130f, 3.0e38f,
+                  -0.0f, 0.0f}) {
+    in.push_back(v);
+  }
+  const int64_t n = static_cast<int64_t>(in.size());
+  std::vector<float> want(n);
+  if constexpr (kIsBf16<T>) {
+    for (int64_t i = 0; i < n; ++i) want[i] = __bfloat162float(__float2bfloat16(in[i]));
+  } else {
+    const CpuExec on_cpu{};
+    ASSERT_TRUE(ops::CastFromF32(on_cpu, want.data(), in.data(), n).ok());
+    EXPECT_EQ(want, in);
+  }
+  const CudaExec on_gpu{};
+  DeviceArray<float> gin(in);
+  DeviceArray<T> gout(n);
+  ASSERT_TRUE(ops::CastFromF32(on_gpu, gout.get(), gin.get(), n).ok());
+  EXPECT_EQ(gout.Download(), want);
+}
+
+// |got - want| <= rtol * |want|.
+void ExpectRel(double got, double want, double rtol, const std::string& what) {
+  EXPECT_LE(std::fabs(got - want), rtol * std::fabs(want))
+      << what << ": got " << got << ", want " << want;
+}
+
+void CheckAccumulate() {
+  const int64_t n = 10000;  // many elements per thread of the one block
+  const auto v1 = RandomNormal(n, 41), v2 = RandomNormal(n, 42, 2.0f);
+  const CpuExec on_cpu{};
+  const CudaExec on_gpu{};
+  double want = 0.75;
+  ASSERT_TRUE(ops::AccumulateSum(on_cpu, &want, v1.data(), n, 0.5).ok());
+  ASSERT_TRUE(ops::AccumulateSum(on_cpu, &want, v2.data(), n, -1.0 / 3.0).ok());
+  DeviceArray<float> g1(v1), g2(v2);
+  DeviceVector<double> gacc(std::vector<double>{0.75});
+  ASSERT_TRUE(ops::AccumulateSum(on_gpu, gacc.get(), g1.get(), n, 0.5).ok());
+  ASSERT_TRUE(ops::AccumulateSum(on_gpu, gacc.get(), g2.get(), n, -1.0 / 3.0).ok());
+  double got = 0;
+  ASSERT_TRUE(ops::Download(on_gpu, &got, gacc.get(), 1).ok());
+  ExpectRel(got, want, 1e-12, "accumulate sum");
+
+  double cpu_value = 1.25;
+  ASSERT_TRUE(ops::AccumulateValue(on_cpu, &cpu_value, 0.5).ok());
+  ASSERT_TRUE(ops::AccumulateValue(on_cpu, &cpu_value, -3.0).ok());
+  EXPECT_EQ(cpu_value, -1.25);
+  DeviceVector<double> gvalue(std::vector<double>{1.25});
+  ASSERT_TRUE(ops::AccumulateValue(on_gpu, gvalue.get(), 0.5).ok());
+  ASSERT_TRUE(ops::AccumulateValue(on_gpu, gvalue.get(), -3.0).ok());
+  ASSERT_TRUE(ops::Download(on_gpu, &got, gvalue.get(), 1).ok());
+  EXPECT_EQ(got, -1.25);
+}
+
+void CheckSumSquares() {
+  const int64_t n = 100000;  // the full reduction grid, many elements per thread
+  const auto v = RandomNormal(n, 51);
+  const CpuExec on_cpu{};
+  double want = 0;
+  ASSERT_TRUE(ops::SumSquares(on_cpu, &want, v.data(), n).ok());
+  cuda::CachingAllocator alloc;
+  cuda::Workspace workspace(&alloc, nullptr);
+  const CudaExec on_gpu{nullptr, nullptr, &workspace};
+  DeviceArray<float> gv(v);
+  DeviceVector<double> gout(std::vector<double>{-1.0, -1.0});
+  ASSERT_TRUE(ops::SumSquares(on_gpu, gout.get(), gv.get(), n).ok());
+  ASSERT_TRUE(ops::SumSquares(on_gpu, gout.get() + 1, gv.get(), n).ok());
+  std::vector<double> got(2);
+  ASSERT_TRUE(ops::Download(on_gpu, got.data(), gout.get(), 2).ok());
+  ExpectRel(got[0], want, 1e-12, "sum of squares");
+  EXPECT_EQ(got[0], got[1]);  // bit-identical run to run
+  // n = 0 writes 0.
+  ASSERT_TRUE(ops::SumSquares(on_gpu, gout.get(), gv.get(), 0).ok());
+  ASSERT_TRUE(ops::Download(on_gpu, got.data(), gout.get(), 1).ok());
+  EXPECT_EQ(got[0], 0.0);
+  // Its scratch comes from the workspace: none, no launch.
+  const absl::Status no_workspace = ops::SumSquares(CudaExec{}, gout.get(), gv.get(), n);
+  EXPECT_EQ(no_workspace.code(), absl::StatusCode::kFailedPrecondition) << no_workspace;
+}
+
 #endif  // SATDAR_WITH_CUDA
 
+TEST(OpsCuda, CastFromF32F32) {
+  SATDAR_SKIP_WITHOUT_GPU();
+  SATDAR_IF_CUDA(CheckCastFromF32<float>());
+}
+TEST(OpsCuda, CastFromF32Bf16) {
+  SATDAR_SKIP_WITHOUT_GPU();
+  SATDAR_IF_CUDA(CheckCastFromF32<Bf16>());
+}
+TEST(OpsCuda, AccumulateSumAndValue) {
+  SATDAR_SKIP_WITHOUT_GPU();
+  SATDAR_IF_CUDA(CheckAccumulate());
+}
+TEST(OpsCuda, SumSquares) {
+  SATDAR_SKIP_WITHOUT_GPU();
+  SATDAR_IF_CUDA(CheckSumSquares());
+}
 TEST(OpsCuda, ElementwiseF32) {
   SATDAR_SKIP_WITHOUT_GPU();
   SATDAR_IF_CUDA(CheckElementwise<float>());

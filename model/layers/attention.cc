@@ -6,8 +6,10 @@
 
 #include "core/check.h"
 #include "core/dtype.h"
+#include "core/ops/attention_cuda.h"
 #include "core/thread_pool.h"
 #include "model/layers/linear.h"
+#include "model/layout_check.h"
 #include "model/ops.h"
 
 #if defined(SATDAR_WITH_CUDA) || defined(__CUDACC__)
@@ -15,6 +17,11 @@
 #endif
 
 namespace satdar::model {
+
+// CheckDeviceSupport refuses configs with a copy of the attention kernel's limit
+// (layout_check.h). attention_cuda.h is plain declarations, so this holds in every build.
+static_assert(kDeviceMaxHeadSize == core::cuda::kAttentionMaxHeadSize,
+              "layout_check.h's kDeviceMaxHeadSize must equal kAttentionMaxHeadSize");
 
 using layers_internal::LinearBackward;
 

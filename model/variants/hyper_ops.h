@@ -59,8 +59,8 @@ class ThreadPool;
 }  // namespace satdar::core
 
 namespace satdar::model::cuda {
-// The most streams the CUDA side takes (per-thread arrays); also checked by CheckGpuSupport
-// (model/gpu/gpu_support.cc, any build).
+// The most streams the CUDA side takes (per-thread arrays); also checked by CheckDeviceSupport
+// (model/layout_check.h, any build).
 inline constexpr int kMaxHyperStreams = 8;
 }  // namespace satdar::model::cuda
 

@@ -11,7 +11,14 @@
 
 #include "core/check.h"
 #include "core/thread_pool.h"
+#include "model/layout_check.h"
 #include "model/variants/hyper_ops.h"
+
+namespace satdar::model {
+// CheckDeviceSupport refuses configs with a copy of the CUDA side's limit (layout_check.h).
+static_assert(kDeviceMaxHyperStreams == cuda::kMaxHyperStreams,
+              "layout_check.h's kDeviceMaxHyperStreams must equal cuda::kMaxHyperStreams");
+}  // namespace satdar::model
 
 namespace satdar::model::cpu {
 

@@ -1,5 +1,5 @@
 // model/variants/moe_ops.h: the arithmetic of the MoE FFN's router, dispatch plan, permute and
-// combine (variants/moe.cc and model/gpu/gpu_moe.cc decide the data flow: the router and expert
+// combine (variants/moe.cc decides the data flow on both devices: the router and expert
 // GEMMs, the expert-parallel AllToAllV exchanges and expert grouping, the shared experts), one
 // header for both devices: cpu:: (moe_ops_cpu.cc, the readable reference, f32 and f64) and
 // cuda:: (moe_ops_cuda.cu, fp32 routing values, row data in f32 or bf16). Tested against each
@@ -54,7 +54,8 @@ class ThreadPool;
 namespace satdar::model {
 
 // The GPU kernels' limits (a token's E probabilities in shared memory, its k rows ordered in
-// shared memory); model/gpu/gpu_support.cc refuses larger configs. The CPU side has none.
+// shared memory); CheckDeviceSupport (model/layout_check.h) refuses larger configs. The CPU
+// side has none.
 inline constexpr int kMoeMaxExperts = 256;
 inline constexpr int kMoeMaxTopK = 16;
 

@@ -10,7 +10,16 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "model/layout_check.h"
 #include "model/variants/moe_ops.h"
+
+namespace satdar::model {
+// CheckDeviceSupport refuses configs with copies of the CUDA router's limits (layout_check.h).
+static_assert(kDeviceMaxExperts == kMoeMaxExperts,
+              "layout_check.h's kDeviceMaxExperts must equal kMoeMaxExperts");
+static_assert(kDeviceMaxTopK == kMoeMaxTopK,
+              "layout_check.h's kDeviceMaxTopK must equal kMoeMaxTopK");
+}  // namespace satdar::model
 
 namespace satdar::model::cpu {
 

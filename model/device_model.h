@@ -1,0 +1,86 @@
+// model/device_model.h: what the GPU trainer (worker/cuda_engine.cc) drives: one rank's
+// whole model on one CUDA stream, the CPU's classes (DecoderModelT<Cuda<float>> or
+// DecoderModelT<Cuda<__nv_bfloat16>>, registry.cc's CreateDeviceModel) behind the few calls a
+// training step makes:
+//
+//   SATDAR_ASSIGN_OR_RETURN(auto m, DeviceModel::Create(config, {DType::kBF16}, stream, &alloc));
+//   m->SetWeights(master);                       // fp32 device buffer, m->params() offsets
+//   m->Forward(tokens, B, T, 1.0, loss_acc);     // tokens: host (B, T+1); loss: device fp64 +=
+//   m->Backward(grads);                          // grads: device fp32 +=
+//
+// The parameter table is the CPU model's (same names, shapes and order) with every tensor at a
+// multiple of kDeviceParamAlign (layout_check.h), so checkpoints, initialisation and exports
+// are shared with the CPU path. bf16 (or f32) activations and compute weights, fp32 master
+// weights, gradients and accumulation. The loss stays on the device (DecoderModelT's
+// ForwardAccumulate, with the cross-entropy's gradient fused into its forward): a step reads
+// nothing back except where a design does (MoE's expert counts and auxiliary losses, the
+// statistics of SATFormer's gates and of DAR/AttnRes's depth weights; ONE_MODEL_PLAN.md, S9).
+#ifndef SATDAR_MODEL_DEVICE_MODEL_H_
+#define SATDAR_MODEL_DEVICE_MODEL_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/dtype.h"
+#include "model/config.h"
+#include "model/layout_check.h"
+#include "model/param_table.h"
+
+struct CUstream_st;  // cudaStream_t
+
+namespace satdar::core::cuda {
+class CachingAllocator;
+}  // namespace satdar::core::cuda
+
+namespace satdar::model {
+
+struct DeviceModelOptions {
+  core::DType compute = core::DType::kBF16;  // activations and compute weights: kBF16 or kF32
+  // kFull: only each sublayer's input (and V1) is kept; a branch's internals are recomputed
+  // right before its backward. (kSelective keeps everything on the device: its attention
+  // keeps no probabilities to drop.)
+  Recompute recompute = Recompute::kNone;
+};
+
+class DeviceModel {
+ public:
+  virtual ~DeviceModel() = default;
+  // `alloc` serves every device buffer; `stream` runs all work. FailedPrecondition without a
+  // CUDA build or device; InvalidArgument for a config the device cannot run
+  // (CheckDeviceSupport) or a compute dtype other than bf16 and f32.
+  static absl::StatusOr<std::unique_ptr<DeviceModel>> Create(const ModelConfig& config,
+                                                             const DeviceModelOptions& options,
+                                                             CUstream_st* stream,
+                                                             core::cuda::CachingAllocator* alloc);
+
+  virtual const ParamTable& params() const = 0;
+  virtual const ModelConfig& config() const = 0;
+  // master: fp32 device weights laid out by params(), read in place until the next SetWeights
+  // or the model's end (the designs' scalars are read from it); refreshes the compute copy.
+  // Call after every change of the master weights.
+  virtual absl::Status SetWeights(const float* master) = 0;
+  // tokens: host (B, T+1); an id outside [0, vocab) is InvalidArgument. Adds loss_scale *
+  // (mean cross-entropy + the auxiliary losses) to *loss_acc (device fp64) and keeps what
+  // Backward needs; the gradient of the cross-entropy (scaled by loss_scale) is computed here.
+  virtual absl::Status Forward(const int32_t* tokens, int b, int t, double loss_scale,
+                               double* loss_acc) = 0;
+  // Validation: adds the mean cross-entropy alone (no auxiliary losses) to *ce_acc (device
+  // fp64); keeps nothing for a Backward (which then fails with FailedPrecondition).
+  virtual absl::Status Evaluate(const int32_t* tokens, int b, int t, double* ce_acc) = 0;
+  // grads (device fp32, laid out by params()) += d(loss_scale * loss)/d(params) of the last
+  // Forward.
+  virtual absl::Status Backward(float* grads) = 0;
+  // As Model::SetLayerGradientsReadyHook: called (at enqueue time, on the host) once all of
+  // layer i's gradient work is enqueued on the stream, for layers L-1 .. 1.
+  virtual void SetLayerGradientsReadyHook(std::function<void(int layer)> hook) = 0;
+  // Bytes of device memory the model holds beyond the weights: (B, T) activations and the
+  // ops' scratch.
+  virtual int64_t activation_bytes() const = 0;
+};
+
+}  // namespace satdar::model
+
+#endif  // SATDAR_MODEL_DEVICE_MODEL_H_
