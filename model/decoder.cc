@@ -482,6 +482,12 @@ void DecoderModelT<B>::ResetStats() {
 }
 
 template <class B>
+void DecoderModelT<B>::SetStatsEnabled(bool on) {
+  if (ValueResidualT<B>* vr = branches_->value_residual()) vr->SetStatsEnabled(on);
+  topology_->SetStatsEnabled(on);
+}
+
+template <class B>
 bool DecoderModelT<B>::SetGateAblation(GateAblation mode) {
   ValueResidualT<B>* vr = branches_->value_residual();
   if (vr == nullptr) return mode == GateAblation::kNone;

@@ -63,6 +63,7 @@ class DecoderModelT : public Model<typename B::T, StageBuffersT<B>> {
   double last_cross_entropy() const override { return cross_entropy_; }
   void AppendStats(nlohmann::json* stats) const override;
   void ResetStats() override;
+  void SetStatsEnabled(bool on) override;
   bool SetGateAblation(GateAblation mode) override;
   void Predictions(std::vector<int32_t>* argmax) const override;
   bool GateValues(int layer, std::vector<double>* gates) const override;

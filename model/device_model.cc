@@ -56,6 +56,9 @@ class DecoderDeviceModel : public DeviceModel {
     Sharding shard;  // one rank's whole model
     shard.recompute = recompute;
     SATDAR_ASSIGN_OR_RETURN(model_, CreateDeviceModel<B>(config, shard, x_));
+    // The GPU trainer reports no statistics (stats_every is refused there), and gathering them
+    // would wait for the stream at every layer.
+    model_->SetStatsEnabled(false);
     return absl::OkStatus();
   }
 

@@ -13,8 +13,9 @@
 // are shared with the CPU path. bf16 (or f32) activations and compute weights, fp32 master
 // weights, gradients and accumulation. The loss stays on the device (DecoderModelT's
 // ForwardAccumulate, with the cross-entropy's gradient fused into its forward): a step reads
-// nothing back except where a design does (MoE's expert counts and auxiliary losses, the
-// statistics of SATFormer's gates and of DAR/AttnRes's depth weights; ONE_MODEL_PLAN.md, S9).
+// nothing back except MoE's expert counts and auxiliary losses (once per MoE layer). The
+// statistics that read activations back (SATFormer's gates, DAR/AttnRes's depth weights) are
+// off (Model::SetStatsEnabled): the GPU trainer reports none yet (ONE_MODEL_PLAN.md, S9).
 #ifndef SATDAR_MODEL_DEVICE_MODEL_H_
 #define SATDAR_MODEL_DEVICE_MODEL_H_
 

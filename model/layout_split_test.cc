@@ -84,12 +84,13 @@ void Gather(const ParamTable& table, const std::vector<double>& g, int tp_rank, 
   }
 }
 
-Result RunWhole(const ModelConfig& c) {
+Result RunWhole(const ModelConfig& c, bool stats = true) {
   core::ThreadPool pool(1);
   auto model = CreateModel<double>(c, &pool);
   EXPECT_TRUE(model.ok()) << model.status();
   Result r;
   if (!model.ok()) return r;
+  (*model)->SetStatsEnabled(stats);
   std::vector<double> p = Params((*model)->params()), g(p.size(), 0.0);
   const std::vector<int32_t> tokens = Tokens(c.vocab_size);
   r.loss = (*model)->Forward(p.data(), tokens.data(), kB, kT).value();
@@ -192,6 +193,39 @@ TEST_P(LayoutSplit, EqualsWholeModel) {
       worst = std::max(worst, std::abs(it->second[i] - g[i]));
     }
     EXPECT_LE(worst, 1e-10 * std::max(1.0, scale)) << name;
+  }
+}
+
+// The sum of |x| over every number in j.
+double AbsSum(const nlohmann::json& j) {
+  if (j.is_number()) return std::abs(j.get<double>());
+  double s = 0;
+  if (j.is_array() || j.is_object()) {
+    for (const auto& e : j) s += AbsSum(e);
+  }
+  return s;
+}
+
+// Model::SetStatsEnabled(false): the same loss and gradients bit for bit, and none of the
+// statistics that read activations gathered.
+TEST(ModelStats, OffGathersNothingAndChangesNothing) {
+  core::cpu::InitBlas();
+  for (const char* extra :
+       {R"("residual": "dar", "block_size": 4, "value_residual": "satformer")",
+        R"("residual": "attnres", "value_residual": "satformer")"}) {
+    auto config = ParseModelConfig(Config(extra), "stats");
+    ASSERT_TRUE(config.ok()) << config.status();
+    const Result on = RunWhole(*config, true), off = RunWhole(*config, false);
+    EXPECT_EQ(on.loss, off.loss) << extra;
+    EXPECT_EQ(on.grads, off.grads) << extra;
+    int checked = 0;
+    for (const char* key : {"satformer_gate_mean", "dar_depth_weights", "attnres_depth_weights"}) {
+      if (!on.stats.contains(key)) continue;
+      ++checked;
+      EXPECT_GT(AbsSum(on.stats[key]), 0.0) << extra << " " << key;
+      EXPECT_EQ(AbsSum(off.stats[key]), 0.0) << extra << " " << key;
+    }
+    EXPECT_EQ(checked, 2) << extra;
   }
 }
 

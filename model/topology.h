@@ -65,6 +65,8 @@ class TopologyT {
   // Statistics (host values; read back from the device by the caller's rules).
   virtual void AppendStats(nlohmann::json* stats) const { (void)stats; }
   virtual void ResetStats() {}
+  // Model::SetStatsEnabled.
+  virtual void SetStatsEnabled(bool on) { (void)on; }
 };
 
 template <typename T>

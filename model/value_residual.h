@@ -55,6 +55,8 @@ class ValueResidualT {
   // Statistics gathered since the last ResetStats (for --log-jsonl).
   virtual void AppendStats(nlohmann::json* stats) const { (void)stats; }
   virtual void ResetStats() {}
+  // Model::SetStatsEnabled.
+  virtual void SetStatsEnabled(bool on) { (void)on; }
   // Layer i's gates of the last Forward (B*T, NKV, a B buffer of Acc: fp32 on CUDA), or null
   // when this design has none.
   virtual const Acc* gate_values(int i) const { (void)i; return nullptr; }

@@ -113,7 +113,7 @@ class AttnRes : public TopologyT<B> {
           x_, u, s.alpha.data(), inputs_.data(), inputs_.data(),
           static_cast<int>(inputs_.size()), w.compute + query_[l - 1], w.compute + norm_[l - 1],
           rows_, d_, eps_));
-      SATDAR_RETURN_IF_ERROR(Accumulate(l - 1, s));
+      if (stats_) SATDAR_RETURN_IF_ERROR(Accumulate(l - 1, s));
       if (l > sublayers_) break;
       SATDAR_RETURN_IF_ERROR(br->Forward(l, u, y_.data()));
       // The next partial: p + y, or y when the partial is empty.
@@ -201,6 +201,7 @@ class AttnRes : public TopologyT<B> {
     // [sublayer 1..2L, final][source: embedding, blocks..., partial]
     (*stats)["attnres_depth_weights"] = all;
   }
+  void SetStatsEnabled(bool on) override { stats_ = on; }
   void ResetStats() override {
     for (auto& w : weight_sum_) std::fill(w.begin(), w.end(), 0.0);
     tokens_ = 0;
@@ -279,6 +280,7 @@ class AttnRes : public TopologyT<B> {
   std::vector<std::vector<double>> weight_sum_;
   std::vector<Acc> host_alpha_;  // a device's depth weights of one step (empty on the CPU)
   int64_t tokens_ = 0;
+  bool stats_ = true;  // gather the depth weights' statistics (SetStatsEnabled)
 };
 
 }  // namespace

@@ -146,7 +146,7 @@ class Dar : public TopologyT<B> {
       T* u = l <= sublayers_ ? st.u.data() : x_final;
       SATDAR_RETURN_IF_ERROR(
           ops::DarMixForward(x_, u, st.r[0].data(), st.r[1].data(), w.master + o.mix, n));
-      SATDAR_RETURN_IF_ERROR(Accumulate(l - 1, st));
+      if (stats_) SATDAR_RETURN_IF_ERROR(Accumulate(l - 1, st));
       if (l > sublayers_) break;
       SATDAR_RETURN_IF_ERROR(br->Forward(l, u, st.y.data()));
       // Write: P0, P1 = rho P0 + (1-rho) P1 + b0 y, (1-rho) P0 + rho P1 + b1 y (empty P = 0),
@@ -288,6 +288,7 @@ class Dar : public TopologyT<B> {
     (*stats)["dar_transport"] = transport;
     (*stats)["dar_write"] = write;
   }
+  void SetStatsEnabled(bool on) override { stats_ = on; }
   void ResetStats() override {
     for (auto& l : weight_sum_) {
       for (auto& s : l) std::fill(s.begin(), s.end(), 0.0);
@@ -411,6 +412,7 @@ class Dar : public TopologyT<B> {
   std::vector<std::array<std::vector<double>, 2>> weight_sum_;
   std::vector<Acc> host_alpha_;  // a device's depth weights of one step (empty on the CPU)
   int64_t tokens_ = 0;
+  bool stats_ = true;  // gather the depth weights' statistics (SetStatsEnabled)
   const Acc* last_params_ = nullptr;  // the master weights of the last backward
 };
 

@@ -73,7 +73,7 @@ class Satformer : public ValueResidualT<B> {
       if (B::kDevice) {
         SATDAR_RETURN_IF_ERROR(ops::Upload(x_, alpha, h, static_cast<int64_t>(n)));
       }
-    } else if (!recomputing_) {
+    } else if (!recomputing_ && stats_) {
       // Statistics of the live gates, for logging and for the mean ablation (a recomputed
       // forward has been counted already). Host read: in place on the CPU; a device's gates
       // are downloaded first (a wait for the stream per layer and forward).
@@ -104,6 +104,7 @@ class Satformer : public ValueResidualT<B> {
   }
 
   void SetRecomputing(bool on) override { recomputing_ = on; }
+  void SetStatsEnabled(bool on) override { stats_ = on; }
   void AppendStats(nlohmann::json* stats) const override {
     nlohmann::json mean = nlohmann::json::array(), zeros = nlohmann::json::array();
     for (int i = 1; i < layers_; ++i) {
@@ -157,6 +158,7 @@ class Satformer : public ValueResidualT<B> {
   Vec<Acc> dalpha_;
   std::vector<Acc> host_alpha_;  // a device's gates of one layer on the host (empty on the CPU)
   bool recomputing_ = false;
+  bool stats_ = true;  // gather the gates' statistics (SetStatsEnabled)
   std::vector<std::vector<double>> gate_sum_;
   std::vector<std::vector<int64_t>> gate_zeros_;
   std::vector<int64_t> gate_count_;
