@@ -16,12 +16,16 @@
 #include "absl/strings/str_format.h"
 #include "core/cuda/allocator.h"
 #include "core/cuda/check.h"
+#include "core/cuda/device_vec.h"
 #include "core/cuda/runtime.h"
 #include "core/cuda/stream.h"
 #include "core/cuda/workspace.h"
 #include "core/exec.h"
 #include "core/ops/adamw.h"
 #include "core/ops/elementwise.h"
+#include "worker/gradient_sync.h"
+#include "worker/mesh_groups.h"
+#include "worker/zero_partition.h"
 #endif
 
 namespace satdar::worker {
@@ -72,7 +76,8 @@ class DeviceBuffers {
 class CudaEngine : public StepEngine {
  public:
   CudaEngine(const TrainOptions& o, MeshGroups* g)
-      : o_(o), rank_(g->rank), world_size_(g->shape.size()), world_(o.gpu.world),
+      : o_(o), rank_(g->rank), world_size_(g->shape.size()), shape_(g->shape),
+        world_(o.gpu.world),
         zero_(o.zero_stage == 1 && g->shape.size() > 1) {
     copts_.timeout = absl::Seconds(o_.comm_timeout_seconds);
   }
@@ -96,13 +101,14 @@ class CudaEngine : public StepEngine {
   absl::StatusOr<double> ForwardBackward(std::vector<std::vector<int32_t>>* micro) override;
   absl::StatusOr<double> GradNorm() override { return grad_norm_; }
   absl::Status Update(const core::AdamWParams& hp) override {
-    SATDAR_RETURN_IF_ERROR(kc::AdamWUpdate(Exec(), master_ + lo_, zero_ ? shard_grads_ : grads_, m_,
-                                           v_, shard_len_, hp));
+    SATDAR_RETURN_IF_ERROR(kc::AdamWUpdate(Exec(), master_ + lo_,
+                                           zero_ ? shard_.data() : grads_, m_, v_, shard_len_,
+                                           hp));
     if (zero_) {
       // Every replica's updated slice to every replica (in place: slice r sits at r * shard).
-      SATDAR_RETURN_IF_ERROR(ready_[0].Record(stream_));
+      SATDAR_RETURN_IF_ERROR(updated_.Record(stream_));
       comm::CollectiveOptions c = copts_;
-      c.ready_event = ready_[0].get();
+      c.ready_event = updated_.get();
       SATDAR_RETURN_IF_ERROR(
           world_->AllGather(master_ + lo_, master_, shard_len_, core::DType::kF32, c)->Wait());
     }
@@ -148,13 +154,13 @@ class CudaEngine : public StepEngine {
     (*j)["batch"] = {o_.batch_size, o_.seq_len};
   }
   void Abandon() override {
-    for (auto& w : pending_) (void)w->Wait();
-    pending_.clear();
+    if (sync_ != nullptr) sync_->Abandon();
   }
 
  private:
-  // The execution context of the kernels this engine launches itself (AdamW, the norm).
-  core::CudaExec Exec() const { return {stream_, nullptr, workspace_.get()}; }
+  // The execution context of the kernels this engine and its GradientSync launch (AdamW, the
+  // reductions' packing and sums of squares; their scratch buffers from alloc_).
+  core::CudaExec Exec() { return {stream_, nullptr, workspace_.get(), &alloc_}; }
   OptimizerBuffers<float> host_buffers() { return {&params_, &exp_avg_, &exp_avg_sq_}; }
   double PeakFlops() const override { return peak_flops_; }
   double Mfu(double tokens_per_second) const {
@@ -197,17 +203,15 @@ class CudaEngine : public StepEngine {
     SATDAR_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
     return model_->SetWeights(master_);
   }
-  // Layer slices are all-reduced from the backward hook, after an event on the compute stream.
-  void ReduceRange(int event, int64_t begin, int64_t end);
 
   const TrainOptions o_;
   const int rank_, world_size_;
+  const comm::MeshShape shape_;  // the run's layout (data parallelism only on the GPU so far)
   comm::Communicator* const world_;  // device buffers; null alone
   // ZeRO-1 (dp > 1): the buffers are padded to `padded_` elements, and this replica keeps the
   // moments of, and updates, [lo_, lo_ + shard_len_) only. Otherwise shard_len_ = nd_, lo_ = 0.
   const bool zero_;
   int64_t padded_ = 0, shard_len_ = 0, lo_ = 0;
-  float* shard_grads_ = nullptr;  // ZeRO-1: this replica's slice of the averaged gradients
   comm::CollectiveOptions copts_;
   int device_ = 0;
   kc::CachingAllocator alloc_;
@@ -222,11 +226,13 @@ class CudaEngine : public StepEngine {
   std::vector<float> params_, exp_avg_, exp_avg_sq_;
   std::unique_ptr<DeviceBuffers> dev_;
   float *master_ = nullptr, *grads_ = nullptr, *m_ = nullptr, *v_ = nullptr;
-  double *scalars_ = nullptr, *eval_sum_ = nullptr;
-  std::vector<int64_t> layer_start_;
-  std::vector<kc::Event> ready_;
-  std::vector<std::unique_ptr<comm::Work>> pending_;
-  absl::Status hook_status_;
+  double *scalars_ = nullptr, *eval_sum_ = nullptr;  // the step's loss; validation's
+  // The device's mesh (split from world_; every group null alone) and the reductions between
+  // the backward passes and AdamW over it (worker/gradient_sync.h, the CPU engine's class).
+  MeshGroups groups_;
+  std::unique_ptr<GradientSyncT<model::Cuda<float>>> sync_;
+  kc::DeviceVec<float> shard_;  // ZeRO-1: this replica's slice of the averaged gradients
+  kc::Event updated_;           // ZeRO-1: the update's slice is written (for the all-gather)
   double flops_per_token_ = 0, peak_flops_ = 0, grad_norm_ = 0;  // set by Init
 };
 
@@ -257,9 +263,25 @@ absl::Status CudaEngine::Init() {
                   stream_, &alloc_));
   const model::ParamTable& table = model_->params();  // aligned: model::kDeviceParamAlign
   nd_ = table.size();
-  padded_ = zero_ ? (nd_ + world_size_ - 1) / world_size_ * world_size_ : nd_;
-  shard_len_ = zero_ ? padded_ / world_size_ : nd_;
-  lo_ = zero_ ? rank_ * shard_len_ : 0;
+  // The device's communicators, split from the device world as the host's are from theirs.
+  SATDAR_ASSIGN_OR_RETURN(groups_, BuildMeshGroups(world_, shape_, copts_));
+  // ZeRO-1: the CPU engine's partitions; with data parallelism alone one, the whole (padded)
+  // buffer over the replicas, each owning [lo_, lo_ + shard_len_).
+  std::vector<ZeroPartition> parts;
+  if (zero_) {
+    const model::ParamRoles roles = RolesOf(table, groups_, o_.config.tie_word_embeddings);
+    parts = ZeroPartitions(roles.dense, roles.experts, groups_);
+    if (parts.size() != 1 || !parts[0].identity()) {
+      return absl::UnimplementedError(absl::StrCat(
+          "rank ", rank_, ": ZeRO-1 on the GPU shards the whole buffer over the data-parallel "
+          "replicas; this layout has ", parts.size(), " partition(s)"));
+    }
+  }
+  padded_ = zero_ ? std::max(nd_, parts[0].padded()) : nd_;
+  shard_len_ = zero_ ? parts[0].shard : nd_;
+  lo_ = zero_ ? parts[0].lo() : 0;
+  sync_ = std::make_unique<GradientSyncT<model::Cuda<float>>>(table, &groups_, o_.config, parts,
+                                                               copts_, Exec());
   params_.assign(table.size(), 0.0f);
   exp_avg_.assign(table.size(), 0.0f);
   exp_avg_sq_.assign(table.size(), 0.0f);
@@ -269,20 +291,10 @@ absl::Status CudaEngine::Init() {
   SATDAR_ASSIGN_OR_RETURN(grads_, dev_->Zeros<float>(padded_));
   SATDAR_ASSIGN_OR_RETURN(m_, dev_->Zeros<float>(shard_len_));
   SATDAR_ASSIGN_OR_RETURN(v_, dev_->Zeros<float>(shard_len_));
-  if (zero_) {
-    SATDAR_ASSIGN_OR_RETURN(shard_grads_, dev_->Zeros<float>(shard_len_));
-  }
-  SATDAR_ASSIGN_OR_RETURN(scalars_, dev_->Zeros<double>(2));  // loss, squared norm
+  SATDAR_ASSIGN_OR_RETURN(scalars_, dev_->Zeros<double>(1));  // the step's loss
   SATDAR_ASSIGN_OR_RETURN(eval_sum_, dev_->Zeros<double>(1));
   SATDAR_RETURN_IF_ERROR(UploadState());
-  // One rank holds every block and the final norm (no pipeline on the GPU path yet).
-  for (size_t i : table.BlockStarts()) {
-    layer_start_.push_back(i < table.specs().size() ? table.specs()[i].offset : nd_);
-  }
-  ready_.resize(o_.config.num_hidden_layers + 1);
-  for (auto& e : ready_) {
-    SATDAR_ASSIGN_OR_RETURN(e, kc::Event::Create());
-  }
+  SATDAR_ASSIGN_OR_RETURN(updated_, kc::Event::Create());
   flops_per_token_ = model::FlopsPerToken(table.packed_size(), o_.config, o_.seq_len);
   // --peak-tflops 0: the GPU's own peak from the table, H100/H200's when it is not listed.
   const double listed = GpuPeakFlops(kc::DeviceName(device_));
@@ -303,80 +315,29 @@ std::string CudaEngine::Describe() const {
       o_.microbatches);
 }
 
-void CudaEngine::ReduceRange(int event, int64_t begin, int64_t end) {
-  absl::Status s = ready_[event].Record(stream_);
-  if (!s.ok()) {
-    if (hook_status_.ok()) hook_status_ = s;
-    return;
-  }
-  comm::CollectiveOptions c = copts_;
-  c.ready_event = ready_[event].get();
-  pending_.push_back(world_->AllReduce(grads_ + begin, end - begin, core::DType::kF32,
-                                       comm::ReduceOp::kAvg, c));
-}
-
 absl::StatusOr<double> CudaEngine::ForwardBackward(std::vector<std::vector<int32_t>>* micro) {
-  hook_status_ = absl::OkStatus();
   SATDAR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(grads_, 0, padded_ * sizeof(float), stream_));
-  SATDAR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(scalars_, 0, 2 * sizeof(double), stream_));
+  SATDAR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(scalars_, 0, sizeof(double), stream_));
   const int mb_size = o_.batch_size / o_.microbatches;
-  const int layers = o_.config.num_hidden_layers;
   for (int mb = 0; mb < o_.microbatches; ++mb) {
     SATDAR_RETURN_IF_ERROR(model_->Forward((*micro)[mb].data(), mb_size, o_.seq_len,
                                            1.0 / o_.microbatches, scalars_));
-    // Under ZeRO-1 the gradients are reduce-scattered after the last backward pass instead.
-    const bool hooked = world_ != nullptr && !zero_ && mb + 1 == o_.microbatches;
-    if (hooked) {
-      model_->SetLayerGradientsReadyHook([&](int layer) {
-        ReduceRange(layer, layer_start_[layer], layer_start_[layer + 1]);
-      });
-    }
+    // The last backward pass all-reduces each layer's gradients as it finishes them (not
+    // under ZeRO-1, which reduce-scatters afterwards).
+    const bool last = mb + 1 == o_.microbatches;
+    if (last) sync_->BeginLastBackward(model_.get(), grads_);
     SATDAR_RETURN_IF_ERROR(model_->Backward(grads_));
-    if (hooked) {
-      model_->SetLayerGradientsReadyHook(nullptr);
-      // What the hook did not cover: embedding and layer 0, then final norm and head.
-      ReduceRange(0, 0, layer_start_.size() > 2 ? layer_start_[1] : layer_start_.back());
-      ReduceRange(layers, layer_start_.back(), nd_);
-    }
+    if (last) sync_->EndLastBackward(model_.get(), grads_);
   }
-  SATDAR_RETURN_IF_ERROR(hook_status_);
-  if (world_ != nullptr) {
-    // The loss, averaged over the replicas after the compute stream (and under ZeRO-1 this
-    // replica's slice of the averaged gradients).
-    SATDAR_RETURN_IF_ERROR(ready_[0].Record(stream_));
-    comm::CollectiveOptions c = copts_;
-    c.ready_event = ready_[0].get();
-    if (zero_) {
-      pending_.push_back(world_->ReduceScatter(grads_, shard_grads_, shard_len_,
-                                               core::DType::kF32, comm::ReduceOp::kAvg, c));
-    }
-    pending_.push_back(
-        world_->AllReduce(scalars_, 1, core::DType::kF64, comm::ReduceOp::kAvg, c));
-    absl::Status first;
-    for (auto& w : pending_) {
-      absl::Status s = w->Wait();
-      if (first.ok() && !s.ok()) first = s;
-    }
-    pending_.clear();
-    SATDAR_RETURN_IF_ERROR(first);
-  }
-  // The global gradient norm; the device holds the averaged gradients now (under ZeRO-1 each
-  // replica its slice: the squares are summed over the replicas).
-  SATDAR_RETURN_IF_ERROR(
-      core::ops::SumSquares(Exec(), scalars_ + 1, zero_ ? shard_grads_ : grads_, shard_len_));
-  if (zero_) {
-    SATDAR_RETURN_IF_ERROR(ready_[0].Record(stream_));
-    comm::CollectiveOptions c = copts_;
-    c.ready_event = ready_[0].get();
-    SATDAR_RETURN_IF_ERROR(
-        world_->AllReduce(scalars_ + 1, 1, core::DType::kF64, comm::ReduceOp::kSum, c)->Wait());
-  }
-  double host[2];
-  SATDAR_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(host, scalars_, sizeof(host), cudaMemcpyDeviceToHost, stream_));
-  SATDAR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-  grad_norm_ = std::sqrt(host[1]);
-  return host[0];
+  // The loss (read back: the step's one wait for the compute stream besides the norm's),
+  // averaged over the replicas; then the gradients (under ZeRO-1 this replica's slice of the
+  // averages in shard_) and their global norm, as on the CPU.
+  double loss = 0;
+  SATDAR_RETURN_IF_ERROR(core::ops::Download(Exec(), &loss, scalars_, 1));
+  SATDAR_ASSIGN_OR_RETURN(loss, sync_->ReduceLoss(loss));
+  SATDAR_RETURN_IF_ERROR(sync_->Reduce(grads_, &shard_));
+  SATDAR_ASSIGN_OR_RETURN(grad_norm_, sync_->GlobalNorm(zero_ ? shard_.data() : grads_));
+  return loss;
 }
 
 // As the CPU engine's: micro-batch sized, the same on every replica.

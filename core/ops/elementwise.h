@@ -41,6 +41,11 @@ absl::Status Add(const CudaExec& x, T* out, const T* a, const T* b, int64_t n);
 // out += a.
 template <typename T>
 absl::Status AddTo(const CudaExec& x, T* out, const T* a, int64_t n);
+// v *= s, and v /= d (in fp32, rounded to T).
+template <typename T>
+absl::Status Scale(const CudaExec& x, T* v, int64_t n, double s);
+template <typename T>
+absl::Status Divide(const CudaExec& x, T* v, int64_t n, double d);
 // dst (device) = src (host), enqueued on x.stream; src may be reused when it returns (a copy
 // from pageable memory is staged before cudaMemcpyAsync returns). T float, __nv_bfloat16,
 // int32_t or double.
@@ -106,6 +111,23 @@ inline absl::Status AddTo(const CpuExec& x, T* out, const T* a, int64_t n) {
   return absl::OkStatus();
 }
 
+// v *= T(s), and v /= T(d) (a division, not a product with 1/d: the bits of the CPU's
+// gradient scalings).
+template <typename T>
+inline absl::Status Scale(const CpuExec& x, T* v, int64_t n, double s) {
+  (void)x;
+  const T f = static_cast<T>(s);
+  for (int64_t i = 0; i < n; ++i) v[i] *= f;
+  return absl::OkStatus();
+}
+template <typename T>
+inline absl::Status Divide(const CpuExec& x, T* v, int64_t n, double d) {
+  (void)x;
+  const T f = static_cast<T>(d);
+  for (int64_t i = 0; i < n; ++i) v[i] /= f;
+  return absl::OkStatus();
+}
+
 // Host memory to the buffers of x and back (on the CPU both are host memory: copies). A
 // model's host state (token ids, the RoPE tables) goes in through Upload; what the host reads
 // of its buffers (the losses, statistics) comes out through Download.
@@ -161,7 +183,9 @@ using cuda::Add;
 using cuda::AddTo;
 using cuda::CastFromF32;
 using cuda::Copy;
+using cuda::Divide;
 using cuda::Download;
+using cuda::Scale;
 using cuda::SumSquares;
 using cuda::Upload;
 using cuda::Zero;

@@ -40,6 +40,15 @@ __global__ void AddToKernel(T* out, const T* a, int64_t n) {
   }
 }
 
+// v = v * f, or v / f when divide (fp32 arithmetic).
+template <typename T>
+__global__ void ScaleKernel(T* v, int64_t n, float f, bool divide) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    St(v + i, divide ? Ld(v + i) / f : Ld(v + i) * f);
+  }
+}
+
 template <typename T>
 __global__ void CastKernel(T* out, const float* in, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
@@ -114,6 +123,25 @@ absl::Status AddTo(const CudaExec& x, T* out, const T* a, int64_t n) {
 }
 
 template <typename T>
+absl::Status ScaleOrDivide(const CudaExec& x, T* v, int64_t n, double f, bool divide) {
+  if (n == 0) return absl::OkStatus();
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("ScaleKernel", ScaleKernel<T>, dim3(GridBlocks(n, kThreads)),
+                                     dim3(kThreads), 0, x.stream, v, n, static_cast<float>(f),
+                                     divide));
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status Scale(const CudaExec& x, T* v, int64_t n, double s) {
+  return ScaleOrDivide(x, v, n, s, false);
+}
+
+template <typename T>
+absl::Status Divide(const CudaExec& x, T* v, int64_t n, double d) {
+  return ScaleOrDivide(x, v, n, d, true);
+}
+
+template <typename T>
 absl::Status Upload(const CudaExec& x, T* dst, const T* host_src, int64_t n) {
   if (n == 0) return absl::OkStatus();
   SATDAR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, host_src, static_cast<size_t>(n) * sizeof(T),
@@ -179,6 +207,8 @@ SATDAR_INSTANTIATE_TRANSFER(double)
   template absl::Status Zero<T>(const CudaExec&, T*, int64_t);                      \
   template absl::Status Add<T>(const CudaExec&, T*, const T*, const T*, int64_t);   \
   template absl::Status AddTo<T>(const CudaExec&, T*, const T*, int64_t);           \
+  template absl::Status Scale<T>(const CudaExec&, T*, int64_t, double);             \
+  template absl::Status Divide<T>(const CudaExec&, T*, int64_t, double);            \
   template absl::Status CastFromF32<T>(const CudaExec&, T*, const float*, int64_t);
 SATDAR_INSTANTIATE(float)
 SATDAR_INSTANTIATE(__nv_bfloat16)

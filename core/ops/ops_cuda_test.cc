@@ -422,8 +422,29 @@ void CheckSumSquares() {
   EXPECT_EQ(no_workspace.code(), absl::StatusCode::kFailedPrecondition) << no_workspace;
 }
 
+// Scale and Divide in f32: the CPU's v * T(s) and v / T(d), exactly (one fp32 operation).
+void CheckScaleDivide() {
+  const int64_t n = 3001;
+  const auto v = RandomNormal(n, 53);
+  std::vector<float> scaled = v, divided = v;
+  const CpuExec on_cpu{};
+  ASSERT_TRUE(ops::Scale(on_cpu, scaled.data(), n, 0.375).ok());
+  ASSERT_TRUE(ops::Divide(on_cpu, divided.data(), n, 3.0).ok());
+  const CudaExec on_gpu{};
+  DeviceArray<float> gs(v), gd(v);
+  ASSERT_TRUE(ops::Scale(on_gpu, gs.get(), n, 0.375).ok());
+  ASSERT_TRUE(ops::Divide(on_gpu, gd.get(), n, 3.0).ok());
+  EXPECT_EQ(gs.Download(), scaled);
+  EXPECT_EQ(gd.Download(), divided);
+  EXPECT_NE(divided, v);
+}
+
 #endif  // SATDAR_WITH_CUDA
 
+TEST(OpsCuda, ScaleAndDivide) {
+  SATDAR_SKIP_WITHOUT_GPU();
+  SATDAR_IF_CUDA(CheckScaleDivide());
+}
 TEST(OpsCuda, CastFromF32F32) {
   SATDAR_SKIP_WITHOUT_GPU();
   SATDAR_IF_CUDA(CheckCastFromF32<float>());
