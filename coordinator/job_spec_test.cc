@@ -155,14 +155,11 @@ TEST(JobSpec, TrainsRulesBetweenFlagsHoldAtSubmit) {
   EXPECT_EQ(ErrorOf(Spec(R"("synthetic_data": true, "dtype": "f64")", R"(, "resources": {"device": "cuda"})")),
             "job spec: train.dtype must be bf16 or f32, got 'f64' (f64 is for resources.device "
             "cpu)");
-  // What the GPU path cannot run yet, for a cuda job (statistics are off unless asked for).
+  // What the GPU path runs and what it cannot run yet, for a cuda job.
   const std::string cuda = R"(, "resources": {"device": "cuda"})";
   EXPECT_EQ(ErrorOf(Spec(R"("synthetic_data": true)", cuda)), "");
-  EXPECT_EQ(ErrorOf(Spec(R"("synthetic_data": true, "stats_every": 5)", cuda)),
-            "job spec: resources.device cuda: train.stats_every is not on the GPU path yet");
-  EXPECT_EQ(ErrorOf(Spec(R"("synthetic_data": true, "vocab_multiple": 2)", cuda)),
-            "job spec: resources.device cuda: train.vocab_multiple is not on the GPU path yet (the "
-            "GPU model's head runs the true vocabulary); use train.vocab_multiple 1");
+  EXPECT_EQ(ErrorOf(Spec(R"("synthetic_data": true, "stats_every": 5)", cuda)), "");
+  EXPECT_EQ(ErrorOf(Spec(R"("synthetic_data": true, "vocab_multiple": 2)", cuda)), "");
   EXPECT_EQ(ErrorOf(Spec(R"("synthetic_data": true)", R"(, "layout": {"tp": 2}, "resources": {"device": "cuda"})")),
             "job spec: resources.device cuda: tensor, pipeline and expert parallelism are not on "
             "the GPU path yet (data parallelism is: layout.dp N); use resources.device cpu for "

@@ -52,12 +52,12 @@ class DecoderDeviceModel : public DeviceModel {
   // Work still enqueued uses the GEMM handle and the buffers about to go.
   ~DecoderDeviceModel() override { (void)cudaStreamSynchronize(x_.stream); }
 
-  absl::Status Init(const ModelConfig& config, Recompute recompute) {
+  absl::Status Init(const ModelConfig& config, const DeviceModelOptions& options) {
     Sharding shard;  // one rank's whole model
-    shard.recompute = recompute;
+    shard.recompute = options.recompute;
+    shard.vocab_multiple = options.vocab_multiple;
     SATDAR_ASSIGN_OR_RETURN(model_, CreateDeviceModel<B>(config, shard, x_));
-    // The GPU trainer reports no statistics (stats_every is refused there), and gathering them
-    // would wait for the stream at every layer.
+    // Off until asked for: gathering them waits for the stream at every layer.
     model_->SetStatsEnabled(false);
     return absl::OkStatus();
   }
@@ -104,6 +104,9 @@ class DecoderDeviceModel : public DeviceModel {
   }
 
   int64_t activation_bytes() const override { return held_; }
+  void SetStatsEnabled(bool on) override { model_->SetStatsEnabled(on); }
+  void AppendStats(nlohmann::json* stats) const override { model_->AppendStats(stats); }
+  void ResetStats() override { model_->ResetStats(); }
 
  private:
   absl::Status Pass(const int32_t* tokens, int b, int t,
@@ -139,7 +142,7 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> Make(const ModelConfig& config,
                                                   kc::CachingAllocator* alloc) {
   SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<kc::GemmHandle> gemm, kc::GemmHandle::Create(stream));
   auto m = std::make_unique<DecoderDeviceModel<E>>(stream, alloc, std::move(gemm));
-  SATDAR_RETURN_IF_ERROR(m->Init(config, options.recompute));
+  SATDAR_RETURN_IF_ERROR(m->Init(config, options));
   return std::unique_ptr<DeviceModel>(std::move(m));
 }
 

@@ -26,6 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/dtype.h"
+#include "nlohmann/json.hpp"
 #include "model/config.h"
 #include "model/layout_check.h"
 #include "model/param_table.h"
@@ -44,6 +45,8 @@ struct DeviceModelOptions {
   // right before its backward. (kSelective keeps everything on the device: its attention
   // keeps no probabilities to drop.)
   Recompute recompute = Recompute::kNone;
+  // The embedding and head padded to a multiple of this many rows (Sharding::vocab_multiple).
+  int vocab_multiple = 1;
 };
 
 class DeviceModel {
@@ -80,6 +83,12 @@ class DeviceModel {
   // Bytes of device memory the model holds beyond the weights: (B, T) activations and the
   // ops' scratch.
   virtual int64_t activation_bytes() const = 0;
+  // As Model's: the statistics of SATFormer's gates and DAR/AttnRes's depth weights are off
+  // until SetStatsEnabled(true) (gathering them waits for the stream at every layer); expert
+  // load is always counted.
+  virtual void SetStatsEnabled(bool on) = 0;
+  virtual void AppendStats(nlohmann::json* stats) const = 0;
+  virtual void ResetStats() = 0;
 };
 
 }  // namespace satdar::model

@@ -265,7 +265,6 @@ absl::Status CheckGpuPathOptions(const TrainOptions& o, Spelling spelling) {
         "parallelism is: ", n("dp"), " N); use ", n("device"), " cpu for ", n("tp"), "/",
         n("pp"), "/", n("ep")));
   }
-  if (o.stats_every > 0) return Bad(absl::StrCat(cuda, n("stats_every"), " is not on the GPU path yet"));
   if (o.f64) return Bad(absl::StrCat(cuda, n("dtype"), " must be bf16 or f32"));
   if (o.virtual_stages > 1) {
     return Bad(absl::StrCat(cuda, n("virtual_stages"), " is not on the GPU path yet (it needs ",
@@ -274,12 +273,6 @@ absl::Status CheckGpuPathOptions(const TrainOptions& o, Spelling spelling) {
   if (o.sequence_parallel) {
     return Bad(absl::StrCat(cuda, n("sequence_parallel"),
                             " is not on the GPU path yet (it needs ", n("tp"), ")"));
-  }
-  if (o.vocab_multiple != 1) {
-    return Bad(absl::StrCat(cuda, n("vocab_multiple"),
-                            " is not on the GPU path yet (the GPU model's head runs the true "
-                            "vocabulary); use ",
-                            n("vocab_multiple"), " 1"));
   }
   return absl::OkStatus();
 }

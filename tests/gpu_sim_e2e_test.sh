@@ -16,7 +16,11 @@
 #  3. a GPU checkpoint continues on the CPU and back: section 1's 3 Block DAR steps on the GPU,
 #     --resume --steps 6 on the CPU, --resume --steps 9 on the GPU log the losses of an
 #     uninterrupted 9-step CPU run within F32_TOL (a constant learning rate, so the extended
-#     schedules are the uninterrupted one's).
+#     schedules are the uninterrupted one's);
+#  4. --stats-every 1 and --vocab-multiple 48 (vocabulary 64 padded to 96 rows) on the GPU, Block
+#     DAR with SATFormer: the losses, gradient norms and every statistic (SATFormer's gate means
+#     and zero fractions, DAR's depth weights and coefficients) of the CPU trainer with the same
+#     flags, within F32_TOL (statistics: |gpu - cpu| <= STATS_TOL x max(1, |cpu|)).
 # Skips (exit 0, "skipped: ...") when satdar was built without CUDA or the machine has no GPU
 # (SATDAR_SKIP_WITHOUT_GPU's logic, core/cuda/testing/gpu_test_util.h), and skips the NCCL case
 # on a machine with one GPU. Prints each satdar run's wall time at the end.
@@ -55,6 +59,8 @@ BF16_TOL=1e-3
 BF16_GTOL=2e-2
 DP_TOL=1e-5
 DP_WTOL=1e-4
+# Statistics are means of the same f32 values (gates, softmax weights): rounding only.
+STATS_TOL=1e-4
 
 pass() { echo "PASS $*"; passed=$((passed + 1)); }
 fail() { echo "FAIL $*"; failed=$((failed + 1)); }
@@ -116,6 +122,7 @@ designs = {
     "mhc": dict(base, residual="mhc"),
     "muddformer": dict(base, residual="muddformer"),
     "moe": dict(base, moe=moe),
+    "dar_satformer": dict(base, residual="dar", block_size=4, value_residual="satformer"),
 }
 for name, c in designs.items():
     json.dump(c, open(name + ".json", "w"))
@@ -147,8 +154,31 @@ def weights(path):
         out[k] = struct.unpack("<%d%s" % ((e - b) // struct.calcsize(fmt), fmt), data[b:e])
     return out
 
+def numbers(j, path=""):
+    if isinstance(j, (int, float)) and not isinstance(j, bool):
+        yield path, float(j)
+    elif isinstance(j, dict):
+        for k in sorted(j):
+            yield from numbers(j[k], path + "." + k)
+    elif isinstance(j, list):
+        for i, e in enumerate(j):
+            yield from numbers(e, "%s[%d]" % (path, i))
+
 mode, a, b, tol = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
-if mode in ("losses", "cpu_losses"):
+if mode == "stats":
+    ra, rb = records(a), records(b)
+    assert [r["step"] for r in ra] == [r["step"] for r in rb], ("steps differ", a, b)
+    worst, count, nonzero = 0.0, 0, 0
+    for x, y in zip(ra, rb):
+        na, nb = list(numbers(x["stats"])), list(numbers(y["stats"]))
+        assert [p for p, _ in na] == [p for p, _ in nb], ("statistics differ in shape", a, b)
+        for (p, u), (_, v) in zip(na, nb):
+            worst = max(worst, abs(u - v) / max(1.0, abs(v)))
+            count += 1
+            nonzero += v != 0
+    print("statistics rel err %.2e (tol %.0e), %d numbers, %d non-zero" % (worst, tol, count, nonzero))
+    ok = worst <= tol and nonzero > 0
+elif mode in ("losses", "cpu_losses"):
     ra, rb = records(a), records(b)
     assert [r["step"] for r in ra] == [r["step"] for r in rb], ("steps differ", a, b)
     assert mode == "cpu_losses" or all("device_bytes" in r for r in ra), ("not a GPU run", a)
@@ -273,6 +303,17 @@ PY
     losses chain.gpu_7-9.jsonl ref.gpu_7-9.jsonl $F32_TOL
 else
   fail "resume: a run failed (above), or section 1 left no step-3 GPU checkpoint"
+fi
+
+# 4. Statistics and a padded vocabulary on the GPU, against the CPU trainer with the same flags.
+V=("${F[@]}" --steps 2 --config dar_satformer.json --dtype f32 --stats-every 1 --vocab-multiple 48)
+if timed stats.cpu "$SATDAR" "${V[@]}" --device cpu --log-jsonl stats.cpu.jsonl &&
+   timed stats.gpu "$SATDAR" "${V[@]}" --device cuda --log-jsonl stats.gpu.jsonl; then
+  compare "--stats-every --vocab-multiple 48 gpu = cpu" losses stats.gpu.jsonl stats.cpu.jsonl \
+    $F32_TOL
+  compare "--stats-every statistics gpu = cpu" stats stats.gpu.jsonl stats.cpu.jsonl $STATS_TOL
+else
+  fail "--stats-every --vocab-multiple: a run failed (above)"
 fi
 
 echo "wall time of each run:"

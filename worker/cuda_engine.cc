@@ -127,9 +127,13 @@ class CudaEngine : public StepEngine {
                                {"peak", mem.peak_bytes}};
     return absl::OkStatus();
   }
+  // The model's statistics since the last call (each replica its own, as on the CPU).
   absl::Status AddStats(Json* line) override {
-    (void)line;
-    return absl::UnimplementedError("stats_every is not on the GPU path yet");
+    Json s = Json::object();
+    model_->AppendStats(&s);
+    model_->ResetStats();
+    (*line)["stats"] = s;
+    return absl::OkStatus();
   }
   absl::Status Save(const CheckpointInfo& info) override {
     // Replicas hold identical weights; under ZeRO-1 every replica first hands its slice of
@@ -259,8 +263,10 @@ absl::Status CudaEngine::Init() {
       model_, model::DeviceModel::Create(
                   o_.config,
                   {o_.gpu.compute,
-                   o_.gpu.recompute ? model::Recompute::kFull : model::Recompute::kNone},
+                   o_.gpu.recompute ? model::Recompute::kFull : model::Recompute::kNone,
+                   o_.vocab_multiple},
                   stream_, &alloc_));
+  model_->SetStatsEnabled(o_.stats_every > 0);
   const model::ParamTable& table = model_->params();  // aligned: model::kDeviceParamAlign
   nd_ = table.size();
   // The device's communicators, split from the device world as the host's are from theirs.
