@@ -161,9 +161,11 @@ TEST(JobSpec, TrainsRulesBetweenFlagsHoldAtSubmit) {
   EXPECT_EQ(ErrorOf(Spec(R"("synthetic_data": true, "stats_every": 5)", cuda)), "");
   EXPECT_EQ(ErrorOf(Spec(R"("synthetic_data": true, "vocab_multiple": 2)", cuda)), "");
   EXPECT_EQ(ErrorOf(Spec(R"("synthetic_data": true)", R"(, "layout": {"tp": 2}, "resources": {"device": "cuda"})")),
-            "job spec: resources.device cuda: tensor, pipeline and expert parallelism are not on "
-            "the GPU path yet (data parallelism is: layout.dp N); use resources.device cpu for "
-            "layout.tp/layout.pp/layout.ep");
+            "");
+  EXPECT_EQ(ErrorOf(Spec(R"("synthetic_data": true)", R"(, "layout": {"pp": 2}, "resources": {"device": "cuda"})")),
+            "job spec: resources.device cuda: pipeline and expert parallelism are not on the GPU "
+            "path yet (data and tensor parallelism are: layout.dp N, layout.tp N); use "
+            "resources.device cpu for layout.pp/layout.ep");
   EXPECT_EQ(ErrorOf(Spec(R"("task": "mqar", "mqar_keys": 40, "mqar_values": 40)")),
             "job spec: MQAR needs 81 token ids (pad + train.mqar_keys + train.mqar_values) but the "
             "config's vocab_size is 64");

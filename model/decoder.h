@@ -142,8 +142,10 @@ using DecoderModel = DecoderModelT<Cpu<T>>;
 // CUDA builds: this rank's model for any design, its table aligned to kDeviceParamAlign (the
 // GPU's, BuildParamTable(config, shard, kDeviceParamAlign)). A config or sharding the CPU
 // registry refuses: its error; one the kernels cannot take: CheckDeviceSupport's
-// (layout_check.h); tp, pp or ep > 1: Unimplemented (one rank's whole model for now); x
-// without a GEMM handle or allocator: FailedPrecondition.
+// (layout_check.h); pp or ep > 1: Unimplemented (tensor parallelism only, for now); x
+// without a GEMM handle or allocator: FailedPrecondition. Under tp > 1 the Sharding's
+// communicators must move device memory and its on_device/stream be set (its collectives
+// wait on that stream).
 template <class B>
 absl::StatusOr<std::unique_ptr<DecoderModelT<B>>> CreateDeviceModel(const ModelConfig& config,
                                                                    const Sharding& shard,

@@ -272,12 +272,14 @@ template <typename E>
 void CheckRefusal() {
   DeviceTestExec gpu;
   Sharding shard;
-  shard.tp_size = 2;
-  auto model = CreateDeviceModel<Cuda<E>>(Tiny("standard", "none"), shard, gpu.x);
+  shard.pp_size = 2;
+  ModelConfig c = Tiny("standard", "none");
+  c.num_hidden_layers = 4;  // two stages of 2 layers
+  auto model = CreateDeviceModel<Cuda<E>>(c, shard, gpu.x);
   ASSERT_FALSE(model.ok());
   EXPECT_EQ(model.status().code(), absl::StatusCode::kUnimplemented);
   const std::string message(model.status().message());
-  EXPECT_NE(message.find("tp 2"), std::string::npos) << message;
+  EXPECT_NE(message.find("pp 2"), std::string::npos) << message;
 }
 
 #endif  // SATDAR_WITH_CUDA

@@ -53,9 +53,10 @@ class DecoderDeviceModel : public DeviceModel {
   ~DecoderDeviceModel() override { (void)cudaStreamSynchronize(x_.stream); }
 
   absl::Status Init(const ModelConfig& config, const DeviceModelOptions& options) {
-    Sharding shard;  // one rank's whole model
-    shard.recompute = options.recompute;
-    shard.vocab_multiple = options.vocab_multiple;
+    Sharding shard = options.shard;
+    shard.on_device = true;  // TP collectives wait for this stream's work
+    shard.stream = x_.stream;
+    shard.errors = &errors_;
     SATDAR_ASSIGN_OR_RETURN(model_, CreateDeviceModel<B>(config, shard, x_));
     // Off until asked for: gathering them waits for the stream at every layer.
     model_->SetStatsEnabled(false);
@@ -126,6 +127,7 @@ class DecoderDeviceModel : public DeviceModel {
   kc::Workspace workspace_;
   std::unique_ptr<kc::GemmHandle> gemm_;
   const core::CudaExec x_;
+  CommErrors errors_;  // the first failed collective of a pass (returned by it)
   kc::DeviceVec<E> compute_;  // bf16: the compute copy of the master weights
   std::unique_ptr<DecoderModelT<B>> model_;
   Weights<B> w_{nullptr, nullptr};

@@ -30,6 +30,7 @@
 #include "model/config.h"
 #include "model/layout_check.h"
 #include "model/param_table.h"
+#include "model/sharding.h"
 
 struct CUstream_st;  // cudaStream_t
 
@@ -41,12 +42,14 @@ namespace satdar::model {
 
 struct DeviceModelOptions {
   core::DType compute = core::DType::kBF16;  // activations and compute weights: kBF16 or kF32
-  // kFull: only each sublayer's input (and V1) is kept; a branch's internals are recomputed
-  // right before its backward. (kSelective keeps everything on the device: its attention
-  // keeps no probabilities to drop.)
-  Recompute recompute = Recompute::kNone;
-  // The embedding and head padded to a multiple of this many rows (Sharding::vocab_multiple).
-  int vocab_multiple = 1;
+  // This rank's piece and how it runs: the whole model by default; under tensor parallelism
+  // tp (a communicator of device memory), tp_rank, tp_size and sequence_parallel (pipeline
+  // stages and expert parallelism are not on the device yet: Unimplemented). Also
+  // vocab_multiple, and recompute: kFull keeps only each sublayer's input (and V1), a
+  // branch's internals recomputed right before its backward (kSelective keeps everything on
+  // the device: its attention keeps no probabilities to drop). on_device, stream and errors
+  // are the model's own.
+  Sharding shard;
 };
 
 class DeviceModel {

@@ -53,6 +53,13 @@ ModelConfig Tiny(bool moe) {
 
 #ifdef SATDAR_WITH_CUDA
 
+// The whole model in `compute`.
+DeviceModelOptions Options(core::DType compute) {
+  DeviceModelOptions o;
+  o.compute = compute;
+  return o;
+}
+
 std::vector<float> Params(const ParamTable& table) {
   std::vector<float> p(table.size(), 0.0f);
   table.Initialize(p.data(), 5);
@@ -85,7 +92,7 @@ void CheckAgainstClasses(bool moe) {
   constexpr core::DType kDt = gt::kIsBf16<E> ? core::DType::kBF16 : core::DType::kF32;
 
   core::cuda::CachingAllocator alloc;
-  auto facade = DeviceModel::Create(c, {kDt, Recompute::kNone}, nullptr, &alloc);
+  auto facade = DeviceModel::Create(c, Options(kDt), nullptr, &alloc);
   ASSERT_TRUE(facade.ok()) << facade.status();
   DeviceModel& m = **facade;
   EXPECT_EQ(m.params().align(), kDeviceParamAlign);
@@ -153,12 +160,12 @@ void CheckRefusal() {
   c.hidden_size = 72;
   c.intermediate_size = 95;  // 95 x 72 % 32 != 0: gate_proj and up_proj could not be one GEMM
   core::cuda::CachingAllocator alloc;
-  auto m = DeviceModel::Create(c, {core::DType::kF32, Recompute::kNone}, nullptr, &alloc);
+  auto m = DeviceModel::Create(c, Options(core::DType::kF32), nullptr, &alloc);
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(std::string(m.status().message()).find("intermediate_size"), std::string::npos)
       << m.status();
-  auto f64 = DeviceModel::Create(Tiny(false), {core::DType::kF64, Recompute::kNone}, nullptr,
+  auto f64 = DeviceModel::Create(Tiny(false), Options(core::DType::kF64), nullptr,
                                  &alloc);
   ASSERT_FALSE(f64.ok());
   EXPECT_EQ(f64.status().code(), absl::StatusCode::kInvalidArgument);

@@ -9,6 +9,7 @@
 
 #if defined(SATDAR_WITH_CUDA)
 #include <cuda_bf16.h>
+#include <cuda_runtime.h>
 #endif
 
 namespace satdar::model {
@@ -23,6 +24,32 @@ bool Collective(const Sharding& s, std::unique_ptr<comm::Work> work) {
 }
 
 namespace {
+
+// s.collective; for a device model with an event recorded on its stream as ready_event (one
+// event per thread: every collective here completes before the next is issued). Null when
+// the event could not be recorded (the error is recorded in s.errors).
+const comm::CollectiveOptions* Options(const Sharding& s, comm::CollectiveOptions* o) {
+  *o = s.collective;
+#if defined(SATDAR_WITH_CUDA)
+  if (s.on_device) {
+    thread_local cudaEvent_t event = nullptr;
+    cudaError_t e = event == nullptr ? cudaEventCreateWithFlags(&event, cudaEventDisableTiming)
+                                     : cudaSuccess;
+    if (e == cudaSuccess) e = cudaEventRecord(event, s.stream);
+    if (e != cudaSuccess) {
+      const absl::Status status = absl::InternalError(absl::StrCat(
+          "rank ", s.tp_rank, " of the TP group: recording the stream before a collective: ",
+          cudaGetErrorString(e)));
+      SATDAR_CHECK(s.errors != nullptr) << status.ToString();
+      s.errors->Record(status);
+      return nullptr;
+    }
+    o->ready_event = event;
+  }
+#endif
+  return o;
+}
+
 // The dtype a collective sends T as (bf16 activations of a device model as kBF16).
 template <typename T>
 constexpr core::DType CommDType() {
@@ -37,7 +64,9 @@ constexpr core::DType CommDType() {
 template <typename T>
 void TpAllReduce(const Sharding& s, T* data, size_t n, comm::ReduceOp op) {
   if (s.tp_size == 1 || (s.errors != nullptr && s.errors->failed())) return;
-  Collective(s, s.tp->AllReduce(data, n, CommDType<T>(), op, s.collective));
+  comm::CollectiveOptions o;
+  if (Options(s, &o) == nullptr) return;
+  Collective(s, s.tp->AllReduce(data, n, CommDType<T>(), op, o));
 }
 
 template <typename T>
@@ -47,7 +76,9 @@ void TpAllGather(const Sharding& s, const T* local, T* full, size_t n) {
     return;
   }
   if (s.errors != nullptr && s.errors->failed()) return;
-  Collective(s, s.tp->AllGather(local, full, n, CommDType<T>(), s.collective));
+  comm::CollectiveOptions o;
+  if (Options(s, &o) == nullptr) return;
+  Collective(s, s.tp->AllGather(local, full, n, CommDType<T>(), o));
 }
 
 template <typename T>
@@ -57,8 +88,9 @@ void TpReduceScatter(const Sharding& s, const T* full, T* local, size_t n) {
     return;
   }
   if (s.errors != nullptr && s.errors->failed()) return;
-  Collective(s, s.tp->ReduceScatter(full, local, n, CommDType<T>(),
-                                    comm::ReduceOp::kSum, s.collective));
+  comm::CollectiveOptions o;
+  if (Options(s, &o) == nullptr) return;
+  Collective(s, s.tp->ReduceScatter(full, local, n, CommDType<T>(), comm::ReduceOp::kSum, o));
 }
 
 template void TpAllGather<float>(const Sharding&, const float*, float*, size_t);

@@ -33,6 +33,8 @@
 #include "model/layout_check.h"
 #include "comm/communicator.h"
 
+struct CUstream_st;  // cudaStream_t
+
 namespace satdar::model {
 
 // Collectives inside Forward/Backward cannot return a Status: the first failure (a dead peer,
@@ -66,6 +68,10 @@ struct Sharding {
   // Every collective of the model (TP all-reduces, EP all-to-alls) runs with these: a peer
   // that does not answer within the run's --comm-timeout fails the step.
   comm::CollectiveOptions collective;
+  // A device model's: its buffers are written by work enqueued on `stream`, so each TP
+  // collective first records an event there for the communicator to wait on (CUDA builds).
+  bool on_device = false;
+  CUstream_st* stream = nullptr;  // nullptr: the legacy default stream
 
   bool first_stage() const { return pp_rank == 0; }
   bool last_stage() const { return pp_rank == pp_size - 1; }

@@ -259,20 +259,16 @@ model::LayoutNames LayoutNamesOf(Spelling spelling) {
 absl::Status CheckGpuPathOptions(const TrainOptions& o, Spelling spelling) {
   auto n = [spelling](const std::string& s) { return NameOf(s, spelling); };
   const std::string cuda = n("device") + " cuda: ";
-  if (o.mesh.tp != 1 || o.mesh.pp != 1 || o.mesh.ep != 1) {
+  if (o.mesh.pp != 1 || o.mesh.ep != 1) {
     return Bad(absl::StrCat(
-        cuda, "tensor, pipeline and expert parallelism are not on the GPU path yet (data "
-        "parallelism is: ", n("dp"), " N); use ", n("device"), " cpu for ", n("tp"), "/",
+        cuda, "pipeline and expert parallelism are not on the GPU path yet (data and tensor "
+        "parallelism are: ", n("dp"), " N, ", n("tp"), " N); use ", n("device"), " cpu for ",
         n("pp"), "/", n("ep")));
   }
   if (o.f64) return Bad(absl::StrCat(cuda, n("dtype"), " must be bf16 or f32"));
   if (o.virtual_stages > 1) {
     return Bad(absl::StrCat(cuda, n("virtual_stages"), " is not on the GPU path yet (it needs ",
                             n("pp"), ")"));
-  }
-  if (o.sequence_parallel) {
-    return Bad(absl::StrCat(cuda, n("sequence_parallel"),
-                            " is not on the GPU path yet (it needs ", n("tp"), ")"));
   }
   return absl::OkStatus();
 }

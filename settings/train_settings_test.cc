@@ -192,12 +192,21 @@ TEST(TrainSettings, TheMqarTask) {
 
 TEST(TrainSettings, TheGpuPathAndVirtualStages) {
   TrainOptions o;
-  o.mesh.tp = 2;
+  o.mesh.pp = 2;
   EXPECT_EQ(CheckGpuPathOptions(o, Spelling::kSpec).message(),
-            "resources.device cuda: tensor, pipeline and expert parallelism are not on the GPU "
-            "path yet (data parallelism is: layout.dp N); use resources.device cpu for "
-            "layout.tp/layout.pp/layout.ep");
+            "resources.device cuda: pipeline and expert parallelism are not on the GPU path "
+            "yet (data and tensor parallelism are: layout.dp N, layout.tp N); use "
+            "resources.device cpu for layout.pp/layout.ep");
+  o.mesh.pp = 1;
+  o.mesh.ep = 2;
+  EXPECT_FALSE(CheckGpuPathOptions(o, Spelling::kSpec).ok());
+  o.mesh.ep = 1;
+  // Tensor and sequence parallelism run on the GPU.
+  o.mesh.tp = 2;
+  o.sequence_parallel = true;
+  EXPECT_TRUE(CheckGpuPathOptions(o, Spelling::kFlags).ok());
   o.mesh.tp = 1;
+  o.sequence_parallel = false;
   // Statistics and a padded vocabulary run on the GPU (the device model's classes).
   o.stats_every = 5;
   o.vocab_multiple = 8;
@@ -213,11 +222,6 @@ TEST(TrainSettings, TheGpuPathAndVirtualStages) {
   EXPECT_EQ(CheckGpuPathOptions(o, Spelling::kFlags).message(),
             "--device cuda: --virtual-stages is not on the GPU path yet (it needs --pp)");
   o.virtual_stages = 1;
-  o.sequence_parallel = true;
-  EXPECT_EQ(CheckGpuPathOptions(o, Spelling::kSpec).message(),
-            "resources.device cuda: train.sequence_parallel is not on the GPU path yet (it "
-            "needs layout.tp)");
-  o.sequence_parallel = false;
 
   model::ModelConfig c;
   c.num_hidden_layers = 6;

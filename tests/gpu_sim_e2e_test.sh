@@ -20,7 +20,12 @@
 #  4. --stats-every 1 and --vocab-multiple 48 (vocabulary 64 padded to 96 rows) on the GPU, Block
 #     DAR with SATFormer: the losses, gradient norms and every statistic (SATFormer's gate means
 #     and zero fractions, DAR's depth weights and coefficients) of the CPU trainer with the same
-#     flags, within F32_TOL (statistics: |gpu - cpu| <= STATS_TOL x max(1, |cpu|)).
+#     flags, within F32_TOL (statistics: |gpu - cpu| <= STATS_TOL x max(1, |cpu|));
+#  5. tensor parallelism on the GPU (--tp 2, and --tp 2 --sequence-parallel; two processes,
+#     each with half of every layer and the whole batch) equals section 2's one GPU rank
+#     (losses and gradient norms within DP_TOL), over the staged communicator (both ranks on
+#     cuda:0) and NCCL (cuda:0, cuda:1); the sharded GPU checkpoint the --tp 2 run writes
+#     continues on the CPU as one rank, equal to the one-GPU run's checkpoint continued alike.
 # Skips (exit 0, "skipped: ...") when satdar was built without CUDA or the machine has no GPU
 # (SATDAR_SKIP_WITHOUT_GPU's logic, core/cuda/testing/gpu_test_util.h), and skips the NCCL case
 # on a machine with one GPU. Prints each satdar run's wall time at the end.
@@ -314,6 +319,53 @@ if timed stats.cpu "$SATDAR" "${V[@]}" --device cpu --log-jsonl stats.cpu.jsonl 
   compare "--stats-every statistics gpu = cpu" stats stats.gpu.jsonl stats.cpu.jsonl $STATS_TOL
 else
   fail "--stats-every --vocab-multiple: a run failed (above)"
+fi
+
+# 5. Tensor parallelism on the GPU, against section 2's one GPU rank (same batch per rank).
+# mesh_run NAME COMM DEVICE0 DEVICE1 FLAGS...: the two processes of a 2-rank run.
+mesh_run() {
+  local name=$1 comm=$2 rc=0 r
+  local devices=("$3" "$4") pids=()
+  shift 4
+  rm -rf "$name" "$name.rdv" && mkdir -p "$name.rdv"
+  for r in 0 1; do
+    timed "$name.rank$r" "$SATDAR" "${D[@]}" --batch-size 8 --device "${devices[$r]}" "$@" \
+      --gpu-comm "$comm" --rank $r --world-size 2 --rendezvous "$name.rdv" \
+      --log-jsonl "$name.jsonl" --checkpoint-dir "$name" &
+    pids+=($!)
+  done
+  for r in 0 1; do wait "${pids[$r]}" || rc=1; done
+  return $rc
+}
+if [[ -f dp_one.jsonl ]]; then
+  for comm in host nccl; do
+    if [[ $comm == nccl && $probe1 -eq 2 ]] && grep -q "CUDA device(s) are visible" probe1.out; then
+      echo "skipped: tp=2 --gpu-comm nccl needs 2 GPUs"
+      continue
+    fi
+    devices=(cuda:0 cuda:0)
+    [[ $comm == nccl ]] && devices=(cuda:0 cuda:1)
+    for sp in "" "--sequence-parallel"; do
+      name=tp_$comm${sp:+_sp}
+      if mesh_run "$name" "$comm" "${devices[@]}" --tp 2 $sp; then
+        compare "tp=2 $sp --gpu-comm $comm = 1 GPU" losses $name.jsonl dp_one.jsonl $DP_TOL
+      else
+        fail "tp=2 $sp --gpu-comm $comm: a rank failed (above)"
+      fi
+    done
+  done
+  # The sharded checkpoint of the --tp 2 run (staged) continues on the CPU as one rank.
+  C=("${S[@]}" --config dar.json --steps 3 --batch-size 8 --dtype f32 --device cpu --resume)
+  if [[ -d tp_host ]] && timed tp_resume.cpu "$SATDAR" "${C[@]}" --checkpoint-dir tp_host \
+       --log-jsonl tp_resume.jsonl &&
+     timed one_resume.cpu "$SATDAR" "${C[@]}" --checkpoint-dir dp_one --log-jsonl one_resume.jsonl; then
+    compare "tp=2 GPU sharded checkpoint continued on the CPU = 1 GPU's continued" cpu_losses \
+      tp_resume.jsonl one_resume.jsonl $DP_TOL
+  else
+    fail "tp=2 checkpoint on the CPU: a run failed (above)"
+  fi
+else
+  fail "tp: section 2's one-GPU reference is missing"
 fi
 
 echo "wall time of each run:"

@@ -76,9 +76,9 @@ class DeviceBuffers {
 class CudaEngine : public StepEngine {
  public:
   CudaEngine(const TrainOptions& o, MeshGroups* g)
-      : o_(o), rank_(g->rank), world_size_(g->shape.size()), shape_(g->shape),
+      : o_(o), rank_(g->rank), world_size_(g->shape.size()), shape_(g->shape), host_(g),
         world_(o.gpu.world),
-        zero_(o.zero_stage == 1 && g->shape.size() > 1) {
+        zero_(o.zero_stage == 1 && g->data_size() > 1) {
     copts_.timeout = absl::Seconds(o_.comm_timeout_seconds);
   }
   ~CudaEngine() override { Abandon(); }
@@ -110,7 +110,8 @@ class CudaEngine : public StepEngine {
       comm::CollectiveOptions c = copts_;
       c.ready_event = updated_.get();
       SATDAR_RETURN_IF_ERROR(
-          world_->AllGather(master_ + lo_, master_, shard_len_, core::DType::kF32, c)->Wait());
+          zero_group_->AllGather(master_ + lo_, master_, shard_len_, core::DType::kF32, c)
+              ->Wait());
     }
     SATDAR_RETURN_IF_ERROR(model_->SetWeights(master_));  // the bf16 compute copy
     // Step time includes the update (the next step's first kernels queue behind it).
@@ -136,14 +137,22 @@ class CudaEngine : public StepEngine {
     return absl::OkStatus();
   }
   absl::Status Save(const CheckpointInfo& info) override {
-    // Replicas hold identical weights; under ZeRO-1 every replica first hands its slice of
-    // the moments to the gather.
-    if (!zero_ && rank_ != 0) return absl::OkStatus();
+    // Replicas hold identical weights: replica 0's pieces are the whole state (as on the
+    // CPU). Under ZeRO-1 every replica first hands its slice of the moments to the gather.
+    const bool writer = host_->coord.dp == 0 && host_->coord.ep == 0;
+    if (!zero_ && !writer) return absl::OkStatus();
     SATDAR_RETURN_IF_ERROR(DownloadMoment(&exp_avg_, m_));
     SATDAR_RETURN_IF_ERROR(DownloadMoment(&exp_avg_sq_, v_));
-    if (rank_ != 0) return absl::OkStatus();
+    if (!writer) return absl::OkStatus();
     SATDAR_RETURN_IF_ERROR(Download(&params_, master_));
-    return SaveCheckpoint<float>(o_.checkpoint_dir, info, params(), host_buffers());
+    if (host_->mp == nullptr) {
+      return SaveCheckpoint<float>(o_.checkpoint_dir, info, params(), host_buffers());
+    }
+    // Each tensor-parallel piece writes its shard; the folder loads into any layout.
+    const std::string name =
+        absl::StrCat("tp", host_->coord.tp, "-pp", host_->coord.pp, "-ep", host_->coord.ep);
+    return SaveShardedCheckpoint<float>(o_.checkpoint_dir, info, params(), host_buffers(), name,
+                                        host_->mp.get(), copts_);
   }
   void AddToSummary(double tokens_per_second, Json* j, TrainSummary* out) override {
     out->peak_device_bytes = alloc_.Stats().peak_bytes;
@@ -193,7 +202,7 @@ class CudaEngine : public StepEngine {
     SATDAR_ASSIGN_OR_RETURN(void* raw, alloc_.Allocate(padded_ * sizeof(float), stream_));
     float* whole = static_cast<float*>(raw);
     absl::Status s =
-        world_->AllGather(slice, whole, shard_len_, core::DType::kF32, copts_)->Wait();
+        zero_group_->AllGather(slice, whole, shard_len_, core::DType::kF32, copts_)->Wait();
     if (s.ok()) s = Download(dst, whole);
     (void)alloc_.Free(raw);
     return s;
@@ -210,7 +219,8 @@ class CudaEngine : public StepEngine {
 
   const TrainOptions o_;
   const int rank_, world_size_;
-  const comm::MeshShape shape_;  // the run's layout (data parallelism only on the GPU so far)
+  const comm::MeshShape shape_;  // the run's layout (dp x tp on the GPU so far)
+  const MeshGroups* const host_;  // the host's groups (checkpoints' coordination)
   comm::Communicator* const world_;  // device buffers; null alone
   // ZeRO-1 (dp > 1): the buffers are padded to `padded_` elements, and this replica keeps the
   // moments of, and updates, [lo_, lo_ + shard_len_) only. Otherwise shard_len_ = nd_, lo_ = 0.
@@ -237,6 +247,7 @@ class CudaEngine : public StepEngine {
   std::unique_ptr<GradientSyncT<model::Cuda<float>>> sync_;
   kc::DeviceVec<float> shard_;  // ZeRO-1: this replica's slice of the averaged gradients
   kc::Event updated_;           // ZeRO-1: the update's slice is written (for the all-gather)
+  comm::Communicator* zero_group_ = nullptr;  // ZeRO-1: the replicas sharing the moments
   double flops_per_token_ = 0, peak_flops_ = 0, grad_norm_ = 0;  // set by Init
 };
 
@@ -259,18 +270,21 @@ absl::Status CudaEngine::Init() {
   SATDAR_ASSIGN_OR_RETURN(compute_, kc::Stream::Create());
   stream_ = compute_.get();
   workspace_ = std::make_unique<kc::Workspace>(&alloc_, stream_);
-  SATDAR_ASSIGN_OR_RETURN(
-      model_, model::DeviceModel::Create(
-                  o_.config,
-                  {o_.gpu.compute,
-                   o_.gpu.recompute ? model::Recompute::kFull : model::Recompute::kNone,
-                   o_.vocab_multiple},
-                  stream_, &alloc_));
+  // The device's communicators, split from the device world as the host's are from theirs.
+  SATDAR_ASSIGN_OR_RETURN(groups_, BuildMeshGroups(world_, shape_, copts_));
+  model::DeviceModelOptions mo;
+  mo.compute = o_.gpu.compute;
+  mo.shard.tp = groups_.tp.get();
+  mo.shard.tp_rank = groups_.coord.tp;
+  mo.shard.tp_size = shape_.tp;
+  mo.shard.sequence_parallel = o_.sequence_parallel;
+  mo.shard.vocab_multiple = o_.vocab_multiple;
+  mo.shard.recompute = o_.gpu.recompute ? model::Recompute::kFull : model::Recompute::kNone;
+  mo.shard.collective = copts_;
+  SATDAR_ASSIGN_OR_RETURN(model_, model::DeviceModel::Create(o_.config, mo, stream_, &alloc_));
   model_->SetStatsEnabled(o_.stats_every > 0);
   const model::ParamTable& table = model_->params();  // aligned: model::kDeviceParamAlign
   nd_ = table.size();
-  // The device's communicators, split from the device world as the host's are from theirs.
-  SATDAR_ASSIGN_OR_RETURN(groups_, BuildMeshGroups(world_, shape_, copts_));
   // ZeRO-1: the CPU engine's partitions; with data parallelism alone one, the whole (padded)
   // buffer over the replicas, each owning [lo_, lo_ + shard_len_).
   std::vector<ZeroPartition> parts;
@@ -286,6 +300,7 @@ absl::Status CudaEngine::Init() {
   padded_ = zero_ ? std::max(nd_, parts[0].padded()) : nd_;
   shard_len_ = zero_ ? parts[0].shard : nd_;
   lo_ = zero_ ? parts[0].lo() : 0;
+  zero_group_ = zero_ ? parts[0].group : nullptr;
   sync_ = std::make_unique<GradientSyncT<model::Cuda<float>>>(table, &groups_, o_.config, parts,
                                                                copts_, Exec());
   params_.assign(table.size(), 0.0f);

@@ -314,7 +314,7 @@ TEST(CudaEngine, TwoRanksSharingOneGpuMatchOneRank) {
 
 TEST(CudaEngine, RefusesWhatItDoesNotHave) {
   TrainOptions o = Options("refuse", "standard", "none");
-  o.mesh.tp = 2;
+  o.mesh.pp = 2;
   absl::StatusOr<TrainSummary> s = TrainGpu(o, GpuOptions());
   EXPECT_FALSE(s.ok());
   if (!core::cuda::BuiltWithCuda()) {
@@ -322,8 +322,8 @@ TEST(CudaEngine, RefusesWhatItDoesNotHave) {
   } else {
     EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << s.status();
     EXPECT_EQ(s.status().message(),
-              "device cuda: tensor, pipeline and expert parallelism are not on the GPU path yet "
-              "(data parallelism is: dp N); use device cpu for tp/pp/ep");
+              "device cuda: pipeline and expert parallelism are not on the GPU path yet (data "
+              "and tensor parallelism are: dp N, tp N); use device cpu for pp/ep");
   }
 }
 
