@@ -241,14 +241,16 @@ fi
 
 # 2. Data parallelism on the GPU: 2 ranks with 4 sequences each = 1 rank with 8. Only rank 0
 # writes the --log-jsonl.
-# dp_run NAME COMM DEVICE0 DEVICE1: the two processes of a dp=2 run, meeting in a fresh folder.
 D=("${S[@]}" --config dar.json --steps 2 --dtype f32 --checkpoint-every 2 --comm-timeout 120)
-dp_run() {
+# mesh_run NAME COMM DEVICE0 DEVICE1 FLAGS...: the two processes of a 2-rank run (FLAGS: the
+# layout and batch), meeting in a fresh folder.
+mesh_run() {
   local name=$1 comm=$2 rc=0 r
   local devices=("$3" "$4") pids=()
+  shift 4
   rm -rf "$name" "$name.rdv" && mkdir -p "$name.rdv"
   for r in 0 1; do
-    timed "$name.rank$r" "$SATDAR" "${D[@]}" --batch-size 4 --device "${devices[$r]}" --dp 2 \
+    timed "$name.rank$r" "$SATDAR" "${D[@]}" "$@" --device "${devices[$r]}" \
       --gpu-comm "$comm" --rank $r --world-size 2 --rendezvous "$name.rdv" \
       --log-jsonl "$name.jsonl" --checkpoint-dir "$name" &
     pids+=($!)
@@ -268,8 +270,8 @@ if timed dp_one "$SATDAR" "${D[@]}" --batch-size 8 --device cuda:0 --log-jsonl d
       echo "skipped: dp=2 --gpu-comm nccl needs 2 GPUs: $(grep -m1 visible probe1.out)"
       continue
     fi
-    if [[ $comm == nccl ]]; then dp_run dp_nccl nccl cuda:0 cuda:1; else
-      dp_run dp_host host cuda:0 cuda:0; fi
+    if [[ $comm == nccl ]]; then mesh_run dp_nccl nccl cuda:0 cuda:1 --batch-size 4 --dp 2; else
+      mesh_run dp_host host cuda:0 cuda:0 --batch-size 4 --dp 2; fi
     if [[ $? -eq 0 ]]; then
       compare "dp=2 --gpu-comm $comm = 1 GPU" losses dp_$comm.jsonl dp_one.jsonl $DP_TOL
       compare "dp=2 --gpu-comm $comm final weights = 1 GPU" weights \
@@ -322,21 +324,6 @@ else
 fi
 
 # 5. Tensor parallelism on the GPU, against section 2's one GPU rank (same batch per rank).
-# mesh_run NAME COMM DEVICE0 DEVICE1 FLAGS...: the two processes of a 2-rank run.
-mesh_run() {
-  local name=$1 comm=$2 rc=0 r
-  local devices=("$3" "$4") pids=()
-  shift 4
-  rm -rf "$name" "$name.rdv" && mkdir -p "$name.rdv"
-  for r in 0 1; do
-    timed "$name.rank$r" "$SATDAR" "${D[@]}" --batch-size 8 --device "${devices[$r]}" "$@" \
-      --gpu-comm "$comm" --rank $r --world-size 2 --rendezvous "$name.rdv" \
-      --log-jsonl "$name.jsonl" --checkpoint-dir "$name" &
-    pids+=($!)
-  done
-  for r in 0 1; do wait "${pids[$r]}" || rc=1; done
-  return $rc
-}
 if [[ -f dp_one.jsonl ]]; then
   for comm in host nccl; do
     if [[ $comm == nccl && $probe1 -eq 2 ]] && grep -q "CUDA device(s) are visible" probe1.out; then
@@ -347,7 +334,7 @@ if [[ -f dp_one.jsonl ]]; then
     [[ $comm == nccl ]] && devices=(cuda:0 cuda:1)
     for sp in "" "--sequence-parallel"; do
       name=tp_$comm${sp:+_sp}
-      if mesh_run "$name" "$comm" "${devices[@]}" --tp 2 $sp; then
+      if mesh_run "$name" "$comm" "${devices[@]}" --batch-size 8 --tp 2 $sp; then
         compare "tp=2 $sp --gpu-comm $comm = 1 GPU" losses $name.jsonl dp_one.jsonl $DP_TOL
       else
         fail "tp=2 $sp --gpu-comm $comm: a rank failed (above)"
