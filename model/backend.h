@@ -94,6 +94,17 @@ struct Cuda {
 };
 #endif  // SATDAR_WITH_CUDA || __CUDACC__
 
+// Runs `size` (resizes of B's buffers) in a scope of its own and returns its first allocation
+// failure: for the buffers a pass sizes as it goes (a failed device allocation leaves a buffer
+// short, so the pass must stop before an op writes it). Always OK on the CPU.
+//   SATDAR_RETURN_IF_ERROR(Allocate<B>(x_, [&] { ye.resize(n * d); }));
+template <class B, class F>
+absl::Status Allocate(const typename B::Exec& x, F&& size) {
+  typename B::AllocScope scope(x);
+  size();
+  return scope.status();
+}
+
 // The weights of one pass: `compute` is what the ops multiply activations by (B::T), `master`
 // the same parameters in B::Acc, what scalars (mixing logits, gates, norms of coefficients)
 // are read from. On the CPU both are the one parameter buffer; on CUDA the bf16 compute copy

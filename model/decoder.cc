@@ -522,9 +522,20 @@ void DecoderModelT<B>::Predictions(std::vector<int32_t>* argmax) const {
     }
   }
   if (shard_.tp_size == 1) return;
+  // Every TP rank's (best, id) pairs, gathered in the backend's memory (the TP communicator
+  // moves device memory on a device).
   std::vector<double> all(best.size() * shard_.tp_size);
-  if (!Collective(shard_, shard_.tp->AllGather(best.data(), all.data(), best.size(),
-                                               core::DType::kF64, shard_.collective))) {
+  Vec<double> mine, gathered;
+  const bool gathered_ok =
+      Allocate<B>(x_, [&] {
+        mine.resize(best.size());
+        gathered.resize(all.size());
+      }).ok() &&
+      ops::Upload(x_, mine.data(), best.data(), static_cast<int64_t>(best.size())).ok();
+  if (gathered_ok) TpAllGather(shard_, mine.data(), gathered.data(), best.size());
+  if (!gathered_ok || (shard_.errors != nullptr && shard_.errors->failed()) ||
+      !ops::Download(x_, all.data(), gathered.data(), static_cast<int64_t>(all.size())).ok()) {
+    argmax->clear();
     return;
   }
   for (int r = 0; r < n; ++r) {

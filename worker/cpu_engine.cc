@@ -87,7 +87,7 @@ class CpuEngine : public StepEngine {
   }
 
   absl::StatusOr<double> ForwardBackward(std::vector<std::vector<int32_t>>* micro) override {
-    state_->ZeroGrads();
+    SATDAR_RETURN_IF_ERROR(state_->ZeroGrads());
     SATDAR_ASSIGN_OR_RETURN(double loss, LocalForwardBackward(*micro));
     SATDAR_ASSIGN_OR_RETURN(loss, sync_->ReduceLoss(loss / o_.microbatches));
     SATDAR_RETURN_IF_ERROR(sync_->Reduce(state_->grads(), &shard_));

@@ -25,6 +25,7 @@
 #include "core/ops/elementwise.h"
 #include "worker/gradient_sync.h"
 #include "worker/mesh_groups.h"
+#include "worker/train_state.h"
 #include "worker/zero_partition.h"
 #endif
 
@@ -91,29 +92,17 @@ class CudaEngine : public StepEngine {
 
   absl::StatusOr<CheckpointInfo> Load(const std::string& path, const std::string& config_json,
                                       LoadWhat what) override {
-    OptimizerBuffers<float> buffers = host_buffers();
-    if (what == LoadWhat::kWeightsOnly) buffers.exp_avg = buffers.exp_avg_sq = nullptr;
-    SATDAR_ASSIGN_OR_RETURN(CheckpointInfo info,
-                            LoadCheckpoint<float>(path, config_json, params(), buffers));
-    SATDAR_RETURN_IF_ERROR(UploadState());
+    SATDAR_ASSIGN_OR_RETURN(
+        CheckpointInfo info,
+        state_->Load(path, config_json, what == LoadWhat::kWeightsOnly, params()));
+    SATDAR_RETURN_IF_ERROR(model_->SetWeights(state_->params()));  // the compute copy
     return info;
   }
   absl::StatusOr<double> ForwardBackward(std::vector<std::vector<int32_t>>* micro) override;
   absl::StatusOr<double> GradNorm() override { return grad_norm_; }
   absl::Status Update(const core::AdamWParams& hp) override {
-    SATDAR_RETURN_IF_ERROR(kc::AdamWUpdate(Exec(), master_ + lo_,
-                                           zero_ ? shard_.data() : grads_, m_, v_, shard_len_,
-                                           hp));
-    if (zero_) {
-      // Every replica's updated slice to every replica (in place: slice r sits at r * shard).
-      SATDAR_RETURN_IF_ERROR(updated_.Record(stream_));
-      comm::CollectiveOptions c = copts_;
-      c.ready_event = updated_.get();
-      SATDAR_RETURN_IF_ERROR(
-          zero_group_->AllGather(master_ + lo_, master_, shard_len_, core::DType::kF32, c)
-              ->Wait());
-    }
-    SATDAR_RETURN_IF_ERROR(model_->SetWeights(master_));  // the bf16 compute copy
+    SATDAR_RETURN_IF_ERROR(state_->Update(hp, shard_, nullptr, copts_));
+    SATDAR_RETURN_IF_ERROR(model_->SetWeights(state_->params()));  // the bf16 compute copy
     // Step time includes the update (the next step's first kernels queue behind it).
     SATDAR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
     return absl::OkStatus();
@@ -141,18 +130,19 @@ class CudaEngine : public StepEngine {
     // CPU). Under ZeRO-1 every replica first hands its slice of the moments to the gather.
     const bool writer = host_->coord.dp == 0 && host_->coord.ep == 0;
     if (!zero_ && !writer) return absl::OkStatus();
-    SATDAR_RETURN_IF_ERROR(DownloadMoment(&exp_avg_, m_));
-    SATDAR_RETURN_IF_ERROR(DownloadMoment(&exp_avg_sq_, v_));
-    if (!writer) return absl::OkStatus();
-    SATDAR_RETURN_IF_ERROR(Download(&params_, master_));
-    if (host_->mp == nullptr) {
-      return SaveCheckpoint<float>(o_.checkpoint_dir, info, params(), host_buffers());
+    SATDAR_RETURN_IF_ERROR(state_->GatherMoments(copts_));  // the state read back
+    absl::Status s;
+    if (writer && host_->mp == nullptr) {
+      s = SaveCheckpoint<float>(o_.checkpoint_dir, info, params(), state_->buffers());
+    } else if (writer) {
+      // Each tensor-parallel piece writes its shard; the folder loads into any layout.
+      const std::string name =
+          absl::StrCat("tp", host_->coord.tp, "-pp", host_->coord.pp, "-ep", host_->coord.ep);
+      s = SaveShardedCheckpoint<float>(o_.checkpoint_dir, info, params(), state_->buffers(),
+                                       name, host_->mp.get(), copts_);
     }
-    // Each tensor-parallel piece writes its shard; the folder loads into any layout.
-    const std::string name =
-        absl::StrCat("tp", host_->coord.tp, "-pp", host_->coord.pp, "-ep", host_->coord.ep);
-    return SaveShardedCheckpoint<float>(o_.checkpoint_dir, info, params(), host_buffers(), name,
-                                        host_->mp.get(), copts_);
+    state_->ReleaseMoments();  // the host copies were only needed for the file
+    return s;
   }
   void AddToSummary(double tokens_per_second, Json* j, TrainSummary* out) override {
     out->peak_device_bytes = alloc_.Stats().peak_bytes;
@@ -174,58 +164,16 @@ class CudaEngine : public StepEngine {
   // The execution context of the kernels this engine and its GradientSync launch (AdamW, the
   // reductions' packing and sums of squares; their scratch buffers from alloc_).
   core::CudaExec Exec() { return {stream_, nullptr, workspace_.get(), &alloc_}; }
-  OptimizerBuffers<float> host_buffers() { return {&params_, &exp_avg_, &exp_avg_sq_}; }
   double PeakFlops() const override { return peak_flops_; }
   double Mfu(double tokens_per_second) const {
     return worker::Mfu(tokens_per_second, world_size_, flops_per_token_, peak_flops_);
   }
-  // The host copies are laid out by the device table (padding included), as the device's.
-  absl::Status Upload(float* dst, const std::vector<float>& src) {
-    return kc::CopyToDevice(dst, src.data(), nd_ * sizeof(float));
-  }
-  absl::Status Download(std::vector<float>* dst, const float* src) {
-    SATDAR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-    return kc::CopyToHost(dst->data(), src, nd_ * sizeof(float));
-  }
-  // A moment (host) into this replica's device slice (the whole buffer without ZeRO-1; the
-  // padding past the table stays 0).
-  absl::Status UploadMoment(float* dst, const std::vector<float>& src) {
-    const int64_t count = std::max<int64_t>(0, std::min(shard_len_, nd_ - lo_));
-    if (count == 0) return absl::OkStatus();
-    return kc::CopyToDevice(dst, src.data() + lo_, count * sizeof(float));
-  }
-  // The whole moment into *dst (every replica takes part under ZeRO-1: an all-gather of the
-  // slices into a temporary device buffer).
-  absl::Status DownloadMoment(std::vector<float>* dst, const float* slice) {
-    if (!zero_) return Download(dst, slice);
-    SATDAR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-    SATDAR_ASSIGN_OR_RETURN(void* raw, alloc_.Allocate(padded_ * sizeof(float), stream_));
-    float* whole = static_cast<float*>(raw);
-    absl::Status s =
-        zero_group_->AllGather(slice, whole, shard_len_, core::DType::kF32, copts_)->Wait();
-    if (s.ok()) s = Download(dst, whole);
-    (void)alloc_.Free(raw);
-    return s;
-  }
-  absl::Status UploadState() {
-    SATDAR_RETURN_IF_ERROR(Upload(master_, params_));
-    SATDAR_RETURN_IF_ERROR(UploadMoment(m_, exp_avg_));
-    SATDAR_RETURN_IF_ERROR(UploadMoment(v_, exp_avg_sq_));
-    // The zeroing and uploads ran on the legacy stream, which the compute stream
-    // (non-blocking) does not wait for.
-    SATDAR_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
-    return model_->SetWeights(master_);
-  }
-
   const TrainOptions o_;
   const int rank_, world_size_;
   const comm::MeshShape shape_;  // the run's layout (dp x tp on the GPU so far)
   const MeshGroups* const host_;  // the host's groups (checkpoints' coordination)
   comm::Communicator* const world_;  // device buffers; null alone
-  // ZeRO-1 (dp > 1): the buffers are padded to `padded_` elements, and this replica keeps the
-  // moments of, and updates, [lo_, lo_ + shard_len_) only. Otherwise shard_len_ = nd_, lo_ = 0.
-  const bool zero_;
-  int64_t padded_ = 0, shard_len_ = 0, lo_ = 0;
+  const bool zero_;  // ZeRO-1: the moments sharded over the data-parallel replicas
   comm::CollectiveOptions copts_;
   int device_ = 0;
   kc::CachingAllocator alloc_;
@@ -234,20 +182,16 @@ class CudaEngine : public StepEngine {
   // The compute stream's scratch (SumSquares); made with the stream, gone before it.
   std::unique_ptr<kc::Workspace> workspace_;
   std::unique_ptr<model::DeviceModel> model_;
-  int64_t nd_ = 0;  // elements of each device buffer: params().size() (aligned tensors)
-  // Host copies for initialisation, resume and checkpoints, laid out by params(); the device
-  // holds the truth.
-  std::vector<float> params_, exp_avg_, exp_avg_sq_;
   std::unique_ptr<DeviceBuffers> dev_;
-  float *master_ = nullptr, *grads_ = nullptr, *m_ = nullptr, *v_ = nullptr;
   double *scalars_ = nullptr, *eval_sum_ = nullptr;  // the step's loss; validation's
   // The device's mesh (split from world_; every group null alone) and the reductions between
   // the backward passes and AdamW over it (worker/gradient_sync.h, the CPU engine's class).
   MeshGroups groups_;
   std::unique_ptr<GradientSyncT<model::Cuda<float>>> sync_;
+  // The fp32 master weights, gradients and AdamW moments (worker/train_state.h, the CPU
+  // engine's class), laid out by params() (aligned tensors).
+  std::unique_ptr<TrainStateT<model::Cuda<float>>> state_;
   kc::DeviceVec<float> shard_;  // ZeRO-1: this replica's slice of the averaged gradients
-  kc::Event updated_;           // ZeRO-1: the update's slice is written (for the all-gather)
-  comm::Communicator* zero_group_ = nullptr;  // ZeRO-1: the replicas sharing the moments
   double flops_per_token_ = 0, peak_flops_ = 0, grad_norm_ = 0;  // set by Init
 };
 
@@ -284,9 +228,8 @@ absl::Status CudaEngine::Init() {
   SATDAR_ASSIGN_OR_RETURN(model_, model::DeviceModel::Create(o_.config, mo, stream_, &alloc_));
   model_->SetStatsEnabled(o_.stats_every > 0);
   const model::ParamTable& table = model_->params();  // aligned: model::kDeviceParamAlign
-  nd_ = table.size();
-  // ZeRO-1: the CPU engine's partitions; with data parallelism alone one, the whole (padded)
-  // buffer over the replicas, each owning [lo_, lo_ + shard_len_).
+  // ZeRO-1: the CPU engine's partitions; without expert parallelism one, the whole (padded)
+  // buffer over the data-parallel replicas, each owning one slice.
   std::vector<ZeroPartition> parts;
   if (zero_) {
     const model::ParamRoles roles = RolesOf(table, groups_, o_.config.tie_word_embeddings);
@@ -297,25 +240,17 @@ absl::Status CudaEngine::Init() {
           "replicas; this layout has ", parts.size(), " partition(s)"));
     }
   }
-  padded_ = zero_ ? std::max(nd_, parts[0].padded()) : nd_;
-  shard_len_ = zero_ ? parts[0].shard : nd_;
-  lo_ = zero_ ? parts[0].lo() : 0;
-  zero_group_ = zero_ ? parts[0].group : nullptr;
   sync_ = std::make_unique<GradientSyncT<model::Cuda<float>>>(table, &groups_, o_.config, parts,
                                                                copts_, Exec());
-  params_.assign(table.size(), 0.0f);
-  exp_avg_.assign(table.size(), 0.0f);
-  exp_avg_sq_.assign(table.size(), 0.0f);
-  table.Initialize(params_.data(), o_.seed);
+  state_ = std::make_unique<TrainStateT<model::Cuda<float>>>(table, parts, o_.seed, Exec());
+  SATDAR_RETURN_IF_ERROR(state_->status());
   dev_ = std::make_unique<DeviceBuffers>(&alloc_);
-  SATDAR_ASSIGN_OR_RETURN(master_, dev_->Zeros<float>(padded_));
-  SATDAR_ASSIGN_OR_RETURN(grads_, dev_->Zeros<float>(padded_));
-  SATDAR_ASSIGN_OR_RETURN(m_, dev_->Zeros<float>(shard_len_));
-  SATDAR_ASSIGN_OR_RETURN(v_, dev_->Zeros<float>(shard_len_));
   SATDAR_ASSIGN_OR_RETURN(scalars_, dev_->Zeros<double>(1));  // the step's loss
   SATDAR_ASSIGN_OR_RETURN(eval_sum_, dev_->Zeros<double>(1));
-  SATDAR_RETURN_IF_ERROR(UploadState());
-  SATDAR_ASSIGN_OR_RETURN(updated_, kc::Event::Create());
+  // The zeroing ran on the legacy stream, which the compute stream (non-blocking) does not
+  // wait for.
+  SATDAR_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+  SATDAR_RETURN_IF_ERROR(model_->SetWeights(state_->params()));
   flops_per_token_ = model::FlopsPerToken(table.packed_size(), o_.config, o_.seq_len);
   // --peak-tflops 0: the GPU's own peak from the table, H100/H200's when it is not listed.
   const double listed = GpuPeakFlops(kc::DeviceName(device_));
@@ -337,8 +272,9 @@ std::string CudaEngine::Describe() const {
 }
 
 absl::StatusOr<double> CudaEngine::ForwardBackward(std::vector<std::vector<int32_t>>* micro) {
-  SATDAR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(grads_, 0, padded_ * sizeof(float), stream_));
+  SATDAR_RETURN_IF_ERROR(state_->ZeroGrads());
   SATDAR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(scalars_, 0, sizeof(double), stream_));
+  float* grads = state_->grads();
   const int mb_size = o_.batch_size / o_.microbatches;
   for (int mb = 0; mb < o_.microbatches; ++mb) {
     SATDAR_RETURN_IF_ERROR(model_->Forward((*micro)[mb].data(), mb_size, o_.seq_len,
@@ -346,9 +282,9 @@ absl::StatusOr<double> CudaEngine::ForwardBackward(std::vector<std::vector<int32
     // The last backward pass all-reduces each layer's gradients as it finishes them (not
     // under ZeRO-1, which reduce-scatters afterwards).
     const bool last = mb + 1 == o_.microbatches;
-    if (last) sync_->BeginLastBackward(model_.get(), grads_);
-    SATDAR_RETURN_IF_ERROR(model_->Backward(grads_));
-    if (last) sync_->EndLastBackward(model_.get(), grads_);
+    if (last) sync_->BeginLastBackward(model_.get(), grads);
+    SATDAR_RETURN_IF_ERROR(model_->Backward(grads));
+    if (last) sync_->EndLastBackward(model_.get(), grads);
   }
   // The loss (read back: the step's one wait for the compute stream besides the norm's),
   // averaged over the replicas; then the gradients (under ZeRO-1 this replica's slice of the
@@ -356,8 +292,8 @@ absl::StatusOr<double> CudaEngine::ForwardBackward(std::vector<std::vector<int32
   double loss = 0;
   SATDAR_RETURN_IF_ERROR(core::ops::Download(Exec(), &loss, scalars_, 1));
   SATDAR_ASSIGN_OR_RETURN(loss, sync_->ReduceLoss(loss));
-  SATDAR_RETURN_IF_ERROR(sync_->Reduce(grads_, &shard_));
-  SATDAR_ASSIGN_OR_RETURN(grad_norm_, sync_->GlobalNorm(zero_ ? shard_.data() : grads_));
+  SATDAR_RETURN_IF_ERROR(sync_->Reduce(grads, &shard_));
+  SATDAR_ASSIGN_OR_RETURN(grad_norm_, sync_->GlobalNorm(zero_ ? shard_.data() : grads));
   return loss;
 }
 

@@ -2,112 +2,227 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
 #include "core/check.h"
 #include "core/ops/adamw.h"
+#include "core/ops/ops.h"
 
 namespace satdar::worker {
 
-template <typename T>
-TrainState<T>::TrainState(const model::ParamTable& table, std::vector<ZeroPartition> parts,
-                          uint64_t seed)
-    : n_(table.size()),
-      parts_(std::move(parts)),
-      params_(parts_.size() == 1 && parts_[0].identity() ? std::max(n_, parts_[0].padded()) : n_,
-              T(0)),
-      grads_(params_.size(), T(0)),
-      exp_avg_(parts_.empty() ? n_ : 0, T(0)),
-      exp_avg_sq_(parts_.empty() ? n_ : 0, T(0)) {
-  for (const ZeroPartition& p : parts_) {
-    m_shard_.emplace_back(p.shard, T(0));
-    v_shard_.emplace_back(p.shard, T(0));
+namespace ops = ::satdar::core::ops;
+
+template <class B>
+TrainStateT<B>::TrainStateT(const model::ParamTable& table, std::vector<ZeroPartition> parts,
+                            uint64_t seed, const typename B::Exec& x)
+    : n_(table.size()), parts_(std::move(parts)), x_(x) {
+  const int64_t len =
+      parts_.size() == 1 && parts_[0].identity() ? std::max(n_, parts_[0].padded()) : n_;
+  // The initial weights, computed on the host (in place on the CPU).
+  std::vector<G> init;
+  std::vector<G>* host = &init;
+  if constexpr (!B::kDevice) host = &params_;
+  host->assign(len, G(0));
+  table.Initialize(host->data(), seed);
+  status_ = model::Allocate<B>(x_, [&] {
+    if constexpr (B::kDevice) params_.resize(len);
+    grads_.assign(len, G(0));
+    exp_avg_.assign(parts_.empty() ? n_ : 0, G(0));
+    exp_avg_sq_.assign(parts_.empty() ? n_ : 0, G(0));
+    for (const ZeroPartition& p : parts_) {
+      m_shard_.emplace_back();
+      m_shard_.back().assign(p.shard, G(0));
+      v_shard_.emplace_back();
+      v_shard_.back().assign(p.shard, G(0));
+    }
+  });
+  if (!status_.ok()) return;
+  if constexpr (B::kDevice) {
+    if (parts_.size() > 1 || (parts_.size() == 1 && !parts_[0].identity())) {
+      status_ = absl::UnimplementedError(absl::StrCat(
+          "ZeRO-1 on a device shards the whole buffer over the data-parallel replicas; this "
+          "layout has ", parts_.size(), " partition(s)"));
+      return;
+    }
+    status_ = ops::Upload(x_, params_.data(), init.data(), len);
+    if (status_.ok()) status_ = ops::Synchronize(x_);
   }
-  table.Initialize(params_.data(), seed);
 }
 
-template <typename T>
-absl::StatusOr<CheckpointInfo> TrainState<T>::Load(const std::string& path,
-                                                   const std::string& config_json,
-                                                   bool weights_only,
-                                                   const model::ParamTable& table) {
-  if (zero()) {
-    exp_avg_.assign(n_, T(0));
-    exp_avg_sq_.assign(n_, T(0));
+template <class B>
+OptimizerBuffers<typename TrainStateT<B>::G> TrainStateT<B>::buffers() {
+  if constexpr (B::kDevice) {
+    return {&host_params_, &host_m_, &host_v_};
+  } else {
+    return {&params_, &exp_avg_, &exp_avg_sq_};
   }
-  OptimizerBuffers<T> into = buffers();
+}
+
+template <class B>
+absl::StatusOr<CheckpointInfo> TrainStateT<B>::Load(const std::string& path,
+                                                    const std::string& config_json,
+                                                    bool weights_only,
+                                                    const model::ParamTable& table) {
+  SATDAR_RETURN_IF_ERROR(status_);
+  // The whole moments on the host: on a device copies laid out as its buffers (the padding
+  // past the table stays 0).
+  std::vector<G>* m = &host_m_;
+  std::vector<G>* v = &host_v_;
+  if constexpr (B::kDevice) {
+    host_params_.assign(n_, G(0));
+    m->assign(n_, G(0));
+    v->assign(n_, G(0));
+  } else {
+    m = &exp_avg_;
+    v = &exp_avg_sq_;
+    if (zero()) {
+      m->assign(n_, G(0));
+      v->assign(n_, G(0));
+    }
+  }
+  OptimizerBuffers<G> into = buffers();
   if (weights_only) into.exp_avg = into.exp_avg_sq = nullptr;
-  SATDAR_ASSIGN_OR_RETURN(CheckpointInfo info, LoadCheckpoint<T>(path, config_json, table, into));
-  for (size_t q = 0; q < parts_.size(); ++q) {  // keep this rank's shards of the moments
+  SATDAR_ASSIGN_OR_RETURN(CheckpointInfo info, LoadCheckpoint<G>(path, config_json, table, into));
+  // This rank's shards of the moments (on a device gathered on the host, then uploaded).
+  for (size_t q = 0; q < parts_.size(); ++q) {
+    std::vector<G> ms(parts_[q].shard, G(0)), vs(parts_[q].shard, G(0));
     parts_[q].ForOwned([&](int64_t k, int64_t flat) {
-      m_shard_[q][k] = exp_avg_[flat];
-      v_shard_[q][k] = exp_avg_sq_[flat];
+      ms[k] = (*m)[flat];
+      vs[k] = (*v)[flat];
     });
+    SATDAR_RETURN_IF_ERROR(ops::Upload(x_, m_shard_[q].data(), ms.data(), parts_[q].shard));
+    SATDAR_RETURN_IF_ERROR(ops::Upload(x_, v_shard_[q].data(), vs.data(), parts_[q].shard));
+  }
+  if constexpr (B::kDevice) {
+    SATDAR_RETURN_IF_ERROR(ops::Upload(x_, params_.data(), host_params_.data(), n_));
+    if (!zero()) {
+      SATDAR_RETURN_IF_ERROR(ops::Upload(x_, exp_avg_.data(), m->data(), n_));
+      SATDAR_RETURN_IF_ERROR(ops::Upload(x_, exp_avg_sq_.data(), v->data(), n_));
+    }
+    SATDAR_RETURN_IF_ERROR(ops::Synchronize(x_));  // the host copies may go now
+    host_params_ = {};
+    host_m_ = {};
+    host_v_ = {};
   }
   ReleaseMoments();
   return info;
 }
 
-template <typename T>
-absl::Status TrainState<T>::GatherMoments(const comm::CollectiveOptions& o) {
-  if (!zero()) return absl::OkStatus();
-  constexpr core::DType kDType = core::DTypeOf<T>::value;
-  exp_avg_.assign(n_, T(0));
-  exp_avg_sq_.assign(n_, T(0));
+template <class B>
+absl::Status TrainStateT<B>::GatherMoments(const comm::CollectiveOptions& o) {
+  SATDAR_RETURN_IF_ERROR(status_);
+  std::vector<G>* m = &host_m_;
+  std::vector<G>* v = &host_v_;
+  if constexpr (B::kDevice) {
+    host_params_.assign(n_, G(0));
+    SATDAR_RETURN_IF_ERROR(ops::Download(x_, host_params_.data(), params_.data(), n_));
+    if (!zero()) {
+      m->assign(n_, G(0));
+      v->assign(n_, G(0));
+      SATDAR_RETURN_IF_ERROR(ops::Download(x_, m->data(), exp_avg_.data(), n_));
+      return ops::Download(x_, v->data(), exp_avg_sq_.data(), n_);
+    }
+  } else {
+    if (!zero()) return absl::OkStatus();
+    m = &exp_avg_;
+    v = &exp_avg_sq_;
+  }
+  constexpr core::DType kDType = core::DTypeOf<G>::value;
+  m->assign(n_, G(0));
+  v->assign(n_, G(0));
   for (size_t q = 0; q < parts_.size(); ++q) {
     const ZeroPartition& p = parts_[q];
-    std::vector<T> packed(p.padded());
-    for (auto [shard, whole] : {std::pair{&m_shard_[q], &exp_avg_}, {&v_shard_[q], &exp_avg_sq_}}) {
+    Vec<G> packed;
+    SATDAR_RETURN_IF_ERROR(model::Allocate<B>(x_, [&] { packed.resize(p.padded()); }));
+    std::vector<G> host_packed;
+    for (auto [shard, whole] : {std::pair{&m_shard_[q], m}, {&v_shard_[q], v}}) {
+      const G* from = shard->data();
       if (p.group != nullptr) {
+        SATDAR_RETURN_IF_ERROR(ops::Synchronize(x_));
         SATDAR_RETURN_IF_ERROR(
             p.group->AllGather(shard->data(), packed.data(), p.shard, kDType, o)->Wait());
-        p.Unpack(packed.data(), whole->data());
-      } else {
-        p.Unpack(shard->data(), whole->data());
+        from = packed.data();
       }
+      if constexpr (B::kDevice) {
+        host_packed.resize(p.group != nullptr ? p.padded() : p.shard);
+        SATDAR_RETURN_IF_ERROR(ops::Download(x_, host_packed.data(), from,
+                                             static_cast<int64_t>(host_packed.size())));
+        from = host_packed.data();
+      }
+      p.Unpack(from, whole->data());
     }
   }
   return absl::OkStatus();
 }
 
-template <typename T>
-void TrainState<T>::ReleaseMoments() {
-  if (!zero()) return;
-  exp_avg_.clear();
-  exp_avg_.shrink_to_fit();
-  exp_avg_sq_.clear();
-  exp_avg_sq_.shrink_to_fit();
+template <class B>
+void TrainStateT<B>::ReleaseMoments() {
+  if constexpr (B::kDevice) {
+    host_params_ = {};
+    host_m_ = {};
+    host_v_ = {};
+  } else {
+    if (!zero()) return;
+    exp_avg_.clear();
+    exp_avg_.shrink_to_fit();
+    exp_avg_sq_.clear();
+    exp_avg_sq_.shrink_to_fit();
+  }
 }
 
-template <typename T>
-absl::Status TrainState<T>::Update(const core::AdamWParams& hp, const std::vector<T>& shard,
-                                   core::ThreadPool* pool, const comm::CollectiveOptions& o) {
+template <class B>
+absl::Status TrainStateT<B>::Update(const core::AdamWParams& hp, const Vec<G>& shard,
+                                    core::ThreadPool* pool, const comm::CollectiveOptions& o) {
+  SATDAR_RETURN_IF_ERROR(status_);
   if (!zero()) {
-    core::cpu::AdamWUpdate(params_.data(), grads_.data(), exp_avg_.data(), exp_avg_sq_.data(), n_,
-                           hp, pool);
+    if constexpr (B::kDevice) {
+      (void)pool;
+      return ops::AdamWUpdate(x_, params_.data(), grads_.data(), exp_avg_.data(),
+                              exp_avg_sq_.data(), n_, hp);
+    } else {
+      core::cpu::AdamWUpdate(params_.data(), grads_.data(), exp_avg_.data(), exp_avg_sq_.data(),
+                             n_, hp, pool);
+      return absl::OkStatus();
+    }
+  }
+  if constexpr (B::kDevice) {
+    // The one identity partition: this rank's slice of the (padded) buffer is updated in
+    // place, then every replica's slice reaches every replica (slice r sits at r * shard).
+    const ZeroPartition& p = parts_[0];
+    SATDAR_RETURN_IF_ERROR(ops::AdamWUpdate(x_, params_.data() + p.lo(), shard.data(),
+                                            m_shard_[0].data(), v_shard_[0].data(), p.shard, hp));
+    if (p.group == nullptr) return absl::OkStatus();
+    SATDAR_RETURN_IF_ERROR(ops::Synchronize(x_));
+    return p.group->AllGather(params_.data() + p.lo(), params_.data(), p.shard,
+                              core::DTypeOf<G>::value, o)
+        ->Wait();
+  } else {
+    // Update this rank's shard of each partition, then its group gathers the partition.
+    int64_t at = 0;
+    for (size_t q = 0; q < parts_.size(); ++q) {
+      const ZeroPartition& p = parts_[q];
+      std::vector<G> mine(p.shard, G(0));  // the padding past the partition's end stays 0
+      p.ForOwned([&](int64_t k, int64_t flat) { mine[k] = params_[flat]; });
+      core::cpu::AdamWUpdate(mine.data(), shard.data() + at, m_shard_[q].data(),
+                             v_shard_[q].data(), p.shard, hp, pool);
+      at += p.shard;
+      if (p.group == nullptr) {
+        p.Unpack(mine.data(), params_.data());
+        continue;
+      }
+      std::vector<G> packed(p.identity() ? 0 : p.padded());
+      G* into = p.identity() ? params_.data() : packed.data();  // params_ is padded() long
+      SATDAR_RETURN_IF_ERROR(
+          p.group->AllGather(mine.data(), into, p.shard, core::DTypeOf<G>::value, o)->Wait());
+      if (!p.identity()) p.Unpack(packed.data(), params_.data());
+    }
     return absl::OkStatus();
   }
-  // Update this rank's shard of each partition, then its group gathers the partition.
-  int64_t at = 0;
-  for (size_t q = 0; q < parts_.size(); ++q) {
-    const ZeroPartition& p = parts_[q];
-    std::vector<T> mine(p.shard, T(0));  // the padding past the partition's end stays 0
-    p.ForOwned([&](int64_t k, int64_t flat) { mine[k] = params_[flat]; });
-    core::cpu::AdamWUpdate(mine.data(), shard.data() + at, m_shard_[q].data(), v_shard_[q].data(),
-                           p.shard, hp, pool);
-    at += p.shard;
-    if (p.group == nullptr) {
-      p.Unpack(mine.data(), params_.data());
-      continue;
-    }
-    std::vector<T> packed(p.identity() ? 0 : p.padded());
-    T* into = p.identity() ? params_.data() : packed.data();  // params_ is padded() long
-    SATDAR_RETURN_IF_ERROR(
-        p.group->AllGather(mine.data(), into, p.shard, core::DTypeOf<T>::value, o)->Wait());
-    if (!p.identity()) p.Unpack(packed.data(), params_.data());
-  }
-  return absl::OkStatus();
 }
 
-template class TrainState<float>;
-template class TrainState<double>;
+template class TrainStateT<model::Cpu<float>>;
+template class TrainStateT<model::Cpu<double>>;
+#if defined(SATDAR_WITH_CUDA)
+template class TrainStateT<model::Cuda<float>>;
+#endif
 
 }  // namespace satdar::worker

@@ -41,6 +41,9 @@ absl::Status Add(const CudaExec& x, T* out, const T* a, const T* b, int64_t n);
 // out += a.
 template <typename T>
 absl::Status AddTo(const CudaExec& x, T* out, const T* a, int64_t n);
+// Waits until every op enqueued on x.stream has finished (before a communicator or the host
+// reads what they wrote without an event).
+absl::Status Synchronize(const CudaExec& x);
 // v *= s, and v /= d (in fp32, rounded to T).
 template <typename T>
 absl::Status Scale(const CudaExec& x, T* v, int64_t n, double s);
@@ -108,6 +111,12 @@ inline absl::Status AddTo(const CpuExec& x, T* out, const T* a, int64_t n) {
   } else {
     x.pool->ParallelFor(n, body, kElementwiseGrain);
   }
+  return absl::OkStatus();
+}
+
+// The CPU's ops have finished when they return.
+inline absl::Status Synchronize(const CpuExec& x) {
+  (void)x;
   return absl::OkStatus();
 }
 
@@ -187,6 +196,7 @@ using cuda::Divide;
 using cuda::Download;
 using cuda::Scale;
 using cuda::SumSquares;
+using cuda::Synchronize;
 using cuda::Upload;
 using cuda::Zero;
 #endif

@@ -122,6 +122,11 @@ absl::Status AddTo(const CudaExec& x, T* out, const T* a, int64_t n) {
   return absl::OkStatus();
 }
 
+absl::Status Synchronize(const CudaExec& x) {
+  SATDAR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(x.stream));
+  return absl::OkStatus();
+}
+
 template <typename T>
 absl::Status ScaleOrDivide(const CudaExec& x, T* v, int64_t n, double f, bool divide) {
   if (n == 0) return absl::OkStatus();

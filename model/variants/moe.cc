@@ -150,19 +150,22 @@ class Moe : public FfnT<B> {
     Dispatch(&L);
     const int rows = n * k_;
     Vec<T> xsend, xrecv;
-    xsend.resize(static_cast<size_t>(rows) * d_);
+    SATDAR_RETURN_IF_ERROR(
+        Allocate<B>(x_, [&] { xsend.resize(static_cast<size_t>(rows) * d_); }));
     SATDAR_RETURN_IF_ERROR(ops::MoePermute(x_, xsend.data(), z, L.send_slots.data(), rows, k_, d_));
     SATDAR_RETURN_IF_ERROR(Exchange(std::move(xsend), &xrecv, L.send_rows, L.recv_rows));
     Vec<T> yrecv;
-    yrecv.resize(xrecv.size());
+    SATDAR_RETURN_IF_ERROR(Allocate<B>(x_, [&] { yrecv.resize(xrecv.size()); }));
     for (int j = 0; j < el_; ++j) {
       int ne = 0;
       SATDAR_RETURN_IF_ERROR(GatherExpert(L, j, xrecv, &L.expert_in[j], &ne));
       if (ne == 0) continue;
       MlpDims dims{ne, d_, f_};
-      L.expert_acts[j].Resize(dims);
       Vec<T> ye;
-      ye.resize(static_cast<size_t>(ne) * d_);
+      SATDAR_RETURN_IF_ERROR(Allocate<B>(x_, [&] {
+        L.expert_acts[j].Resize(dims);
+        ye.resize(static_cast<size_t>(ne) * d_);
+      }));
       SATDAR_RETURN_IF_ERROR(MlpForward(x_, ye.data(), &L.expert_acts[j], L.expert_in[j].data(),
                                         ExpertWeights(p, L.experts[j]), dims));
       SATDAR_RETURN_IF_ERROR(ScatterExpert(L, j, ye, &yrecv));
@@ -185,7 +188,7 @@ class Moe : public FfnT<B> {
     Layer& L = layers_[i];
     const int n = b_ * t_;
     T* p = const_cast<T*>(w.compute);
-    scratch_.Resize(MlpDims{n, d_, f_});
+    SATDAR_RETURN_IF_ERROR(Allocate<B>(x_, [&] { scratch_.Resize(MlpDims{n, d_, f_}); }));
     for (int s = 0; s < m_.num_shared_experts; ++s) {
       SATDAR_RETURN_IF_ERROR(MlpBackward(x_, dz, ExpertWeights(grads, L.shared[s]), dout,
                                          L.shared_acts[s], z, ExpertWeights(p, L.shared[s]),
@@ -195,20 +198,23 @@ class Moe : public FfnT<B> {
     // The slots' output gradients go to their experts' ranks and the input gradients come back.
     const int rows = n * k_;
     Vec<T> dysend, dyrecv;
-    dysend.resize(static_cast<size_t>(rows) * d_);
+    SATDAR_RETURN_IF_ERROR(
+        Allocate<B>(x_, [&] { dysend.resize(static_cast<size_t>(rows) * d_); }));
     SATDAR_RETURN_IF_ERROR(ops::MoeCombineBackward(x_, dysend.data(), dweight_.data(), dout,
                                                    L.slot_out.data(), L.weight.data(),
                                                    L.send_slots.data(), rows, k_, d_));
     SATDAR_RETURN_IF_ERROR(Exchange(std::move(dysend), &dyrecv, L.send_rows, L.recv_rows));
     Vec<T> dxrecv, dy, dxe;
-    dxrecv.resize(dyrecv.size());
+    SATDAR_RETURN_IF_ERROR(Allocate<B>(x_, [&] { dxrecv.resize(dyrecv.size()); }));
     for (int j = 0; j < el_; ++j) {
       int ne = 0;
       SATDAR_RETURN_IF_ERROR(GatherExpert(L, j, dyrecv, &dy, &ne));
       if (ne == 0) continue;
       MlpDims dims{ne, d_, f_};
-      scratch_.Resize(dims);
-      dxe.assign(static_cast<size_t>(ne) * d_, T(0));
+      SATDAR_RETURN_IF_ERROR(Allocate<B>(x_, [&] {
+        scratch_.Resize(dims);
+        dxe.assign(static_cast<size_t>(ne) * d_, T(0));
+      }));
       SATDAR_RETURN_IF_ERROR(MlpBackward(x_, dxe.data(), ExpertWeights(grads, L.experts[j]),
                                          dy.data(), L.expert_acts[j], L.expert_in[j].data(),
                                          ExpertWeights(p, L.experts[j]), dims, &scratch_));
@@ -317,7 +323,7 @@ class Moe : public FfnT<B> {
                             int* ne) const {
     size_t total = 0;
     for (int src = 0; src < shard_.ep_size; ++src) total += L.recv_count[src * el_ + j];
-    out->assign(total * d_, T(0));
+    SATDAR_RETURN_IF_ERROR(Allocate<B>(x_, [&] { out->assign(total * d_, T(0)); }));
     size_t row = 0, taken = 0;
     for (int src = 0; src < shard_.ep_size; ++src) {
       for (int jj = 0; jj < el_; ++jj) {
