@@ -163,9 +163,9 @@ TEST(JobSpec, TrainsRulesBetweenFlagsHoldAtSubmit) {
   EXPECT_EQ(ErrorOf(Spec(R"("synthetic_data": true)", R"(, "layout": {"tp": 2}, "resources": {"device": "cuda"})")),
             "");
   EXPECT_EQ(ErrorOf(Spec(R"("synthetic_data": true)", R"(, "layout": {"pp": 2}, "resources": {"device": "cuda"})")),
-            "job spec: resources.device cuda: pipeline and expert parallelism are not on the GPU "
-            "path yet (data and tensor parallelism are: layout.dp N, layout.tp N); use "
-            "resources.device cpu for layout.pp/layout.ep");
+            "job spec: resources.device cuda: pipeline parallelism is not on the GPU path yet "
+            "(data, tensor and expert parallelism are: layout.dp, layout.tp, layout.ep); use "
+            "resources.device cpu for layout.pp");
   EXPECT_EQ(ErrorOf(Spec(R"("task": "mqar", "mqar_keys": 40, "mqar_values": 40)")),
             "job spec: MQAR needs 81 token ids (pad + train.mqar_keys + train.mqar_values) but the "
             "config's vocab_size is 64");

@@ -43,8 +43,9 @@ namespace satdar::model {
 struct DeviceModelOptions {
   core::DType compute = core::DType::kBF16;  // activations and compute weights: kBF16 or kF32
   // This rank's piece and how it runs: the whole model by default; under tensor parallelism
-  // tp (a communicator of device memory), tp_rank, tp_size and sequence_parallel (pipeline
-  // stages and expert parallelism are not on the device yet: Unimplemented). Also
+  // tp (a communicator of device memory), tp_rank, tp_size and sequence_parallel; under
+  // expert parallelism ep, ep_rank, ep_size (pipeline stages are not on the device yet:
+  // Unimplemented). Also
   // vocab_multiple, and recompute: kFull keeps only each sublayer's input (and V1), a
   // branch's internals recomputed right before its backward (kSelective keeps everything on
   // the device: its attention keeps no probabilities to drop). on_device, stream and errors

@@ -93,6 +93,19 @@ void TpReduceScatter(const Sharding& s, const T* full, T* local, size_t n) {
   Collective(s, s.tp->ReduceScatter(full, local, n, CommDType<T>(), comm::ReduceOp::kSum, o));
 }
 
+template <typename T>
+void EpAllToAllV(const Sharding& s, const T* in, const std::vector<size_t>& send_counts, T* out,
+                 const std::vector<size_t>& recv_counts) {
+  if (s.errors != nullptr && s.errors->failed()) return;
+  comm::CollectiveOptions o;
+  if (Options(s, &o) == nullptr) return;
+  Collective(s, s.ep->AllToAllV(in, send_counts, out, recv_counts, CommDType<T>(), o));
+}
+
+template void EpAllToAllV<float>(const Sharding&, const float*, const std::vector<size_t>&,
+                                 float*, const std::vector<size_t>&);
+template void EpAllToAllV<double>(const Sharding&, const double*, const std::vector<size_t>&,
+                                  double*, const std::vector<size_t>&);
 template void TpAllGather<float>(const Sharding&, const float*, float*, size_t);
 template void TpAllGather<double>(const Sharding&, const double*, double*, size_t);
 template void TpReduceScatter<float>(const Sharding&, const float*, float*, size_t);
@@ -107,6 +120,9 @@ template void TpReduceScatter<__nv_bfloat16>(const Sharding&, const __nv_bfloat1
                                              __nv_bfloat16*, size_t);
 template void TpAllReduce<__nv_bfloat16>(const Sharding&, __nv_bfloat16*, size_t,
                                          comm::ReduceOp);
+template void EpAllToAllV<__nv_bfloat16>(const Sharding&, const __nv_bfloat16*,
+                                         const std::vector<size_t>&, __nv_bfloat16*,
+                                         const std::vector<size_t>&);
 #endif
 
 }  // namespace satdar::model

@@ -28,6 +28,8 @@
 #include <memory>
 #include <utility>
 
+#include <vector>
+
 #include "absl/status/status.h"
 #include "model/config.h"
 #include "model/layout_check.h"
@@ -104,6 +106,11 @@ template <typename T>
 void TpAllGather(const Sharding& s, const T* local, T* full, size_t n);
 template <typename T>
 void TpReduceScatter(const Sharding& s, const T* full, T* local, size_t n);
+// Expert parallelism's exchange: in's send_counts[q] elements to EP rank q, out's
+// recv_counts[q] from rank q (AllToAllV over s.ep, waiting on s.stream on a device).
+template <typename T>
+void EpAllToAllV(const Sharding& s, const T* in, const std::vector<size_t>& send_counts, T* out,
+                 const std::vector<size_t>& recv_counts);
 
 
 }  // namespace satdar::model

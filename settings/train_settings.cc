@@ -259,11 +259,16 @@ model::LayoutNames LayoutNamesOf(Spelling spelling) {
 absl::Status CheckGpuPathOptions(const TrainOptions& o, Spelling spelling) {
   auto n = [spelling](const std::string& s) { return NameOf(s, spelling); };
   const std::string cuda = n("device") + " cuda: ";
-  if (o.mesh.pp != 1 || o.mesh.ep != 1) {
+  if (o.mesh.pp != 1) {
     return Bad(absl::StrCat(
-        cuda, "pipeline and expert parallelism are not on the GPU path yet (data and tensor "
-        "parallelism are: ", n("dp"), " N, ", n("tp"), " N); use ", n("device"), " cpu for ",
-        n("pp"), "/", n("ep")));
+        cuda, "pipeline parallelism is not on the GPU path yet (data, tensor and expert "
+        "parallelism are: ", n("dp"), ", ", n("tp"), ", ", n("ep"), "); use ", n("device"),
+        " cpu for ", n("pp")));
+  }
+  if (o.mesh.ep != 1 && o.zero_stage == 1) {
+    return Bad(absl::StrCat(cuda, n("zero"), " 1 with ", n("ep"),
+                            " is not on the GPU path yet (the experts' moments form a second "
+                            "ZeRO partition); use ", n("zero"), " 0 with ", n("ep")));
   }
   if (o.f64) return Bad(absl::StrCat(cuda, n("dtype"), " must be bf16 or f32"));
   if (o.virtual_stages > 1) {

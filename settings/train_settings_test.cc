@@ -194,18 +194,22 @@ TEST(TrainSettings, TheGpuPathAndVirtualStages) {
   TrainOptions o;
   o.mesh.pp = 2;
   EXPECT_EQ(CheckGpuPathOptions(o, Spelling::kSpec).message(),
-            "resources.device cuda: pipeline and expert parallelism are not on the GPU path "
-            "yet (data and tensor parallelism are: layout.dp N, layout.tp N); use "
-            "resources.device cpu for layout.pp/layout.ep");
+            "resources.device cuda: pipeline parallelism is not on the GPU path yet (data, "
+            "tensor and expert parallelism are: layout.dp, layout.tp, layout.ep); use "
+            "resources.device cpu for layout.pp");
   o.mesh.pp = 1;
-  o.mesh.ep = 2;
-  EXPECT_FALSE(CheckGpuPathOptions(o, Spelling::kSpec).ok());
-  o.mesh.ep = 1;
-  // Tensor and sequence parallelism run on the GPU.
+  // Tensor, sequence and expert parallelism run on the GPU; ZeRO-1 with EP does not yet.
   o.mesh.tp = 2;
+  o.mesh.ep = 2;
   o.sequence_parallel = true;
   EXPECT_TRUE(CheckGpuPathOptions(o, Spelling::kFlags).ok());
+  o.zero_stage = 1;
+  EXPECT_EQ(CheckGpuPathOptions(o, Spelling::kFlags).message(),
+            "--device cuda: --zero 1 with --ep is not on the GPU path yet (the experts' moments "
+            "form a second ZeRO partition); use --zero 0 with --ep");
+  o.zero_stage = 0;
   o.mesh.tp = 1;
+  o.mesh.ep = 1;
   o.sequence_parallel = false;
   // Statistics and a padded vocabulary run on the GPU (the device model's classes).
   o.stats_every = 5;

@@ -25,7 +25,12 @@
 #     each with half of every layer and the whole batch) equals section 2's one GPU rank
 #     (losses and gradient norms within DP_TOL), over the staged communicator (both ranks on
 #     cuda:0) and NCCL (cuda:0, cuda:1); the sharded GPU checkpoint the --tp 2 run writes
-#     continues on the CPU as one rank, equal to the one-GPU run's checkpoint continued alike.
+#     continues on the CPU as one rank, equal to the one-GPU run's checkpoint continued alike;
+#  6. expert parallelism on the GPU (--ep 2: each rank holds half of DAR-MoE's experts and its
+#     own 4 sequences, tokens exchanged by AllToAllV on device buffers) equals one GPU rank
+#     with all experts and 8 sequences, within MOE_TOL (a near-tied router may differ), over
+#     the staged communicator and NCCL; its sharded checkpoint continues on the CPU as one
+#     rank.
 # Skips (exit 0, "skipped: ...") when satdar was built without CUDA or the machine has no GPU
 # (SATDAR_SKIP_WITHOUT_GPU's logic, core/cuda/testing/gpu_test_util.h), and skips the NCCL case
 # on a machine with one GPU. Prints each satdar run's wall time at the end.
@@ -353,6 +358,38 @@ if [[ -f dp_one.jsonl ]]; then
   fi
 else
   fail "tp: section 2's one-GPU reference is missing"
+fi
+
+# 6. Expert parallelism on the GPU: DAR-MoE, 2 EP ranks x 4 sequences = 1 rank x 8.
+E=("${S[@]}" --config dar_moe.json --steps 2 --dtype f32 --checkpoint-every 2 --comm-timeout 120)
+D=("${E[@]}")  # what mesh_run runs
+if timed ep_one "$SATDAR" "${E[@]}" --batch-size 8 --device cuda:0 --log-jsonl ep_one.jsonl \
+     --checkpoint-dir ep_one; then
+  for comm in host nccl; do
+    if [[ $comm == nccl && ${probe1:-0} -eq 2 ]] && grep -q "CUDA device(s) are visible" probe1.out; then
+      echo "skipped: ep=2 --gpu-comm nccl needs 2 GPUs"
+      continue
+    fi
+    devices=(cuda:0 cuda:0)
+    [[ $comm == nccl ]] && devices=(cuda:0 cuda:1)
+    if mesh_run ep_$comm "$comm" "${devices[@]}" --batch-size 4 --ep 2; then
+      compare "ep=2 --gpu-comm $comm = 1 GPU" losses ep_$comm.jsonl ep_one.jsonl $MOE_TOL
+    else
+      fail "ep=2 --gpu-comm $comm: a rank failed (above)"
+    fi
+  done
+  M=("${S[@]}" --config dar_moe.json --steps 3 --batch-size 8 --dtype f32 --device cpu --resume)
+  if [[ -d ep_host ]] && timed ep_resume.cpu "$SATDAR" "${M[@]}" --checkpoint-dir ep_host \
+       --log-jsonl ep_resume.jsonl &&
+     timed ep_one_resume.cpu "$SATDAR" "${M[@]}" --checkpoint-dir ep_one \
+       --log-jsonl ep_one_resume.jsonl; then
+    compare "ep=2 GPU sharded checkpoint continued on the CPU = 1 GPU's continued" cpu_losses \
+      ep_resume.jsonl ep_one_resume.jsonl $MOE_TOL
+  else
+    fail "ep=2 checkpoint on the CPU: a run failed (above)"
+  fi
+else
+  fail "ep: the one-GPU reference failed (above)"
 fi
 
 echo "wall time of each run:"

@@ -128,14 +128,15 @@ class CudaEngine : public StepEngine {
   absl::Status Save(const CheckpointInfo& info) override {
     // Replicas hold identical weights: replica 0's pieces are the whole state (as on the
     // CPU). Under ZeRO-1 every replica first hands its slice of the moments to the gather.
-    const bool writer = host_->coord.dp == 0 && host_->coord.ep == 0;
+    const bool writer = host_->coord.dp == 0 && (host_->mp != nullptr || host_->coord.ep == 0);
     if (!zero_ && !writer) return absl::OkStatus();
     SATDAR_RETURN_IF_ERROR(state_->GatherMoments(copts_));  // the state read back
     absl::Status s;
     if (writer && host_->mp == nullptr) {
       s = SaveCheckpoint<float>(o_.checkpoint_dir, info, params(), state_->buffers());
     } else if (writer) {
-      // Each tensor-parallel piece writes its shard; the folder loads into any layout.
+      // Each model-parallel piece (TP slice, EP experts) writes its shard; the folder loads
+      // into any layout.
       const std::string name =
           absl::StrCat("tp", host_->coord.tp, "-pp", host_->coord.pp, "-ep", host_->coord.ep);
       s = SaveShardedCheckpoint<float>(o_.checkpoint_dir, info, params(), state_->buffers(),
@@ -170,7 +171,7 @@ class CudaEngine : public StepEngine {
   }
   const TrainOptions o_;
   const int rank_, world_size_;
-  const comm::MeshShape shape_;  // the run's layout (dp x tp on the GPU so far)
+  const comm::MeshShape shape_;  // the run's layout (dp x tp x ep on the GPU so far)
   const MeshGroups* const host_;  // the host's groups (checkpoints' coordination)
   comm::Communicator* const world_;  // device buffers; null alone
   const bool zero_;  // ZeRO-1: the moments sharded over the data-parallel replicas
@@ -222,6 +223,9 @@ absl::Status CudaEngine::Init() {
   mo.shard.tp_rank = groups_.coord.tp;
   mo.shard.tp_size = shape_.tp;
   mo.shard.sequence_parallel = o_.sequence_parallel;
+  mo.shard.ep = groups_.ep.get();
+  mo.shard.ep_rank = groups_.coord.ep;
+  mo.shard.ep_size = shape_.ep;
   mo.shard.vocab_multiple = o_.vocab_multiple;
   mo.shard.recompute = o_.gpu.recompute ? model::Recompute::kFull : model::Recompute::kNone;
   mo.shard.collective = copts_;

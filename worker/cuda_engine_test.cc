@@ -322,8 +322,8 @@ TEST(CudaEngine, RefusesWhatItDoesNotHave) {
   } else {
     EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << s.status();
     EXPECT_EQ(s.status().message(),
-              "device cuda: pipeline and expert parallelism are not on the GPU path yet (data "
-              "and tensor parallelism are: dp N, tp N); use device cpu for pp/ep");
+              "device cuda: pipeline parallelism is not on the GPU path yet (data, tensor and "
+              "expert parallelism are: dp, tp, ep); use device cpu for pp");
   }
 }
 

@@ -82,13 +82,6 @@ class Moe : public FfnT<B> {
     }
   }
   absl::Status Resize(int b, int t) override {
-    if constexpr (B::kDevice) {
-      if (shard_.ep_size > 1) {
-        return absl::UnimplementedError(absl::StrCat(
-            "MoE: expert parallelism (sharding ep_size ", shard_.ep_size,
-            ") is CPU-only: its AllToAllV exchanges move host buffers; the device runs ep_size 1"));
-      }
-    }
     b_ = b;
     t_ = t;
     const size_t n = static_cast<size_t>(b) * t;
@@ -147,7 +140,7 @@ class Moe : public FfnT<B> {
     // Dispatch: every routed (token, choice) slot, in (expert, token) order, to the rank that
     // holds its expert; the experts run on what arrives; the outputs come back in the same
     // order (dropless: every slot is computed).
-    Dispatch(&L);
+    SATDAR_RETURN_IF_ERROR(Dispatch(&L));
     const int rows = n * k_;
     Vec<T> xsend, xrecv;
     SATDAR_RETURN_IF_ERROR(
@@ -273,7 +266,7 @@ class Moe : public FfnT<B> {
   }
   // The dispatch plan of the last MoePlan: which slots go to which rank, and how many rows
   // of each local expert arrive from each rank (exchanged over the EP group).
-  void Dispatch(Layer* L) {
+  absl::Status Dispatch(Layer* L) {
     const int ep = shard_.ep_size;
     L->send_rows.assign(ep, 0);
     std::vector<int64_t> send_count(e_);
@@ -284,6 +277,21 @@ class Moe : public FfnT<B> {
     L->recv_count.assign(static_cast<size_t>(ep) * el_, 0);
     if (ep == 1) {
       L->recv_count = send_count;
+    } else if constexpr (B::kDevice) {
+      // A device communicator moves device memory: the counts go as doubles (exact).
+      const std::vector<size_t> each(ep, el_);
+      std::vector<double> sent(send_count.begin(), send_count.end()), got(sent.size());
+      Vec<double> dsent, dgot;
+      SATDAR_RETURN_IF_ERROR(Allocate<B>(x_, [&] {
+        dsent.resize(sent.size());
+        dgot.resize(got.size());
+      }));
+      SATDAR_RETURN_IF_ERROR(
+          ops::Upload(x_, dsent.data(), sent.data(), static_cast<int64_t>(sent.size())));
+      EpAllToAllV(shard_, dsent.data(), each, dgot.data(), each);
+      SATDAR_RETURN_IF_ERROR(
+          ops::Download(x_, got.data(), dgot.data(), static_cast<int64_t>(got.size())));
+      for (size_t i = 0; i < got.size(); ++i) L->recv_count[i] = static_cast<int64_t>(got[i]);
     } else {
       Collective(shard_, shard_.ep->AllToAllV(send_count.data(), std::vector<size_t>(ep, el_),
                                               L->recv_count.data(), std::vector<size_t>(ep, el_),
@@ -293,29 +301,24 @@ class Moe : public FfnT<B> {
     for (int src = 0; src < ep; ++src) {
       for (int j = 0; j < el_; ++j) L->recv_rows[src] += L->recv_count[src * el_ + j];
     }
+    return absl::OkStatus();
   }
   // Rows (send_rows[q] to rank q) to rows (recv_rows[q] from rank q), over the EP group.
-  // With one EP rank the rows stay where they are (moved, not copied). CPU-only otherwise
-  // (host buffers; Resize refuses ep_size > 1 on a device).
+  // With one EP rank the rows stay where they are (moved, not copied).
   absl::Status Exchange(Vec<T>&& in, Vec<T>* out, const std::vector<size_t>& send_rows,
                         const std::vector<size_t>& recv_rows) {
     if (shard_.ep_size == 1) {
       *out = std::move(in);
       return absl::OkStatus();
     }
-    if constexpr (B::kDevice) {
-      return absl::UnimplementedError("MoE: the expert-parallel exchange is CPU-only");
-    } else {
-      size_t total = 0;
-      for (size_t r : recv_rows) total += r;
-      out->assign(total * d_, T(0));
-      std::vector<size_t> sc(send_rows.size()), rc(recv_rows.size());
-      for (size_t q = 0; q < sc.size(); ++q) sc[q] = send_rows[q] * d_;
-      for (size_t q = 0; q < rc.size(); ++q) rc[q] = recv_rows[q] * d_;
-      Collective(shard_, shard_.ep->AllToAllV(in.data(), sc, out->data(), rc,
-                                              core::DTypeOf<T>::value, shard_.collective));
-      return absl::OkStatus();
-    }
+    size_t total = 0;
+    for (size_t r : recv_rows) total += r;
+    SATDAR_RETURN_IF_ERROR(Allocate<B>(x_, [&] { out->assign(total * d_, T(0)); }));
+    std::vector<size_t> sc(send_rows.size()), rc(recv_rows.size());
+    for (size_t q = 0; q < sc.size(); ++q) sc[q] = send_rows[q] * d_;
+    for (size_t q = 0; q < rc.size(); ++q) rc[q] = recv_rows[q] * d_;
+    EpAllToAllV(shard_, in.data(), sc, out->data(), rc);
+    return absl::OkStatus();
   }
   // Local expert j's rows of a received buffer (every source rank's, in rank order); their
   // count (*ne). One copy per source rank.
