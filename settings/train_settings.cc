@@ -265,11 +265,6 @@ absl::Status CheckGpuPathOptions(const TrainOptions& o, Spelling spelling) {
         "parallelism are: ", n("dp"), ", ", n("tp"), ", ", n("ep"), "); use ", n("device"),
         " cpu for ", n("pp")));
   }
-  if (o.mesh.ep != 1 && o.zero_stage == 1) {
-    return Bad(absl::StrCat(cuda, n("zero"), " 1 with ", n("ep"),
-                            " is not on the GPU path yet (the experts' moments form a second "
-                            "ZeRO partition); use ", n("zero"), " 0 with ", n("ep")));
-  }
   if (o.f64) return Bad(absl::StrCat(cuda, n("dtype"), " must be bf16 or f32"));
   if (o.virtual_stages > 1) {
     return Bad(absl::StrCat(cuda, n("virtual_stages"), " is not on the GPU path yet (it needs ",

@@ -29,8 +29,9 @@
 #  6. expert parallelism on the GPU (--ep 2: each rank holds half of DAR-MoE's experts and its
 #     own 4 sequences, tokens exchanged by AllToAllV on device buffers) equals one GPU rank
 #     with all experts and 8 sequences, within MOE_TOL (a near-tied router may differ), over
-#     the staged communicator and NCCL; its sharded checkpoint continues on the CPU as one
-#     rank.
+#     the staged communicator and NCCL, and with --zero 1 (the dense weights' moments over
+#     both ranks, the experts' over their one replica); the sharded checkpoints of the staged
+#     runs continue on the CPU as one rank.
 # Skips (exit 0, "skipped: ...") when satdar was built without CUDA or the machine has no GPU
 # (SATDAR_SKIP_WITHOUT_GPU's logic, core/cuda/testing/gpu_test_util.h), and skips the NCCL case
 # on a machine with one GPU. Prints each satdar run's wall time at the end.
@@ -378,15 +379,25 @@ if timed ep_one "$SATDAR" "${E[@]}" --batch-size 8 --device cuda:0 --log-jsonl e
       fail "ep=2 --gpu-comm $comm: a rank failed (above)"
     fi
   done
-  M=("${S[@]}" --config dar_moe.json --steps 3 --batch-size 8 --dtype f32 --device cpu --resume)
-  if [[ -d ep_host ]] && timed ep_resume.cpu "$SATDAR" "${M[@]}" --checkpoint-dir ep_host \
-       --log-jsonl ep_resume.jsonl &&
-     timed ep_one_resume.cpu "$SATDAR" "${M[@]}" --checkpoint-dir ep_one \
-       --log-jsonl ep_one_resume.jsonl; then
-    compare "ep=2 GPU sharded checkpoint continued on the CPU = 1 GPU's continued" cpu_losses \
-      ep_resume.jsonl ep_one_resume.jsonl $MOE_TOL
+  if mesh_run ep_zero host cuda:0 cuda:0 --batch-size 4 --ep 2 --zero 1; then
+    compare "ep=2 --zero 1 --gpu-comm host = 1 GPU" losses ep_zero.jsonl ep_one.jsonl $MOE_TOL
   else
-    fail "ep=2 checkpoint on the CPU: a run failed (above)"
+    fail "ep=2 --zero 1: a rank failed (above)"
+  fi
+  M=("${S[@]}" --config dar_moe.json --steps 3 --batch-size 8 --dtype f32 --device cpu --resume)
+  if timed ep_one_resume.cpu "$SATDAR" "${M[@]}" --checkpoint-dir ep_one \
+       --log-jsonl ep_one_resume.jsonl; then
+    for name in ep_host ep_zero; do
+      if [[ -d $name ]] && timed $name.resume.cpu "$SATDAR" "${M[@]}" --checkpoint-dir $name \
+           --log-jsonl $name.resume.jsonl; then
+        compare "$name GPU sharded checkpoint continued on the CPU = 1 GPU's continued" \
+          cpu_losses $name.resume.jsonl ep_one_resume.jsonl $MOE_TOL
+      else
+        fail "$name checkpoint on the CPU: a run failed (above)"
+      fi
+    done
+  else
+    fail "ep: the one-GPU checkpoint on the CPU failed (above)"
   fi
 else
   fail "ep: the one-GPU reference failed (above)"

@@ -232,17 +232,13 @@ absl::Status CudaEngine::Init() {
   SATDAR_ASSIGN_OR_RETURN(model_, model::DeviceModel::Create(o_.config, mo, stream_, &alloc_));
   model_->SetStatsEnabled(o_.stats_every > 0);
   const model::ParamTable& table = model_->params();  // aligned: model::kDeviceParamAlign
-  // ZeRO-1: the CPU engine's partitions; without expert parallelism one, the whole (padded)
-  // buffer over the data-parallel replicas, each owning one slice.
+  // ZeRO-1: the CPU engine's partitions (without expert parallelism one, the whole padded
+  // buffer over the data-parallel replicas; with it the dense weights over dp x ep and the
+  // experts over dp).
   std::vector<ZeroPartition> parts;
   if (zero_) {
     const model::ParamRoles roles = RolesOf(table, groups_, o_.config.tie_word_embeddings);
     parts = ZeroPartitions(roles.dense, roles.experts, groups_);
-    if (parts.size() != 1 || !parts[0].identity()) {
-      return absl::UnimplementedError(absl::StrCat(
-          "rank ", rank_, ": ZeRO-1 on the GPU shards the whole buffer over the data-parallel "
-          "replicas; this layout has ", parts.size(), " partition(s)"));
-    }
   }
   sync_ = std::make_unique<GradientSyncT<model::Cuda<float>>>(table, &groups_, o_.config, parts,
                                                                copts_, Exec());

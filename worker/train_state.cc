@@ -37,11 +37,17 @@ TrainStateT<B>::TrainStateT(const model::ParamTable& table, std::vector<ZeroPart
   });
   if (!status_.ok()) return;
   if constexpr (B::kDevice) {
-    if (parts_.size() > 1 || (parts_.size() == 1 && !parts_[0].identity())) {
-      status_ = absl::UnimplementedError(absl::StrCat(
-          "ZeRO-1 on a device shards the whole buffer over the data-parallel replicas; this "
-          "layout has ", parts_.size(), " partition(s)"));
-      return;
+    for (const ZeroPartition& p : parts_) {
+      std::vector<OwnedRun> runs;
+      p.ForOwned([&](int64_t k, int64_t flat) {
+        if (!runs.empty() && runs.back().k + runs.back().len == k &&
+            runs.back().flat + runs.back().len == flat) {
+          ++runs.back().len;
+        } else {
+          runs.push_back({k, flat, 1});
+        }
+      });
+      owned_.push_back(std::move(runs));
     }
     status_ = ops::Upload(x_, params_.data(), init.data(), len);
     if (status_.ok()) status_ = ops::Synchronize(x_);
@@ -185,16 +191,55 @@ absl::Status TrainStateT<B>::Update(const core::AdamWParams& hp, const Vec<G>& s
     }
   }
   if constexpr (B::kDevice) {
-    // The one identity partition: this rank's slice of the (padded) buffer is updated in
-    // place, then every replica's slice reaches every replica (slice r sits at r * shard).
-    const ZeroPartition& p = parts_[0];
-    SATDAR_RETURN_IF_ERROR(ops::AdamWUpdate(x_, params_.data() + p.lo(), shard.data(),
-                                            m_shard_[0].data(), v_shard_[0].data(), p.shard, hp));
-    if (p.group == nullptr) return absl::OkStatus();
-    SATDAR_RETURN_IF_ERROR(ops::Synchronize(x_));
-    return p.group->AllGather(params_.data() + p.lo(), params_.data(), p.shard,
-                              core::DTypeOf<G>::value, o)
-        ->Wait();
+    int64_t at = 0;
+    for (size_t q = 0; q < parts_.size(); ++q) {
+      const ZeroPartition& p = parts_[q];
+      if (p.identity()) {
+        // This rank's slice of the (padded) buffer, updated in place; then every replica's
+        // slice reaches every replica (slice r sits at r * shard).
+        SATDAR_RETURN_IF_ERROR(ops::AdamWUpdate(x_, params_.data() + p.lo(), shard.data() + at,
+                                                m_shard_[q].data(), v_shard_[q].data(),
+                                                p.shard, hp));
+        at += p.shard;
+        if (p.group == nullptr) continue;
+        SATDAR_RETURN_IF_ERROR(ops::Synchronize(x_));
+        SATDAR_RETURN_IF_ERROR(p.group->AllGather(params_.data() + p.lo(), params_.data(),
+                                                  p.shard, core::DTypeOf<G>::value, o)
+                                   ->Wait());
+        continue;
+      }
+      // Packed: this rank's owned elements into a shard, updated, gathered over the group
+      // (or alone written back), then unpacked into the flat buffer.
+      Vec<G> mine, packed;
+      SATDAR_RETURN_IF_ERROR(model::Allocate<B>(x_, [&] {
+        mine.assign(p.shard, G(0));  // the padding past the partition's end stays 0
+        packed.resize(p.group != nullptr ? p.padded() : 0);
+      }));
+      for (const OwnedRun& r : owned_[q]) {
+        SATDAR_RETURN_IF_ERROR(ops::Copy(x_, mine.data() + r.k, params_.data() + r.flat, r.len));
+      }
+      SATDAR_RETURN_IF_ERROR(ops::AdamWUpdate(x_, mine.data(), shard.data() + at,
+                                              m_shard_[q].data(), v_shard_[q].data(), p.shard,
+                                              hp));
+      at += p.shard;
+      if (p.group == nullptr) {
+        for (const OwnedRun& r : owned_[q]) {
+          SATDAR_RETURN_IF_ERROR(
+              ops::Copy(x_, params_.data() + r.flat, mine.data() + r.k, r.len));
+        }
+        continue;
+      }
+      SATDAR_RETURN_IF_ERROR(ops::Synchronize(x_));
+      SATDAR_RETURN_IF_ERROR(p.group->AllGather(mine.data(), packed.data(), p.shard,
+                                                core::DTypeOf<G>::value, o)
+                                 ->Wait());
+      int64_t k = 0;
+      for (const auto& [off, len] : p.runs) {
+        SATDAR_RETURN_IF_ERROR(ops::Copy(x_, params_.data() + off, packed.data() + k, len));
+        k += len;
+      }
+    }
+    return absl::OkStatus();
   } else {
     // Update this rank's shard of each partition, then its group gathers the partition.
     int64_t at = 0;

@@ -30,8 +30,7 @@
 namespace satdar::worker {
 
 // B: model/backend.h's Cpu<float|double>, or Cuda<float> (fp32 master weights, gradients and
-// moments in device memory, with host copies only while a checkpoint is read or written; its
-// ZeRO-1 is the one identity partition of data parallelism: more is Unimplemented).
+// moments in device memory, with host copies only while a checkpoint is read or written).
 template <class B>
 class TrainStateT {
  public:
@@ -81,6 +80,12 @@ class TrainStateT {
   std::vector<Vec<G>> m_shard_, v_shard_;  // ZeRO-1: this rank's shard per partition
   // CUDA: host copies while a checkpoint is read or written (the CPU's buffers are host ones).
   std::vector<G> host_params_, host_m_, host_v_;
+  // CUDA, ZeRO-1: per partition, its owned elements as runs (shard index, flat index, length),
+  // for the device copies between the flat buffer and the shard.
+  struct OwnedRun {
+    int64_t k, flat, len;
+  };
+  std::vector<std::vector<OwnedRun>> owned_;
 };
 
 template <typename T>
