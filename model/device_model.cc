@@ -153,7 +153,7 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> Make(const ModelConfig& config,
 absl::StatusOr<std::unique_ptr<DeviceModel>> DeviceModel::Create(
     const ModelConfig& config, const DeviceModelOptions& options, CUstream_st* stream,
     core::cuda::CachingAllocator* alloc) {
-  SATDAR_RETURN_IF_ERROR(CheckDeviceSupport(config));
+  SATDAR_RETURN_IF_ERROR(CheckDeviceSupport(config, options.shard.tp_size));
   if (core::cuda::DeviceCount() == 0) {
     return absl::FailedPreconditionError("device cuda: no CUDA GPU on this machine");
   }

@@ -1,5 +1,6 @@
 #include "model/layout_check.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -149,7 +150,7 @@ absl::Status ValidateSharding(const ModelConfig& c, int tp, int pp, int ep,
   return absl::OkStatus();
 }
 
-absl::Status CheckDeviceSupport(const ModelConfig& c) {
+absl::Status CheckDeviceSupport(const ModelConfig& c, int tp) {
   // Every residual, value residual and FFN runs on the device; what is refused here is what
   // its kernels cannot take. HC's dynamic_alpha and dynamic_beta run as two GEMMs
   // (variants/hyper_connections.cc), so their sizes are free.
@@ -162,8 +163,16 @@ absl::Status CheckDeviceSupport(const ModelConfig& c) {
   // gate_proj and up_proj run as one (2F, D) GEMM (layers/mlp.cc checks they are adjacent), and
   // the device table starts each tensor at a multiple of kDeviceParamAlign elements.
   if (!c.moe.has_value()) {
-    const int64_t ffn = static_cast<int64_t>(c.intermediate_size) * c.hidden_size;
+    // Each of the tp ranks holds intermediate_size / tp rows of them.
+    const int rows = c.intermediate_size / std::max(tp, 1);
+    const int64_t ffn = static_cast<int64_t>(rows) * c.hidden_size;
     if (ffn % kDeviceParamAlign != 0) {
+      if (tp > 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "device cuda: (intermediate_size / tensor-parallel size) x hidden_size = (",
+            c.intermediate_size, " / ", tp, ") x ", c.hidden_size, " must be a multiple of ",
+            kDeviceParamAlign));
+      }
       return absl::InvalidArgumentError(absl::StrCat(
           "device cuda: intermediate_size x hidden_size = ", c.intermediate_size, " x ",
           c.hidden_size, " must be a multiple of ", kDeviceParamAlign));

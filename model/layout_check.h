@@ -83,7 +83,8 @@ inline constexpr int kDeviceMaxHeadSize = 128;    // = core::cuda::kAttentionMax
 // config field and the limit: hc_streams (HC and mHC), the dense FFN's and the experts'
 // gate/up weight (a multiple of kDeviceParamAlign elements: gate_proj and up_proj run as one
 // (2F, D) GEMM, adjacent in the table), moe.num_experts and moe.top_k, and the head size.
-absl::Status CheckDeviceSupport(const ModelConfig& config);
+// tp: the tensor-parallel size (a rank's dense FFN weights are intermediate_size / tp rows).
+absl::Status CheckDeviceSupport(const ModelConfig& config, int tp = 1);
 
 }  // namespace satdar::model
 

@@ -87,6 +87,24 @@ TEST(CheckDeviceSupport, DenseFfnAlignment) {
                    "of 32");
 }
 
+// Under tensor parallelism a rank holds intermediate_size / tp rows of gate_proj and up_proj:
+// 6 x 16 = 96 passes whole, but each of 2 ranks' 3 x 16 = 48 would leave up_proj unaligned.
+TEST(CheckDeviceSupport, DenseFfnAlignmentPerTensorParallelRank) {
+  ModelConfig c = Config();
+  c.hidden_size = 16;
+  c.num_attention_heads = 2;
+  c.num_key_value_heads = 2;
+  c.intermediate_size = 6;
+  EXPECT_TRUE(CheckDeviceSupport(c).ok());
+  const absl::Status s = CheckDeviceSupport(c, 2);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "device cuda: (intermediate_size / tensor-parallel size) x hidden_size = (6 / 2) x 16 "
+            "must be a multiple of 32");
+  c.intermediate_size = 4;  // 2 x 16 = 32 per rank
+  EXPECT_TRUE(CheckDeviceSupport(c, 2).ok());
+}
+
 TEST(CheckDeviceSupport, ExpertAlignment) {
   ModelConfig c = WithMoe(Config(), 8, 2, 100);
   c.hidden_size = 36;

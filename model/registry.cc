@@ -180,7 +180,7 @@ absl::StatusOr<std::unique_ptr<DecoderModelT<B>>> CreateDeviceModel(const ModelC
   // The same rows as the CPU's: every design is instantiated on the device backends.
   Registry<B> r;
   SATDAR_ASSIGN_OR_RETURN(Design<B> d, FindDesign(r, config, shard));
-  SATDAR_RETURN_IF_ERROR(CheckDeviceSupport(config));
+  SATDAR_RETURN_IF_ERROR(CheckDeviceSupport(config, shard.tp_size));
   if (shard.pp_size > 1) {
     return absl::UnimplementedError(absl::StrCat(
         "the device model runs no pipeline stages yet (pp ", shard.pp_size, " asked)"));

@@ -23,7 +23,8 @@
 #     flags, within F32_TOL (statistics: |gpu - cpu| <= STATS_TOL x max(1, |cpu|));
 #  5. tensor parallelism on the GPU (--tp 2, and --tp 2 --sequence-parallel; two processes,
 #     each with half of every layer and the whole batch) equals section 2's one GPU rank
-#     (losses and gradient norms within DP_TOL), over the staged communicator (both ranks on
+#     (losses and gradient norms within DP_TOL; --stats-every's statistics, merged over the TP
+#     ranks, within STATS_TOL), over the staged communicator (both ranks on
 #     cuda:0) and NCCL (cuda:0, cuda:1); the sharded GPU checkpoint the --tp 2 run writes
 #     continues on the CPU as one rank, equal to the one-GPU run's checkpoint continued alike;
 #  6. expert parallelism on the GPU (--ep 2: each rank holds half of DAR-MoE's experts and its
@@ -177,7 +178,11 @@ def numbers(j, path=""):
 
 mode, a, b, tol = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
 if mode == "stats":
+    # argv[5], optional: compare only the statistics whose key starts with it.
+    prefix = sys.argv[5] if len(sys.argv) > 5 else ""
     ra, rb = records(a), records(b)
+    for r in ra + rb:
+        r["stats"] = {k: v for k, v in r["stats"].items() if k.startswith(prefix)}
     assert [r["step"] for r in ra] == [r["step"] for r in rb], ("steps differ", a, b)
     worst, count, nonzero = 0.0, 0, 0
     for x, y in zip(ra, rb):
@@ -265,7 +270,7 @@ mesh_run() {
   return $rc
 }
 if timed dp_one "$SATDAR" "${D[@]}" --batch-size 8 --device cuda:0 --log-jsonl dp_one.jsonl \
-     --checkpoint-dir dp_one; then
+     --checkpoint-dir dp_one --stats-every 1; then
   # NCCL wants a GPU per rank: without cuda:1 (refused before any rank connects, while rank 0
   # would wait --comm-timeout for it) that case is skipped.
   "$SATDAR" "${S[@]}" --config base.json --steps 1 --batch-size 1 --device cuda:1 --dtype f32 \
@@ -340,8 +345,10 @@ if [[ -f dp_one.jsonl ]]; then
     [[ $comm == nccl ]] && devices=(cuda:0 cuda:1)
     for sp in "" "--sequence-parallel"; do
       name=tp_$comm${sp:+_sp}
-      if mesh_run "$name" "$comm" "${devices[@]}" --batch-size 8 --tp 2 $sp; then
+      if mesh_run "$name" "$comm" "${devices[@]}" --batch-size 8 --tp 2 $sp --stats-every 1; then
         compare "tp=2 $sp --gpu-comm $comm = 1 GPU" losses $name.jsonl dp_one.jsonl $DP_TOL
+        compare "tp=2 $sp --gpu-comm $comm statistics (merged over TP) = 1 GPU" stats \
+          $name.jsonl dp_one.jsonl $STATS_TOL
       else
         fail "tp=2 $sp --gpu-comm $comm: a rank failed (above)"
       fi
@@ -365,7 +372,7 @@ fi
 E=("${S[@]}" --config dar_moe.json --steps 2 --dtype f32 --checkpoint-every 2 --comm-timeout 120)
 D=("${E[@]}")  # what mesh_run runs
 if timed ep_one "$SATDAR" "${E[@]}" --batch-size 8 --device cuda:0 --log-jsonl ep_one.jsonl \
-     --checkpoint-dir ep_one; then
+     --checkpoint-dir ep_one --stats-every 1; then
   for comm in host nccl; do
     if [[ $comm == nccl && ${probe1:-0} -eq 2 ]] && grep -q "CUDA device(s) are visible" probe1.out; then
       echo "skipped: ep=2 --gpu-comm nccl needs 2 GPUs"
@@ -373,8 +380,12 @@ if timed ep_one "$SATDAR" "${E[@]}" --batch-size 8 --device cuda:0 --log-jsonl e
     fi
     devices=(cuda:0 cuda:0)
     [[ $comm == nccl ]] && devices=(cuda:0 cuda:1)
-    if mesh_run ep_$comm "$comm" "${devices[@]}" --batch-size 4 --ep 2; then
+    if mesh_run ep_$comm "$comm" "${devices[@]}" --batch-size 4 --ep 2 --stats-every 1; then
       compare "ep=2 --gpu-comm $comm = 1 GPU" losses ep_$comm.jsonl ep_one.jsonl $MOE_TOL
+      # The expert load adds up over the EP ranks; the depth weights are each rank's own
+      # tokens' (EP rank 0's in the merge, as on the CPU), so they are not the one rank's.
+      compare "ep=2 --gpu-comm $comm expert load (added over EP) = 1 GPU" stats \
+        ep_$comm.jsonl ep_one.jsonl $STATS_TOL moe_
     else
       fail "ep=2 --gpu-comm $comm: a rank failed (above)"
     fi

@@ -1,7 +1,6 @@
 #include "worker/cpu_engine.h"
 
 #include <algorithm>
-#include <cstring>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -186,7 +185,7 @@ class CpuEngine : public StepEngine {
     }
     Json s = per_chunk[0];
     if (g_.mp != nullptr) {  // the whole model's, from the pieces of this replica
-      SATDAR_ASSIGN_OR_RETURN(s, GatherStats(per_chunk));
+      SATDAR_ASSIGN_OR_RETURN(s, GatherStats(g_, per_chunk, o_.sequence_parallel, copts_));
     }
     (*line)["stats"] = s;
     return absl::OkStatus();
@@ -221,39 +220,6 @@ class CpuEngine : public StepEngine {
   }
 
  private:
-  // Every model-parallel rank's statistics (JSON text in int64 words: lengths first, then the
-  // padded texts), merged into the whole model's (stats_merge.h) on every rank.
-  // A rank with virtual stages sends one piece per chunk (its virtual stage as "pp").
-  absl::StatusOr<Json> GatherStats(const std::vector<Json>& mine) {
-    Json list = Json::array();
-    for (size_t c = 0; c < mine.size(); ++c) {
-      const int stage = static_cast<int>(c) * g_.shape.pp + g_.coord.pp;
-      list.push_back({{"tp", g_.coord.tp}, {"pp", stage}, {"ep", g_.coord.ep}, {"stats", mine[c]}});
-    }
-    const std::string text = list.dump();
-    const int n = g_.mp->size();
-    std::vector<int64_t> lengths(n);
-    const int64_t length = static_cast<int64_t>(text.size());
-    SATDAR_RETURN_IF_ERROR(
-        g_.mp->AllGather(&length, lengths.data(), 1, core::DType::kI64, copts_)->Wait());
-    const int64_t words = (*std::max_element(lengths.begin(), lengths.end()) + 7) / 8;
-    std::vector<int64_t> send(words, 0), all(words * n);
-    std::memcpy(send.data(), text.data(), text.size());
-    SATDAR_RETURN_IF_ERROR(
-        g_.mp->AllGather(send.data(), all.data(), words, core::DType::kI64, copts_)->Wait());
-    std::vector<StatsPiece> pieces;
-    for (int r = 0; r < n; ++r) {
-      const char* bytes = reinterpret_cast<const char*>(all.data() + r * words);
-      const Json list = Json::parse(std::string(bytes, lengths[r]), nullptr, false);
-      if (!list.is_array()) return absl::InternalError("statistics: a rank sent an unreadable list");
-      for (const Json& j : list) {
-        if (!j.is_object()) return absl::InternalError("statistics: a rank sent an unreadable object");
-        pieces.push_back({j.value("tp", 0), j.value("pp", 0), j.value("ep", 0), j["stats"]});
-      }
-    }
-    return MergeStats(pieces, o_.sequence_parallel);
-  }
-
   absl::Status BuildModels() {
     model::Sharding shard;
     shard.tp = g_.tp.get();

@@ -25,6 +25,7 @@
 #include "core/ops/elementwise.h"
 #include "worker/gradient_sync.h"
 #include "worker/mesh_groups.h"
+#include "worker/stats_merge.h"
 #include "worker/train_state.h"
 #include "worker/zero_partition.h"
 #endif
@@ -117,11 +118,15 @@ class CudaEngine : public StepEngine {
                                {"peak", mem.peak_bytes}};
     return absl::OkStatus();
   }
-  // The model's statistics since the last call (each replica its own, as on the CPU).
+  // The model's statistics since the last call: each replica its own, its model-parallel
+  // pieces (TP, EP) merged over the host's groups, as on the CPU.
   absl::Status AddStats(Json* line) override {
     Json s = Json::object();
     model_->AppendStats(&s);
     model_->ResetStats();
+    if (host_->mp != nullptr) {
+      SATDAR_ASSIGN_OR_RETURN(s, GatherStats(*host_, {s}, o_.sequence_parallel, copts_));
+    }
     (*line)["stats"] = s;
     return absl::OkStatus();
   }
@@ -194,6 +199,7 @@ class CudaEngine : public StepEngine {
   std::unique_ptr<TrainStateT<model::Cuda<float>>> state_;
   kc::DeviceVec<float> shard_;  // ZeRO-1: this replica's slice of the averaged gradients
   double flops_per_token_ = 0, peak_flops_ = 0, grad_norm_ = 0;  // set by Init
+  int64_t full_parameters_ = 0;  // the whole model's (every rank's piece together)
 };
 
 absl::Status CudaEngine::Init() {
@@ -251,7 +257,11 @@ absl::Status CudaEngine::Init() {
   // wait for.
   SATDAR_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
   SATDAR_RETURN_IF_ERROR(model_->SetWeights(state_->params()));
-  flops_per_token_ = model::FlopsPerToken(table.packed_size(), o_.config, o_.seq_len);
+  // MFU and the description count the whole model (a rank's table is a shard under tp or ep).
+  SATDAR_ASSIGN_OR_RETURN(const model::ParamTable whole,
+                          model::BuildParamTable(o_.config, model::Sharding{}));
+  full_parameters_ = whole.packed_size();
+  flops_per_token_ = model::FlopsPerToken(full_parameters_, o_.config, o_.seq_len);
   // --peak-tflops 0: the GPU's own peak from the table, H100/H200's when it is not listed.
   const double listed = GpuPeakFlops(kc::DeviceName(device_));
   peak_flops_ = o_.peak_tflops > 0 ? o_.peak_tflops * 1e12 : listed > 0 ? listed : 989e12;
@@ -263,7 +273,7 @@ std::string CudaEngine::Describe() const {
       "model: %s residual, %s gate, %lld parameters on %s (cuda:%d), %s compute, fp32 master "
       "weights%s; batch %d x %d tokens x %d replica(s)%s%s, %d micro-batch(es)",
       model::Name(o_.config.residual), model::Name(o_.config.value_residual),
-      static_cast<long long>(params().packed_size()), kc::DeviceName(device_), device_,
+      static_cast<long long>(full_parameters_), kc::DeviceName(device_), device_,
       o_.gpu.compute == core::DType::kBF16 ? "bf16" : "f32",
       o_.gpu.recompute ? ", activation recomputation" : "", o_.batch_size, o_.seq_len,
       world_size_, world_size_ > 1 ? absl::StrCat(" over ", o_.gpu.world_kind) : "",
@@ -319,7 +329,7 @@ absl::Status CheckCudaEngine(const TrainOptions& o) {
   // The options (`satdar train` and the coordinator check them first, in their words), then
   // the design.
   SATDAR_RETURN_IF_ERROR(settings::CheckGpuPathOptions(o, settings::Spelling::kFields));
-  return model::CheckDeviceSupport(o.config);
+  return model::CheckDeviceSupport(o.config, o.mesh.tp);
 }
 
 absl::StatusOr<std::unique_ptr<StepEngine>> CreateCudaEngine(const TrainOptions& options,

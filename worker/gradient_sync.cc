@@ -104,8 +104,11 @@ template <class B>
 void GradientSyncT<B>::ReduceRange(G* grads, int64_t begin, int64_t end) {
   absl::StatusOr<comm::CollectiveOptions> c = Ready();
   if (!c.ok()) {
+    // Keep the collectives in step with the other ranks: wait for the stream instead of an
+    // event, issue it anyway, and fail the step in Reduce.
     if (hook_status_.ok()) hook_status_ = c.status();
-    return;
+    (void)ops::Synchronize(x_);
+    c = copts_;
   }
   pending_.push_back(g_->data->AllReduce(grads + begin, end - begin, core::DTypeOf<G>::value,
                                          comm::ReduceOp::kAvg, *c));
@@ -192,6 +195,8 @@ absl::Status GradientSyncT<B>::Reduce(G* grads, Vec<G>* shard) {
     other_.resize(len);
     SATDAR_RETURN_IF_ERROR(scope.status());
     SATDAR_ASSIGN_OR_RETURN(comm::CollectiveOptions c, Ready());
+    // Point-to-point sends may not wait on a ready_event (NCCL's do not): the stream first.
+    SATDAR_RETURN_IF_ERROR(ops::Synchronize(x_));
     auto sent = g_->pp->Send(grads + off, len, kDType, peer, 7, c);
     SATDAR_RETURN_IF_ERROR(g_->pp->Recv(other_.data(), len, kDType, peer, 7, c)->Wait());
     SATDAR_RETURN_IF_ERROR(sent->Wait());

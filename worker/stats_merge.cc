@@ -1,8 +1,12 @@
 #include "worker/stats_merge.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 #include <set>
 #include <string>
+
+#include "core/check.h"
 
 namespace satdar::worker {
 
@@ -180,6 +184,40 @@ Json MergeStats(const std::vector<StatsPiece>& in, bool rows_split) {
     }
   }
   return out;
+}
+
+absl::StatusOr<nlohmann::json> GatherStats(const MeshGroups& g,
+                                           const std::vector<nlohmann::json>& mine,
+                                           bool sequence_parallel,
+                                           const comm::CollectiveOptions& options) {
+  using Json = nlohmann::json;
+  Json list = Json::array();
+  for (size_t c = 0; c < mine.size(); ++c) {
+    const int stage = static_cast<int>(c) * g.shape.pp + g.coord.pp;
+    list.push_back({{"tp", g.coord.tp}, {"pp", stage}, {"ep", g.coord.ep}, {"stats", mine[c]}});
+  }
+  const std::string text = list.dump();
+  const int n = g.mp->size();
+  std::vector<int64_t> lengths(n);
+  const int64_t length = static_cast<int64_t>(text.size());
+  SATDAR_RETURN_IF_ERROR(
+      g.mp->AllGather(&length, lengths.data(), 1, core::DType::kI64, options)->Wait());
+  const int64_t words = (*std::max_element(lengths.begin(), lengths.end()) + 7) / 8;
+  std::vector<int64_t> send(words, 0), all(words * n);
+  std::memcpy(send.data(), text.data(), text.size());
+  SATDAR_RETURN_IF_ERROR(
+      g.mp->AllGather(send.data(), all.data(), words, core::DType::kI64, options)->Wait());
+  std::vector<StatsPiece> pieces;
+  for (int r = 0; r < n; ++r) {
+    const char* bytes = reinterpret_cast<const char*>(all.data() + r * words);
+    const Json got = Json::parse(std::string(bytes, lengths[r]), nullptr, false);
+    if (!got.is_array()) return absl::InternalError("statistics: a rank sent an unreadable list");
+    for (const Json& j : got) {
+      if (!j.is_object()) return absl::InternalError("statistics: a rank sent an unreadable object");
+      pieces.push_back({j.value("tp", 0), j.value("pp", 0), j.value("ep", 0), j["stats"]});
+    }
+  }
+  return MergeStats(pieces, sequence_parallel);
 }
 
 }  // namespace satdar::worker

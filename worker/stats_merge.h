@@ -16,7 +16,10 @@
 
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "comm/communicator.h"
 #include "nlohmann/json.hpp"
+#include "worker/mesh_groups.h"
 
 namespace satdar::worker {
 
@@ -33,6 +36,15 @@ nlohmann::json MergeStats(const std::vector<StatsPiece>& pieces, bool rows_split
 // other number the weighted mean (a null stays null).
 nlohmann::json MergeInstanceStats(const std::vector<nlohmann::json>& instances,
                                   const std::vector<double>& weights);
+
+// Every model-parallel rank's statistics over g.mp (host memory: JSON text in int64 words,
+// lengths first, then the padded texts), merged into the whole model's (MergeStats) on every
+// rank. mine: one object per model chunk this rank holds (chunk c is virtual stage
+// c * pp + its pipeline coordinate). Every rank of g.mp must call it.
+absl::StatusOr<nlohmann::json> GatherStats(const MeshGroups& g,
+                                           const std::vector<nlohmann::json>& mine,
+                                           bool sequence_parallel,
+                                           const comm::CollectiveOptions& options);
 
 }  // namespace satdar::worker
 
