@@ -54,27 +54,6 @@ namespace {
 using Json = nlohmann::json;
 namespace kc = ::satdar::core::cuda;
 
-// Device buffers owned by the engine (returned to the allocator on destruction).
-class DeviceBuffers {
- public:
-  explicit DeviceBuffers(kc::CachingAllocator* alloc) : alloc_(alloc) {}
-  ~DeviceBuffers() {
-    cudaDeviceSynchronize();
-    for (void* p : blocks_) (void)alloc_->Free(p);
-  }
-  template <typename U>
-  absl::StatusOr<U*> Zeros(size_t count) {
-    SATDAR_ASSIGN_OR_RETURN(void* p, alloc_->Allocate(std::max<size_t>(count, 1) * sizeof(U)));
-    blocks_.push_back(p);
-    SATDAR_CUDA_RETURN_IF_ERROR(cudaMemset(p, 0, std::max<size_t>(count, 1) * sizeof(U)));
-    return static_cast<U*>(p);
-  }
-
- private:
-  kc::CachingAllocator* alloc_;
-  std::vector<void*> blocks_;
-};
-
 class CudaEngine : public StepEngine {
  public:
   CudaEngine(const TrainOptions& o, MeshGroups* g)
@@ -188,8 +167,7 @@ class CudaEngine : public StepEngine {
   // The compute stream's scratch (SumSquares); made with the stream, gone before it.
   std::unique_ptr<kc::Workspace> workspace_;
   std::unique_ptr<model::DeviceModel> model_;
-  std::unique_ptr<DeviceBuffers> dev_;
-  double *scalars_ = nullptr, *eval_sum_ = nullptr;  // the step's loss; validation's
+  kc::DeviceVec<double> scalars_, eval_sum_;  // the step's loss; validation's (one each)
   // The device's mesh (split from world_; every group null alone) and the reductions between
   // the backward passes and AdamW over it (worker/gradient_sync.h, the CPU engine's class).
   MeshGroups groups_;
@@ -250,12 +228,10 @@ absl::Status CudaEngine::Init() {
                                                                copts_, Exec());
   state_ = std::make_unique<TrainStateT<model::Cuda<float>>>(table, parts, o_.seed, Exec());
   SATDAR_RETURN_IF_ERROR(state_->status());
-  dev_ = std::make_unique<DeviceBuffers>(&alloc_);
-  SATDAR_ASSIGN_OR_RETURN(scalars_, dev_->Zeros<double>(1));  // the step's loss
-  SATDAR_ASSIGN_OR_RETURN(eval_sum_, dev_->Zeros<double>(1));
-  // The zeroing ran on the legacy stream, which the compute stream (non-blocking) does not
-  // wait for.
-  SATDAR_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+  SATDAR_RETURN_IF_ERROR(model::Allocate<model::Cuda<float>>(Exec(), [&] {
+    scalars_.assign(1, 0.0);
+    eval_sum_.assign(1, 0.0);
+  }));
   SATDAR_RETURN_IF_ERROR(model_->SetWeights(state_->params()));
   // MFU and the description count the whole model (a rank's table is a shard under tp or ep).
   SATDAR_ASSIGN_OR_RETURN(const model::ParamTable whole,
@@ -283,12 +259,12 @@ std::string CudaEngine::Describe() const {
 
 absl::StatusOr<double> CudaEngine::ForwardBackward(std::vector<std::vector<int32_t>>* micro) {
   SATDAR_RETURN_IF_ERROR(state_->ZeroGrads());
-  SATDAR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(scalars_, 0, sizeof(double), stream_));
+  SATDAR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(scalars_.data(), 0, sizeof(double), stream_));
   float* grads = state_->grads();
   const int mb_size = o_.batch_size / o_.microbatches;
   for (int mb = 0; mb < o_.microbatches; ++mb) {
     SATDAR_RETURN_IF_ERROR(model_->Forward((*micro)[mb].data(), mb_size, o_.seq_len,
-                                           1.0 / o_.microbatches, scalars_));
+                                           1.0 / o_.microbatches, scalars_.data()));
     // The last backward pass all-reduces each layer's gradients as it finishes them (not
     // under ZeRO-1, which reduce-scatters afterwards).
     const bool last = mb + 1 == o_.microbatches;
@@ -300,7 +276,7 @@ absl::StatusOr<double> CudaEngine::ForwardBackward(std::vector<std::vector<int32
   // averaged over the replicas; then the gradients (under ZeRO-1 this replica's slice of the
   // averages in shard_) and their global norm, as on the CPU.
   double loss = 0;
-  SATDAR_RETURN_IF_ERROR(core::ops::Download(Exec(), &loss, scalars_, 1));
+  SATDAR_RETURN_IF_ERROR(core::ops::Download(Exec(), &loss, scalars_.data(), 1));
   SATDAR_ASSIGN_OR_RETURN(loss, sync_->ReduceLoss(loss));
   SATDAR_RETURN_IF_ERROR(sync_->Reduce(grads, &shard_));
   SATDAR_ASSIGN_OR_RETURN(grad_norm_, sync_->GlobalNorm(zero_ ? shard_.data() : grads));
@@ -311,14 +287,14 @@ absl::StatusOr<double> CudaEngine::ForwardBackward(std::vector<std::vector<int32
 absl::StatusOr<double> CudaEngine::ValidationLoss(data::BatchSource* source, int batches) {
   const int b = o_.batch_size / o_.microbatches;
   std::vector<int32_t> tokens(static_cast<size_t>(b) * (o_.seq_len + 1));
-  SATDAR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(eval_sum_, 0, sizeof(double), stream_));
+  SATDAR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(eval_sum_.data(), 0, sizeof(double), stream_));
   for (int i = 0; i < batches; ++i) {
     source->Batch(0, 0, static_cast<int64_t>(i) * b, b, o_.seq_len, tokens.data());
-    SATDAR_RETURN_IF_ERROR(model_->Evaluate(tokens.data(), b, o_.seq_len, eval_sum_));
+    SATDAR_RETURN_IF_ERROR(model_->Evaluate(tokens.data(), b, o_.seq_len, eval_sum_.data()));
   }
   double sum = 0;
   SATDAR_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(&sum, eval_sum_, sizeof(double), cudaMemcpyDeviceToHost, stream_));
+      cudaMemcpyAsync(&sum, eval_sum_.data(), sizeof(double), cudaMemcpyDeviceToHost, stream_));
   SATDAR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   return sum / batches;
 }
