@@ -35,6 +35,11 @@ struct CollectiveOptions {
   // produces the data; the communicator's stream waits for it instead of the caller
   // synchronising, so the operation overlaps whatever is enqueued after the event.
   void* ready_event = nullptr;
+  // NCCL only (the others start a Send or Recv at once anyway): enqueue this Send or Recv, and
+  // those still pending before it, now instead of grouping it with the next call. Needed
+  // where nothing else would come to flush it: a communicator on which this rank only sends
+  // (parallel/pipeline.h's directed links).
+  bool enqueue_now = false;
 };
 
 class Work {

@@ -476,6 +476,7 @@ class NcclCommunicator : public Communicator {
       done->status = s.broken;
     } else {
       s.pending.push_back(State::P2p{send, data, bytes, peer, o.timeout, done});
+      if (o.enqueue_now) (void)s.Flush();  // a failure is in every flushed call's status
     }
     return work;
   }

@@ -29,7 +29,10 @@
 //   in device memory.
 // - Tags are ignored: Send/Recv between a pair of ranks match in issue order. Consecutive
 //   Send/Recv calls are grouped (ncclGroupStart/End) and enqueued when something else is
-//   issued or one of them is waited on, so a ring of Send-then-Recv does not deadlock.
+//   issued or one of them is waited on, so a ring of Send-then-Recv does not deadlock; with
+//   CollectiveOptions::enqueue_now a call (and those pending) is enqueued at once. A Send
+//   completes only once its Recv is posted, and the operations of one communicator run in
+//   order on its stream.
 // - bf16 reductions are supported (NCCL's); u16 is not reducible.
 // Calls make the communicator's device the calling thread's current CUDA device.
 // REQUIRES: one thread at a time issues and waits.

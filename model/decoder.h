@@ -76,6 +76,13 @@ class DecoderModelT : public Model<typename B::T, StageBuffersT<B>> {
     if (pending_.ok()) pending_ = std::move(status);
     return &stage_;
   }
+  // PrepareStage with the allocation's outcome: the sized buffers, or the failure (a pipeline
+  // must not send or receive through a buffer that is short).
+  absl::StatusOr<StageBuffersT<B>*> PrepareStageOrError(int b, int t) {
+    absl::Status status = Resize(b, t);
+    if (!status.ok()) return status;
+    return &stage_;
+  }
 
  private:
   // sink: null for Forward (the loss is read back and returned), else ForwardAccumulate's.
@@ -142,8 +149,7 @@ using DecoderModel = DecoderModelT<Cpu<T>>;
 // CUDA builds: this rank's model for any design, its table aligned to kDeviceParamAlign (the
 // GPU's, BuildParamTable(config, shard, kDeviceParamAlign)). A config or sharding the CPU
 // registry refuses: its error; one the kernels cannot take: CheckDeviceSupport's
-// (layout_check.h); pp > 1: Unimplemented (no pipeline stages on a device yet); x without a
-// GEMM handle or allocator: FailedPrecondition. Under tp or ep > 1 the Sharding's
+// (layout_check.h); x without a GEMM handle or allocator: FailedPrecondition. Under tp or ep > 1 the Sharding's
 // communicators must move device memory and its on_device/stream be set (its collectives
 // wait on that stream).
 template <class B>

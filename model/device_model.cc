@@ -8,6 +8,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <memory>
 #include <type_traits>
 
 #include "core/cuda/allocator.h"
@@ -38,28 +39,47 @@ namespace {
 
 namespace kc = ::satdar::core::cuda;
 
-// DecoderModelT<Cuda<E>> behind DeviceModel. Owns the execution context's GEMM handle and
-// workspace (declared before the model, so they outlive it) and the bf16 compute copy.
+// What every instance of one model shares: the execution context (GEMM handle, workspace),
+// the weights and the bf16 compute copy. Declared so that the handle and workspace outlive the
+// context that points to them.
+template <typename E>
+struct SharedContext {
+  using B = Cuda<E>;
+  SharedContext(CUstream_st* stream, kc::CachingAllocator* a, std::unique_ptr<kc::GemmHandle> g,
+                const ModelConfig& c, const DeviceModelOptions& o)
+      : alloc(a), workspace(a, stream), gemm(std::move(g)), x{stream, gemm.get(), &workspace, a},
+        config(c), options(o) {}
+  kc::CachingAllocator* const alloc;
+  kc::Workspace workspace;
+  std::unique_ptr<kc::GemmHandle> gemm;
+  const core::CudaExec x;
+  const ModelConfig config;
+  const DeviceModelOptions options;
+  kc::DeviceVec<E> compute;  // bf16: the compute copy of the master weights
+  Weights<B> w{nullptr, nullptr};
+  bool stats = false;  // SetStatsEnabled's switch, for new instances
+};
+
+// DecoderModelT<Cuda<E>> behind DeviceModel: one instance (its activations, boundary buffers
+// and the first failed collective of a pass) over a context shared with its siblings.
 template <typename E>
 class DecoderDeviceModel : public DeviceModel {
  public:
   using B = Cuda<E>;
 
-  DecoderDeviceModel(CUstream_st* stream, kc::CachingAllocator* alloc,
-                     std::unique_ptr<kc::GemmHandle> gemm)
-      : alloc_(alloc), workspace_(alloc, stream), gemm_(std::move(gemm)),
-        x_{stream, gemm_.get(), &workspace_, alloc} {}
-  // Work still enqueued uses the GEMM handle and the buffers about to go.
-  ~DecoderDeviceModel() override { (void)cudaStreamSynchronize(x_.stream); }
+  explicit DecoderDeviceModel(std::shared_ptr<SharedContext<E>> ctx) : ctx_(std::move(ctx)) {}
+  // Work still enqueued uses the buffers about to go (and, for the last instance, the GEMM
+  // handle and workspace).
+  ~DecoderDeviceModel() override { (void)cudaStreamSynchronize(ctx_->x.stream); }
 
-  absl::Status Init(const ModelConfig& config, const DeviceModelOptions& options) {
-    Sharding shard = options.shard;
+  absl::Status Init() {
+    Sharding shard = ctx_->options.shard;
     shard.on_device = true;  // TP collectives wait for this stream's work
-    shard.stream = x_.stream;
+    shard.stream = ctx_->x.stream;
     shard.errors = &errors_;
-    SATDAR_ASSIGN_OR_RETURN(model_, CreateDeviceModel<B>(config, shard, x_));
+    SATDAR_ASSIGN_OR_RETURN(model_, CreateDeviceModel<B>(ctx_->config, shard, ctx_->x));
     // Off until asked for: gathering them waits for the stream at every layer.
-    model_->SetStatsEnabled(false);
+    model_->SetStatsEnabled(ctx_->stats);
     return absl::OkStatus();
   }
 
@@ -70,15 +90,29 @@ class DecoderDeviceModel : public DeviceModel {
     if (master == nullptr) return absl::InvalidArgumentError("SetWeights: no master weights");
     const int64_t n = model_->params().size();
     if constexpr (std::is_same_v<E, float>) {
-      w_ = Weights<B>{master, master};
+      ctx_->w = Weights<B>{master, master};
     } else {
-      kc::AllocScope scope(x_);
-      compute_.resize(static_cast<size_t>(n));
+      kc::AllocScope scope(ctx_->x);
+      ctx_->compute.resize(static_cast<size_t>(n));
       SATDAR_RETURN_IF_ERROR(scope.status());
-      SATDAR_RETURN_IF_ERROR(ops::CastFromF32(x_, compute_.data(), master, n));
-      w_ = Weights<B>{compute_.data(), master};
+      SATDAR_RETURN_IF_ERROR(ops::CastFromF32(ctx_->x, ctx_->compute.data(), master, n));
+      ctx_->w = Weights<B>{ctx_->compute.data(), master};
     }
     return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::unique_ptr<DeviceModel>> NewInstance() override {
+    auto m = std::make_unique<DecoderDeviceModel<E>>(ctx_);
+    SATDAR_RETURN_IF_ERROR(m->Init());
+    return std::unique_ptr<DeviceModel>(std::move(m));
+  }
+
+  absl::StatusOr<StageViews> PrepareStage(int b, int t) override {
+    const int64_t before = ctx_->alloc->Stats().current_bytes;
+    absl::StatusOr<StageBuffersT<B>*> stage = model_->PrepareStageOrError(b, t);
+    held_ += ctx_->alloc->Stats().current_bytes - before;
+    if (!stage.ok()) return stage.status();
+    return ViewsOf(*stage, std::is_same_v<E, float> ? core::DType::kF32 : core::DType::kBF16);
   }
 
   absl::Status Forward(const int32_t* tokens, int b, int t, double loss_scale,
@@ -92,11 +126,11 @@ class DecoderDeviceModel : public DeviceModel {
 
   absl::Status Backward(float* grads) override {
     if (grads == nullptr) return absl::InvalidArgumentError("Backward: no gradient buffer");
-    const int64_t before = alloc_->Stats().current_bytes;
+    const int64_t before = ctx_->alloc->Stats().current_bytes;
     // The cross-entropy's gradient (loss_scale included) came with the forward; loss_scale
     // here scales the auxiliary losses' gradients.
-    const absl::Status status = model_->Backward(w_, grads, loss_scale_);
-    held_ += alloc_->Stats().current_bytes - before;
+    const absl::Status status = model_->Backward(ctx_->w, grads, loss_scale_);
+    held_ += ctx_->alloc->Stats().current_bytes - before;
     return status;
   }
 
@@ -105,35 +139,34 @@ class DecoderDeviceModel : public DeviceModel {
   }
 
   int64_t activation_bytes() const override { return held_; }
-  void SetStatsEnabled(bool on) override { model_->SetStatsEnabled(on); }
+  void SetStatsEnabled(bool on) override {
+    ctx_->stats = on;
+    model_->SetStatsEnabled(on);
+  }
   void AppendStats(nlohmann::json* stats) const override { model_->AppendStats(stats); }
   void ResetStats() override { model_->ResetStats(); }
 
  private:
   absl::Status Pass(const int32_t* tokens, int b, int t,
                     const typename DecoderModelT<B>::LossSink& sink) {
-    if (w_.master == nullptr) {
+    if (ctx_->w.master == nullptr) {
       return absl::FailedPreconditionError("the device model's forward pass before SetWeights");
     }
     if (sink.acc == nullptr) return absl::InvalidArgumentError("forward pass: no loss buffer");
     loss_scale_ = sink.scale;
-    const int64_t before = alloc_->Stats().current_bytes;
-    const absl::Status status = model_->ForwardAccumulate(w_, tokens, b, t, sink);
-    held_ += alloc_->Stats().current_bytes - before;
+    const int64_t before = ctx_->alloc->Stats().current_bytes;
+    const absl::Status status = model_->ForwardAccumulate(ctx_->w, tokens, b, t, sink);
+    held_ += ctx_->alloc->Stats().current_bytes - before;
     return status;
   }
 
-  kc::CachingAllocator* const alloc_;
-  kc::Workspace workspace_;
-  std::unique_ptr<kc::GemmHandle> gemm_;
-  const core::CudaExec x_;
+  const std::shared_ptr<SharedContext<E>> ctx_;
   CommErrors errors_;  // the first failed collective of a pass (returned by it)
-  kc::DeviceVec<E> compute_;  // bf16: the compute copy of the master weights
   std::unique_ptr<DecoderModelT<B>> model_;
-  Weights<B> w_{nullptr, nullptr};
   double loss_scale_ = 1.0;
-  // The allocator's bytes the model's passes took and kept (its activations, pointer lists and
-  // the ops' scratch): every (B, T) buffer is allocated inside Forward and Backward.
+  // The allocator's bytes this instance's passes took and kept (its activations, boundary
+  // buffers, pointer lists and the ops' scratch): every (B, T) buffer is allocated inside
+  // PrepareStage, Forward and Backward.
   int64_t held_ = 0;
 };
 
@@ -143,8 +176,10 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> Make(const ModelConfig& config,
                                                   CUstream_st* stream,
                                                   kc::CachingAllocator* alloc) {
   SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<kc::GemmHandle> gemm, kc::GemmHandle::Create(stream));
-  auto m = std::make_unique<DecoderDeviceModel<E>>(stream, alloc, std::move(gemm));
-  SATDAR_RETURN_IF_ERROR(m->Init(config, options));
+  auto ctx =
+      std::make_shared<SharedContext<E>>(stream, alloc, std::move(gemm), config, options);
+  auto m = std::make_unique<DecoderDeviceModel<E>>(std::move(ctx));
+  SATDAR_RETURN_IF_ERROR(m->Init());
   return std::unique_ptr<DeviceModel>(std::move(m));
 }
 

@@ -1,5 +1,5 @@
 // model/device_model.h: what the GPU trainer (worker/cuda_engine.cc) drives: one rank's
-// whole model on one CUDA stream, the CPU's classes (DecoderModelT<Cuda<float>> or
+// piece of the model (all of it, or its TP/EP shard, or a pipeline stage) on one CUDA stream, the CPU's classes (DecoderModelT<Cuda<float>> or
 // DecoderModelT<Cuda<__nv_bfloat16>>, registry.cc's CreateDeviceModel) behind the few calls a
 // training step makes:
 //
@@ -15,7 +15,7 @@
 // ForwardAccumulate, with the cross-entropy's gradient fused into its forward): a step reads
 // nothing back except MoE's expert counts and auxiliary losses (once per MoE layer). The
 // statistics that read activations back (SATFormer's gates, DAR/AttnRes's depth weights) are
-// off (Model::SetStatsEnabled): the GPU trainer reports none yet (ONE_MODEL_PLAN.md, S9).
+// off until SetStatsEnabled(true): gathering them reads activations back at every layer.
 #ifndef SATDAR_MODEL_DEVICE_MODEL_H_
 #define SATDAR_MODEL_DEVICE_MODEL_H_
 
@@ -29,6 +29,7 @@
 #include "nlohmann/json.hpp"
 #include "model/config.h"
 #include "model/layout_check.h"
+#include "model/model.h"
 #include "model/param_table.h"
 #include "model/sharding.h"
 
@@ -44,8 +45,8 @@ struct DeviceModelOptions {
   core::DType compute = core::DType::kBF16;  // activations and compute weights: kBF16 or kF32
   // This rank's piece and how it runs: the whole model by default; under tensor parallelism
   // tp (a communicator of device memory), tp_rank, tp_size and sequence_parallel; under
-  // expert parallelism ep, ep_rank, ep_size (pipeline stages are not on the device yet:
-  // Unimplemented). Also
+  // expert parallelism ep, ep_rank, ep_size; a pipeline stage's pp_rank and pp_size (its
+  // boundaries are PrepareStage's buffers, moved by the caller). Also
   // vocab_multiple, and recompute: kFull keeps only each sublayer's input (and V1), a
   // branch's internals recomputed right before its backward (kSelective keeps everything on
   // the device: its attention keeps no probabilities to drop). on_device, stream and errors
@@ -81,6 +82,14 @@ class DeviceModel {
   // grads (device fp32, laid out by params()) += d(loss_scale * loss)/d(params) of the last
   // Forward.
   virtual absl::Status Backward(float* grads) = 0;
+  // Another instance of this model (a pipeline chunk keeps one per micro-batch in flight): its
+  // own activations and boundary buffers, and this one's weights (a SetWeights on any instance
+  // serves all), stream, GEMM handle, workspace and statistics switch.
+  virtual absl::StatusOr<std::unique_ptr<DeviceModel>> NewInstance() = 0;
+  // Pipeline stages (shard.pp_size > 1): sizes what crosses this stage's boundaries for (B, T)
+  // micro-batches (model.h's StageBuffers, device memory of the compute dtype) and returns their
+  // views, valid until the next PrepareStage; an allocation failure is returned.
+  virtual absl::StatusOr<StageViews> PrepareStage(int b, int t) = 0;
   // As Model::SetLayerGradientsReadyHook: called (at enqueue time, on the host) once all of
   // layer i's gradient work is enqueued on the stream, for layers L-1 .. 1.
   virtual void SetLayerGradientsReadyHook(std::function<void(int layer)> hook) = 0;

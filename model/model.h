@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/dtype.h"
 #include "core/thread_pool.h"
 #include "model/backend.h"
 #include "model/config.h"
@@ -39,6 +40,31 @@ struct StageBuffersT {
 };
 template <typename T>
 using StageBuffers = StageBuffersT<Cpu<T>>;
+
+// The same boundary tensors as a communicator moves them (parallel/pipeline.h): untyped
+// pointers into the backend's memory, their element counts and one element type.
+struct BoundaryView {
+  void* data;
+  size_t count;
+};
+struct StageViews {
+  core::DType dtype = core::DType::kF32;
+  std::vector<BoundaryView> in, out, dout, din;
+};
+// Views of `s`, whose elements are of type `dtype`; valid until s is resized.
+template <class B>
+StageViews ViewsOf(StageBuffersT<B>* s, core::DType dtype) {
+  StageViews v;
+  v.dtype = dtype;
+  auto view = [](auto& from, std::vector<BoundaryView>* to) {
+    for (auto& t : from) to->push_back({static_cast<void*>(t.data()), t.size()});
+  };
+  view(s->in, &v.in);
+  view(s->out, &v.out);
+  view(s->dout, &v.dout);
+  view(s->din, &v.din);
+  return v;
+}
 
 // Stage: the boundary buffers' type; the default is the CPU's, so Model<T> is the CPU model
 // every caller knows. A model on a device (decoder.h, DecoderModelT<Cuda<T>>) derives from

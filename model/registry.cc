@@ -181,10 +181,6 @@ absl::StatusOr<std::unique_ptr<DecoderModelT<B>>> CreateDeviceModel(const ModelC
   Registry<B> r;
   SATDAR_ASSIGN_OR_RETURN(Design<B> d, FindDesign(r, config, shard));
   SATDAR_RETURN_IF_ERROR(CheckDeviceSupport(config, shard.tp_size));
-  if (shard.pp_size > 1) {
-    return absl::UnimplementedError(absl::StrCat(
-        "the device model runs no pipeline stages yet (pp ", shard.pp_size, " asked)"));
-  }
   if (x.gemm == nullptr || x.alloc == nullptr) {
     return absl::FailedPreconditionError(
         "the device model's execution context needs a GEMM handle and an allocator");

@@ -25,110 +25,189 @@ int PipelineSlots(int stages, int stage, int chunks, int microbatches) {
   return std::max(1, std::min(microbatches, Warmup(stages, stage, chunks, microbatches) + 1));
 }
 
-template <typename T>
-PipelineSchedule<T>::PipelineSchedule(comm::Communicator* pp,
-                                      std::vector<std::vector<model::Model<T>*>> chunks,
-                                      std::vector<int64_t> offsets,
-                                      comm::CollectiveOptions options)
-    : pp_(pp), chunks_(std::move(chunks)), offsets_(std::move(offsets)), options_(options),
-      stage_(pp->rank()), stages_(pp->size()), forward_bytes_(chunks_.size(), 0),
-      backward_bytes_(chunks_.size(), 0) {
-  SATDAR_CHECK(!chunks_.empty() && chunks_.size() == offsets_.size())
-      << "a pipeline rank needs at least one chunk and an offset per chunk";
+absl::StatusOr<PipelineLinks> MakePipelineLinks(comm::Communicator* pp,
+                                                const comm::CollectiveOptions& options) {
+  const int p = pp->size(), s = pp->rank();
+  if (p < 2) return absl::InvalidArgumentError("pipeline links need 2 or more stages");
+  // Edge j joins stages j and j + 1 (mod p). Each round of splits takes a matching of the
+  // ring's edges (even and odd j; with an odd p the last edge alone), once per direction.
+  auto round_of = [p](int j) { return p % 2 == 1 && j == p - 1 ? 2 : j % 2; };
+  const int rounds = p % 2 == 1 ? 3 : 2;
+  PipelineLinks links;
+  for (int next = 1; next >= 0; --next) {
+    for (int r = 0; r < rounds; ++r) {
+      // This rank's edge in the round, if any: its own (j = s) or the one before (j = s - 1).
+      int edge = -1;
+      if (round_of(s) == r) edge = s;
+      if (round_of((s + p - 1) % p) == r) edge = (s + p - 1) % p;
+      // The sender first: stage j sends activations over edge j, stage j + 1 gradients.
+      const int sender = next ? edge : (edge + 1) % p;
+      SATDAR_ASSIGN_OR_RETURN(
+          std::unique_ptr<comm::Communicator> c,
+          pp->Split(edge >= 0 ? edge : p + s, edge >= 0 && s == sender ? 0 : 1, options));
+      if (edge < 0) continue;  // a singleton: no link this round
+      const bool mine = edge == s;  // the edge to the next stage
+      auto& slot = next ? (mine ? links.to_next : links.from_prev)
+                        : (mine ? links.from_next : links.to_prev);
+      slot = std::move(c);
+    }
+  }
+  return links;
+}
+
+PipelineSchedule::PipelineSchedule(comm::Communicator* pp,
+                                   std::vector<std::vector<PipelineStage*>> chunks,
+                                   comm::CollectiveOptions options)
+    : pp_(pp), chunks_(std::move(chunks)), options_(options), stage_(pp->rank()),
+      stages_(pp->size()), forward_bytes_(chunks_.size(), 0), backward_bytes_(chunks_.size(), 0) {
+  SATDAR_CHECK(!chunks_.empty()) << "a pipeline rank needs at least one chunk";
   for (const auto& slots : chunks_) {
     SATDAR_CHECK(!slots.empty()) << "a pipeline chunk needs at least one model";
+    views_.emplace_back(slots.size());
     sends_.emplace_back(slots.size());
   }
 }
 
-template <typename T>
-absl::Status PipelineSchedule<T>::WaitSends(int chunk, int slot) {
-  for (auto& w : sends_[chunk][slot]) {
+PipelineSchedule::PipelineSchedule(PipelineLinks links, int stage, int stages,
+                                   std::vector<std::vector<PipelineStage*>> chunks,
+                                   comm::CollectiveOptions options)
+    : pp_(nullptr), links_(std::move(links)), chunks_(std::move(chunks)), options_(options),
+      stage_(stage), stages_(stages), forward_bytes_(chunks_.size(), 0),
+      backward_bytes_(chunks_.size(), 0) {
+  SATDAR_CHECK(!chunks_.empty()) << "a pipeline rank needs at least one chunk";
+  SATDAR_CHECK(links_.to_next && links_.from_prev && links_.to_prev && links_.from_next)
+      << "pipeline stage " << stage << " is missing a link";
+  options_.enqueue_now = true;  // a link's sender issues nothing else that would flush a send
+  for (const auto& slots : chunks_) {
+    SATDAR_CHECK(!slots.empty()) << "a pipeline chunk needs at least one model";
+    views_.emplace_back(slots.size());
+    sends_.emplace_back(slots.size());
+  }
+}
+
+std::pair<comm::Communicator*, int> PipelineSchedule::Route(bool send, bool forward) const {
+  if (pp_ != nullptr) {
+    const int next = (stage_ + 1) % stages_, prev = (stage_ + stages_ - 1) % stages_;
+    return {pp_, send == forward ? next : prev};
+  }
+  // On a link the sender is rank 0, the receiver rank 1.
+  if (send) return {forward ? links_.to_next.get() : links_.to_prev.get(), 1};
+  return {forward ? links_.from_prev.get() : links_.from_next.get(), 0};
+}
+
+absl::Status PipelineSchedule::WaitSends(int chunk, int slot, bool forward) {
+  std::vector<std::unique_ptr<comm::Work>>& pending = sends_[chunk][slot][forward ? 0 : 1];
+  for (auto& w : pending) {
     absl::Status s = w->Wait();
     if (!s.ok()) {
       return absl::Status(s.code(), absl::StrCat("pipeline stage ", Virtual(chunk), ": ",
                                                  s.message()));
     }
   }
-  sends_[chunk][slot].clear();
+  pending.clear();
   return absl::OkStatus();
 }
 
-template <typename T>
-absl::Status PipelineSchedule<T>::WaitAllSends() {
+absl::Status PipelineSchedule::WaitAllSends() {
   for (int c = 0; c < chunks(); ++c) {
     for (int slot = 0; slot < static_cast<int>(chunks_[c].size()); ++slot) {
-      SATDAR_RETURN_IF_ERROR(WaitSends(c, slot));
+      SATDAR_RETURN_IF_ERROR(WaitSends(c, slot, /*forward=*/true));
+      SATDAR_RETURN_IF_ERROR(WaitSends(c, slot, /*forward=*/false));
     }
   }
   return absl::OkStatus();
 }
 
-template <typename T>
-absl::Status PipelineSchedule<T>::Forward(int chunk, int mb, const T* params,
-                                          const int32_t* tokens, int b, int t, double* value) {
-  const auto& slots = chunks_[chunk];
-  const int slot = mb % static_cast<int>(slots.size());
-  SATDAR_RETURN_IF_ERROR(WaitSends(chunk, slot));  // the slot's buffers are free again
-  model::Model<T>* m = slots[slot];
-  model::StageBuffers<T>* io = m->PrepareStage(b, t);
-  constexpr core::DType kDType = core::DTypeOf<T>::value;
-  const int prev = (stage_ + stages_ - 1) % stages_, next = (stage_ + 1) % stages_;
-  for (auto& v : io->in) {
-    absl::Status s =
-        pp_->Recv(v.data(), v.size(), kDType, prev, kForwardTag + chunk, options_)->Wait();
+absl::StatusOr<PipelineSchedule::Slot> PipelineSchedule::Take(int chunk, int mb) {
+  const int slot = mb % static_cast<int>(chunks_[chunk].size());
+  PipelineStage* stage = chunks_[chunk][slot];
+  absl::StatusOr<model::StageViews> views = stage->Prepare(b_, t_);
+  if (!views.ok()) {
+    return absl::Status(views.status().code(),
+                        absl::StrCat("pipeline stage ", Virtual(chunk), " micro-batch ", mb, ": ",
+                                     views.status().message()));
+  }
+  views_[chunk][slot] = *std::move(views);
+  return Slot{stage, &views_[chunk][slot], slot};
+}
+
+absl::Status PipelineSchedule::Receive(const std::vector<model::BoundaryView>& into,
+                                       core::DType dtype, bool forward, int chunk, int mb) {
+  const auto [c, from] = Route(/*send=*/false, forward);
+  // All of the message's tensors first, so that they are one group where calls are grouped.
+  std::vector<std::unique_ptr<comm::Work>> works;
+  for (const model::BoundaryView& v : into) {
+    works.push_back(c->Recv(v.data, v.count, dtype, from,
+                            (forward ? kForwardTag : kBackwardTag) + chunk, options_));
+  }
+  for (auto& w : works) {
+    absl::Status s = w->Wait();
     if (!s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("pipeline stage ", Virtual(chunk),
-                                                 " receiving micro-batch ", mb, " from stage ",
-                                                 Virtual(chunk) - 1, ": ", s.message()));
+      return absl::Status(
+          s.code(), absl::StrCat("pipeline stage ", Virtual(chunk), " receiving ",
+                                 forward ? "" : "gradients of ", "micro-batch ", mb,
+                                 " from stage ", Virtual(chunk) + (forward ? -1 : 1), ": ",
+                                 s.message()));
     }
   }
-  SATDAR_ASSIGN_OR_RETURN(*value, m->Forward(params + offsets_[chunk], tokens, b, t));
+  return absl::OkStatus();
+}
+
+void PipelineSchedule::SendAll(const std::vector<model::BoundaryView>& from, core::DType dtype,
+                               bool forward, int chunk, int to_chunk, int mb) {
+  const auto [c, to] = Route(/*send=*/true, forward);
+  auto& pending = sends_[chunk][mb % static_cast<int>(chunks_[chunk].size())][forward ? 0 : 1];
+  for (const model::BoundaryView& v : from) {
+    pending.push_back(c->Send(v.data, v.count, dtype, to,
+                              (forward ? kForwardTag : kBackwardTag) + to_chunk, options_));
+    (forward ? forward_bytes_ : backward_bytes_)[chunk] +=
+        static_cast<int64_t>(v.count * core::DTypeSize(dtype));
+  }
+}
+
+absl::Status PipelineSchedule::Forward(int chunk, int mb, const int32_t* tokens, int b, int t,
+                                       bool train, double loss_scale, double* value) {
+  SATDAR_ASSIGN_OR_RETURN(Slot s, Take(chunk, mb));
+  if (!s.views->in.empty()) {
+    // The instance's last backward may still read what the receive overwrites.
+    SATDAR_RETURN_IF_ERROR(s.stage->Synchronize());
+    SATDAR_RETURN_IF_ERROR(Receive(s.views->in, s.views->dtype, /*forward=*/true, chunk, mb));
+  }
+  // The activations the instance sent last are about to be overwritten. Waiting only here
+  // (not before the receive) matters where a send completes only once it is received (NCCL):
+  // the peer may post that receive only after this rank's receive let it go on.
+  SATDAR_RETURN_IF_ERROR(WaitSends(chunk, s.slot, /*forward=*/true));
+  if (train) {
+    SATDAR_ASSIGN_OR_RETURN(*value, s.stage->Forward(tokens, b, t, loss_scale));
+  } else {
+    SATDAR_ASSIGN_OR_RETURN(*value, s.stage->Evaluate(tokens, b, t));
+  }
+  if (s.views->out.empty()) return absl::OkStatus();
+  SATDAR_RETURN_IF_ERROR(s.stage->Synchronize());  // the activations written
   // The next virtual stage: this rank's next chunk's on the first rank after the last.
   const int to_chunk = stage_ == stages_ - 1 ? chunk + 1 : chunk;
-  for (const auto& v : io->out) {
-    sends_[chunk][slot].push_back(
-        pp_->Send(v.data(), v.size(), kDType, next, kForwardTag + to_chunk, options_));
-    forward_bytes_[chunk] += static_cast<int64_t>(v.size() * sizeof(T));
-  }
+  SendAll(s.views->out, s.views->dtype, /*forward=*/true, chunk, to_chunk, mb);
   return absl::OkStatus();
 }
 
-template <typename T>
-absl::Status PipelineSchedule<T>::Backward(int chunk, int mb, const T* params, T* grads,
-                                           double loss_scale) {
-  const auto& slots = chunks_[chunk];
-  const int slot = mb % static_cast<int>(slots.size());
-  SATDAR_RETURN_IF_ERROR(WaitSends(chunk, slot));
-  model::Model<T>* m = slots[slot];
-  model::StageBuffers<T>* io = m->PrepareStage(b_, t_);  // sized already: no reallocation
-  constexpr core::DType kDType = core::DTypeOf<T>::value;
-  const int prev = (stage_ + stages_ - 1) % stages_, next = (stage_ + 1) % stages_;
-  for (auto& v : io->dout) {
-    absl::Status s =
-        pp_->Recv(v.data(), v.size(), kDType, next, kBackwardTag + chunk, options_)->Wait();
-    if (!s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("pipeline stage ", Virtual(chunk),
-                                                 " receiving gradients of micro-batch ", mb,
-                                                 " from stage ", Virtual(chunk) + 1, ": ",
-                                                 s.message()));
-    }
+absl::Status PipelineSchedule::Backward(int chunk, int mb, double loss_scale) {
+  SATDAR_ASSIGN_OR_RETURN(Slot s, Take(chunk, mb));  // sized already: no reallocation
+  if (!s.views->dout.empty()) {
+    SATDAR_RETURN_IF_ERROR(s.stage->Synchronize());
+    SATDAR_RETURN_IF_ERROR(
+        Receive(s.views->dout, s.views->dtype, /*forward=*/false, chunk, mb));
   }
-  SATDAR_RETURN_IF_ERROR(
-      m->Backward(params + offsets_[chunk], grads + offsets_[chunk], loss_scale));
+  SATDAR_RETURN_IF_ERROR(WaitSends(chunk, s.slot, /*forward=*/false));  // as in Forward
+  SATDAR_RETURN_IF_ERROR(s.stage->Backward(loss_scale));
+  if (s.views->din.empty()) return absl::OkStatus();
+  SATDAR_RETURN_IF_ERROR(s.stage->Synchronize());  // the gradients written
   const int to_chunk = stage_ == 0 ? chunk - 1 : chunk;
-  for (const auto& v : io->din) {
-    sends_[chunk][slot].push_back(
-        pp_->Send(v.data(), v.size(), kDType, prev, kBackwardTag + to_chunk, options_));
-    backward_bytes_[chunk] += static_cast<int64_t>(v.size() * sizeof(T));
-  }
+  SendAll(s.views->din, s.views->dtype, /*forward=*/false, chunk, to_chunk, mb);
   return absl::OkStatus();
 }
 
-template <typename T>
-absl::StatusOr<double> PipelineSchedule<T>::Step(
-    const T* params, T* grads, const std::function<const int32_t*(int mb)>& tokens, int m, int b,
-    int t) {
+absl::StatusOr<double> PipelineSchedule::Step(
+    const std::function<const int32_t*(int mb)>& tokens, int m, int b, int t) {
   b_ = b;
   t_ = t;
   std::fill(forward_bytes_.begin(), forward_bytes_.end(), 0);
@@ -149,14 +228,12 @@ absl::StatusOr<double> PipelineSchedule<T>::Step(
   double sum = 0, value = 0;
   const double scale = 1.0 / m;
   auto forward = [&](int i) -> absl::Status {
-    SATDAR_RETURN_IF_ERROR(
-        Forward(forward_chunk(i), mb_of(i), params, tokens(mb_of(i)), b, t, &value));
+    SATDAR_RETURN_IF_ERROR(Forward(forward_chunk(i), mb_of(i), tokens(mb_of(i)), b, t,
+                                   /*train=*/true, scale, &value));
     sum += value;
     return absl::OkStatus();
   };
-  auto backward = [&](int i) {
-    return Backward(backward_chunk(i), mb_of(i), params, grads, scale);
-  };
+  auto backward = [&](int i) { return Backward(backward_chunk(i), mb_of(i), scale); };
   for (int i = 0; i < warmup; ++i) SATDAR_RETURN_IF_ERROR(forward(i));
   for (int i = 0; i + warmup < total; ++i) {  // steady state: one forward, one backward
     SATDAR_RETURN_IF_ERROR(forward(warmup + i));
@@ -169,9 +246,8 @@ absl::StatusOr<double> PipelineSchedule<T>::Step(
   return sum;
 }
 
-template <typename T>
-absl::StatusOr<double> PipelineSchedule<T>::ForwardOnly(
-    const T* params, const std::function<const int32_t*(int mb)>& tokens, int m, int b, int t) {
+absl::StatusOr<double> PipelineSchedule::ForwardOnly(
+    const std::function<const int32_t*(int mb)>& tokens, int m, int b, int t) {
   b_ = b;
   t_ = t;
   double sum = 0, value = 0;
@@ -182,8 +258,9 @@ absl::StatusOr<double> PipelineSchedule<T>::ForwardOnly(
   for (int g0 = 0; g0 < m; g0 += group) {
     for (int c = 0; c < chunks(); ++c) {
       for (int mb = g0; mb < std::min(m, g0 + group); ++mb) {
-        SATDAR_RETURN_IF_ERROR(Forward(c, mb, params, tokens(mb), b, t, &value));
-        if (LastVirtual(c)) sum += chunks_[c][mb % chunks_[c].size()]->last_cross_entropy();
+        SATDAR_RETURN_IF_ERROR(
+            Forward(c, mb, tokens(mb), b, t, /*train=*/false, 1.0, &value));
+        sum += value;
       }
     }
   }
@@ -191,7 +268,22 @@ absl::StatusOr<double> PipelineSchedule<T>::ForwardOnly(
   return sum;
 }
 
-template class PipelineSchedule<float>;
-template class PipelineSchedule<double>;
+absl::StatusOr<std::vector<std::pair<int64_t, int64_t>>> BoundaryBytes(
+    const PipelineSchedule& pipe, comm::Communicator* pp, const comm::CollectiveOptions& options) {
+  // Virtual stage j is chunk j / p of rank j % p.
+  const int v = pipe.chunks(), p = pipe.stages();
+  std::vector<int64_t> mine;
+  for (int c = 0; c < v; ++c) {
+    mine.push_back(pipe.forward_bytes(c));
+    mine.push_back(pipe.backward_bytes(c));
+  }
+  std::vector<int64_t> all(mine.size() * p);
+  SATDAR_RETURN_IF_ERROR(
+      pp->AllGather(mine.data(), all.data(), mine.size(), core::DType::kI64, options)->Wait());
+  auto at = [&](int j, int which) { return all[((j % p) * v + j / p) * 2 + which]; };
+  std::vector<std::pair<int64_t, int64_t>> boundaries;
+  for (int j = 0; j + 1 < p * v; ++j) boundaries.emplace_back(at(j, 0), at(j + 1, 1));
+  return boundaries;
+}
 
 }  // namespace satdar::parallel

@@ -259,17 +259,7 @@ model::LayoutNames LayoutNamesOf(Spelling spelling) {
 absl::Status CheckGpuPathOptions(const TrainOptions& o, Spelling spelling) {
   auto n = [spelling](const std::string& s) { return NameOf(s, spelling); };
   const std::string cuda = n("device") + " cuda: ";
-  if (o.mesh.pp != 1) {
-    return Bad(absl::StrCat(
-        cuda, "pipeline parallelism is not on the GPU path yet (data, tensor and expert "
-        "parallelism are: ", n("dp"), ", ", n("tp"), ", ", n("ep"), "); use ", n("device"),
-        " cpu for ", n("pp")));
-  }
   if (o.f64) return Bad(absl::StrCat(cuda, n("dtype"), " must be bf16 or f32"));
-  if (o.virtual_stages > 1) {
-    return Bad(absl::StrCat(cuda, n("virtual_stages"), " is not on the GPU path yet (it needs ",
-                            n("pp"), ")"));
-  }
   return absl::OkStatus();
 }
 

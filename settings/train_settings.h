@@ -107,8 +107,8 @@ absl::Status ParseTrainSettings(const SettingValues& values, TrainOptions* o);
 // --task and the MQAR sizes: nullopt for language modelling.
 absl::StatusOr<std::optional<data::MqarOptions>> TaskFromSettings(const SettingValues& values);
 
-// What the GPU path (device cuda) cannot run yet, from the options alone: TP/PP/EP,
-// statistics, f64, virtual stages, sequence parallelism, a vocabulary multiple.
+// What the GPU path (device cuda) cannot run, from the options alone: f64 (the kernels are
+// bf16 and f32). Every layout runs there.
 absl::Status CheckGpuPathOptions(const TrainOptions& o, Spelling spelling);
 
 // virtual_stages against the config: pp x V dividing the layers, and a design whose

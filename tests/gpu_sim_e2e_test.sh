@@ -32,7 +32,11 @@
 #     with all experts and 8 sequences, within MOE_TOL (a near-tied router may differ), over
 #     the staged communicator and NCCL, and with --zero 1 (the dense weights' moments over
 #     both ranks, the experts' over their one replica); the sharded checkpoints of the staged
-#     runs continue on the CPU as one rank.
+#     runs continue on the CPU as one rank;
+#  7. pipeline stages on the GPU (--pp 2, plain and --virtual-stages 2, 4 micro-batches; two
+#     processes over the staged communicator and over NCCL's directed links): 4-layer Block DAR
+#     with SATFormer and HC equal one GPU rank (losses and gradient norms within DP_TOL), and
+#     the staged run's sharded checkpoint continues on the CPU as one rank.
 # Skips (exit 0, "skipped: ...") when satdar was built without CUDA or the machine has no GPU
 # (SATDAR_SKIP_WITHOUT_GPU's logic, core/cuda/testing/gpu_test_util.h), and skips the NCCL case
 # on a machine with one GPU. Prints each satdar run's wall time at the end.
@@ -412,6 +416,60 @@ if timed ep_one "$SATDAR" "${E[@]}" --batch-size 8 --device cuda:0 --log-jsonl e
   fi
 else
   fail "ep: the one-GPU reference failed (above)"
+fi
+
+# 7. Pipeline stages on the GPU: 4-layer Block DAR with SATFormer (the depth history and V1
+# cross the stages) and HC (its streams do), --pp 2 with 4 micro-batches, plain and interleaved
+# (--virtual-stages 2: 1 layer per chunk, the wrap from the last stage to the first), against
+# one GPU rank with the same micro-batches; over the staged communicator and NCCL (directed
+# links: the interleaved case hangs over one NCCL communicator). The staged --pp 2 run's
+# sharded checkpoint continues on the CPU as one rank.
+python3 - <<'PY'
+import json
+base = json.load(open("base.json"))
+four = dict(base, num_hidden_layers=4)
+json.dump(dict(four, residual="dar", block_size=4, value_residual="satformer"),
+          open("pp_dar.json", "w"))
+json.dump(dict(four, residual="hc"), open("pp_hc.json", "w"))
+PY
+for model in pp_dar pp_hc; do
+  P=("${S[@]}" --config $model.json --steps 2 --dtype f32 --batch-size 8 --microbatches 4
+     --checkpoint-every 2 --comm-timeout 120)
+  D=("${P[@]}")  # what mesh_run runs
+  if ! timed $model.one "$SATDAR" "${P[@]}" --device cuda:0 --log-jsonl $model.one.jsonl \
+       --checkpoint-dir $model.one; then
+    fail "$model: the one-GPU reference failed (above)"
+    continue
+  fi
+  for comm in host nccl; do
+    if [[ $comm == nccl && ${probe1:-0} -eq 2 ]] && grep -q "CUDA device(s) are visible" probe1.out; then
+      echo "skipped: pp=2 --gpu-comm nccl needs 2 GPUs"
+      continue
+    fi
+    devices=(cuda:0 cuda:0)
+    [[ $comm == nccl ]] && devices=(cuda:0 cuda:1)
+    for v in 1 2; do
+      name=${model}_${comm}_v$v
+      if mesh_run "$name" "$comm" "${devices[@]}" --pp 2 --virtual-stages $v; then
+        compare "$model pp=2 virtual stages $v --gpu-comm $comm = 1 GPU" losses $name.jsonl \
+          $model.one.jsonl $DP_TOL
+      else
+        fail "$model pp=2 virtual stages $v --gpu-comm $comm: a rank failed (above)"
+      fi
+    done
+  done
+done
+C=("${S[@]}" --config pp_dar.json --steps 3 --batch-size 8 --microbatches 4 --dtype f32 \
+   --device cpu --resume)
+if [[ -d pp_dar_host_v1 ]] &&
+   timed pp_resume.cpu "$SATDAR" "${C[@]}" --checkpoint-dir pp_dar_host_v1 \
+     --log-jsonl pp_resume.jsonl &&
+   timed pp_one_resume.cpu "$SATDAR" "${C[@]}" --checkpoint-dir pp_dar.one \
+     --log-jsonl pp_one_resume.jsonl; then
+  compare "pp=2 GPU sharded checkpoint continued on the CPU = 1 GPU's continued" cpu_losses \
+    pp_resume.jsonl pp_one_resume.jsonl $DP_TOL
+else
+  fail "pp=2 checkpoint on the CPU: a run failed (above)"
 fi
 
 echo "wall time of each run:"

@@ -22,6 +22,37 @@ namespace {
 
 using Json = nlohmann::json;
 
+// One model instance of a pipeline chunk (parallel/pipeline.h): its parameters and
+// gradients are the chunk's slice of the rank's flat buffers, read from the train state at
+// each pass.
+template <typename T>
+class CpuStage : public parallel::PipelineStage {
+ public:
+  CpuStage(model::Model<T>* m, TrainState<T>* state, int64_t offset)
+      : m_(m), state_(state), offset_(offset) {}
+  absl::StatusOr<model::StageViews> Prepare(int b, int t) override {
+    return model::ViewsOf(m_->PrepareStage(b, t), core::DTypeOf<T>::value);
+  }
+  absl::StatusOr<double> Forward(const int32_t* tokens, int b, int t,
+                                 double loss_scale) override {
+    (void)loss_scale;  // the CPU's models take it at Backward
+    return m_->Forward(state_->params() + offset_, tokens, b, t);
+  }
+  absl::StatusOr<double> Evaluate(const int32_t* tokens, int b, int t) override {
+    SATDAR_RETURN_IF_ERROR(m_->Forward(state_->params() + offset_, tokens, b, t).status());
+    return m_->last_cross_entropy();  // 0 on a stage without the head
+  }
+  absl::Status Backward(double loss_scale) override {
+    return m_->Backward(state_->params() + offset_, state_->grads() + offset_, loss_scale);
+  }
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+
+ private:
+  model::Model<T>* const m_;
+  TrainState<T>* const state_;
+  const int64_t offset_;
+};
+
 template <typename T>
 class CpuEngine : public StepEngine {
  public:
@@ -45,6 +76,17 @@ class CpuEngine : public StepEngine {
       parts = ZeroPartitions(roles.dense, roles.experts, g_);
     }
     state_ = std::make_unique<TrainState<T>>(table, parts, o_.seed);
+    if (g_.shape.pp > 1) {  // the schedule over every model instance
+      std::vector<std::vector<parallel::PipelineStage*>> chunks(chunks_.size());
+      for (size_t c = 0; c < chunks_.size(); ++c) {
+        for (auto& m : chunks_[c]) {
+          stages_.push_back(std::make_unique<CpuStage<T>>(m.get(), state_.get(), offsets_[c]));
+          chunks[c].push_back(stages_.back().get());
+        }
+      }
+      pipeline_ =
+          std::make_unique<parallel::PipelineSchedule>(g_.pp.get(), std::move(chunks), copts_);
+    }
     sync_ = std::make_unique<GradientSync<T>>(table, &g_, o_.config, parts, copts_);
     return absl::OkStatus();
   }
@@ -61,17 +103,7 @@ class CpuEngine : public StepEngine {
         model::Name(o_.config.residual), static_cast<long long>(params().packed_size()),
         g_.shape.ToString(), o_.batch_size, o_.seq_len, o_.microbatches, o_.threads,
         o_.f64 ? "f64" : "f32");
-    if (g_.shape.pp > 1 && o_.virtual_stages == 1) {
-      absl::StrAppendFormat(&s, "\npipeline: %d stages of %d layers, 1F1B over %d micro-batches",
-                            g_.shape.pp, o_.config.num_hidden_layers / g_.shape.pp,
-                            o_.microbatches);
-    } else if (g_.shape.pp > 1) {
-      absl::StrAppendFormat(
-          &s, "\npipeline: %d stages x %d virtual stages of %d layers, interleaved 1F1B over %d "
-              "micro-batches",
-          g_.shape.pp, o_.virtual_stages,
-          o_.config.num_hidden_layers / (g_.shape.pp * o_.virtual_stages), o_.microbatches);
-    }
+    s += DescribePipeline(o_);
     if (activation_estimate_ >= 0) {
       absl::StrAppend(&s, "\nactivations: about ", model::FormatBytes(activation_estimate_),
                       " per rank (recompute ", model::Name(o_.recompute), ")");
@@ -119,8 +151,8 @@ class CpuEngine : public StepEngine {
       return sum / batches;
     }
     SATDAR_ASSIGN_OR_RETURN(
-        sum, pipeline_->ForwardOnly(state_->params(), [&](int mb) { return all[mb].data(); },
-                                    batches, b, o_.seq_len));
+        sum, pipeline_->ForwardOnly([&](int mb) { return all[mb].data(); }, batches, b,
+                                    o_.seq_len));
     SATDAR_RETURN_IF_ERROR(
         g_.pp->AllReduce(&sum, 1, core::DType::kF64, comm::ReduceOp::kSum, copts_)->Wait());
     return sum / batches;
@@ -129,19 +161,11 @@ class CpuEngine : public StepEngine {
   absl::Status AddToLog(Json* line) override {
     if (pipeline_ != nullptr) {
       // Bytes each (virtual) stage boundary carried this step, in stage order: [activations
-      // forward, gradients back]. Virtual stage j is chunk j / pp of rank j % pp.
-      const int v = pipeline_->chunks(), p = g_.shape.pp;
-      std::vector<int64_t> mine;
-      for (int c = 0; c < v; ++c) {
-        mine.push_back(pipeline_->forward_bytes(c));
-        mine.push_back(pipeline_->backward_bytes(c));
-      }
-      std::vector<int64_t> all(mine.size() * p);
-      SATDAR_RETURN_IF_ERROR(g_.pp->AllGather(mine.data(), all.data(), mine.size(),
-                                              core::DType::kI64, copts_)->Wait());
-      auto at = [&](int j, int which) { return all[((j % p) * v + j / p) * 2 + which]; };
+      // forward, gradients back].
+      SATDAR_ASSIGN_OR_RETURN(const auto carried,
+                              parallel::BoundaryBytes(*pipeline_, g_.pp.get(), copts_));
       Json boundaries = Json::array();
-      for (int j = 0; j + 1 < p * v; ++j) boundaries.push_back({at(j, 0), at(j + 1, 1)});
+      for (const auto& [fwd, bwd] : carried) boundaries.push_back({fwd, bwd});
       (*line)["pp_boundary_bytes"] = boundaries;
     }
     if (o_.world != nullptr) {
@@ -170,18 +194,9 @@ class CpuEngine : public StepEngine {
   absl::Status AddStats(Json* line) override {
     std::vector<Json> per_chunk;
     for (auto& models : chunks_) {
-      Json s = Json::object();
-      if (models.size() == 1) {
-        models[0]->AppendStats(&s);
-      } else {  // 1F1B: micro-batch mb ran on instance mb % instances
-        std::vector<Json> each(models.size(), Json::object());
-        std::vector<double> weights(models.size(), 0);
-        for (size_t k = 0; k < models.size(); ++k) models[k]->AppendStats(&each[k]);
-        for (int mb = 0; mb < o_.microbatches; ++mb) weights[mb % models.size()] += 1;
-        s = MergeInstanceStats(each, weights);
-      }
-      for (auto& m : models) m->ResetStats();
-      per_chunk.push_back(std::move(s));
+      std::vector<model::Model<T>*> instances;
+      for (auto& m : models) instances.push_back(m.get());
+      per_chunk.push_back(TakeChunkStats(instances, o_.microbatches));
     }
     Json s = per_chunk[0];
     if (g_.mp != nullptr) {  // the whole model's, from the pieces of this replica
@@ -239,24 +254,17 @@ class CpuEngine : public StepEngine {
     const int slots =
         pp > 1 ? parallel::PipelineSlots(pp, g_.coord.pp, v, o_.microbatches) : 1;
     shard.pp_size = pp * v;
-    std::vector<std::vector<model::Model<T>*>> raw(v);
-    std::vector<int64_t> offsets;
     for (int c = 0; c < v; ++c) {
       shard.pp_rank = c * pp + g_.coord.pp;
       chunks_.emplace_back();
       for (int i = 0; i < slots; ++i) {
         SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<model::Model<T>> m,
                                 model::CreateModel<T>(o_.config, shard, pool_.get()));
-        raw[c].push_back(m.get());
         chunks_[c].push_back(std::move(m));
       }
-      offsets.push_back(v > 1 ? combined_.Append(chunks_[c][0]->params()) : 0);
+      offsets_.push_back(v > 1 ? combined_.Append(chunks_[c][0]->params()) : 0);
     }
     model_ = chunks_[0][0].get();
-    if (pp > 1) {
-      pipeline_ = std::make_unique<parallel::PipelineSchedule<T>>(g_.pp.get(), std::move(raw),
-                                                                  std::move(offsets), copts_);
-    }
     return absl::OkStatus();
   }
 
@@ -267,8 +275,8 @@ class CpuEngine : public StepEngine {
     T* params = state_->params();
     T* grads = state_->grads();
     if (pipeline_ != nullptr) {
-      return pipeline_->Step(params, grads, [&](int mb) { return micro[mb].data(); },
-                             o_.microbatches, mb_size, o_.seq_len);
+      return pipeline_->Step([&](int mb) { return micro[mb].data(); }, o_.microbatches, mb_size,
+                             o_.seq_len);
     }
     double loss = 0;
     for (int mb = 0; mb < o_.microbatches; ++mb) {
@@ -292,9 +300,12 @@ class CpuEngine : public StepEngine {
   // Per chunk (one, or --virtual-stages), one model per micro-batch in flight (1F1B).
   std::vector<std::vector<std::unique_ptr<model::Model<T>>>> chunks_;
   model::ParamTable combined_;  // virtual stages: the chunks' tables back to back
+  std::vector<int64_t> offsets_;  // where each chunk's parameters start in the flat buffers
   int64_t activation_estimate_ = -1;  // bytes; -1 when it could not be estimated
   model::Model<T>* model_ = nullptr;
-  std::unique_ptr<parallel::PipelineSchedule<T>> pipeline_;
+  // The pipeline's view of the models (one per instance) and its schedule.
+  std::vector<std::unique_ptr<CpuStage<T>>> stages_;
+  std::unique_ptr<parallel::PipelineSchedule> pipeline_;
   std::unique_ptr<TrainState<T>> state_;
   std::unique_ptr<GradientSync<T>> sync_;
   std::vector<T> shard_;  // ZeRO-1: this replica's slice of the reduced gradients

@@ -75,6 +75,28 @@ absl::StatusOr<TrainSummary> TrainGpu(TrainOptions o, GpuOptions g) {
   return Train(o);
 }
 
+// Two ranks of `two`'s layout as threads sharing one GPU (host communicators in process, the
+// device ones staged through host memory, as `--gpu-comm host`); each rank's outcome.
+std::vector<absl::Status> TrainTwoRanksOnOneGpu(const TrainOptions& two, const GpuOptions& g) {
+  auto host = comm::MakeLocalCommunicators(2), device = comm::MakeLocalCommunicators(2);
+  std::vector<std::unique_ptr<comm::Communicator>> staged;
+  for (auto& d : device) staged.push_back(comm::StageThroughHost(std::move(d), comm::CudaCopier()));
+  std::vector<absl::Status> status(2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      TrainOptions o = two;
+      o.world = host[r].get();
+      GpuOptions gr = g;
+      gr.world = staged[r].get();
+      gr.world_kind = "host staging";
+      status[r] = TrainGpu(o, gr).status();
+    });
+  }
+  for (auto& t : ranks) t.join();
+  return status;
+}
+
 std::vector<double> Losses(const std::string& path) {
   std::vector<double> out;
   std::ifstream in(path);
@@ -203,21 +225,23 @@ std::vector<double> ValLosses(const std::string& path) {
   return out;
 }
 
+// DAR-MoE with SATFormer on WordCorpus, validated every eval_every steps on 2 batches.
+TrainOptions WithEval(const std::string& name, int eval_every) {
+  TrainOptions o = Options(name, "dar-moe", "satformer");
+  o.config.vocab_size = 320;
+  o.synthetic_data = false;
+  o.data_dir = WordCorpus();
+  o.eval_every = eval_every;
+  o.eval_batches = 2;
+  return o;
+}
+
 // --eval-every on the GPU: the same validation losses as the CPU trainer. With MoE, so that
 // counting the router's aux and z losses (0.1 and 0.01 here) into the validation loss fails.
 TEST(CudaEngine, ValidationLossMatchesCpuTrainer) {
   SATDAR_SKIP_WITHOUT_GPU();
-  const std::string data = WordCorpus();
-  ASSERT_FALSE(data.empty());
-  auto with_eval = [&](const std::string& name) {
-    TrainOptions o = Options(name, "dar-moe", "satformer");
-    o.config.vocab_size = 320;
-    o.synthetic_data = false;
-    o.data_dir = data;
-    o.eval_every = 4;
-    o.eval_batches = 2;
-    return o;
-  };
+  ASSERT_FALSE(WordCorpus().empty());
+  auto with_eval = [](const std::string& name) { return WithEval(name, /*eval_every=*/4); };
   const TrainOptions cpu = with_eval("eval_cpu");
   ASSERT_TRUE(Train(cpu).ok());
   const TrainOptions gpu = with_eval("eval_gpu");
@@ -230,6 +254,43 @@ TEST(CudaEngine, ValidationLossMatchesCpuTrainer) {
   // 1e-2 as for the MoE training losses (a near-tie may route differently); the aux loss
   // alone would add about 2e-2.
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-2 * want[i]) << i;
+}
+
+// Pipeline stages on the GPU (two ranks sharing one GPU, staged through host memory, over the
+// directed links of parallel/pipeline.h), plain and interleaved: the training losses and the
+// validation losses (the batches through the pipeline, the last stage's sum on every rank)
+// of one GPU rank. The same kernels on the same micro-batches: equal up to the summation of
+// the stages' auxiliary losses (1e-6 relative).
+TEST(CudaEngine, PipelineStagesMatchOneRankAndValidateThroughThePipeline) {
+  SATDAR_SKIP_WITHOUT_GPU();
+  ASSERT_FALSE(WordCorpus().empty());
+  GpuOptions g;
+  g.compute = core::DType::kF32;
+  g.device = 0;
+  auto with_eval = [](const std::string& name) {
+    TrainOptions o = WithEval(name, /*eval_every=*/2);
+    o.steps = 4;
+    return o;
+  };
+  const TrainOptions one = with_eval("pp_one");
+  ASSERT_TRUE(TrainGpu(one, g).ok());
+  for (int v : {1, 2}) {
+    TrainOptions two = with_eval("pp_two_v" + std::to_string(v));
+    two.mesh.pp = 2;
+    two.virtual_stages = v;
+    const std::vector<absl::Status> status = TrainTwoRanksOnOneGpu(two, g);
+    ASSERT_TRUE(status[0].ok()) << status[0];
+    ASSERT_TRUE(status[1].ok()) << status[1];
+    for (const auto& [got, want] :
+         {std::pair(Losses(two.log_jsonl), Losses(one.log_jsonl)),
+          std::pair(ValLosses(two.log_jsonl), ValLosses(one.log_jsonl))}) {
+      ASSERT_EQ(got.size(), want.size());
+      ASSERT_FALSE(want.empty());
+      for (size_t i = 0; i < want.size(); ++i) {
+        EXPECT_NEAR(got[i], want[i], 1e-6 * want[i]) << "virtual stages " << v << ", " << i;
+      }
+    }
+  }
 }
 
 TEST(CudaEngine, ResumeIsExactAndCheckpointsLoadOnCpu) {
@@ -274,28 +335,13 @@ TEST(CudaEngine, TwoRanksSharingOneGpuMatchOneRank) {
   ASSERT_TRUE(TrainGpu(one, g).ok());
   const std::vector<double> want = Losses(one.log_jsonl);
   for (int zero : {0, 1}) {
-    auto host = comm::MakeLocalCommunicators(2), device = comm::MakeLocalCommunicators(2);
-    std::vector<std::unique_ptr<comm::Communicator>> staged;
-    for (auto& d : device) staged.push_back(comm::StageThroughHost(std::move(d), comm::CudaCopier()));
     TrainOptions two = Options("dp_two_zero" + std::to_string(zero), "dar", "satformer");
     two.mesh.dp = 2;
     two.zero_stage = zero;
     two.batch_size = one.batch_size / 2;  // per replica: the same global batch
     two.microbatches = 1;
     two.checkpoint_dir = TestTmpDir("dp_two_ckpt" + std::to_string(zero));
-    std::vector<absl::Status> status(2);
-    std::vector<std::thread> ranks;
-    for (int r = 0; r < 2; ++r) {
-      ranks.emplace_back([&, r] {
-        TrainOptions o = two;
-        o.world = host[r].get();
-        GpuOptions gr = g;
-        gr.world = staged[r].get();
-        gr.world_kind = "host staging";
-        status[r] = TrainGpu(o, gr).status();
-      });
-    }
-    for (auto& t : ranks) t.join();
+    const std::vector<absl::Status> status = TrainTwoRanksOnOneGpu(two, g);
     ASSERT_TRUE(status[0].ok()) << status[0];
     ASSERT_TRUE(status[1].ok()) << status[1];
     const std::vector<double> got = Losses(two.log_jsonl);
@@ -314,16 +360,14 @@ TEST(CudaEngine, TwoRanksSharingOneGpuMatchOneRank) {
 
 TEST(CudaEngine, RefusesWhatItDoesNotHave) {
   TrainOptions o = Options("refuse", "standard", "none");
-  o.mesh.pp = 2;
+  o.f64 = true;  // every layout runs on the GPU; f64 does not
   absl::StatusOr<TrainSummary> s = TrainGpu(o, GpuOptions());
   EXPECT_FALSE(s.ok());
   if (!core::cuda::BuiltWithCuda()) {
     EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition) << s.status();
   } else {
     EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << s.status();
-    EXPECT_EQ(s.status().message(),
-              "device cuda: pipeline parallelism is not on the GPU path yet (data, tensor and "
-              "expert parallelism are: dp, tp, ep); use device cpu for pp");
+    EXPECT_EQ(s.status().message(), "device cuda: dtype must be bf16 or f32");
   }
 }
 

@@ -37,6 +37,25 @@ nlohmann::json MergeStats(const std::vector<StatsPiece>& pieces, bool rows_split
 nlohmann::json MergeInstanceStats(const std::vector<nlohmann::json>& instances,
                                   const std::vector<double>& weights);
 
+// A chunk's statistics since the last call, from its instances (anything with AppendStats and
+// ResetStats: the CPU's Model<T>, a GPU's DeviceModel), micro-batch mb having run on instance
+// mb % instances; the instances' statistics are reset.
+template <class M>
+nlohmann::json TakeChunkStats(const std::vector<M*>& instances, int microbatches) {
+  nlohmann::json s = nlohmann::json::object();
+  if (instances.size() == 1) {
+    instances[0]->AppendStats(&s);
+  } else {
+    std::vector<nlohmann::json> each(instances.size(), nlohmann::json::object());
+    std::vector<double> weights(instances.size(), 0);
+    for (size_t k = 0; k < instances.size(); ++k) instances[k]->AppendStats(&each[k]);
+    for (int mb = 0; mb < microbatches; ++mb) weights[mb % instances.size()] += 1;
+    s = MergeInstanceStats(each, weights);
+  }
+  for (M* m : instances) m->ResetStats();
+  return s;
+}
+
 // Every model-parallel rank's statistics over g.mp (host memory: JSON text in int64 words,
 // lengths first, then the padded texts), merged into the whole model's (MergeStats) on every
 // rank. mine: one object per model chunk this rank holds (chunk c is virtual stage

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_format.h"
 #include "core/ops/adamw.h"
 #include "data/batches.h"
 #include "model/param_table.h"
@@ -74,6 +75,22 @@ class StepEngine {
   // or timing out), so no device work waits on a peer when the buffers are freed.
   virtual void Abandon() {}
 };
+
+// The pipeline line of an engine's Describe (with its leading newline); empty without
+// pipeline stages.
+inline std::string DescribePipeline(const TrainOptions& o) {
+  const int pp = o.mesh.pp, v = o.virtual_stages;
+  if (pp == 1) return "";
+  const int layers = o.config.num_hidden_layers / (pp * v);
+  if (v == 1) {
+    return absl::StrFormat("\npipeline: %d stages of %d layers, 1F1B over %d micro-batches", pp,
+                           layers, o.microbatches);
+  }
+  return absl::StrFormat(
+      "\npipeline: %d stages x %d virtual stages of %d layers, interleaved 1F1B over %d "
+      "micro-batches",
+      pp, v, layers, o.microbatches);
+}
 
 }  // namespace satdar::worker
 
