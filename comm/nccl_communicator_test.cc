@@ -5,6 +5,8 @@
 
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -45,6 +47,52 @@ TEST(NcclCommunicator, Conformance) {
   };
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) threads.emplace_back(rank, r);
+  for (auto& t : threads) t.join();
+}
+
+// CollectiveOptions::enqueue_now: a Send that nothing else on its communicator follows still
+// reaches its Recv (without it the Send waits for the next call, and the Recv times out).
+TEST(NcclCommunicator, EnqueueNowStartsASendAtOnce) {
+  if (!NcclBuilt()) GTEST_SKIP() << "built without NCCL (no nccl.h / libnccl.so at build time)";
+  if (core::cuda::DeviceCount() < 2) GTEST_SKIP() << "needs 2 CUDA GPUs";
+  const std::string dir = core::testing::TestTmpDir(absl::StrCat("nccl_enqueue_", ::getpid()));
+  std::atomic<bool> received{false};
+  auto rank = [&](int r) {
+    NcclOptions o;
+    o.rank = r;
+    o.world_size = 2;
+    o.device = r;
+    o.store_dir = dir;
+    o.timeout = absl::Seconds(60);
+    auto world = NcclWorld(o);
+    ASSERT_TRUE(world.ok()) << world.status();
+    const ConformanceMemory mem = CudaMemory(r);
+    const double value = 42 + r;
+    void* buf = mem.alloc(sizeof(double));
+    mem.to_device(buf, &value, sizeof(double));
+    CollectiveOptions c;
+    c.timeout = absl::Seconds(5);
+    c.enqueue_now = true;
+    if (r == 0) {
+      auto sent = (*world)->Send(buf, 1, core::DType::kF64, 1, 0, c);
+      // Nothing more from this rank until the receiver has its message.
+      for (int i = 0; i < 1000 && !received; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      EXPECT_TRUE(received) << "the Send never started";
+      EXPECT_TRUE(sent->Wait().ok());
+    } else {
+      const absl::Status s = (*world)->Recv(buf, 1, core::DType::kF64, 0, 0, c)->Wait();
+      EXPECT_TRUE(s.ok()) << s;
+      double got = 0;
+      mem.to_host(&got, buf, sizeof(double));
+      EXPECT_EQ(got, 42);
+      received = true;
+    }
+    mem.free(buf);
+  };
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) threads.emplace_back(rank, r);
   for (auto& t : threads) t.join();
 }
 

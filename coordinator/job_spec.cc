@@ -309,10 +309,12 @@ absl::StatusOr<ValidJob> ValidateJobSpec(const satdar::v1::JobSpec& spec) {
                                      o.vocab_multiple);
   }
   if (parsed.ok() && job.device == "cuda") {
-    // What the GPU path cannot run yet (the design itself is checked by the rank: it needs the
-    // GPU build). As `satdar train --device cuda`, statistics are off unless asked for.
+    // What the GPU path cannot run: options, and designs its kernels cannot take (from the
+    // config alone; the rank checks again). As `satdar train --device cuda`, statistics are
+    // off unless asked for.
     if (!stats_given) o.stats_every = 0;
     parsed = settings::CheckGpuPathOptions(o, settings::Spelling::kSpec);
+    if (parsed.ok()) parsed = model::CheckDeviceSupport(*config, tp);
   }
   if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat("job spec: ", parsed.message()));
   if (o.mqar.has_value()) {

@@ -164,6 +164,12 @@ TEST(JobSpec, TrainsRulesBetweenFlagsHoldAtSubmit) {
             "");
   EXPECT_EQ(ErrorOf(Spec(R"("synthetic_data": true)", R"(, "layout": {"pp": 2}, "resources": {"device": "cuda"})")),
             "");
+  // A design the GPU's kernels cannot take is refused at submit (model/layout_check.h).
+  EXPECT_EQ(ErrorOf(R"({"config": {"vocab_size": 64, "hidden_size": 16, "intermediate_size": 32,
+    "num_hidden_layers": 2, "num_attention_heads": 2, "max_position_embeddings": 64,
+    "residual": "hc", "hc_streams": 9}, "train": {"steps": 2, "batch_size": 2, "seq_len": 8,
+    "synthetic_data": true}, "resources": {"device": "cuda"}})"),
+            "job spec: device cuda: hc_streams 9 exceeds the GPU kernels' limit of 8");
   EXPECT_EQ(ErrorOf(Spec(R"("task": "mqar", "mqar_keys": 40, "mqar_values": 40)")),
             "job spec: MQAR needs 81 token ids (pad + train.mqar_keys + train.mqar_values) but the "
             "config's vocab_size is 64");

@@ -149,9 +149,9 @@ using DecoderModel = DecoderModelT<Cpu<T>>;
 // CUDA builds: this rank's model for any design, its table aligned to kDeviceParamAlign (the
 // GPU's, BuildParamTable(config, shard, kDeviceParamAlign)). A config or sharding the CPU
 // registry refuses: its error; one the kernels cannot take: CheckDeviceSupport's
-// (layout_check.h); x without a GEMM handle or allocator: FailedPrecondition. Under tp or ep > 1 the Sharding's
-// communicators must move device memory and its on_device/stream be set (its collectives
-// wait on that stream).
+// (layout_check.h); x without a GEMM handle or allocator: FailedPrecondition. Under tp or
+// ep > 1 the Sharding's communicators must move device memory and its on_device/stream be
+// set (its collectives wait on that stream).
 template <class B>
 absl::StatusOr<std::unique_ptr<DecoderModelT<B>>> CreateDeviceModel(const ModelConfig& config,
                                                                    const Sharding& shard,

@@ -267,19 +267,33 @@ SATDAR_DESIGN_CASE(MoeTransformer, Moe(Tiny("standard", "none"), 8, 2, 1, false)
 SATDAR_DESIGN_CASE(MoeBlockDarSatformer, Moe(Tiny("dar", "satformer", 2, false), 8, 3, 0, true))
 #undef SATDAR_DESIGN_CASE
 
-// A layout the device model does not run yet: Unimplemented naming it.
+// What the registry refuses on a device, each with its code: a config the kernels cannot take
+// (naming the field), an execution context without a GEMM handle. A pipeline stage is built:
+// it has the stage's table (the last stage holds the head, not the embedding).
 template <typename E>
 void CheckRefusal() {
   DeviceTestExec gpu;
   Sharding shard;
   shard.pp_size = 2;
+  shard.pp_rank = 1;
   ModelConfig c = Tiny("standard", "none");
   c.num_hidden_layers = 4;  // two stages of 2 layers
-  auto model = CreateDeviceModel<Cuda<E>>(c, shard, gpu.x);
-  ASSERT_FALSE(model.ok());
-  EXPECT_EQ(model.status().code(), absl::StatusCode::kUnimplemented);
-  const std::string message(model.status().message());
-  EXPECT_NE(message.find("pp 2"), std::string::npos) << message;
+  c.tie_word_embeddings = false;
+  auto stage = CreateDeviceModel<Cuda<E>>(c, shard, gpu.x);
+  ASSERT_TRUE(stage.ok()) << stage.status();
+  EXPECT_NE((*stage)->params().Find("lm_head.weight"), nullptr);
+  EXPECT_EQ((*stage)->params().Find("model.embed_tokens.weight"), nullptr);
+  ModelConfig hc = Tiny("hc", "none");
+  hc.hc_streams = 9;
+  auto wide = CreateDeviceModel<Cuda<E>>(hc, Sharding{}, gpu.x);
+  ASSERT_FALSE(wide.ok());
+  EXPECT_EQ(wide.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(wide.status().message().find("hc_streams 9"), std::string::npos) << wide.status();
+  core::CudaExec no_gemm = gpu.x;
+  no_gemm.gemm = nullptr;
+  auto bare = CreateDeviceModel<Cuda<E>>(c, Sharding{}, no_gemm);
+  ASSERT_FALSE(bare.ok());
+  EXPECT_EQ(bare.status().code(), absl::StatusCode::kFailedPrecondition) << bare.status();
 }
 
 #endif  // SATDAR_WITH_CUDA

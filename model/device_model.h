@@ -1,7 +1,7 @@
 // model/device_model.h: what the GPU trainer (worker/cuda_engine.cc) drives: one rank's
-// piece of the model (all of it, or its TP/EP shard, or a pipeline stage) on one CUDA stream, the CPU's classes (DecoderModelT<Cuda<float>> or
-// DecoderModelT<Cuda<__nv_bfloat16>>, registry.cc's CreateDeviceModel) behind the few calls a
-// training step makes:
+// piece of the model (all of it, its TP/EP shard, or a pipeline stage) on one CUDA stream, the
+// CPU's classes (DecoderModelT<Cuda<float>> or DecoderModelT<Cuda<__nv_bfloat16>>,
+// registry.cc's CreateDeviceModel) behind the few calls a training step makes:
 //
 //   SATDAR_ASSIGN_OR_RETURN(auto m, DeviceModel::Create(config, {DType::kBF16}, stream, &alloc));
 //   m->SetWeights(master);                       // fp32 device buffer, m->params() offsets
@@ -84,7 +84,8 @@ class DeviceModel {
   virtual absl::Status Backward(float* grads) = 0;
   // Another instance of this model (a pipeline chunk keeps one per micro-batch in flight): its
   // own activations and boundary buffers, and this one's weights (a SetWeights on any instance
-  // serves all), stream, GEMM handle, workspace and statistics switch.
+  // serves all), stream, GEMM handle and workspace. It starts with this instance's statistics
+  // switch (SetStatsEnabled sets one instance's).
   virtual absl::StatusOr<std::unique_ptr<DeviceModel>> NewInstance() = 0;
   // Pipeline stages (shard.pp_size > 1): sizes what crosses this stage's boundaries for (B, T)
   // micro-batches (model.h's StageBuffers, device memory of the compute dtype) and returns their

@@ -402,15 +402,16 @@ absl::StatusOr<StepTime> PredictStepTime(const ModelConfig& c, const MemoryShape
   const int replicas = l.dp * l.ep;
   const bool split = l.ep > 1 && r.experts > 0;
   const double dense = static_cast<double>(r.total - (split ? r.experts : 0));
-  // As satdar's GPU trainer runs it (worker/cuda_engine.cc): the all-reduce of each layer's
-  // gradients starts as the last micro-batch's backward finishes that layer, so the backward
-  // hides it, but for the embedding with the first layer and the final norm with the head,
-  // reduced after the backward; ZeRO-1's reduce-scatter and gather run after the backward and
-  // the update.
+  // As satdar's GPU trainer runs it (worker/cuda_engine.cc, worker/gradient_sync.cc): without
+  // pipeline stages or expert parallelism the all-reduce of each layer's gradients starts as
+  // the last micro-batch's backward finishes that layer, so the backward hides it, but for the
+  // embedding with the first layer and the final norm with the head, reduced after the
+  // backward; with them (the 1F1B schedule's last backward is not one pass), and ZeRO-1's
+  // reduce-scatter and gather, the reductions run after the backward.
   Tally reduce(hw, share, e), tail(hw, share, e), gather(hw, share, e), exchange(hw, share, e);
   exchange.AllReduce("tp", r.tp_partial * g, l.tp, tp_link);
   exchange.AllReduce("pp", (r.pp_partial + r.embedding) * g, l.pp > 1 ? 2 : 1, pp_link);
-  const bool overlap = hw.gpu && l.zero_stage == 0;
+  const bool overlap = hw.gpu && l.zero_stage == 0 && l.pp == 1 && l.ep == 1;
   if (l.zero_stage == 1 && replicas > 1) {
     reduce.Gather("data", dense * g, replicas, data_link);
     gather.Gather("data", dense * g, replicas, data_link);  // the updated master slices

@@ -26,7 +26,8 @@ int PipelineSlots(int stages, int stage, int chunks, int microbatches) {
 }
 
 absl::StatusOr<PipelineLinks> MakePipelineLinks(comm::Communicator* pp,
-                                                const comm::CollectiveOptions& options) {
+                                                const comm::CollectiveOptions& options,
+                                                double* probe) {
   const int p = pp->size(), s = pp->rank();
   if (p < 2) return absl::InvalidArgumentError("pipeline links need 2 or more stages");
   // Edge j joins stages j and j + 1 (mod p). Each round of splits takes a matching of the
@@ -46,6 +47,16 @@ absl::StatusOr<PipelineLinks> MakePipelineLinks(comm::Communicator* pp,
           std::unique_ptr<comm::Communicator> c,
           pp->Split(edge >= 0 ? edge : p + s, edge >= 0 && s == sender ? 0 : 1, options));
       if (edge < 0) continue;  // a singleton: no link this round
+      if (probe != nullptr) {
+        // One message over the new link, while its two ranks are both here: NCCL connects a
+        // link at its first use, which must not be in the middle of the schedule.
+        comm::CollectiveOptions o = options;
+        o.enqueue_now = true;
+        SATDAR_RETURN_IF_ERROR(
+            (s == sender ? c->Send(probe, 1, core::DType::kF64, 1, 0, o)
+                         : c->Recv(probe, 1, core::DType::kF64, 0, 0, o))
+                ->Wait());
+      }
       const bool mine = edge == s;  // the edge to the next stage
       auto& slot = next ? (mine ? links.to_next : links.from_prev)
                         : (mine ? links.from_next : links.to_prev);
@@ -77,7 +88,6 @@ PipelineSchedule::PipelineSchedule(PipelineLinks links, int stage, int stages,
   SATDAR_CHECK(!chunks_.empty()) << "a pipeline rank needs at least one chunk";
   SATDAR_CHECK(links_.to_next && links_.from_prev && links_.to_prev && links_.from_next)
       << "pipeline stage " << stage << " is missing a link";
-  options_.enqueue_now = true;  // a link's sender issues nothing else that would flush a send
   for (const auto& slots : chunks_) {
     SATDAR_CHECK(!slots.empty()) << "a pipeline chunk needs at least one model";
     views_.emplace_back(slots.size());
@@ -131,37 +141,66 @@ absl::StatusOr<PipelineSchedule::Slot> PipelineSchedule::Take(int chunk, int mb)
   return Slot{stage, &views_[chunk][slot], slot};
 }
 
+comm::CollectiveOptions PipelineSchedule::OptionsFor(size_t k, size_t n) const {
+  comm::CollectiveOptions o = options_;
+  // Over links, the message's last call enqueues it and the calls pending before it as one
+  // group (a link's sender issues nothing else that would).
+  o.enqueue_now = pp_ == nullptr && k + 1 == n;
+  return o;
+}
+
+absl::Status PipelineSchedule::Retake(int chunk, int mb, Slot* s) {
+  // Sized already: no reallocation, only the buffers' current addresses.
+  SATDAR_ASSIGN_OR_RETURN(Slot again, Take(chunk, mb));
+  *s = again;
+  return absl::OkStatus();
+}
+
 absl::Status PipelineSchedule::Receive(const std::vector<model::BoundaryView>& into,
                                        core::DType dtype, bool forward, int chunk, int mb) {
   const auto [c, from] = Route(/*send=*/false, forward);
   // All of the message's tensors first, so that they are one group where calls are grouped.
   std::vector<std::unique_ptr<comm::Work>> works;
-  for (const model::BoundaryView& v : into) {
-    works.push_back(c->Recv(v.data, v.count, dtype, from,
-                            (forward ? kForwardTag : kBackwardTag) + chunk, options_));
+  for (size_t k = 0; k < into.size(); ++k) {
+    works.push_back(c->Recv(into[k].data, into[k].count, dtype, from,
+                            (forward ? kForwardTag : kBackwardTag) + chunk,
+                            OptionsFor(k, into.size())));
   }
+  // Every one waited for (none left to write into the buffers later); the first failure.
+  absl::Status first;
   for (auto& w : works) {
     absl::Status s = w->Wait();
-    if (!s.ok()) {
-      return absl::Status(
-          s.code(), absl::StrCat("pipeline stage ", Virtual(chunk), " receiving ",
-                                 forward ? "" : "gradients of ", "micro-batch ", mb,
-                                 " from stage ", Virtual(chunk) + (forward ? -1 : 1), ": ",
-                                 s.message()));
-    }
+    if (first.ok() && !s.ok()) first = std::move(s);
   }
-  return absl::OkStatus();
+  if (first.ok()) return first;
+  return absl::Status(first.code(), absl::StrCat("pipeline stage ", Virtual(chunk), " receiving ",
+                                                 forward ? "" : "gradients of ", "micro-batch ",
+                                                 mb, " from stage ",
+                                                 Virtual(chunk) + (forward ? -1 : 1), ": ",
+                                                 first.message()));
 }
 
 void PipelineSchedule::SendAll(const std::vector<model::BoundaryView>& from, core::DType dtype,
                                bool forward, int chunk, int to_chunk, int mb) {
   const auto [c, to] = Route(/*send=*/true, forward);
   auto& pending = sends_[chunk][mb % static_cast<int>(chunks_[chunk].size())][forward ? 0 : 1];
-  for (const model::BoundaryView& v : from) {
-    pending.push_back(c->Send(v.data, v.count, dtype, to,
-                              (forward ? kForwardTag : kBackwardTag) + to_chunk, options_));
+  for (size_t k = 0; k < from.size(); ++k) {
+    pending.push_back(c->Send(from[k].data, from[k].count, dtype, to,
+                              (forward ? kForwardTag : kBackwardTag) + to_chunk,
+                              OptionsFor(k, from.size())));
     (forward ? forward_bytes_ : backward_bytes_)[chunk] +=
-        static_cast<int64_t>(v.count * core::DTypeSize(dtype));
+        static_cast<int64_t>(from[k].count * core::DTypeSize(dtype));
+  }
+}
+
+void PipelineSchedule::Abandon() {
+  for (auto& chunk : sends_) {
+    for (auto& slot : chunk) {
+      for (auto& pending : slot) {
+        for (auto& w : pending) (void)w->Wait();  // completes, fails or times out
+        pending.clear();
+      }
+    }
   }
 }
 
@@ -184,6 +223,7 @@ absl::Status PipelineSchedule::Forward(int chunk, int mb, const int32_t* tokens,
   }
   if (s.views->out.empty()) return absl::OkStatus();
   SATDAR_RETURN_IF_ERROR(s.stage->Synchronize());  // the activations written
+  SATDAR_RETURN_IF_ERROR(Retake(chunk, mb, &s));  // the pass may have resized a buffer
   // The next virtual stage: this rank's next chunk's on the first rank after the last.
   const int to_chunk = stage_ == stages_ - 1 ? chunk + 1 : chunk;
   SendAll(s.views->out, s.views->dtype, /*forward=*/true, chunk, to_chunk, mb);
@@ -201,6 +241,7 @@ absl::Status PipelineSchedule::Backward(int chunk, int mb, double loss_scale) {
   SATDAR_RETURN_IF_ERROR(s.stage->Backward(loss_scale));
   if (s.views->din.empty()) return absl::OkStatus();
   SATDAR_RETURN_IF_ERROR(s.stage->Synchronize());  // the gradients written
+  SATDAR_RETURN_IF_ERROR(Retake(chunk, mb, &s));
   const int to_chunk = stage_ == 0 ? chunk - 1 : chunk;
   SendAll(s.views->din, s.views->dtype, /*forward=*/false, chunk, to_chunk, mb);
   return absl::OkStatus();

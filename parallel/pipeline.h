@@ -31,8 +31,8 @@
 // 2 stages and 4 micro-batches). On a device the messages therefore go over PipelineLinks:
 // one two-rank communicator per directed link, on which one rank only sends (each Send
 // enqueued at once) and the other only receives, in the same order; a rank waits for a send
-// only before it overwrites the buffer sent. The boundary tensors of one message are received
-// as one group.
+// only before it overwrites the buffer sent. The boundary tensors of one message are sent (and
+// received) as one group.
 //
 //   PipelineSchedule pipe(pp, {{&slot0, &slot1}});   // one chunk, 2 instances
 //   SATDAR_ASSIGN_OR_RETURN(double sum, pipe.Step(tokens_of, M, b, t));
@@ -48,6 +48,7 @@
 
 #include "absl/status/statusor.h"
 #include "comm/communicator.h"
+#include "core/dtype.h"
 #include "model/model.h"
 
 namespace satdar::parallel {
@@ -60,9 +61,12 @@ struct PipelineLinks {
   std::unique_ptr<comm::Communicator> to_next, from_prev, to_prev, from_next;
 };
 // The links of this rank of `pp` (2 or more ranks), split from it: every rank of pp calls it
-// (4 Splits, 6 for an odd number of stages).
+// (4 Splits, 6 for an odd number of stages). probe: one double in the communicator's memory
+// (device memory for a device's), sent once over each new link so that its connection is set
+// up here; null sends nothing.
 absl::StatusOr<PipelineLinks> MakePipelineLinks(comm::Communicator* pp,
-                                                const comm::CollectiveOptions& options);
+                                                const comm::CollectiveOptions& options,
+                                                double* probe);
 
 // Model instances one chunk needs: the micro-batches it can have in flight.
 int PipelineSlots(int stages, int stage, int chunks, int microbatches);
@@ -121,6 +125,10 @@ class PipelineSchedule {
   int chunks() const { return static_cast<int>(chunks_.size()); }
   int stages() const { return stages_; }
 
+  // After a failed Step or ForwardOnly: waits for the sends still in flight (each completes,
+  // fails or times out), so none reads a buffer after the engine frees it.
+  void Abandon();
+
  private:
   int Virtual(int chunk) const { return chunk * stages_ + stage_; }
   // The instance of `chunk` that runs micro-batch mb, with its boundary views.
@@ -132,6 +140,10 @@ class PipelineSchedule {
   absl::StatusOr<Slot> Take(int chunk, int mb);
   // Where a message goes or comes from: the communicator and the peer's rank in it.
   std::pair<comm::Communicator*, int> Route(bool send, bool forward) const;
+  // The views again after a pass (a pass may resize a boundary buffer).
+  absl::Status Retake(int chunk, int mb, Slot* s);
+  // The options of call k of a message of n calls.
+  comm::CollectiveOptions OptionsFor(size_t k, size_t n) const;
   absl::Status Receive(const std::vector<model::BoundaryView>& into, core::DType dtype,
                        bool forward, int chunk, int mb);
   void SendAll(const std::vector<model::BoundaryView>& from, core::DType dtype, bool forward,

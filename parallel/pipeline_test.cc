@@ -88,14 +88,19 @@ class StampStage : public PipelineStage {
 
   absl::StatusOr<model::StageViews> Prepare(int b, int t) override {
     if (fail_prepare_) return absl::ResourceExhaustedError("no memory for the boundary");
+    // As the models' PrepareStage: sized once for (b, t), the contents kept afterwards.
     const size_t n = static_cast<size_t>(b) * t;
+    auto size = [n](std::vector<std::vector<float>>* v) {
+      v->resize(2);
+      for (auto& x : *v) x.resize(n);
+    };
     if (vs_ > 0) {
-      in_.assign(2, std::vector<float>(n));
-      din_ = in_;
+      size(&in_);
+      size(&din_);
     }
     if (vs_ + 1 < stages_) {
-      out_.assign(2, std::vector<float>(n));
-      dout_ = out_;
+      size(&out_);
+      size(&dout_);
     }
     model::StageViews v;
     v.dtype = core::DType::kF32;
@@ -198,7 +203,8 @@ std::vector<RankResult> RunPipeline(int p, int v, int m, bool forward_only, int 
       o.timeout = absl::Seconds(fail_stage >= 0 ? 2 : 60);
       std::unique_ptr<PipelineSchedule> made;
       if (links) {
-        absl::StatusOr<PipelineLinks> l = MakePipelineLinks(comms[s].get(), o);
+        double probe = 0;
+        absl::StatusOr<PipelineLinks> l = MakePipelineLinks(comms[s].get(), o, &probe);
         r.status = l.status();
         if (!l.ok()) return;
         made = std::make_unique<PipelineSchedule>(*std::move(l), s, p, chunks, o);
@@ -313,7 +319,10 @@ TEST(PipelineScheduleTest, LinksJoinNeighboursSenderFirst) {
     std::vector<absl::StatusOr<PipelineLinks>> links(p);
     std::vector<std::thread> threads;
     for (int s = 0; s < p; ++s) {
-      threads.emplace_back([&, s] { links[s] = MakePipelineLinks(comms[s].get(), {}); });
+      threads.emplace_back([&, s] {
+        double probe = s;  // each link carries its sender's once
+        links[s] = MakePipelineLinks(comms[s].get(), {}, &probe);
+      });
     }
     for (auto& t : threads) t.join();
     for (int s = 0; s < p; ++s) {
@@ -330,14 +339,15 @@ TEST(PipelineScheduleTest, LinksJoinNeighboursSenderFirst) {
     }
   }
   std::vector<std::unique_ptr<comm::Communicator>> one = comm::MakeLocalCommunicators(1);
-  EXPECT_EQ(MakePipelineLinks(one[0].get(), {}).status().code(),
+  EXPECT_EQ(MakePipelineLinks(one[0].get(), {}, nullptr).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 
 // A stage whose boundary buffers cannot be sized fails the step with its error, naming the
 // virtual stage and micro-batch; the stages waiting on it time out.
 TEST(PipelineScheduleTest, AFailedPrepareNamesTheStage) {
-  const std::vector<RankResult> ranks = RunPipeline(2, 2, 2, /*forward_only=*/false, /*fail_stage=*/2);
+  const std::vector<RankResult> ranks =
+      RunPipeline(2, 2, 2, /*forward_only=*/false, /*fail_stage=*/2);
   EXPECT_EQ(ranks[0].status.code(), absl::StatusCode::kResourceExhausted) << ranks[0].status;
   EXPECT_NE(ranks[0].status.message().find("pipeline stage 2 micro-batch 0: no memory"),
             std::string::npos)

@@ -35,8 +35,12 @@
 #     runs continue on the CPU as one rank;
 #  7. pipeline stages on the GPU (--pp 2, plain and --virtual-stages 2, 4 micro-batches; two
 #     processes over the staged communicator and over NCCL's directed links): 4-layer Block DAR
-#     with SATFormer and HC equal one GPU rank (losses and gradient norms within DP_TOL), and
-#     the staged run's sharded checkpoint continues on the CPU as one rank.
+#     with SATFormer and HC equal one GPU rank (losses and gradient norms within DP_TOL); four
+#     processes: --tp 2 --pp 2 --sequence-parallel (also its statistics, merged over TP and PP,
+#     within STATS_TOL) over both communicators and --dp 2 --pp 2 --zero 1 over the staged one
+#     equal it too; in bf16, --pp 2 --virtual-stages 2 over NCCL equals one GPU rank in bf16;
+#     three stages (6-layer Block DAR, plain and interleaved) over NCCL equal one GPU rank; the
+#     staged --pp 2 run's sharded checkpoint continues on the CPU as one rank.
 # Skips (exit 0, "skipped: ...") when satdar was built without CUDA or the machine has no GPU
 # (SATDAR_SKIP_WITHOUT_GPU's logic, core/cuda/testing/gpu_test_util.h), and skips the NCCL case
 # on a machine with one GPU. Prints each satdar run's wall time at the end.
@@ -257,20 +261,21 @@ fi
 # 2. Data parallelism on the GPU: 2 ranks with 4 sequences each = 1 rank with 8. Only rank 0
 # writes the --log-jsonl.
 D=("${S[@]}" --config dar.json --steps 2 --dtype f32 --checkpoint-every 2 --comm-timeout 120)
-# mesh_run NAME COMM DEVICE0 DEVICE1 FLAGS...: the two processes of a 2-rank run (FLAGS: the
-# layout and batch), meeting in a fresh folder.
+# mesh_run NAME COMM DEVICES FLAGS...: the processes of a run, one per device of the comma
+# list DEVICES (FLAGS: the layout and batch), meeting in a fresh folder.
 mesh_run() {
   local name=$1 comm=$2 rc=0 r
-  local devices=("$3" "$4") pids=()
-  shift 4
+  local devices pids=()
+  IFS=, read -r -a devices <<<"$3"
+  shift 3
   rm -rf "$name" "$name.rdv" && mkdir -p "$name.rdv"
-  for r in 0 1; do
+  for r in "${!devices[@]}"; do
     timed "$name.rank$r" "$SATDAR" "${D[@]}" "$@" --device "${devices[$r]}" \
-      --gpu-comm "$comm" --rank $r --world-size 2 --rendezvous "$name.rdv" \
+      --gpu-comm "$comm" --rank $r --world-size ${#devices[@]} --rendezvous "$name.rdv" \
       --log-jsonl "$name.jsonl" --checkpoint-dir "$name" &
     pids+=($!)
   done
-  for r in 0 1; do wait "${pids[$r]}" || rc=1; done
+  for r in "${!pids[@]}"; do wait "${pids[$r]}" || rc=1; done
   return $rc
 }
 if timed dp_one "$SATDAR" "${D[@]}" --batch-size 8 --device cuda:0 --log-jsonl dp_one.jsonl \
@@ -285,8 +290,8 @@ if timed dp_one "$SATDAR" "${D[@]}" --batch-size 8 --device cuda:0 --log-jsonl d
       echo "skipped: dp=2 --gpu-comm nccl needs 2 GPUs: $(grep -m1 visible probe1.out)"
       continue
     fi
-    if [[ $comm == nccl ]]; then mesh_run dp_nccl nccl cuda:0 cuda:1 --batch-size 4 --dp 2; else
-      mesh_run dp_host host cuda:0 cuda:0 --batch-size 4 --dp 2; fi
+    if [[ $comm == nccl ]]; then mesh_run dp_nccl nccl cuda:0,cuda:1 --batch-size 4 --dp 2; else
+      mesh_run dp_host host cuda:0,cuda:0 --batch-size 4 --dp 2; fi
     if [[ $? -eq 0 ]]; then
       compare "dp=2 --gpu-comm $comm = 1 GPU" losses dp_$comm.jsonl dp_one.jsonl $DP_TOL
       compare "dp=2 --gpu-comm $comm final weights = 1 GPU" weights \
@@ -345,11 +350,11 @@ if [[ -f dp_one.jsonl ]]; then
       echo "skipped: tp=2 --gpu-comm nccl needs 2 GPUs"
       continue
     fi
-    devices=(cuda:0 cuda:0)
-    [[ $comm == nccl ]] && devices=(cuda:0 cuda:1)
+    devices=cuda:0,cuda:0
+    [[ $comm == nccl ]] && devices=cuda:0,cuda:1
     for sp in "" "--sequence-parallel"; do
       name=tp_$comm${sp:+_sp}
-      if mesh_run "$name" "$comm" "${devices[@]}" --batch-size 8 --tp 2 $sp --stats-every 1; then
+      if mesh_run "$name" "$comm" "$devices" --batch-size 8 --tp 2 $sp --stats-every 1; then
         compare "tp=2 $sp --gpu-comm $comm = 1 GPU" losses $name.jsonl dp_one.jsonl $DP_TOL
         compare "tp=2 $sp --gpu-comm $comm statistics (merged over TP) = 1 GPU" stats \
           $name.jsonl dp_one.jsonl $STATS_TOL
@@ -382,9 +387,9 @@ if timed ep_one "$SATDAR" "${E[@]}" --batch-size 8 --device cuda:0 --log-jsonl e
       echo "skipped: ep=2 --gpu-comm nccl needs 2 GPUs"
       continue
     fi
-    devices=(cuda:0 cuda:0)
-    [[ $comm == nccl ]] && devices=(cuda:0 cuda:1)
-    if mesh_run ep_$comm "$comm" "${devices[@]}" --batch-size 4 --ep 2 --stats-every 1; then
+    devices=cuda:0,cuda:0
+    [[ $comm == nccl ]] && devices=cuda:0,cuda:1
+    if mesh_run ep_$comm "$comm" "$devices" --batch-size 4 --ep 2 --stats-every 1; then
       compare "ep=2 --gpu-comm $comm = 1 GPU" losses ep_$comm.jsonl ep_one.jsonl $MOE_TOL
       # The expert load adds up over the EP ranks; the depth weights are each rank's own
       # tokens' (EP rank 0's in the merge, as on the CPU), so they are not the one rank's.
@@ -394,7 +399,7 @@ if timed ep_one "$SATDAR" "${E[@]}" --batch-size 8 --device cuda:0 --log-jsonl e
       fail "ep=2 --gpu-comm $comm: a rank failed (above)"
     fi
   done
-  if mesh_run ep_zero host cuda:0 cuda:0 --batch-size 4 --ep 2 --zero 1; then
+  if mesh_run ep_zero host cuda:0,cuda:0 --batch-size 4 --ep 2 --zero 1; then
     compare "ep=2 --zero 1 --gpu-comm host = 1 GPU" losses ep_zero.jsonl ep_one.jsonl $MOE_TOL
   else
     fail "ep=2 --zero 1: a rank failed (above)"
@@ -431,26 +436,37 @@ four = dict(base, num_hidden_layers=4)
 json.dump(dict(four, residual="dar", block_size=4, value_residual="satformer"),
           open("pp_dar.json", "w"))
 json.dump(dict(four, residual="hc"), open("pp_hc.json", "w"))
+json.dump(dict(base, num_hidden_layers=6, residual="dar", block_size=4), open("pp_dar6.json", "w"))
 PY
+# This section's own probes: NCCL wants a GPU per rank (cuda:1 for 2 ranks, cuda:3 for 4).
+for d in 1 2 3; do
+  "$SATDAR" "${S[@]}" --config base.json --steps 1 --batch-size 1 --device cuda:$d --dtype f32 \
+    >probe_pp$d.out 2>&1
+done
+# nccl_skip N: true (with a message) when the machine has fewer than N GPUs.
+nccl_skip() {
+  if grep -q "CUDA device(s) are visible" probe_pp$(($1 - 1)).out; then
+    echo "skipped: $1 ranks over --gpu-comm nccl need $1 GPUs"
+    return 0
+  fi
+  return 1
+}
 for model in pp_dar pp_hc; do
   P=("${S[@]}" --config $model.json --steps 2 --dtype f32 --batch-size 8 --microbatches 4
      --checkpoint-every 2 --comm-timeout 120)
   D=("${P[@]}")  # what mesh_run runs
   if ! timed $model.one "$SATDAR" "${P[@]}" --device cuda:0 --log-jsonl $model.one.jsonl \
-       --checkpoint-dir $model.one; then
+       --checkpoint-dir $model.one --stats-every 1; then
     fail "$model: the one-GPU reference failed (above)"
     continue
   fi
   for comm in host nccl; do
-    if [[ $comm == nccl && ${probe1:-0} -eq 2 ]] && grep -q "CUDA device(s) are visible" probe1.out; then
-      echo "skipped: pp=2 --gpu-comm nccl needs 2 GPUs"
-      continue
-    fi
-    devices=(cuda:0 cuda:0)
-    [[ $comm == nccl ]] && devices=(cuda:0 cuda:1)
+    [[ $comm == nccl ]] && nccl_skip 2 && continue
+    devices=cuda:0,cuda:0
+    [[ $comm == nccl ]] && devices=cuda:0,cuda:1
     for v in 1 2; do
       name=${model}_${comm}_v$v
-      if mesh_run "$name" "$comm" "${devices[@]}" --pp 2 --virtual-stages $v; then
+      if mesh_run "$name" "$comm" "$devices" --pp 2 --virtual-stages $v; then
         compare "$model pp=2 virtual stages $v --gpu-comm $comm = 1 GPU" losses $name.jsonl \
           $model.one.jsonl $DP_TOL
       else
@@ -459,6 +475,64 @@ for model in pp_dar pp_hc; do
     done
   done
 done
+# Four ranks: --tp 2 --pp 2 --sequence-parallel (statistics merged over TP and PP) over NCCL
+# (cuda:0-3) and the staged communicator, and --dp 2 --pp 2 --zero 1 (4 sequences per
+# replica) over the staged one.
+D=("${S[@]}" --config pp_dar.json --steps 2 --dtype f32 --checkpoint-every 2 --comm-timeout 120)
+for comm in host nccl; do
+  [[ $comm == nccl ]] && nccl_skip 4 && continue
+  devices=cuda:0,cuda:0,cuda:0,cuda:0
+  [[ $comm == nccl ]] && devices=cuda:0,cuda:1,cuda:2,cuda:3
+  name=tpxpp_$comm
+  if mesh_run $name $comm $devices --batch-size 8 --microbatches 4 --tp 2 --pp 2 \
+       --sequence-parallel --stats-every 1; then
+    compare "tp=2 x pp=2 --sequence-parallel --gpu-comm $comm = 1 GPU" losses $name.jsonl \
+      pp_dar.one.jsonl $DP_TOL
+    compare "tp=2 x pp=2 --gpu-comm $comm statistics (merged over TP and PP) = 1 GPU" stats \
+      $name.jsonl pp_dar.one.jsonl $STATS_TOL
+  else
+    fail "tp=2 x pp=2 --gpu-comm $comm: a rank failed (above)"
+  fi
+done
+if mesh_run dpxpp_host host cuda:0,cuda:0,cuda:0,cuda:0 --batch-size 4 --dp 2 --pp 2 --zero 1 \
+     --microbatches 2; then
+  compare "dp=2 x pp=2 --zero 1 --gpu-comm host = 1 GPU" losses dpxpp_host.jsonl \
+    pp_dar.one.jsonl $DP_TOL
+else
+  fail "dp=2 x pp=2 --zero 1: a rank failed (above)"
+fi
+# bf16 (the GPU's default): the boundaries move bf16 tensors, and a chunk's instances share one
+# bf16 copy of its weights; --pp 2 --virtual-stages 2 over NCCL against one GPU rank in bf16,
+# within the bf16 bounds (measured: losses 1.5e-6, gradient norms 3.1e-4: bf16 roundings
+# that fall differently at the stage boundaries; a wrong dtype or byte count would be far off).
+D=("${S[@]}" --config pp_dar.json --steps 2 --batch-size 8 --microbatches 4 --comm-timeout 120)
+if nccl_skip 2; then
+  :
+elif timed pp_bf16.one "$SATDAR" "${D[@]}" --device cuda:0 --log-jsonl pp_bf16.one.jsonl &&
+     mesh_run pp_bf16 nccl cuda:0,cuda:1 --pp 2 --virtual-stages 2; then
+  compare "bf16 pp=2 virtual stages 2 --gpu-comm nccl ~ 1 GPU in bf16" losses pp_bf16.jsonl \
+    pp_bf16.one.jsonl $BF16_TOL $BF16_GTOL
+else
+  fail "bf16 pp=2 virtual stages 2: a run failed (above)"
+fi
+# Three stages (an odd ring: its links take three rounds of splits), 6-layer Block DAR, plain
+# and interleaved, over NCCL (cuda:0-2) against one GPU rank.
+D=("${S[@]}" --config pp_dar6.json --steps 2 --dtype f32 --batch-size 6 --microbatches 3
+   --comm-timeout 120)
+if nccl_skip 3; then
+  :
+elif ! timed pp3.one "$SATDAR" "${D[@]}" --device cuda:0 --log-jsonl pp3.one.jsonl; then
+  fail "pp=3: the one-GPU reference failed (above)"
+else
+  for v in 1 2; do
+    if mesh_run pp3_v$v nccl cuda:0,cuda:1,cuda:2 --pp 3 --virtual-stages $v; then
+      compare "pp=3 virtual stages $v --gpu-comm nccl = 1 GPU" losses pp3_v$v.jsonl \
+        pp3.one.jsonl $DP_TOL
+    else
+      fail "pp=3 virtual stages $v --gpu-comm nccl: a rank failed (above)"
+    fi
+  done
+fi
 C=("${S[@]}" --config pp_dar.json --steps 3 --batch-size 8 --microbatches 4 --dtype f32 \
    --device cpu --resume)
 if [[ -d pp_dar_host_v1 ]] &&

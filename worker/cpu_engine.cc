@@ -225,6 +225,11 @@ class CpuEngine : public StepEngine {
     return absl::OkStatus();
   }
 
+  void Abandon() override {
+    if (pipeline_ != nullptr) pipeline_->Abandon();
+    if (sync_ != nullptr) sync_->Abandon();
+  }
+
   void AddToSummary(double tokens_per_second, Json* j, TrainSummary* out) override {
     (void)tokens_per_second, (void)out;
     const comm::MeshShape& mesh = g_.shape;
@@ -236,6 +241,7 @@ class CpuEngine : public StepEngine {
 
  private:
   absl::Status BuildModels() {
+    SATDAR_RETURN_IF_ERROR(CheckPipelineOptions(o_));
     model::Sharding shard;
     shard.tp = g_.tp.get();
     shard.tp_rank = g_.coord.tp;

@@ -202,6 +202,7 @@ class CudaEngine : public StepEngine {
     (*j)["batch"] = {o_.batch_size, o_.seq_len};
   }
   void Abandon() override {
+    if (pipeline_ != nullptr) pipeline_->Abandon();
     if (sync_ != nullptr) sync_->Abandon();
   }
 
@@ -218,6 +219,8 @@ class CudaEngine : public StepEngine {
     return absl::OkStatus();
   }
   absl::Status BuildModels();
+  absl::Status LocalForwardBackward(const std::vector<std::vector<int32_t>>& micro,
+                                    float* grads, int mb_size);
   double PeakFlops() const override { return peak_flops_; }
   double Mfu(double tokens_per_second) const {
     return worker::Mfu(tokens_per_second, world_size_, flops_per_token_, peak_flops_);
@@ -251,7 +254,7 @@ class CudaEngine : public StepEngine {
   std::unique_ptr<GradientSyncT<model::Cuda<float>>> sync_;
   // The fp32 master weights, gradients and AdamW moments (worker/train_state.h, the CPU
   // engine's class), laid out by params() (aligned tensors).
-  std::unique_ptr<TrainStateT<model::Cuda<float>>> state_;
+  std::unique_ptr<TrainStateCuda> state_;
   kc::DeviceVec<float> shard_;  // ZeRO-1: this replica's slice of the averaged gradients
   double flops_per_token_ = 0, peak_flops_ = 0, grad_norm_ = 0;  // set by Init
   int64_t full_parameters_ = 0;  // the whole model's (every rank's piece together)
@@ -290,7 +293,7 @@ absl::Status CudaEngine::Init() {
   }
   sync_ = std::make_unique<GradientSyncT<model::Cuda<float>>>(table, &groups_, o_.config, parts,
                                                                copts_, Exec());
-  state_ = std::make_unique<TrainStateT<model::Cuda<float>>>(table, parts, o_.seed, Exec());
+  state_ = std::make_unique<TrainStateCuda>(table, parts, o_.seed, Exec());
   SATDAR_RETURN_IF_ERROR(state_->status());
   SATDAR_RETURN_IF_ERROR(model::Allocate<model::Cuda<float>>(Exec(), [&] {
     scalars_.assign(1, 0.0);
@@ -309,8 +312,9 @@ absl::Status CudaEngine::Init() {
     }
     // Directed links over the device's pipeline group: NCCL's sends complete only once
     // received (parallel/pipeline.h).
-    SATDAR_ASSIGN_OR_RETURN(parallel::PipelineLinks links,
-                            parallel::MakePipelineLinks(groups_.pp.get(), copts_));
+    SATDAR_ASSIGN_OR_RETURN(
+        parallel::PipelineLinks links,
+        parallel::MakePipelineLinks(groups_.pp.get(), copts_, /*probe=*/eval_sum_.data()));
     pipeline_ = std::make_unique<parallel::PipelineSchedule>(
         std::move(links), groups_.coord.pp, shape_.pp, std::move(chunks), copts_);
   }
@@ -329,6 +333,7 @@ absl::Status CudaEngine::Init() {
 // pp x virtual_stages, each with its model instances (one per micro-batch it can have in
 // flight), the instances of a chunk sharing its weights.
 absl::Status CudaEngine::BuildModels() {
+  SATDAR_RETURN_IF_ERROR(CheckPipelineOptions(o_));
   model::DeviceModelOptions mo;
   mo.compute = o_.gpu.compute;
   mo.shard.tp = groups_.tp.get();
@@ -371,9 +376,27 @@ std::string CudaEngine::Describe() const {
       static_cast<long long>(full_parameters_), kc::DeviceName(device_), device_,
       o_.gpu.compute == core::DType::kBF16 ? "bf16" : "f32",
       o_.gpu.recompute ? ", activation recomputation" : "", o_.batch_size, o_.seq_len,
-      world_size_, world_size_ > 1 ? absl::StrCat(" over ", o_.gpu.world_kind) : "",
+      host_->data_size(), world_size_ > 1 ? absl::StrCat(" over ", o_.gpu.world_kind) : "",
       zero_ ? ", ZeRO-1 (moments sharded over the replicas)" : "",
       o_.microbatches, DescribePipeline(o_));
+}
+
+// The micro-batches one after the other on the whole model (no pipeline stages); the losses
+// into scalars_.
+absl::Status CudaEngine::LocalForwardBackward(const std::vector<std::vector<int32_t>>& micro,
+                                              float* grads, int mb_size) {
+  for (int mb = 0; mb < o_.microbatches; ++mb) {
+    SATDAR_RETURN_IF_ERROR(model_->Forward(micro[mb].data(), mb_size, o_.seq_len,
+                                           1.0 / o_.microbatches, scalars_.data()));
+    // The last backward pass all-reduces each layer's gradients as it finishes them (not
+    // under ZeRO-1, which reduce-scatters afterwards).
+    const bool last = mb + 1 == o_.microbatches;
+    if (last) sync_->BeginLastBackward(model_, grads);
+    const absl::Status s = model_->Backward(grads);
+    if (last) sync_->EndLastBackward(model_, grads);
+    SATDAR_RETURN_IF_ERROR(s);
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<double> CudaEngine::ForwardBackward(std::vector<std::vector<int32_t>>* micro) {
@@ -386,16 +409,8 @@ absl::StatusOr<double> CudaEngine::ForwardBackward(std::vector<std::vector<int32
                                ->Step([&](int mb) { return (*micro)[mb].data(); },
                                       o_.microbatches, mb_size, o_.seq_len)
                                .status());
-  }
-  for (int mb = 0; pipeline_ == nullptr && mb < o_.microbatches; ++mb) {
-    SATDAR_RETURN_IF_ERROR(model_->Forward((*micro)[mb].data(), mb_size, o_.seq_len,
-                                           1.0 / o_.microbatches, scalars_.data()));
-    // The last backward pass all-reduces each layer's gradients as it finishes them (not
-    // under ZeRO-1, which reduce-scatters afterwards).
-    const bool last = mb + 1 == o_.microbatches;
-    if (last) sync_->BeginLastBackward(model_, grads);
-    SATDAR_RETURN_IF_ERROR(model_->Backward(grads));
-    if (last) sync_->EndLastBackward(model_, grads);
+  } else {
+    SATDAR_RETURN_IF_ERROR(LocalForwardBackward(*micro, grads, mb_size));
   }
   // The loss (read back: the step's one wait for the compute stream besides the norm's),
   // averaged over the replicas; then the gradients (under ZeRO-1 this replica's slice of the
@@ -422,9 +437,10 @@ absl::StatusOr<double> CudaEngine::ValidationLoss(data::BatchSource* source, int
     SATDAR_RETURN_IF_ERROR(
         pipeline_->ForwardOnly([&](int mb) { return all[mb].data(); }, batches, b, o_.seq_len)
             .status());
-  }
-  for (int i = 0; pipeline_ == nullptr && i < batches; ++i) {
-    SATDAR_RETURN_IF_ERROR(model_->Evaluate(all[i].data(), b, o_.seq_len, eval_sum_.data()));
+  } else {
+    for (int i = 0; i < batches; ++i) {
+      SATDAR_RETURN_IF_ERROR(model_->Evaluate(all[i].data(), b, o_.seq_len, eval_sum_.data()));
+    }
   }
   double sum = 0;  // 0 on a stage without the head
   SATDAR_RETURN_IF_ERROR(core::ops::Download(Exec(), &sum, eval_sum_.data(), 1));

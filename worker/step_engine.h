@@ -76,6 +76,23 @@ class StepEngine {
   virtual void Abandon() {}
 };
 
+// What the engines' pipeline needs of options built in code (the flags and job specs are
+// checked when parsed): virtual stages only with pp 2 or more, and then micro-batches in groups
+// of pp. InvalidArgument naming the fields.
+inline absl::Status CheckPipelineOptions(const TrainOptions& o) {
+  if (o.virtual_stages == 1) return absl::OkStatus();
+  if (o.mesh.pp < 2) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "virtual_stages %d needs pp 2 or more, got pp %d", o.virtual_stages, o.mesh.pp));
+  }
+  if (o.microbatches % o.mesh.pp != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "virtual_stages %d needs microbatches a multiple of pp %d, got %d", o.virtual_stages,
+        o.mesh.pp, o.microbatches));
+  }
+  return absl::OkStatus();
+}
+
 // The pipeline line of an engine's Describe (with its leading newline); empty without
 // pipeline stages.
 inline std::string DescribePipeline(const TrainOptions& o) {
