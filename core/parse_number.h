@@ -1,5 +1,5 @@
 // core/parse_number.h: numbers read from text a person wrote (a flag, a job-spec field), with
-// bounds, and errors that name what was read. Shared by worker/flags (the command line) and
+// bounds, and errors that name what was read. Shared by cli/flags (the command line) and
 // settings/ (flags and job specs), so both say the same thing about the same mistake.
 //
 //   SATDAR_ASSIGN_OR_RETURN(int64_t steps,

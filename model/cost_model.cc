@@ -156,10 +156,10 @@ absl::StatusOr<StepCost> PredictStep(const ModelConfig& c, const MemoryShape& l)
     const bool split = l.ep > 1 && roles.experts > 0;
     const int64_t dense = roles.total - (split ? roles.experts : 0);
     if (l.zero_stage == 1) {
-      // worker/zero_partition.h: the dense partition over the data group (reduce-scatter
+      // runtime/zero_partition.h: the dense partition over the data group (reduce-scatter
       // counted whole, padded; the updated shard all-gathered; its norm part summed).
       const int64_t shard = (dense + replicas - 1) / replicas;
-      // Mixed precision gathers the updated fp32 master slices (worker/cuda_engine.cc).
+      // Mixed precision gathers the updated fp32 master slices (runtime/cuda_engine.cc).
       data += shard * replicas * g + shard * g + kScalar;
     } else {
       data += dense * g;  // the average (experts go over the dp group, not logged)

@@ -32,7 +32,7 @@
 
 namespace satdar::model {
 
-// Rank 0's parameter elements by the role its reductions give them (worker/gradient_sync.h).
+// Rank 0's parameter elements by the role its reductions give them (runtime/gradient_sync.h).
 struct RankParameters {
   int64_t total = 0;       // the rank's table (all its chunks)
   int64_t tp_partial = 0;  // gradients summed over the TP group

@@ -1,4 +1,4 @@
-// model/device_model.h: what the GPU trainer (worker/cuda_engine.cc) drives: one rank's
+// model/device_model.h: what the GPU trainer (runtime/cuda_engine.cc) drives: one rank's
 // piece of the model (all of it, its TP/EP shard, or a pipeline stage) on one CUDA stream, the
 // CPU's classes (DecoderModelT<Cuda<float>> or DecoderModelT<Cuda<__nv_bfloat16>>,
 // registry.cc's CreateDeviceModel) behind the few calls a training step makes:

@@ -162,7 +162,7 @@ absl::StatusOr<MemoryEstimate> EstimateMemory(const ModelConfig& c, const Memory
     SATDAR_RETURN_IF_ERROR(
         CountParameters(c, s, stage, &e.parameters, &e.embedding_parameters, &experts));
     const double params = static_cast<double>(e.parameters);
-    // ZeRO-1 shards the AdamW moments (worker/zero_partition.h): the dense ones over the
+    // ZeRO-1 shards the AdamW moments (runtime/zero_partition.h): the dense ones over the
     // dp x ep replicas, the experts' over dp (the ranks holding the same experts).
     const double expert_share = s.ep > 1 ? static_cast<double>(experts) : 0;
     const double sharded = s.zero_stage == 1 ? (params - expert_share) / replicas +
@@ -170,7 +170,7 @@ absl::StatusOr<MemoryEstimate> EstimateMemory(const ModelConfig& c, const Memory
                                              : params;
     e.parameter_bytes = Bytes(params * s.dtype_bytes);
     if (s.mixed_precision) {
-      // The GPU trainer (worker/cuda_engine.cc): a bf16 compute copy, fp32 gradients (and
+      // The GPU trainer (runtime/cuda_engine.cc): a bf16 compute copy, fp32 gradients (and
       // under ZeRO-1 the replica's reduce-scattered slice), fp32 master weights in full and the
       // fp32 moments.
       if (s.use == MemoryUse::kGradient || s.use == MemoryUse::kTraining) {

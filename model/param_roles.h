@@ -1,6 +1,6 @@
 // model/param_roles.h: what a rank's parameters mean for the gradient reductions, the global
 // gradient norm and ZeRO-1, read from the table's roles and flags (never from the names).
-// The trainer's GradientSync (worker/gradient_sync.h) reduces by these runs on either device,
+// The trainer's GradientSync (runtime/gradient_sync.h) reduces by these runs on either device,
 // and the planner's cost model (cost_model.h) counts them.
 //
 //   ParamRoles roles = RolesOf(table, {.tp = 0, .pp = 1, .ep = 0, .pipeline = true}, tied);

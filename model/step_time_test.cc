@@ -146,7 +146,7 @@ TEST(StepTime, AGpuHidesThePlainGradientAllReduceBehindTheLastBackward) {
   // and the final norm, about 1/8 of the 1.3B model's gradients here.
   EXPECT_GT(overlapped.data_seconds, 0);
   EXPECT_LT(overlapped.data_seconds, exposed.data_seconds / 4);
-  // ZeRO-1's reduce-scatter and gather run after the backward (worker/cuda_engine.cc).
+  // ZeRO-1's reduce-scatter and gather run after the backward (runtime/cuda_engine.cc).
   MemoryShape zero = l;
   zero.zero_stage = 1;
   EXPECT_GT(Time(c, zero, Table("h100")).data_seconds, 0.005);
@@ -209,7 +209,7 @@ TEST(StepTime, RefusesTensorParallelismAcrossNodes) {
 }
 
 TEST(StepTime, MemoryByKindIsTheGpuTrainersUnderZero) {
-  // worker/cuda_engine.cc under ZeRO-1: bf16 weights, fp32 gradients in full plus the
+  // runtime/cuda_engine.cc under ZeRO-1: bf16 weights, fp32 gradients in full plus the
   // replica's slice, fp32 master weights in full, the moments sharded over the 8 replicas.
   const ModelConfig c = Load("dar-1.3b.json");
   MemoryShape l = Shape(8, 1, 1, 1, 8, 4096, 8, true);
@@ -220,7 +220,7 @@ TEST(StepTime, MemoryByKindIsTheGpuTrainersUnderZero) {
   EXPECT_EQ(cost->memory.parameter_bytes, static_cast<int64_t>(2 * p));
   EXPECT_EQ(cost->memory.gradient_bytes, static_cast<int64_t>(4 * p + 4 * p / 8));
   EXPECT_EQ(cost->memory.optimizer_bytes, static_cast<int64_t>(4 * p + 8 * p / 8));
-  // The CPU's ZeRO-1 with EP (worker/zero_partition.h): dense moments over dp x ep, the
+  // The CPU's ZeRO-1 with EP (runtime/zero_partition.h): dense moments over dp x ep, the
   // experts' over dp.
   const ModelConfig moe = Load("dar-moe-7b.json");
   MemoryShape e = Shape(2, 1, 1, 4, 8, 64, 1, false);

@@ -11,7 +11,7 @@
 //
 // Each chunk keeps one model instance (a PipelineStage) per micro-batch it can have in flight,
 // all reading the same parameters and adding into the same gradients; the engines adapt their
-// models (worker/cpu_engine.cc: Model<T> on the CPU; worker/cuda_engine.cc: DeviceModel on a
+// models (runtime/cpu_engine.cc: Model<T> on the CPU; runtime/cuda_engine.cc: DeviceModel on a
 // GPU). What crosses a boundary is the model's StageBuffers (model.h): the hidden state (or a
 // depth history's entries and partial sums, the HC streams, DenseFormer's sources), and V1;
 // backward sends their gradients. The schedule sees them as untyped views, so on a device the

@@ -13,7 +13,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
 # The slowest even unsanitized (docs/PERFORMANCE.md).
-SLOW=(//worker:cuda_engine_test)
+SLOW=(//runtime:cuda_engine_test)
 all=0
 args=()
 for a in "$@"; do

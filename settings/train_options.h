@@ -20,7 +20,7 @@
 namespace satdar::settings {
 
 // `satdar train --device cuda`: one GPU per rank (or several ranks sharing one through host
-// staging), bf16 or f32 compute, fp32 master weights (worker/cuda_engine.h).
+// staging), bf16 or f32 compute, fp32 master weights (runtime/cuda_engine.h).
 struct GpuOptions {
   bool enabled = false;                      // false: the CPU
   int device = -1;                           // CUDA device; -1: rank % visible devices
@@ -78,7 +78,7 @@ struct TrainOptions {
   // start this run, with fresh optimizer moments at step 0 (fine-tuning). With --resume, a
   // checkpoint of this run's own --checkpoint-dir wins.
   std::string init_from;
-  // When set (a rank a worker started: worker/rank_lease.h), asked before every checkpoint and
+  // When set (a rank a worker started: agent/rank_lease.h), asked before every checkpoint and
   // log line; an error ends the run without writing.
   std::function<absl::Status()> may_write;
   bool quiet = false;

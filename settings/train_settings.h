@@ -1,7 +1,7 @@
 // settings/train_settings.h: what a training run can be asked to do, written once. Every
 // setting of `satdar train` (name, kind, default, help: TrainSettingDefs), their bounds and the
 // rules between them (ParseTrainSettings), from the values a user gave. The command line
-// (worker/train_flags.h: `--batch-size 8`) and the coordinator's job specs
+// (cli/train_flags.h: `--batch-size 8`) and the coordinator's job specs
 // (coordinator/job_spec.h: "train": {"batch_size": 8}) are two spellings of these settings, and
 // messages name a setting the way its caller's user wrote it (Spelling). Kernel-free: the
 // coordinator links it.

@@ -338,7 +338,7 @@ for _ in $(seq 1 100); do [[ $(pgrep -fc "job-id $JP") -ge 2 ]] && break; sleep 
 kill -STOP "$COORD"  # the workers can no longer reach it
 for _ in $(seq 1 600); do [[ $(pgrep -fc "job-id $JP") -eq 0 ]] && break; sleep 0.1; done  # 60 s: a loaded CI machine
 # Whoever notices first stops them: the worker (its heartbeats unanswered for a lease), or
-# each rank itself (its own lease, worker/rank_lease.h; its worker may be stuck in calls to the
+# each rank itself (its own lease, agent/rank_lease.h; its worker may be stuck in calls to the
 # stopped coordinator for longer).
 [[ $(pgrep -fc "job-id $JP") -eq 0 ]] &&
   { grep -q "longer than the lease: killing every rank" worker-*.log ||

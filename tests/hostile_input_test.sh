@@ -276,7 +276,7 @@ def poison(src, dst, value, checkpoint):
     header = json.loads(raw[8:8 + n]); base = 8 + n
     at = base + header["model.norm.weight"]["data_offsets"][0] + 4 * 3
     raw[at:at + 4] = struct.pack("<f", value)
-    if checkpoint:  # worker/checkpoint.cc FileChecksum: metadata in key order, tensors in file order
+    if checkpoint:  # runtime/checkpoint.cc FileChecksum: metadata in key order, tensors in file order
         meta = header["__metadata__"]; h = 0x6a09e667f3bcc909
         for k in sorted(meta):
             if k != "checksum": h = checksum64((k + "\0" + meta[k] + "\0").encode(), h)

@@ -4,8 +4,8 @@
 # from parameter-name strings. Only the table's builders and the designs that bind their own
 # parameters may spell the decoder's names: model/decoder.cc, model/branches.{h,cc},
 # model/param_layout.h, model/param_table.h and model/variants/.
-# Usage: param_names_test.sh FILE... (the sources of worker/, coordinator/, comm/, data/,
-# metrics/, parallel/ and model/)
+# Usage: param_names_test.sh FILE... (the sources of cli/, runtime/, agent/, coordinator/, comm/,
+# data/, metrics/, parallel/ and model/)
 set -uo pipefail
 PATTERN='"(model\.embed_tokens\.weight|model\.norm\.weight|lm_head\.weight)"|input_layernorm'
 ALLOWED='^model/(decoder\.cc|branches\.(h|cc)|param_layout\.h|param_table\.h|variants/.*)$'
