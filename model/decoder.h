@@ -72,8 +72,8 @@ class DecoderModelT : public Model<typename B::T, StageBuffersT<B>> {
   }
   // A failed Resize (an allocation on a device) is kept and returned by the next Forward.
   StageBuffersT<B>* PrepareStage(int b, int t) override {
-    absl::Status status = Resize(b, t);
-    if (pending_.ok()) pending_ = std::move(status);
+    absl::StatusOr<StageBuffersT<B>*> stage = PrepareStageOrError(b, t);
+    if (pending_.ok()) pending_ = stage.status();
     return &stage_;
   }
   // PrepareStage with the allocation's outcome: the sized buffers, or the failure (a pipeline

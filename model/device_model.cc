@@ -47,9 +47,8 @@ struct SharedContext {
   using B = Cuda<E>;
   SharedContext(CUstream_st* stream, kc::CachingAllocator* a, std::unique_ptr<kc::GemmHandle> g,
                 const ModelConfig& c, const DeviceModelOptions& o)
-      : alloc(a), workspace(a, stream), gemm(std::move(g)), x{stream, gemm.get(), &workspace, a},
+      : workspace(a, stream), gemm(std::move(g)), x{stream, gemm.get(), &workspace, a},
         config(c), options(o) {}
-  kc::CachingAllocator* const alloc;
   kc::Workspace workspace;
   std::unique_ptr<kc::GemmHandle> gemm;
   const core::CudaExec x;
@@ -108,11 +107,11 @@ class DecoderDeviceModel : public DeviceModel {
   }
 
   absl::StatusOr<StageViews> PrepareStage(int b, int t) override {
-    const int64_t before = ctx_->alloc->Stats().current_bytes;
+    const int64_t before = ctx_->x.alloc->Stats().current_bytes;
     absl::StatusOr<StageBuffersT<B>*> stage = model_->PrepareStageOrError(b, t);
-    held_ += ctx_->alloc->Stats().current_bytes - before;
+    held_ += ctx_->x.alloc->Stats().current_bytes - before;
     if (!stage.ok()) return stage.status();
-    return ViewsOf(*stage, std::is_same_v<E, float> ? core::DType::kF32 : core::DType::kBF16);
+    return ViewsOf(*stage, ctx_->options.compute);
   }
 
   absl::Status Forward(const int32_t* tokens, int b, int t, double loss_scale,
@@ -126,11 +125,11 @@ class DecoderDeviceModel : public DeviceModel {
 
   absl::Status Backward(float* grads) override {
     if (grads == nullptr) return absl::InvalidArgumentError("Backward: no gradient buffer");
-    const int64_t before = ctx_->alloc->Stats().current_bytes;
+    const int64_t before = ctx_->x.alloc->Stats().current_bytes;
     // The cross-entropy's gradient (loss_scale included) came with the forward; loss_scale
     // here scales the auxiliary losses' gradients.
     const absl::Status status = model_->Backward(ctx_->w, grads, loss_scale_);
-    held_ += ctx_->alloc->Stats().current_bytes - before;
+    held_ += ctx_->x.alloc->Stats().current_bytes - before;
     return status;
   }
 
@@ -154,9 +153,9 @@ class DecoderDeviceModel : public DeviceModel {
     }
     if (sink.acc == nullptr) return absl::InvalidArgumentError("forward pass: no loss buffer");
     loss_scale_ = sink.scale;
-    const int64_t before = ctx_->alloc->Stats().current_bytes;
+    const int64_t before = ctx_->x.alloc->Stats().current_bytes;
     const absl::Status status = model_->ForwardAccumulate(ctx_->w, tokens, b, t, sink);
-    held_ += ctx_->alloc->Stats().current_bytes - before;
+    held_ += ctx_->x.alloc->Stats().current_bytes - before;
     return status;
   }
 

@@ -70,29 +70,29 @@ PipelineSchedule::PipelineSchedule(comm::Communicator* pp,
                                    std::vector<std::vector<PipelineStage*>> chunks,
                                    comm::CollectiveOptions options)
     : pp_(pp), chunks_(std::move(chunks)), options_(options), stage_(pp->rank()),
-      stages_(pp->size()), forward_bytes_(chunks_.size(), 0), backward_bytes_(chunks_.size(), 0) {
+      stages_(pp->size()) {
+  InitSlots();
+}
+
+void PipelineSchedule::InitSlots() {
   SATDAR_CHECK(!chunks_.empty()) << "a pipeline rank needs at least one chunk";
   for (const auto& slots : chunks_) {
     SATDAR_CHECK(!slots.empty()) << "a pipeline chunk needs at least one model";
     views_.emplace_back(slots.size());
     sends_.emplace_back(slots.size());
   }
+  forward_bytes_.assign(chunks_.size(), 0);
+  backward_bytes_.assign(chunks_.size(), 0);
 }
 
 PipelineSchedule::PipelineSchedule(PipelineLinks links, int stage, int stages,
                                    std::vector<std::vector<PipelineStage*>> chunks,
                                    comm::CollectiveOptions options)
     : pp_(nullptr), links_(std::move(links)), chunks_(std::move(chunks)), options_(options),
-      stage_(stage), stages_(stages), forward_bytes_(chunks_.size(), 0),
-      backward_bytes_(chunks_.size(), 0) {
-  SATDAR_CHECK(!chunks_.empty()) << "a pipeline rank needs at least one chunk";
+      stage_(stage), stages_(stages) {
   SATDAR_CHECK(links_.to_next && links_.from_prev && links_.to_prev && links_.from_next)
       << "pipeline stage " << stage << " is missing a link";
-  for (const auto& slots : chunks_) {
-    SATDAR_CHECK(!slots.empty()) << "a pipeline chunk needs at least one model";
-    views_.emplace_back(slots.size());
-    sends_.emplace_back(slots.size());
-  }
+  InitSlots();
 }
 
 std::pair<comm::Communicator*, int> PipelineSchedule::Route(bool send, bool forward) const {
@@ -147,13 +147,6 @@ comm::CollectiveOptions PipelineSchedule::OptionsFor(size_t k, size_t n) const {
   // group (a link's sender issues nothing else that would).
   o.enqueue_now = pp_ == nullptr && k + 1 == n;
   return o;
-}
-
-absl::Status PipelineSchedule::Retake(int chunk, int mb, Slot* s) {
-  // Sized already: no reallocation, only the buffers' current addresses.
-  SATDAR_ASSIGN_OR_RETURN(Slot again, Take(chunk, mb));
-  *s = again;
-  return absl::OkStatus();
 }
 
 absl::Status PipelineSchedule::Receive(const std::vector<model::BoundaryView>& into,
@@ -223,7 +216,6 @@ absl::Status PipelineSchedule::Forward(int chunk, int mb, const int32_t* tokens,
   }
   if (s.views->out.empty()) return absl::OkStatus();
   SATDAR_RETURN_IF_ERROR(s.stage->Synchronize());  // the activations written
-  SATDAR_RETURN_IF_ERROR(Retake(chunk, mb, &s));  // the pass may have resized a buffer
   // The next virtual stage: this rank's next chunk's on the first rank after the last.
   const int to_chunk = stage_ == stages_ - 1 ? chunk + 1 : chunk;
   SendAll(s.views->out, s.views->dtype, /*forward=*/true, chunk, to_chunk, mb);
@@ -241,7 +233,8 @@ absl::Status PipelineSchedule::Backward(int chunk, int mb, double loss_scale) {
   SATDAR_RETURN_IF_ERROR(s.stage->Backward(loss_scale));
   if (s.views->din.empty()) return absl::OkStatus();
   SATDAR_RETURN_IF_ERROR(s.stage->Synchronize());  // the gradients written
-  SATDAR_RETURN_IF_ERROR(Retake(chunk, mb, &s));
+  // A backward pass may resize what it sends (V1's gradient): the buffers' addresses again.
+  SATDAR_ASSIGN_OR_RETURN(s, Take(chunk, mb));
   const int to_chunk = stage_ == 0 ? chunk - 1 : chunk;
   SendAll(s.views->din, s.views->dtype, /*forward=*/false, chunk, to_chunk, mb);
   return absl::OkStatus();

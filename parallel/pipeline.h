@@ -138,10 +138,10 @@ class PipelineSchedule {
     int slot;
   };
   absl::StatusOr<Slot> Take(int chunk, int mb);
+  // Checks the chunks and sizes the per-instance state (both constructors).
+  void InitSlots();
   // Where a message goes or comes from: the communicator and the peer's rank in it.
   std::pair<comm::Communicator*, int> Route(bool send, bool forward) const;
-  // The views again after a pass (a pass may resize a boundary buffer).
-  absl::Status Retake(int chunk, int mb, Slot* s);
   // The options of call k of a message of n calls.
   comm::CollectiveOptions OptionsFor(size_t k, size_t n) const;
   absl::Status Receive(const std::vector<model::BoundaryView>& into, core::DType dtype,

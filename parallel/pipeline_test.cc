@@ -66,7 +66,10 @@ class TagBlind : public comm::Communicator {
   }
   absl::StatusOr<std::unique_ptr<comm::Communicator>> Split(
       int color, int key, const comm::CollectiveOptions& o) override {
-    return inner_->Split(color, key, o);
+    // Its parts ignore tags too (the links of MakePipelineLinks are such parts).
+    SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<comm::Communicator> part,
+                            inner_->Split(color, key, o));
+    return std::unique_ptr<comm::Communicator>(std::make_unique<TagBlind>(std::move(part)));
   }
 
  private:

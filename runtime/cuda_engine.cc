@@ -8,8 +8,6 @@
 #ifdef SATDAR_WITH_CUDA
 #include <cuda_runtime.h>
 
-#include <algorithm>
-#include <cmath>
 #include <string>
 #include <vector>
 
@@ -427,19 +425,21 @@ absl::StatusOr<double> CudaEngine::ForwardBackward(std::vector<std::vector<int32
 // batches flow through the pipeline and the last stage's sum reaches every stage.
 absl::StatusOr<double> CudaEngine::ValidationLoss(data::BatchSource* source, int batches) {
   const int b = o_.batch_size / o_.microbatches;
-  std::vector<std::vector<int32_t>> all(
-      batches, std::vector<int32_t>(static_cast<size_t>(b) * (o_.seq_len + 1)));
-  for (int i = 0; i < batches; ++i) {
-    source->Batch(0, 0, static_cast<int64_t>(i) * b, b, o_.seq_len, all[i].data());
-  }
+  const size_t tokens = static_cast<size_t>(b) * (o_.seq_len + 1);
   SATDAR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(eval_sum_.data(), 0, sizeof(double), stream_));
-  if (pipeline_ != nullptr) {
+  if (pipeline_ != nullptr) {  // the schedule holds every batch in flight
+    std::vector<std::vector<int32_t>> all(batches, std::vector<int32_t>(tokens));
+    for (int i = 0; i < batches; ++i) {
+      source->Batch(0, 0, static_cast<int64_t>(i) * b, b, o_.seq_len, all[i].data());
+    }
     SATDAR_RETURN_IF_ERROR(
         pipeline_->ForwardOnly([&](int mb) { return all[mb].data(); }, batches, b, o_.seq_len)
             .status());
   } else {
+    std::vector<int32_t> batch(tokens);
     for (int i = 0; i < batches; ++i) {
-      SATDAR_RETURN_IF_ERROR(model_->Evaluate(all[i].data(), b, o_.seq_len, eval_sum_.data()));
+      source->Batch(0, 0, static_cast<int64_t>(i) * b, b, o_.seq_len, batch.data());
+      SATDAR_RETURN_IF_ERROR(model_->Evaluate(batch.data(), b, o_.seq_len, eval_sum_.data()));
     }
   }
   double sum = 0;  // 0 on a stage without the head

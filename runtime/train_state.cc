@@ -105,9 +105,6 @@ absl::StatusOr<CheckpointInfo> TrainStateT<B>::Load(const std::string& path,
       SATDAR_RETURN_IF_ERROR(ops::Upload(x_, exp_avg_sq_.data(), v->data(), n_));
     }
     SATDAR_RETURN_IF_ERROR(ops::Synchronize(x_));  // the host copies may go now
-    host_params_ = {};
-    host_m_ = {};
-    host_v_ = {};
   }
   ReleaseMoments();
   return info;
