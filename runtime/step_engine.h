@@ -6,9 +6,10 @@
 //   engine->GradNorm()               the global norm of those gradients
 //   engine->Update(hp)               AdamW (clipping through hp.grad_scale)
 //
-// Implementations: CpuEngine (cpu_engine.h; every dp x tp x pp x ep layout, ZeRO-1, statistics)
-// and CudaEngine (cuda_engine.h; one GPU per rank, data parallelism over a device
-// communicator: NCCL, or host staging for ranks that share a GPU).
+// Implementation: Engine<B, M> (engine.h), written once for both devices, with the hooks of
+// CpuEngine (cpu_engine.cc: Model<T> on the host, f32 or f64) and CudaEngine (cuda_engine.cc:
+// DeviceModel, fp32 master weights on a GPU, device communicators: NCCL, or host staging for
+// ranks that share a GPU). Every dp x tp x pp x ep layout, ZeRO-1 and statistics on both.
 #ifndef SATDAR_RUNTIME_STEP_ENGINE_H_
 #define SATDAR_RUNTIME_STEP_ENGINE_H_
 
