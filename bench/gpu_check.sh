@@ -5,7 +5,10 @@
 #  1. prints the machine's glibc, GPU and CUDA, and how the carried binaries will start
 #     (through the carried Debian loader and libc when the machine's glibc is older than 2.36);
 #  2. runs every carried GPU test binary (the conformance suite: each CUDA op against the CPU
-#     path, forward and backward; the NCCL communicator);
+#     path, forward and backward; every design's device classes against the CPU's; the NCCL
+#     communicator; the CUDA engine), then tests/gpu_sim_e2e_test.sh with the carried satdar
+#     (every design and layout through `satdar train --device cuda`, against the CPU trainer
+#     and one GPU rank);
 #  3. trains sat-130m and sat-760m (and the baseline and Block DAR at 760m, and the DAR-MoE 7B
 #     shape with 4 layers: 64 experts, top 8) in PyTorch 2 eager with SDPA (bench/pytorch_gpu.py) and in satdar
 #     (`satdar train --device cuda`), printing tokens/s, MFU and peak memory of each.
@@ -82,6 +85,29 @@ for t in "$BUNDLE"/tests/*; do
   fi
 done
 echo "   $pass passed, $fail failed"
+
+echo "== every layout through satdar train --device cuda (tests/gpu_sim_e2e_test.sh)"
+# The simulator's end-to-end suite on the real GPU: every design against the CPU trainer, and
+# dp, tp, sp, ep, ZeRO-1 x EP, pp, interleaved and tp x pp against one GPU rank over the staged
+# communicator (and NCCL when the machine has two GPUs or more), with checkpoints continued on
+# the CPU. Through a wrapper, so the binary starts as the others do.
+if (( $(left) > 200 )); then
+  cat >/tmp/gpu_check.satdar <<WRAP
+#!/usr/bin/env bash
+exec $(printf '%q ' "${RUN[@]}") $(printf '%q' "$BUNDLE/bin/satdar") "\$@"
+WRAP
+  chmod +x /tmp/gpu_check.satdar
+  rm -rf /tmp/gpu_check.e2e && mkdir -p /tmp/gpu_check.e2e
+  if TEST_TMPDIR=/tmp/gpu_check.e2e PYTHONPATH="$ROOT/tests" timeout 150 \
+      bash tests/gpu_sim_e2e_test.sh /tmp/gpu_check.satdar >/tmp/gpu_check.e2e.log 2>&1; then
+    echo "   ok   $(grep -c '^PASS' /tmp/gpu_check.e2e.log) checks"
+  else
+    echo "   FAIL (exit $?)"; grep -E '^(FAIL|skipped)' /tmp/gpu_check.e2e.log | head -20
+    tail -5 /tmp/gpu_check.e2e.log
+  fi
+else
+  echo "   (time is short: skipped)"
+fi
 
 echo "== training side by side (random tokens, bf16 compute, fp32 master weights)"
 RESULTS=/tmp/gpu_check.results

@@ -159,7 +159,7 @@ absl::StatusOr<StepCost> PredictStep(const ModelConfig& c, const MemoryShape& l)
       // runtime/zero_partition.h: the dense partition over the data group (reduce-scatter
       // counted whole, padded; the updated shard all-gathered; its norm part summed).
       const int64_t shard = (dense + replicas - 1) / replicas;
-      // Mixed precision gathers the updated fp32 master slices (runtime/cuda_engine.cc).
+      // Mixed precision gathers the updated fp32 master slices (runtime/train_state.cc on Cuda<float>).
       data += shard * replicas * g + shard * g + kScalar;
     } else {
       data += dense * g;  // the average (experts go over the dp group, not logged)

@@ -77,7 +77,8 @@ class DecoderDeviceModel : public DeviceModel {
     shard.stream = ctx_->x.stream;
     shard.errors = &errors_;
     SATDAR_ASSIGN_OR_RETURN(model_, CreateDeviceModel<B>(ctx_->config, shard, ctx_->x));
-    // Off until asked for: gathering them waits for the stream at every layer.
+    // Off until asked for (device accumulators, one small kernel per layer; read back by
+    // AppendStats).
     model_->SetStatsEnabled(ctx_->stats);
     return absl::OkStatus();
   }

@@ -14,8 +14,9 @@
 // weights, gradients and accumulation. The loss stays on the device (DecoderModelT's
 // ForwardAccumulate, with the cross-entropy's gradient fused into its forward): a step reads
 // nothing back except MoE's expert counts and auxiliary losses (once per MoE layer). The
-// statistics that read activations back (SATFormer's gates, DAR/AttnRes's depth weights) are
-// off until SetStatsEnabled(true): gathering them reads activations back at every layer.
+// statistics of activations (SATFormer's gates, DAR/AttnRes's depth weights) are off until
+// SetStatsEnabled(true); on, they accumulate in device memory (one small kernel per layer)
+// and are read back only by AppendStats.
 #ifndef SATDAR_MODEL_DEVICE_MODEL_H_
 #define SATDAR_MODEL_DEVICE_MODEL_H_
 
@@ -98,8 +99,8 @@ class DeviceModel {
   // ops' scratch.
   virtual int64_t activation_bytes() const = 0;
   // As Model's: the statistics of SATFormer's gates and DAR/AttnRes's depth weights are off
-  // until SetStatsEnabled(true) (gathering them waits for the stream at every layer); expert
-  // load is always counted.
+  // until SetStatsEnabled(true) (then device accumulators, read by AppendStats with one wait
+  // for the stream); expert load is always counted.
   virtual void SetStatsEnabled(bool on) = 0;
   virtual void AppendStats(nlohmann::json* stats) const = 0;
   virtual void ResetStats() = 0;

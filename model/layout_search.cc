@@ -122,6 +122,12 @@ absl::StatusOr<SearchResult> SearchLayouts(const ModelConfig& c, const Cluster& 
           why_none = std::string(shardable.message());
           continue;
         }
+        // What `satdar train --device cuda` refuses for this split (a TP rank's FFN rows).
+        const absl::Status runs = CheckDeviceSupport(c, tp);
+        if (!runs.ok()) {
+          why_none = absl::StrCat("the GPU kernels cannot take tp=", tp, ": ", runs.message());
+          continue;
+        }
         if (request.microbatches > 0 && batch % request.microbatches != 0) {
           why_none = absl::StrCat("the replica's batch of ", batch, " (dp=", dp, " ep=", ep,
                                   ") is not divisible by ", request.microbatches,

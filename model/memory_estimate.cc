@@ -170,7 +170,7 @@ absl::StatusOr<MemoryEstimate> EstimateMemory(const ModelConfig& c, const Memory
                                              : params;
     e.parameter_bytes = Bytes(params * s.dtype_bytes);
     if (s.mixed_precision) {
-      // The GPU trainer (runtime/cuda_engine.cc): a bf16 compute copy, fp32 gradients (and
+      // The GPU trainer (runtime/engine.h on Cuda<float>, train_state.cc): a bf16 compute copy, fp32 gradients (and
       // under ZeRO-1 the replica's reduce-scattered slice), fp32 master weights in full and the
       // fp32 moments.
       if (s.use == MemoryUse::kGradient || s.use == MemoryUse::kTraining) {

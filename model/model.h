@@ -89,9 +89,10 @@ class Model {
   virtual void AppendStats(nlohmann::json* stats) const = 0;
   virtual void ResetStats() = 0;
   // Whether passes gather the statistics that read activations (SATFormer's gates and their
-  // mean ablation, DAR's and AttnRes's depth weights); on by default. On a device gathering
-  // reads them back (a wait for the stream per layer), so a trainer that reports none turns it
-  // off; what was gathered stays until ResetStats. Expert load is always counted (the routing
+  // mean ablation, DAR's and AttnRes's depth weights); on by default. They accumulate in
+  // the backend's memory (ops::AccumulateColumns; a device's are read back by AppendStats
+  // alone), and a trainer that reports none turns them off; what was gathered stays until
+  // ResetStats. Expert load is always counted (the routing
   // reads its counts anyway).
   virtual void SetStatsEnabled(bool on) = 0;
   // SATFormer's gate intervention; false when the model has no gates.

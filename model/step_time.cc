@@ -402,7 +402,7 @@ absl::StatusOr<StepTime> PredictStepTime(const ModelConfig& c, const MemoryShape
   const int replicas = l.dp * l.ep;
   const bool split = l.ep > 1 && r.experts > 0;
   const double dense = static_cast<double>(r.total - (split ? r.experts : 0));
-  // As satdar's GPU trainer runs it (runtime/cuda_engine.cc, runtime/gradient_sync.cc): without
+  // As satdar's GPU trainer runs it (runtime/engine.h, runtime/gradient_sync.cc): without
   // pipeline stages or expert parallelism the all-reduce of each layer's gradients starts as
   // the last micro-batch's backward finishes that layer, so the backward hides it, but for the
   // embedding with the first layer and the final norm with the head, reduced after the

@@ -15,7 +15,7 @@
 // the gradient reduction (or ZeRO-1's reduce-scatter and gather) and the optimizer's pass over
 // its state. The pipeline adds 1F1B's bubble, (pp - 1) / virtual stages of a micro-batch's
 // time on the slowest stage. On a GPU (Hardware::gpu) the plain gradient all-reduce overlaps the
-// last micro-batch's backward (as runtime/cuda_engine.cc issues it, layer by layer; not with
+// last micro-batch's backward (as runtime/engine.h issues it through GradientSyncT, layer by layer; not with
 // pipeline stages or expert parallelism, and ZeRO-1's reduce-scatter and gather do not overlap) and sends overlap compute but for the pipeline's
 // fill and drain; on a CPU nothing overlaps and the node's ranks share its cores.
 #ifndef SATDAR_MODEL_STEP_TIME_H_

@@ -12,6 +12,7 @@
 #include "model/cost_model.h"
 #include "model/flops.h"
 #include "model/hardware.h"
+#include "model/layout_check.h"
 #include "model/layout_search.h"
 
 namespace satdar::model {
@@ -146,7 +147,7 @@ TEST(StepTime, AGpuHidesThePlainGradientAllReduceBehindTheLastBackward) {
   // and the final norm, about 1/8 of the 1.3B model's gradients here.
   EXPECT_GT(overlapped.data_seconds, 0);
   EXPECT_LT(overlapped.data_seconds, exposed.data_seconds / 4);
-  // ZeRO-1's reduce-scatter and gather run after the backward (runtime/cuda_engine.cc).
+  // ZeRO-1's reduce-scatter and gather run after the backward (runtime/gradient_sync.cc).
   MemoryShape zero = l;
   zero.zero_stage = 1;
   EXPECT_GT(Time(c, zero, Table("h100")).data_seconds, 0.005);
@@ -209,8 +210,9 @@ TEST(StepTime, RefusesTensorParallelismAcrossNodes) {
 }
 
 TEST(StepTime, MemoryByKindIsTheGpuTrainersUnderZero) {
-  // runtime/cuda_engine.cc under ZeRO-1: bf16 weights, fp32 gradients in full plus the
-  // replica's slice, fp32 master weights in full, the moments sharded over the 8 replicas.
+  // The GPU trainer (runtime/engine.h on Cuda<float>) under ZeRO-1: bf16 weights, fp32
+  // gradients in full plus the replica's slice, fp32 master weights in full, the moments
+  // sharded over the 8 replicas.
   const ModelConfig c = Load("dar-1.3b.json");
   MemoryShape l = Shape(8, 1, 1, 1, 8, 4096, 8, true);
   l.zero_stage = 1;
@@ -270,12 +272,17 @@ TEST(Hardware, TableAndFiles) {
             "cpu.json: field \"name\" must be a non-empty string");
 }
 
-TEST(LayoutSearch, RanksFittingLayoutsOfTheClusterFastestFirst) {
-  const ModelConfig c = Load("dar-1.3b.json");
+Cluster OneNodeOfEightH200() {
   Cluster cluster;
   cluster.nodes = 1;
   cluster.ranks_per_node = 8;
   cluster.hardware = Table("h200");
+  return cluster;
+}
+
+TEST(LayoutSearch, RanksFittingLayoutsOfTheClusterFastestFirst) {
+  const ModelConfig c = Load("dar-1.3b.json");
+  const Cluster cluster = OneNodeOfEightH200();
   SearchRequest request;
   request.global_batch = 64;
   request.seq_len = 4096;
@@ -315,6 +322,42 @@ TEST(LayoutSearch, RanksFittingLayoutsOfTheClusterFastestFirst) {
   ASSERT_TRUE(top.ok());
   ASSERT_EQ(top->best.size(), 3u);
   EXPECT_EQ(top->best[0].tokens_per_second, r->best[0].tokens_per_second);
+}
+
+// The search proposes only what `satdar train --device cuda` runs: here a tp=8 rank would
+// hold (8 / 8) x 48 = 48 elements of gate_proj, not a multiple of the device table's 32.
+TEST(LayoutSearch, LeavesOutSplitsTheGpuKernelsRefuse) {
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(
+      R"({"vocab_size": 64, "hidden_size": 48, "intermediate_size": 8,
+          "num_hidden_layers": 1, "num_attention_heads": 8, "num_key_value_heads": 8,
+          "max_position_embeddings": 128})",
+      "tiny.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE(CheckDeviceSupport(*c, 4).ok());
+  ASSERT_FALSE(CheckDeviceSupport(*c, 8).ok());
+  const Cluster cluster = OneNodeOfEightH200();
+  SearchRequest request;
+  request.global_batch = 8;
+  request.seq_len = 64;
+  request.top = 1000;
+  absl::StatusOr<SearchResult> r = SearchLayouts(*c, cluster, request);
+  ASSERT_TRUE(r.ok()) << r.status();
+  bool tp4 = false;
+  for (const Candidate& k : r->best) {
+    EXPECT_NE(k.layout.tp, 8);
+    tp4 |= k.layout.tp == 4;
+  }
+  EXPECT_TRUE(tp4);  // the rule leaves the other splits
+  // One sequence per step over 8 ranks of a one-layer model leaves only tp=8: nothing runs,
+  // and the error says why.
+  request.global_batch = 1;
+  absl::StatusOr<SearchResult> none = SearchLayouts(*c, cluster, request);
+  ASSERT_EQ(none.status().code(), absl::StatusCode::kInvalidArgument) << none.status();
+  EXPECT_NE(none.status().message().find(
+                "the GPU kernels cannot take tp=8: device cuda: (intermediate_size / "
+                "tensor-parallel size) x hidden_size = (8 / 8) x 48 must be a multiple of 32"),
+            std::string::npos)
+      << none.status();
 }
 
 TEST(LayoutSearch, SaysWhatDoesNotFitOrCannotRun) {

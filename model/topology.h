@@ -62,7 +62,8 @@ class TopologyT {
                                      BranchesT<B>* branches, T* dh0,
                                      const std::vector<T*>& din) = 0;
 
-  // Statistics (host values; read back from the device by the caller's rules).
+  // Statistics, gathered in B's memory (ops::AccumulateColumns) and read on the host by
+  // AppendStats (model/ops.h, ReadStatistics).
   virtual void AppendStats(nlohmann::json* stats) const { (void)stats; }
   virtual void ResetStats() {}
   // Model::SetStatsEnabled.

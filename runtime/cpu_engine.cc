@@ -101,7 +101,8 @@ class CpuEngine : private CpuResources, public Engine<model::Cpu<T>, model::Mode
       Json bytes = Json::object();
       for (const auto& [name, comm] :
            {std::pair<const char*, comm::CountingCommunicator*>{"tp", g_.tp.get()},
-            {"pp", g_.pp.get()}, {"ep", g_.ep.get()}, {"data", g_.data.get()}, {"mp", g_.mp.get()}}) {
+            {"pp", g_.pp.get()}, {"ep", g_.ep.get()}, {"data", g_.data.get()},
+            {"mp", g_.mp.get()}}) {
         if (comm != nullptr) bytes[name] = comm->TakeBytes();
       }
       (*line)["comm_bytes"] = bytes;

@@ -217,7 +217,9 @@ class CudaEngine : private CudaResources, public Engine<model::Cuda<float>, mode
 absl::Status CudaEngine::Init() {
   SATDAR_RETURN_IF_ERROR(CheckCudaEngine(o_));
   const int devices = kc::DeviceCount();
-  if (devices == 0) return absl::FailedPreconditionError("device cuda: no CUDA GPU on this machine");
+  if (devices == 0) {
+    return absl::FailedPreconditionError("device cuda: no CUDA GPU on this machine");
+  }
   device = o_.gpu.device >= 0 ? o_.gpu.device : rank_ % devices;
   if (device >= devices) {
     return absl::InvalidArgumentError(absl::StrCat("device cuda:", device, ": this machine has ",

@@ -8,10 +8,11 @@
 // expert parallelism), tensor and sequence parallelism and expert parallelism (the model's
 // in-pass collectives on device memory), and pipeline stages, plain or interleaved
 // (parallel/pipeline.h's 1F1B schedule over one device model instance per micro-batch in
-// flight, the boundaries moving device buffers). After the passes, GradientSyncT and
-// TrainStateT (the CPU engine's classes on Cuda<float>) reduce, clip and update on the device;
-// the host reads back two numbers a step (loss and norm). Checkpoints are the CPU engine's
-// format (a GPU checkpoint resumes on the CPU and back, sharded ones in any layout).
+// flight, the boundaries moving device buffers). The step is the one Engine<B, M> of both
+// devices (runtime/engine.h) on Cuda<float> and DeviceModel: GradientSyncT and TrainStateT
+// reduce, clip and update on the device; the host reads back two numbers a step (loss and
+// norm). Checkpoints are the CPU's format (a GPU checkpoint resumes on the CPU and back,
+// sharded ones in any layout).
 #ifndef SATDAR_RUNTIME_CUDA_ENGINE_H_
 #define SATDAR_RUNTIME_CUDA_ENGINE_H_
 

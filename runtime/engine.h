@@ -39,7 +39,7 @@ namespace satdar::runtime {
 template <class B, class M>
 class Engine : public StepEngine {
  public:
-  using G = typename B::T;  // master weights, gradients and moments
+  using G = typename B::Acc;  // master weights, gradients and moments
   template <typename U>
   using Vec = typename B::template Vec<U>;
 

@@ -40,7 +40,9 @@
 #     within STATS_TOL) over both communicators and --dp 2 --pp 2 --zero 1 over the staged one
 #     equal it too; in bf16, --pp 2 --virtual-stages 2 over NCCL equals one GPU rank in bf16;
 #     three stages (6-layer Block DAR, plain and interleaved) over NCCL equal one GPU rank; the
-#     staged --pp 2 run's sharded checkpoint continues on the CPU as one rank.
+#     staged --pp 2 run's sharded checkpoint continues on the CPU as one rank;
+#  8. a checkpoint written by satdar before issue 30 (tests/testdata/pre30/) resumes on the GPU
+#     and logs what that binary logged, within F32_TOL.
 # Skips (exit 0, "skipped: ...") when satdar was built without CUDA or the machine has no GPU
 # (SATDAR_SKIP_WITHOUT_GPU's logic, core/cuda/testing/gpu_test_util.h), and skips the NCCL case
 # on a machine with one GPU. Prints each satdar run's wall time at the end.
@@ -544,6 +546,24 @@ if [[ -d pp_dar_host_v1 ]] &&
     pp_resume.jsonl pp_one_resume.jsonl $DP_TOL
 else
   fail "pp=2 checkpoint on the CPU: a run failed (above)"
+fi
+
+# 8. A checkpoint written before the one-model change (issue 30; tests/testdata/pre30/, by
+# satdar at 24a32d6 on the CPU) resumes on the GPU: steps 4 to 6 as that binary logged them.
+PRE30="$HERE/testdata/pre30"
+rm -rf pre30 && mkdir -p pre30 && cp -L "$PRE30/ckpt_00000003.safetensors" pre30/
+python3 - "$PRE30/expected.json" >pre30.expected.jsonl <<'PY'
+import json, sys
+for r in json.load(open(sys.argv[1]))["single"]:
+    print(json.dumps(r))
+PY
+if timed pre30.gpu "$SATDAR" train --config "$PRE30/config.json" --synthetic-data --steps 6 \
+     --batch-size 2 --seq-len 8 --seed 7 --checkpoint-every 3 --resume --quiet --device cuda \
+     --dtype f32 --checkpoint-dir pre30 --log-jsonl pre30.gpu.jsonl; then
+  compare "a checkpoint of satdar before issue 30 resumes on the GPU" losses pre30.gpu.jsonl \
+    pre30.expected.jsonl $F32_TOL
+else
+  fail "pre-issue-30 checkpoint on the GPU: the run failed (above)"
 fi
 
 echo "wall time of each run:"

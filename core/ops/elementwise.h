@@ -5,10 +5,11 @@
 //
 // Upload and Download move n elements between host memory and x's buffers. Besides them, what
 // a trainer does to whole buffers: CastFromF32 (the compute copy of fp32 master weights),
-// AccumulateSum / AccumulateValue (a running fp64 total in x's memory, e.g. the mean loss)
-// and SumSquares (the gradient norm's fp64 sum of squares).
-// Each takes n elements. The CPU side is inline (copies and fills on the calling thread as
-// std::copy/std::fill did; adds split over x.pool in chunks of kElementwiseGrain, bit-identical
+// AccumulateSum / AccumulateValue (a running fp64 total in x's memory, e.g. the mean loss),
+// AccumulateColumns (per-column fp64 sums and zero counts: the designs' statistics) and
+// SumSquares (the gradient norm's fp64 sum of squares).
+// Each takes n elements (AccumulateColumns a rows x cols matrix). The CPU side is inline
+// (copies and fills on the calling thread as std::copy/std::fill did; adds split over x.pool in chunks of kElementwiseGrain, bit-identical
 // whatever the thread count; the fp64 sums serially in index order); the CUDA side
 // (elementwise_cuda.cu, T float or __nv_bfloat16, fp32 arithmetic, fp64 sums in a fixed order
 // so they are bit-identical run to run) is enqueued on x.stream.
@@ -72,6 +73,12 @@ absl::Status AccumulateValue(const CudaExec& x, double* acc, double value);
 // ReduceBlocks(n) blocks (core/cuda/reduce_grid.h), then one block adds their sums in block
 // order. Scratch: that many doubles from x.workspace (FailedPrecondition when it is null).
 absl::Status SumSquares(const CudaExec& x, double* out, const float* v, int64_t n);
+// Column statistics of a (rows, cols) row-major fp32 matrix into fp64 accumulators in device
+// memory: sums[c] += sum over r of a[r, c], and when zeros is not null zeros[c] += the count
+// of a[r, c] == 0. One block per column, each sum in a fixed order (bit-identical run to
+// run), no host wait: the per-layer statistics stay on the device until they are read.
+absl::Status AccumulateColumns(const CudaExec& x, double* sums, double* zeros, const float* a,
+                               int64_t rows, int cols);
 }  // namespace cuda
 #endif  // SATDAR_WITH_CUDA || __CUDACC__
 
@@ -172,6 +179,19 @@ inline absl::Status AccumulateValue(const CpuExec& x, double* acc, double value)
   *acc += value;
   return absl::OkStatus();
 }
+// sums[c] += a[r, c] and zeros[c] += (a[r, c] == 0) (zeros may be null) over the (rows, cols)
+// row-major matrix a, in double in index order (row by row).
+template <typename T>
+inline absl::Status AccumulateColumns(const CpuExec& x, double* sums, double* zeros, const T* a,
+                                      int64_t rows, int cols) {
+  (void)x;
+  const int64_t n = rows * cols;
+  for (int64_t j = 0; j < n; ++j) {
+    sums[j % cols] += a[j];
+    if (zeros != nullptr) zeros[j % cols] += a[j] == T(0);
+  }
+  return absl::OkStatus();
+}
 // *out = sum of v[i]^2 over [0, n), in double in index order.
 template <typename T>
 inline absl::Status SumSquares(const CpuExec& x, double* out, const T* v, int64_t n) {
@@ -186,6 +206,7 @@ inline absl::Status SumSquares(const CpuExec& x, double* out, const T* v, int64_
 }
 
 #if defined(SATDAR_WITH_CUDA) || defined(__CUDACC__)
+using cuda::AccumulateColumns;
 using cuda::AccumulateSum;
 using cuda::AccumulateValue;
 using cuda::Add;

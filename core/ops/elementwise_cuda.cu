@@ -2,7 +2,7 @@
 // asynchronous memory operations on the stream. The fp64 sums have no atomics: AccumulateSum
 // is one block (each thread a fixed strided slice, then a shared-memory tree); SumSquares a
 // grid of ReduceBlocks(n) blocks the same way, then one thread adds the block sums in block
-// order.
+// order; AccumulateColumns one block per column the same way.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -63,6 +63,23 @@ __global__ void AccumulateSumKernel(double* acc, const float* v, int64_t n, doub
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s[0] += v[i];
   BlockSums<kThreads, 1>(s);
   if (threadIdx.x == 0) *acc += scale * s[0];
+}
+
+// Block c sums column c: thread t takes rows t, t + blockDim.x, ...; then a tree.
+__global__ void AccumulateColumnsKernel(double* sums, double* zeros, const float* a,
+                                        int64_t rows, int cols) {
+  const int c = blockIdx.x;
+  double s[2] = {0.0, 0.0};
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
+    const float v = a[r * cols + c];
+    s[0] += v;
+    s[1] += v == 0.0f ? 1.0 : 0.0;
+  }
+  BlockSums<kThreads, 2>(s);
+  if (threadIdx.x == 0) {
+    sums[c] += s[0];
+    if (zeros != nullptr) zeros[c] += s[1];
+  }
 }
 
 __global__ void AccumulateValueKernel(double* acc, double value) {
@@ -185,6 +202,15 @@ absl::Status AccumulateValue(const CudaExec& x, double* acc, double value) {
   return absl::OkStatus();
 }
 
+absl::Status AccumulateColumns(const CudaExec& x, double* sums, double* zeros, const float* a,
+                               int64_t rows, int cols) {
+  if (rows == 0 || cols == 0) return absl::OkStatus();
+  SATDAR_CUDA_RETURN_IF_ERROR(Launch("AccumulateColumnsKernel", AccumulateColumnsKernel,
+                                     dim3(cols), dim3(kThreads), 0, x.stream, sums, zeros, a,
+                                     rows, cols));
+  return absl::OkStatus();
+}
+
 absl::Status SumSquares(const CudaExec& x, double* out, const float* v, int64_t n) {
   // n = 0 still launches (one block), so *out is written.
   const int blocks = ReduceBlocks(n, kThreads);
@@ -218,5 +244,6 @@ SATDAR_INSTANTIATE_TRANSFER(double)
 SATDAR_INSTANTIATE(float)
 SATDAR_INSTANTIATE(__nv_bfloat16)
 #undef SATDAR_INSTANTIATE
+template absl::Status Zero<double>(const CudaExec&, double*, int64_t);  // fp64 accumulators
 
 }  // namespace satdar::core::cuda

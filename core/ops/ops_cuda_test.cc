@@ -23,7 +23,8 @@
 //   rounding on both sides (the CPU reference adds the same bf16-rounded values in f32 and
 //   rounds once through Quantize), so it is checked exactly too. CastFromF32 is one rounding
 //   of an fp32 value and must equal __float2bfloat16's (exact). The fp64 sums (AccumulateSum,
-//   SumSquares) add the same fp32 values in another order than the CPU's index order: rtol
+//   AccumulateColumns, SumSquares) add the same fp32 values in another order than the CPU's
+//   index order: rtol
 //   1e-12 of the result; AccumulateValue adds exactly representable values and is exact.
 #include <cmath>
 #include <cstdint>
@@ -396,6 +397,40 @@ void CheckAccumulate() {
   EXPECT_EQ(got, -1.25);
 }
 
+// Per-column sums and zero counts (the designs' statistics): two calls accumulate; a third
+// without zeros leaves them; the same call twice gives the same bits.
+void CheckAccumulateColumns() {
+  const int64_t rows = 3001;  // many rows per thread of a column's block
+  const int cols = 5;
+  auto a = RandomNormal(rows * cols, 61);
+  for (int64_t j = 0; j < rows * cols; j += 7) a[j] = 0.0f;  // ReLU gates' exact zeros
+  const CpuExec on_cpu{};
+  const CudaExec on_gpu{};
+  std::vector<double> sums(cols, 0.5), zeros(cols, 2.0);
+  ASSERT_TRUE(ops::AccumulateColumns(on_cpu, sums.data(), zeros.data(), a.data(), rows, cols).ok());
+  ASSERT_TRUE(ops::AccumulateColumns(on_cpu, sums.data(), zeros.data(), a.data(), rows, cols).ok());
+  ASSERT_TRUE(ops::AccumulateColumns(on_cpu, sums.data(), nullptr, a.data(), rows, cols).ok());
+  DeviceArray<float> ga(a);
+  DeviceVector<double> gsums(std::vector<double>(cols, 0.5));
+  DeviceVector<double> gzeros(std::vector<double>(cols, 2.0));
+  ASSERT_TRUE(ops::AccumulateColumns(on_gpu, gsums.get(), gzeros.get(), ga.get(), rows, cols).ok());
+  ASSERT_TRUE(ops::AccumulateColumns(on_gpu, gsums.get(), gzeros.get(), ga.get(), rows, cols).ok());
+  ASSERT_TRUE(ops::AccumulateColumns(on_gpu, gsums.get(), nullptr, ga.get(), rows, cols).ok());
+  std::vector<double> got_sums(cols), got_zeros(cols);
+  ASSERT_TRUE(ops::Download(on_gpu, got_sums.data(), gsums.get(), cols).ok());
+  ASSERT_TRUE(ops::Download(on_gpu, got_zeros.data(), gzeros.get(), cols).ok());
+  for (int c = 0; c < cols; ++c) {
+    ExpectRel(got_sums[c], sums[c], 1e-12, "column sum " + std::to_string(c));
+    EXPECT_EQ(got_zeros[c], zeros[c]) << "zero count of column " << c;
+    EXPECT_GT(zeros[c], 2.0 + 2 * 400) << "the planted zeros of column " << c;
+  }
+  // Nothing to add: no launch, the accumulators unchanged.
+  ASSERT_TRUE(ops::AccumulateColumns(on_gpu, gsums.get(), gzeros.get(), ga.get(), 0, cols).ok());
+  std::vector<double> again(cols);
+  ASSERT_TRUE(ops::Download(on_gpu, again.data(), gsums.get(), cols).ok());
+  EXPECT_EQ(again, got_sums);
+}
+
 void CheckSumSquares() {
   const int64_t n = 100000;  // the full reduction grid, many elements per thread
   const auto v = RandomNormal(n, 51);
@@ -456,6 +491,10 @@ TEST(OpsCuda, CastFromF32Bf16) {
 TEST(OpsCuda, AccumulateSumAndValue) {
   SATDAR_SKIP_WITHOUT_GPU();
   SATDAR_IF_CUDA(CheckAccumulate());
+}
+TEST(OpsCuda, AccumulateColumns) {
+  SATDAR_SKIP_WITHOUT_GPU();
+  SATDAR_IF_CUDA(CheckAccumulateColumns());
 }
 TEST(OpsCuda, SumSquares) {
   SATDAR_SKIP_WITHOUT_GPU();

@@ -73,9 +73,11 @@ class AttnRes : public TopologyT<B> {
     dpartial_.resize(nc);
     du_.resize(nc);
     dy_.resize(nc);
-    weight_sum_.assign(sublayers_ + 1, std::vector<double>(max_sources, 0.0));
-    // The host copy of one step's depth weights (statistics); the CPU reads them in place.
-    if (B::kDevice) host_alpha_.resize(static_cast<size_t>(rows) * max_sources);
+    // The statistics' accumulators (sublayer, source), zero; once (their size does not depend
+    // on rows, and what they gathered stays until ResetStats, with tokens_).
+    stats_stride_ = max_sources;
+    const size_t stats = static_cast<size_t>(sublayers_ + 1) * max_sources;
+    if (weight_sum_.size() != stats) weight_sum_.assign(stats, 0.0);
     return absl::OkStatus();
   }
 
@@ -189,13 +191,17 @@ class AttnRes : public TopologyT<B> {
   }
 
   void AppendStats(nlohmann::json* stats) const override {
+    const double* sum = ReadStatistics<B>(x_, weight_sum_, &host_sum_);
     nlohmann::json all = nlohmann::json::array();
     for (int l = 0; l <= sublayers_; ++l) {
       if (!Owned(l + 1)) continue;  // another pipeline stage's sublayer
       nlohmann::json w = nlohmann::json::array();
       const Step& s = steps_[l];
       int count = s.sources + (s.has_partial ? 1 : 0);
-      for (int i = 0; i < count; ++i) w.push_back(weight_sum_[l][i] / std::max<int64_t>(tokens_, 1));
+      for (int i = 0; i < count; ++i) {
+        const double total = sum != nullptr ? sum[l * stats_stride_ + i] : 0.0;
+        w.push_back(total / std::max<int64_t>(tokens_, 1));
+      }
       all.push_back(w);
     }
     // [sublayer 1..2L, final][source: embedding, blocks..., partial]
@@ -203,7 +209,8 @@ class AttnRes : public TopologyT<B> {
   }
   void SetStatsEnabled(bool on) override { stats_ = on; }
   void ResetStats() override {
-    for (auto& w : weight_sum_) std::fill(w.begin(), w.end(), 0.0);
+    // A failed fill is the stream's error, which the next pass returns.
+    (void)ops::Zero(x_, weight_sum_.data(), static_cast<int64_t>(weight_sum_.size()));
     tokens_ = 0;
   }
 
@@ -241,17 +248,10 @@ class AttnRes : public TopologyT<B> {
   }
   absl::Status Accumulate(int index, const Step& s) {
     const int count = s.sources + (s.has_partial ? 1 : 0);
-    // Host read: in place on the CPU; a device's depth weights are downloaded first (a wait
-    // for the stream per step).
-    const Acc* alpha = s.alpha.data();
-    if (B::kDevice) {
-      SATDAR_RETURN_IF_ERROR(ops::Download(x_, host_alpha_.data(), alpha,
-                                           static_cast<int64_t>(rows_) * count));
-      alpha = host_alpha_.data();
-    }
-    for (int r = 0; r < rows_; ++r) {
-      for (int i = 0; i < count; ++i) weight_sum_[index][i] += alpha[r * count + i];
-    }
+    // Each source's weight summed over the tokens, in B's memory (no wait for a device's
+    // stream).
+    SATDAR_RETURN_IF_ERROR(ops::AccumulateColumns(
+        x_, weight_sum_.data() + index * stats_stride_, nullptr, s.alpha.data(), rows_, count));
     // Once per pass, at this stage's first retrieval (the last stage alone would leave the
     // others' statistics without a token count).
     if (index == first_ - 1) tokens_ += rows_;
@@ -277,8 +277,11 @@ class AttnRes : public TopologyT<B> {
   // What the retrieval ops read: a step's sources and their gradients.
   typename B::template PtrList<const T*> inputs_;
   typename B::template PtrList<T*> grads_;
-  std::vector<std::vector<double>> weight_sum_;
-  std::vector<Acc> host_alpha_;  // a device's depth weights of one step (empty on the CPU)
+  // (sublayer 1..2L and the final readout, source) in B's memory: each depth weight summed
+  // over the tokens since ResetStats; its host copy when read on a device.
+  Vec<double> weight_sum_;
+  mutable std::vector<double> host_sum_;
+  int stats_stride_ = 0;  // sources per sublayer in weight_sum_
   int64_t tokens_ = 0;
   bool stats_ = true;  // gather the depth weights' statistics (SetStatsEnabled)
 };

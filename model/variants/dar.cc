@@ -95,10 +95,11 @@ class Dar : public TopologyT<B> {
     dy_.resize(nc);
     dr_[0].resize(nc);
     dr_[1].resize(nc);
-    weight_sum_.assign(sublayers_ + 1, {std::vector<double>(max_sources, 0.0),
-                                        std::vector<double>(max_sources, 0.0)});
-    // The host copy of one step's depth weights (statistics); the CPU reads them in place.
-    if (B::kDevice) host_alpha_.resize(static_cast<size_t>(rows) * max_sources);
+    // The statistics' accumulators (sublayer, stream, source), zero; once (their size does not
+    // depend on rows, and what they gathered stays until ResetStats, with tokens_).
+    stats_stride_ = max_sources;
+    const size_t stats = static_cast<size_t>(sublayers_ + 1) * 2 * max_sources;
+    if (weight_sum_.size() != stats) weight_sum_.assign(stats, 0.0);
     return absl::OkStatus();
   }
 
@@ -247,6 +248,7 @@ class Dar : public TopologyT<B> {
     nlohmann::json weights = nlohmann::json::array(), mix = nlohmann::json::array(),
                    transport = nlohmann::json::array(), write = nlohmann::json::array();
     bool last_params_ok = true;
+    const double* sum = ReadStatistics<B>(x_, weight_sum_, &host_sum_);
     for (int l = 0; l <= sublayers_; ++l) {
       if (!Owned(l + 1)) continue;  // another pipeline stage's sublayer
       const Step& st = steps_[l];
@@ -254,7 +256,10 @@ class Dar : public TopologyT<B> {
       nlohmann::json per_stream = nlohmann::json::array();
       for (int s = 0; s < 2; ++s) {
         nlohmann::json w = nlohmann::json::array();
-        for (int i = 0; i < count; ++i) w.push_back(weight_sum_[l][s][i] / std::max<int64_t>(tokens_, 1));
+        for (int i = 0; i < count; ++i) {
+          const double total = sum != nullptr ? sum[(l * 2 + s) * stats_stride_ + i] : 0.0;
+          w.push_back(total / std::max<int64_t>(tokens_, 1));
+        }
         per_stream.push_back(w);
       }
       weights.push_back(per_stream);
@@ -290,9 +295,8 @@ class Dar : public TopologyT<B> {
   }
   void SetStatsEnabled(bool on) override { stats_ = on; }
   void ResetStats() override {
-    for (auto& l : weight_sum_) {
-      for (auto& s : l) std::fill(s.begin(), s.end(), 0.0);
-    }
+    // A failed fill is the stream's error, which the next pass returns.
+    (void)ops::Zero(x_, weight_sum_.data(), static_cast<int64_t>(weight_sum_.size()));
     tokens_ = 0;
   }
 
@@ -366,18 +370,12 @@ class Dar : public TopologyT<B> {
   }
   absl::Status Accumulate(int index, const Step& st) {
     const int count = st.sources + (st.has_partial ? 1 : 0);
-    // Host read: in place on the CPU; a device's depth weights are downloaded first (a wait
-    // for the stream per step).
+    // Each stream's weight of each source summed over the tokens, in B's memory (no wait for
+    // a device's stream).
     for (int s = 0; s < 2; ++s) {
-      const Acc* alpha = st.alpha[s].data();
-      if (B::kDevice) {
-        SATDAR_RETURN_IF_ERROR(ops::Download(x_, host_alpha_.data(), alpha,
-                                             static_cast<int64_t>(rows_) * count));
-        alpha = host_alpha_.data();
-      }
-      for (int r = 0; r < rows_; ++r) {
-        for (int i = 0; i < count; ++i) weight_sum_[index][s][i] += alpha[r * count + i];
-      }
+      SATDAR_RETURN_IF_ERROR(ops::AccumulateColumns(
+          x_, weight_sum_.data() + (index * 2 + s) * stats_stride_, nullptr,
+          st.alpha[s].data(), rows_, count));
     }
     // Once per pass, at this stage's first retrieval (the last stage alone would leave the
     // others' statistics without a token count).
@@ -409,8 +407,11 @@ class Dar : public TopologyT<B> {
   // What the retrieval ops read: a step's sources of each stream, and their gradients.
   typename B::template PtrList<const T*> inputs_[2];
   typename B::template PtrList<T*> grads_[2];
-  std::vector<std::array<std::vector<double>, 2>> weight_sum_;
-  std::vector<Acc> host_alpha_;  // a device's depth weights of one step (empty on the CPU)
+  // (sublayer 1..2L and the final readout, stream, source) in B's memory: each depth weight
+  // summed over the tokens since ResetStats; its host copy when read on a device.
+  Vec<double> weight_sum_;
+  mutable std::vector<double> host_sum_;
+  int stats_stride_ = 0;  // sources per (sublayer, stream) in weight_sum_
   int64_t tokens_ = 0;
   bool stats_ = true;  // gather the depth weights' statistics (SetStatsEnabled)
   const Acc* last_params_ = nullptr;  // the master weights of the last backward

@@ -29,8 +29,7 @@ class Satformer : public ValueResidualT<B> {
   Satformer(const ModelConfig& c, const Sharding& shard, const typename B::Exec& x)
       : c_(c.hidden_size), nkv_(shard.TpCount(c.num_key_value_heads)), hs_(c.head_size()),
         layers_(c.num_hidden_layers), x_(x), offsets_(layers_, -1), alpha_(layers_),
-        gate_sum_(layers_, std::vector<double>(nkv_, 0.0)),
-        gate_zeros_(layers_, std::vector<int64_t>(nkv_, 0)), gate_count_(layers_, 0) {}
+        gate_count_(layers_, 0) {}
 
   static std::string Name(int i) {
     return absl::StrCat("model.layers.", i, ".self_attn.value_gate.weight");
@@ -51,9 +50,15 @@ class Satformer : public ValueResidualT<B> {
     rows_ = rows;
     for (auto& a : alpha_) a.resize(static_cast<size_t>(rows) * nkv_);
     dalpha_.resize(static_cast<size_t>(rows) * nkv_);
-    // The host copy of one layer's gates (statistics and the mean ablation); the CPU reads
-    // and writes alpha_ in place.
+    // The host copy of one layer's gates (the mean ablation's upload); the CPU writes alpha_
+    // in place.
     if (B::kDevice) host_alpha_.resize(static_cast<size_t>(rows) * nkv_);
+    const size_t stats = static_cast<size_t>(layers_) * nkv_;
+    // Once: the statistics' accumulators, zero (again after a failed allocation).
+    if (gate_sum_.size() != stats || gate_zeros_.size() != stats) {
+      gate_sum_.assign(stats, 0.0);
+      gate_zeros_.assign(stats, 0.0);
+    }
     return absl::OkStatus();
   }
 
@@ -75,18 +80,11 @@ class Satformer : public ValueResidualT<B> {
       }
     } else if (!recomputing_ && stats_) {
       // Statistics of the live gates, for logging and for the mean ablation (a recomputed
-      // forward has been counted already). Host read: in place on the CPU; a device's gates
-      // are downloaded first (a wait for the stream per layer and forward).
-      const Acc* h = alpha;
-      if (B::kDevice) {
-        SATDAR_RETURN_IF_ERROR(
-            ops::Download(x_, host_alpha_.data(), alpha, static_cast<int64_t>(n)));
-        h = host_alpha_.data();
-      }
-      for (size_t j = 0; j < n; ++j) {
-        gate_sum_[i][j % nkv_] += h[j];
-        gate_zeros_[i][j % nkv_] += h[j] == Acc(0);
-      }
+      // forward has been counted already): per KV head, the sum and the count of exact zeros,
+      // accumulated in B's memory (no wait for a device's stream).
+      SATDAR_RETURN_IF_ERROR(ops::AccumulateColumns(x_, gate_sum_.data() + i * nkv_,
+                                                    gate_zeros_.data() + i * nkv_, alpha, rows_,
+                                                    nkv_));
       gate_count_[i] += rows_;
     }
     SATDAR_RETURN_IF_ERROR(ops::ValueMixForward(x_, vmix, alpha, v, v1, rows_, nkv_, hs_));
@@ -106,13 +104,15 @@ class Satformer : public ValueResidualT<B> {
   void SetRecomputing(bool on) override { recomputing_ = on; }
   void SetStatsEnabled(bool on) override { stats_ = on; }
   void AppendStats(nlohmann::json* stats) const override {
+    const double* sum = ReadStatistics<B>(x_, gate_sum_, &host_sum_);
+    const double* zero = ReadStatistics<B>(x_, gate_zeros_, &host_zeros_);
     nlohmann::json mean = nlohmann::json::array(), zeros = nlohmann::json::array();
     for (int i = 1; i < layers_; ++i) {
       nlohmann::json m = nlohmann::json::array(), z = nlohmann::json::array();
       for (int j = 0; j < nkv_; ++j) {
         double count = static_cast<double>(std::max<int64_t>(gate_count_[i], 1));
-        m.push_back(gate_sum_[i][j] / count);
-        z.push_back(gate_zeros_[i][j] / count);
+        m.push_back(sum != nullptr ? sum[i * nkv_ + j] / count : 0.0);
+        z.push_back(zero != nullptr ? zero[i * nkv_ + j] / count : 0.0);
       }
       mean.push_back(m);
       zeros.push_back(z);
@@ -125,19 +125,23 @@ class Satformer : public ValueResidualT<B> {
   const Acc* gate_values(int i) const override { return i >= 1 ? alpha_[i].data() : nullptr; }
 
   void ResetStats() override {
-    for (int i = 0; i < layers_; ++i) {
-      std::fill(gate_sum_[i].begin(), gate_sum_[i].end(), 0.0);
-      std::fill(gate_zeros_[i].begin(), gate_zeros_[i].end(), 0);
-      gate_count_[i] = 0;
-    }
+    // A failed fill is the stream's error, which the next pass returns.
+    (void)ops::Zero(x_, gate_sum_.data(), static_cast<int64_t>(gate_sum_.size()));
+    (void)ops::Zero(x_, gate_zeros_.data(), static_cast<int64_t>(gate_zeros_.size()));
+    std::fill(gate_count_.begin(), gate_count_.end(), 0);
   }
 
   bool SetGateAblation(GateAblation mode) override {
     if (mode == GateAblation::kMean) {
-      // Freeze the means measured so far.
+      // Freeze the means measured so far (on a device whose copy failed, zeros: the stream's
+      // error, which the next pass returns).
+      const double* sum = ReadStatistics<B>(x_, gate_sum_, &host_sum_);
       frozen_mean_.assign(layers_, std::vector<double>(nkv_, 0.0));
       for (int i = 1; i < layers_; ++i) {
-        for (int j = 0; j < nkv_; ++j) frozen_mean_[i][j] = MeanGate(i, j);
+        for (int j = 0; j < nkv_; ++j) {
+          frozen_mean_[i][j] =
+              sum != nullptr && gate_count_[i] > 0 ? sum[i * nkv_ + j] / gate_count_[i] : 0.0;
+        }
       }
     }
     ablation_ = mode;
@@ -145,10 +149,8 @@ class Satformer : public ValueResidualT<B> {
   }
 
  private:
-  double MeanGate(int i, int j) const {
-    if (ablation_ == GateAblation::kMean && !frozen_mean_.empty()) return frozen_mean_[i][j];
-    return gate_count_[i] > 0 ? gate_sum_[i][j] / gate_count_[i] : 0.0;
-  }
+  // The mean ablation's gate of layer i, KV head j (frozen by SetGateAblation).
+  double MeanGate(int i, int j) const { return frozen_mean_[i][j]; }
 
   const int c_, nkv_, hs_, layers_;
   const typename B::Exec x_;
@@ -159,8 +161,10 @@ class Satformer : public ValueResidualT<B> {
   std::vector<Acc> host_alpha_;  // a device's gates of one layer on the host (empty on the CPU)
   bool recomputing_ = false;
   bool stats_ = true;  // gather the gates' statistics (SetStatsEnabled)
-  std::vector<std::vector<double>> gate_sum_;
-  std::vector<std::vector<int64_t>> gate_zeros_;
+  // Per layer and KV head (layers, NKV), in B's memory: the gates' sum and count of zeros
+  // since ResetStats, and their host copies when read on a device.
+  Vec<double> gate_sum_, gate_zeros_;
+  mutable std::vector<double> host_sum_, host_zeros_;
   std::vector<int64_t> gate_count_;
   GateAblation ablation_ = GateAblation::kNone;
   std::vector<std::vector<double>> frozen_mean_;
