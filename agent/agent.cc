@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <cstdio>
@@ -109,6 +110,12 @@ class Agent {
   std::string worker_id_;
   std::string session_;  // from RegisterWorker: names this worker on every later call
   int64_t heartbeat_ms_ = 1000, lease_ms_ = 10000;
+  // The deadline of the calls of one beat (heartbeat, log lines, exits): a third of the lease,
+  // 0.5 to 10 s, so that calls stuck on a connection that went away (a coordinator killed and
+  // restarted) cannot hold the beat past the lease the restarted coordinator grants.
+  absl::Duration BeatDeadline() const {
+    return absl::Milliseconds(std::clamp<int64_t>(lease_ms_ / 3, 500, 10000));
+  }
   int64_t last_ok_ms_ = 0;
   std::vector<Running> running_;
   std::set<RankKey> started_;      // never start the same rank of the same attempt twice
@@ -241,7 +248,7 @@ void Agent::Reap() {
         up.add_lines(lines[k]);
         if (up.lines_size() == 1000 || k + 1 == lines.size()) {
           grpc::ClientContext ctx;
-          rpc::SetDeadlineAndToken(&ctx, token_, absl::Seconds(10));
+          rpc::SetDeadlineAndToken(&ctx, token_, BeatDeadline());
           rpc::SetWorkerSession(&ctx, session_);
           v1::Ack ack;
           (void)stub_->UploadLogs(&ctx, up, &ack);
@@ -268,7 +275,7 @@ void Agent::UploadLines() {
       up.set_rank(std::get<2>(r.key));
       for (size_t j = k; j < lines.size() && j < k + 1000; ++j) up.add_lines(lines[j]);
       grpc::ClientContext ctx;
-      rpc::SetDeadlineAndToken(&ctx, token_, absl::Seconds(10));
+      rpc::SetDeadlineAndToken(&ctx, token_, BeatDeadline());
       rpc::SetWorkerSession(&ctx, session_);
       v1::Ack ack;
       (void)stub_->UploadLogs(&ctx, up, &ack);  // lost lines are lost; the rank goes on
@@ -279,7 +286,7 @@ void Agent::UploadLines() {
 void Agent::SendExits() {
   for (size_t i = 0; i < exits_.size();) {
     grpc::ClientContext ctx;
-    rpc::SetDeadlineAndToken(&ctx, token_, absl::Seconds(10));
+    rpc::SetDeadlineAndToken(&ctx, token_, BeatDeadline());
     rpc::SetWorkerSession(&ctx, session_);
     v1::Ack ack;
     const grpc::Status s = stub_->ReportExit(&ctx, exits_[i], &ack);
@@ -310,7 +317,7 @@ bool Agent::HeartbeatOnce() {
   }
   TakeRecords(&req);
   grpc::ClientContext ctx;
-  rpc::SetDeadlineAndToken(&ctx, token_, absl::Seconds(5));
+  rpc::SetDeadlineAndToken(&ctx, token_, BeatDeadline());
   rpc::SetWorkerSession(&ctx, session_);
   v1::HeartbeatResponse resp;
   const grpc::Status s = stub_->Heartbeat(&ctx, req, &resp);
