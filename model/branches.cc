@@ -77,7 +77,7 @@ void BranchesT<B>::Bind(const ParamTable& table) {
 }
 
 template <class B>
-absl::Status BranchesT<B>::Resize(int b, int t) {
+absl::Status BranchesT<B>::Resize(int b, int t, bool inference) {
   const ModelConfig& c = config_;
   // This tensor-parallel rank's heads.
   dims_ = AttentionDims{b,
@@ -112,7 +112,7 @@ absl::Status BranchesT<B>::Resize(int b, int t) {
   auto allocate = [&](Acts* a, bool vmix) {
     a->x_attn.resize(lnc);
     a->rstd_attn.resize(ln);
-    a->attn.Resize(dims_);
+    a->attn.Resize(dims_, /*for_backward=*/!inference);  // the cached attention keeps none
     if (vmix) a->vmix.resize(nkv);
     a->z_mlp.resize(lnc);
     a->rstd_mlp.resize(ln);
@@ -124,7 +124,7 @@ absl::Status BranchesT<B>::Resize(int b, int t) {
     l.acts = Acts();
     if (full) continue;  // the one shared set below
     allocate(&l.acts, value_residual_ && i >= 1);
-    if (selective) {  // one (B, NH, T, T) buffer for every layer
+    if (selective && !inference) {  // one (B, NH, T, T) buffer for every layer
       shared_.attn.probs.resize(l.acts.attn.probs.size());
       l.acts.attn.probs = Vec<T>();
     }
@@ -146,6 +146,66 @@ absl::Status BranchesT<B>::Resize(int b, int t) {
   }
   SATDAR_RETURN_IF_ERROR(ffn_->Resize(b, t));
   return absl::OkStatus();
+}
+
+template <class B>
+absl::Status BranchesT<B>::BeginDecode(int b, int capacity) {
+  if (shard_.tp_size > 1 || shard_.ep_size > 1 || shard_.pp_size > 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "decoding needs the whole model in one process; this is a shard (tp ", shard_.tp_size,
+        ", ep ", shard_.ep_size, ", pp ", shard_.pp_size, ")"));
+  }
+  if (b < 1 || capacity < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("decoding ", b, " sequences of ", capacity,
+                                                   " positions: both must be positive"));
+  }
+  EndDecode();
+  const size_t size = static_cast<size_t>(b) * capacity * config_.num_key_value_heads *
+                      config_.head_size();
+  for (Layer& l : layers_) {
+    l.cache.k.resize(size);
+    l.cache.v.resize(size);
+  }
+  std::vector<Acc> cos, sin;
+  core::cpu::RopeTables(&cos, &sin, capacity, config_.head_size(), config_.rope_theta);
+  dcos_.resize(cos.size());
+  dsin_.resize(sin.size());
+  SATDAR_RETURN_IF_ERROR(
+      ops::Upload(x_, dcos_.data(), cos.data(), static_cast<int64_t>(cos.size())));
+  SATDAR_RETURN_IF_ERROR(
+      ops::Upload(x_, dsin_.data(), sin.data(), static_cast<int64_t>(sin.size())));
+  decode_b_ = b;
+  cap_ = capacity;
+  return absl::OkStatus();
+}
+
+template <class B>
+void BranchesT<B>::EndDecode() {
+  decode_b_ = cap_ = past_ = 0;
+  stepping_ = false;
+  for (Layer& l : layers_) l.cache = KvCache();
+  dcos_ = Vec<Acc>();
+  dsin_ = Vec<Acc>();
+}
+
+template <class B>
+absl::Status BranchesT<B>::StartDecodeStep(int tn) {
+  if (decode_b_ == 0) {
+    return absl::FailedPreconditionError("a decode step before BeginDecode");
+  }
+  if (tn < 1 || past_ + tn > cap_) {
+    return absl::OutOfRangeError(absl::StrCat("decoding positions ", past_, "..", past_ + tn - 1,
+                                              " of sequences with room for ", cap_));
+  }
+  SATDAR_CHECK(dims_.b == decode_b_ && dims_.t == tn) << "Resize(b, tn) before a decode step";
+  stepping_ = true;
+  return absl::OkStatus();
+}
+
+template <class B>
+void BranchesT<B>::FinishDecodeStep(bool advance) {
+  if (stepping_ && advance) past_ += dims_.t;
+  stepping_ = false;
 }
 
 template <class B>
@@ -310,6 +370,12 @@ absl::Status BranchesT<B>::AttentionForwardIn(int i, const T* xq, const T* xk, c
         value_residual_->Forward(i, w_, x[2], attn.v.data(), v1(), L.acts.vmix.data()));
   }
   T* out = sp_ ? out_full_.data() : y;
+  if (stepping_) {  // the new positions over the cache (no sharding: nothing to reduce)
+    const size_t from = static_cast<size_t>(past_) * (config_.head_size() / 2);
+    return AttentionDecodeForward(x_, out, &attn, ValuesRead(i), w, dims_, dcos_.data() + from,
+                                  dsin_.data() + from, L.cache.k.data(), L.cache.v.data(), past_,
+                                  cap_);
+  }
   SATDAR_RETURN_IF_ERROR(
       AttentionCoreForward(x_, out, &attn, ValuesRead(i), w, dims_, cos_.data(), sin_.data()));
   // Row-parallel Wo: partial sums, added over TP (into this rank's rows under SP).

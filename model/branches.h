@@ -48,7 +48,8 @@ class BranchesT {
             std::unique_ptr<ValueResidualT<B>> value_residual, std::unique_ptr<FfnT<B>> ffn);
 
   void Bind(const ParamTable& table);
-  absl::Status Resize(int b, int t);
+  // inference: for decode steps alone (no attention probabilities kept for a backward).
+  absl::Status Resize(int b, int t, bool inference = false);
   // The weights and the gradient buffer of the current pass.
   void SetWeights(const Weights<B>& w, Acc* grads);
 
@@ -86,6 +87,27 @@ class BranchesT {
   // Sum of the FFNs' auxiliary losses in the last forward.
   double aux_loss() const;
 
+  // Incremental decoding (Model::BeginDecode). The cache holds, per layer and position, the
+  // rotated K and the values attention reads (V' after a value residual's mixing): all a later
+  // position reads of an earlier one. Everything else of a position (SATFormer's V1 and
+  // gates, DAR/AttnRes depth histories, hyper-connection streams, MoE routing) is computed
+  // and read within that position's row, never across positions, so a step runs the
+  // unchanged forward on the new rows alone.
+  // BeginDecode: caches for b sequences of up to `capacity` positions (any earlier dropped);
+  // FailedPrecondition on a tensor, expert or pipeline-parallel shard.
+  absl::Status BeginDecode(int b, int capacity);
+  // Drops the caches (a later step is FailedPrecondition until the next BeginDecode).
+  void EndDecode();
+  // Between StartDecodeStep(tn) and FinishDecodeStep, Forward (sized by Resize(b, tn)) takes
+  // the tn positions after decode_position() of every sequence, attending to the cache.
+  // FailedPrecondition without BeginDecode, OutOfRange past the capacity.
+  absl::Status StartDecodeStep(int tn);
+  // advance: the step succeeded, its positions join the cache.
+  void FinishDecodeStep(bool advance);
+  int decode_batch() const { return decode_b_; }  // 0: not decoding
+  int decode_capacity() const { return cap_; }
+  int decode_position() const { return past_; }  // positions cached per sequence
+
   ValueResidualT<B>* value_residual() { return value_residual_.get(); }
   void AppendStats(nlohmann::json* stats) const;
   void ResetStats();
@@ -102,9 +124,14 @@ class BranchesT {
     Vec<T> z_mlp;              // normed FFN input
     Vec<Acc> rstd_mlp;
   };
+  // Decoding: (B, capacity, NKV*HS) each; outside Acts, which Resize resets.
+  struct KvCache {
+    Vec<T> k, v;
+  };
   struct Layer {
     int64_t ln_attn, wq, wk, wv, wo, q_norm, k_norm, ln_mlp;
     Acts acts;
+    KvCache cache;
     double aux = 0;
   };
   // Enter(i) for its lifetime, Leave(i) when it ends (also on an early error return).
@@ -167,6 +194,11 @@ class BranchesT {
   Acc* grads_ = nullptr;
   double loss_scale_ = 1.0;
   std::function<void(int layer)> hook_;
+  // Decoding (BeginDecode): the batch, each sequence's room and cached positions, the RoPE
+  // tables of every position of the capacity, and whether a step is under way.
+  int decode_b_ = 0, cap_ = 0, past_ = 0;
+  Vec<Acc> dcos_, dsin_;
+  bool stepping_ = false;
 };
 
 template <typename T>

@@ -92,19 +92,20 @@ DecoderModelT<B>::DecoderModelT(const ModelConfig& config, const Sharding& shard
 }
 
 template <class B>
-absl::Status DecoderModelT<B>::Resize(int b, int t) {
-  if (b == b_ && t == t_) return absl::OkStatus();
+absl::Status DecoderModelT<B>::Resize(int b, int t, bool inference) {
+  if (b == b_ && t == t_ && inference == inference_) return absl::OkStatus();
   typename B::AllocScope scope(x_);
-  absl::Status status = ResizeBuffers(b, t);
+  absl::Status status = ResizeBuffers(b, t, inference);
   if (status.ok()) status = scope.status();
   // Sized for (b, t) only when every buffer is: otherwise the next pass retries.
   b_ = status.ok() ? b : 0;
   t_ = status.ok() ? t : 0;
+  inference_ = inference;
   return status;
 }
 
 template <class B>
-absl::Status DecoderModelT<B>::ResizeBuffers(int b, int t) {
+absl::Status DecoderModelT<B>::ResizeBuffers(int b, int t, bool inference) {
   const size_t n = static_cast<size_t>(b) * t, nc = n * config_.hidden_size;
   // Under sequence parallelism the residual stream is this rank's rows (lnc of nc).
   rows_ = shard_.StreamRows(static_cast<int>(n));
@@ -131,7 +132,7 @@ absl::Status DecoderModelT<B>::ResizeBuffers(int b, int t) {
     row_max_.resize(n);
     row_lse_.resize(n);
   }
-  SATDAR_RETURN_IF_ERROR(branches_->Resize(b, t));
+  SATDAR_RETURN_IF_ERROR(branches_->Resize(b, t, inference));
   SATDAR_RETURN_IF_ERROR(topology_->Resize(rows_));
   // Boundary buffers: the topology's state tensors, then V1.
   const size_t v1 = n * shard_.TpCount(config_.num_key_value_heads) * config_.head_size();
@@ -333,6 +334,115 @@ absl::Status DecoderModelT<B>::Backward(const T* params, T* grads, double loss_s
         "Model::Backward with one parameter buffer: this model's master weights and gradients "
         "are fp32, call DecoderModelT::Backward(const Weights<B>&, Acc*, ...)");
   }
+}
+
+template <class B>
+absl::Status DecoderModelT<B>::BeginDecode(int b, int capacity) {
+  if (capacity > config_.max_position_embeddings) {
+    return absl::InvalidArgumentError(absl::StrCat("decoding ", capacity,
+                                                   " positions: max_position_embeddings is ",
+                                                   config_.max_position_embeddings));
+  }
+  typename B::AllocScope scope(x_);
+  absl::Status status = branches_->BeginDecode(b, capacity);
+  if (status.ok()) status = scope.status();
+  if (!status.ok()) branches_->EndDecode();  // no half-allocated cache
+  return status;
+}
+
+template <class B>
+absl::Status DecoderModelT<B>::DecodeStep(const T* params, const int32_t* tokens, int b, int tn,
+                                          bool all_rows, std::vector<double>* logits) {
+  if constexpr (std::is_same_v<T, Acc>) {
+    return DecodeStep(Weights<B>{params, params}, tokens, b, tn, all_rows, logits);
+  } else {
+    (void)params, (void)tokens, (void)b, (void)tn, (void)all_rows, (void)logits;
+    return absl::UnimplementedError(
+        "Model::DecodeStep with one parameter buffer: this model's master weights are fp32, "
+        "call DecoderModelT::DecodeStep(const Weights<B>&, ...)");
+  }
+}
+
+template <class B>
+absl::Status DecoderModelT<B>::DecodeStep(const Weights<B>& w, const int32_t* tokens, int b,
+                                          int tn, bool all_rows, std::vector<double>* logits) {
+  pass_ = Pass::kNone;
+  const int batch = branches_->decode_batch();
+  if (batch == 0) return absl::FailedPreconditionError("DecodeStep before BeginDecode");
+  if (b != batch || tn < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("decode step of ", b, " x ", tn,
+                                                   " tokens: BeginDecode was for ", batch,
+                                                   " sequences, and tn must be positive"));
+  }
+  const int past = branches_->decode_position(), cap = branches_->decode_capacity();
+  if (past + tn > cap) {
+    return absl::OutOfRangeError(absl::StrCat("decoding positions ", past, "..", past + tn - 1,
+                                              ": BeginDecode made room for ", cap));
+  }
+  const int64_t count = static_cast<int64_t>(b) * tn;
+  for (int64_t i = 0; i < count; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= config_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("token id ", tokens[i], " at position ", i,
+                                                     " is outside [0, ", config_.vocab_size, ")"));
+    }
+  }
+  if (!pending_.ok()) return std::exchange(pending_, absl::OkStatus());
+  typename B::AllocScope scope(x_);
+  const absl::Status status = DecodePass(w, tokens, b, tn, all_rows, logits);
+  SATDAR_RETURN_IF_ERROR(scope.status());
+  return status;
+}
+
+template <class B>
+absl::Status DecoderModelT<B>::DecodePass(const Weights<B>& w, const int32_t* tokens, int b,
+                                          int tn, bool all_rows, std::vector<double>* logits) {
+  SATDAR_RETURN_IF_ERROR(Resize(b, tn, /*inference=*/true));
+  const int n = b * tn, d = config_.hidden_size;
+  std::copy(tokens, tokens + n, host_inputs_.begin());
+  SATDAR_RETURN_IF_ERROR(ops::Upload(x_, inputs_.data(), host_inputs_.data(), n));
+  branches_->SetWeights(w, nullptr);
+  SATDAR_RETURN_IF_ERROR(branches_->StartDecodeStep(tn));
+  absl::Status status = EmbeddingForward(w.compute + embed_off_, h0_.data());
+  if (status.ok()) {
+    status = topology_->Forward(w, h0_.data(), branches_.get(), x_final_.data());
+  }
+  branches_->FinishDecodeStep(status.ok());  // the cache now holds the new positions
+  SATDAR_RETURN_IF_ERROR(status);
+  SATDAR_RETURN_IF_ERROR(ops::RmsNormForward(x_, lnf_.data(), lnf_rstd_.data(), x_final_.data(),
+                                             w.compute + norm_off_, n, d,
+                                             config_.rms_norm_eps));
+  // The head on the rows asked for: every new position, or each sequence's last (gathered
+  // into dnorm_, which a decode step does not otherwise use).
+  const int rows = all_rows ? n : b;
+  const T* head_in = lnf_.data();
+  if (!all_rows && tn > 1) {
+    for (int bi = 0; bi < b; ++bi) {
+      SATDAR_RETURN_IF_ERROR(ops::Copy(x_, dnorm_.data() + static_cast<int64_t>(bi) * d,
+                                       lnf_.data() + (static_cast<int64_t>(bi) * tn + tn - 1) * d,
+                                       d));
+    }
+    head_in = dnorm_.data();
+  }
+  SATDAR_RETURN_IF_ERROR(
+      ops::MatmulForward(x_, logits_.data(), head_in, w.compute + head_off_, rows, vl_, d));
+  SATDAR_RETURN_IF_ERROR(ops::MaskPaddedVocab(x_, logits_.data(), rows, vl_, vtrue_));
+  // Read back (a copy on the CPU), without the padded columns.
+  std::vector<T> host(static_cast<size_t>(rows) * vl_);
+  SATDAR_RETURN_IF_ERROR(
+      ops::Download(x_, host.data(), logits_.data(), static_cast<int64_t>(host.size())));
+  const int vocab = config_.vocab_size;
+  logits->resize(static_cast<size_t>(rows) * vocab);
+  for (int r = 0; r < rows; ++r) {
+    for (int j = 0; j < vocab; ++j) {
+      const T v = host[static_cast<size_t>(r) * vl_ + j];
+      if constexpr (std::is_arithmetic_v<T>) {
+        (*logits)[static_cast<size_t>(r) * vocab + j] = static_cast<double>(v);
+      } else {  // bf16
+        (*logits)[static_cast<size_t>(r) * vocab + j] = static_cast<double>(static_cast<float>(v));
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 template <class B>

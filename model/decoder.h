@@ -70,6 +70,15 @@ class DecoderModelT : public Model<typename B::T, StageBuffersT<B>> {
   void SetLayerGradientsReadyHook(std::function<void(int layer)> hook) override {
     branches_->SetLayerGradientsReadyHook(std::move(hook));
   }
+  // Incremental decoding (model.h): the whole model in one process (FailedPrecondition on a
+  // shard or pipeline stage). A step is the forward pass of the new positions alone, their
+  // attention reading the branches' KV cache (branches.h); no loss, the auxiliary losses
+  // dropped. Forward and Backward stay usable between steps and leave the cache alone.
+  absl::Status BeginDecode(int b, int capacity) override;
+  absl::Status DecodeStep(const T* params, const int32_t* tokens, int b, int tn, bool all_rows,
+                          std::vector<double>* logits) override;
+  absl::Status DecodeStep(const Weights<B>& w, const int32_t* tokens, int b, int tn,
+                          bool all_rows, std::vector<double>* logits);
   // A failed Resize (an allocation on a device) is kept and returned by the next Forward.
   StageBuffersT<B>* PrepareStage(int b, int t) override {
     absl::StatusOr<StageBuffersT<B>*> stage = PrepareStageOrError(b, t);
@@ -95,8 +104,12 @@ class DecoderModelT : public Model<typename B::T, StageBuffersT<B>> {
     return shard_.errors == nullptr ? absl::OkStatus() : shard_.errors->status();
   }
   // Sizes every buffer for (b, t) in its own AllocScope; on a failure the next call retries.
-  absl::Status Resize(int b, int t);
-  absl::Status ResizeBuffers(int b, int t);
+  // inference: for decode steps (branches.h Resize).
+  absl::Status Resize(int b, int t, bool inference = false);
+  absl::Status ResizeBuffers(int b, int t, bool inference);
+  // DecodeStep after its checks: the pass and the logits read back.
+  absl::Status DecodePass(const Weights<B>& w, const int32_t* tokens, int b, int tn,
+                          bool all_rows, std::vector<double>* logits);
   // Vocabulary-parallel pieces (tp > 1): this rank holds rows [v0_, v0_ + vl_) of the padded
   // vocabulary, the first vtrue_ of them true rows.
   absl::Status EmbeddingForward(const T* table, T* h0);
@@ -121,6 +134,7 @@ class DecoderModelT : public Model<typename B::T, StageBuffersT<B>> {
   ParamTable table_;
   int64_t embed_off_, norm_off_, head_off_;
   int b_ = 0, t_ = 0;
+  bool inference_ = false;  // the buffers are sized for decode steps (no probabilities)
   double cross_entropy_ = 0;
   // The last forward pass: kNone (none, or an evaluation), kTrain (Forward; Backward computes
   // the cross-entropy's gradient) or kFused (ForwardAccumulate computed it already).

@@ -14,6 +14,7 @@
 //   bf16: loss within 2e-2 relative; per tensor ||gpu - cpu|| <= 1e-1 * max(||cpu||, 1e-4)
 //         + 10 * ||cpu at bf16-rounded weights - cpu|| (the CPU's own move under bf16 rounding
 //         of the weights; see ExpectBf16GradsClose there for why).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -27,6 +28,7 @@
 #include "core/thread_pool.h"
 #include "gtest/gtest.h"
 #include "model/decoder.h"
+#include "model/device_model.h"
 #include "model/model.h"
 
 #ifdef SATDAR_WITH_CUDA
@@ -267,6 +269,172 @@ SATDAR_DESIGN_CASE(MoeTransformer, Moe(Tiny("standard", "none"), 8, 2, 1, false)
 SATDAR_DESIGN_CASE(MoeBlockDarSatformer, Moe(Tiny("dar", "satformer", 2, false), 8, 3, 0, true))
 #undef SATDAR_DESIGN_CASE
 
+// Incremental decoding on the device (DecoderModelT<Cuda<E>>::DecodeStep over the KV cache,
+// AttentionCachedForward's kernel) against the CPU's f32 DecodeStep, the same weights and
+// steps: a prefill of 6 positions (all rows), 4 steps of one, one of 2 (last rows); and the
+// device's steps against its own one-pass prefill of the whole sequence (past 0, the
+// training kernel's arithmetic). Also through the DeviceModel facade (f32). Tolerance on
+// max |gpu - cpu| / max |cpu| per step: f32 1e-4; bf16 5e-2 (not for MoE, whose bf16
+// router may pick other experts at a near-tie).
+constexpr int kDecodeB = 2, kPrefill = 6;
+
+double RelMax(const std::vector<double>& got, const std::vector<double>& want) {
+  double d = 0, n = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    d = std::max(d, std::fabs(got[i] - want[i]));
+    n = std::max(n, std::fabs(want[i]));
+  }
+  return d / std::max(n, 1e-30);
+}
+
+// The steps' tokens (B, tn) and all_rows flags, then the logits of each step.
+struct DecodeScript {
+  std::vector<std::vector<int32_t>> tokens;
+  std::vector<int> tn;
+  std::vector<bool> all_rows;
+  int capacity() const {
+    int c = 0;
+    for (int t : tn) c += t;
+    return c;
+  }
+  // The whole sequences (B, capacity) in one row-major block.
+  std::vector<int32_t> Whole() const {
+    std::vector<int32_t> w;
+    for (int bi = 0; bi < kDecodeB; ++bi) {
+      for (size_t s = 0; s < tokens.size(); ++s) {
+        w.insert(w.end(), tokens[s].begin() + bi * tn[s], tokens[s].begin() + (bi + 1) * tn[s]);
+      }
+    }
+    return w;
+  }
+};
+
+DecodeScript Script(int vocab) {
+  DecodeScript d;
+  const std::vector<int> tns = {kPrefill, 1, 1, 1, 1, 2};
+  for (size_t s = 0; s < tns.size(); ++s) {
+    d.tn.push_back(tns[s]);
+    d.all_rows.push_back(s == 0);
+    d.tokens.push_back(gt::RandomTokens(kDecodeB * tns[s], vocab, 20 + static_cast<int>(s)));
+  }
+  return d;
+}
+
+// Runs the script on any model with DecodeStep(tokens, b, tn, all_rows, logits) bound in step.
+template <typename Step>
+std::vector<std::vector<double>> RunScript(const DecodeScript& d, Step step) {
+  std::vector<std::vector<double>> out;
+  for (size_t s = 0; s < d.tokens.size(); ++s) {
+    std::vector<double> logits;
+    const absl::Status st = step(d.tokens[s].data(), d.tn[s], d.all_rows[s], &logits);
+    EXPECT_TRUE(st.ok()) << "step " << s << ": " << st;
+    out.push_back(std::move(logits));
+  }
+  return out;
+}
+
+// Each step's rows (B, rows, vocab) cut from a one-pass (B, capacity, vocab) result.
+std::vector<double> RowsOf(const std::vector<double>& whole, const DecodeScript& d, size_t step,
+                           int vocab) {
+  int first = 0;
+  for (size_t s = 0; s < step; ++s) first += d.tn[s];
+  const int cap = d.capacity(), tn = d.tn[step];
+  std::vector<double> rows;
+  for (int bi = 0; bi < kDecodeB; ++bi) {
+    const int r0 = d.all_rows[step] ? first : first + tn - 1;
+    const int r1 = first + tn;
+    rows.insert(rows.end(), whole.begin() + (static_cast<size_t>(bi) * cap + r0) * vocab,
+                whole.begin() + (static_cast<size_t>(bi) * cap + r1) * vocab);
+  }
+  return rows;
+}
+
+template <typename E>
+void CheckDecode(ModelConfig c) {
+  c.max_position_embeddings = 64;  // Tiny leaves it unset; BeginDecode checks the capacity
+  const DecodeScript d = Script(c.vocab_size);
+  const int cap = d.capacity();
+  core::ThreadPool pool(2);
+  auto cpu = CreateModel<float>(c, &pool);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  const std::vector<float> p = Params((*cpu)->params());
+  {
+    const absl::Status begin = (*cpu)->BeginDecode(kDecodeB, cap);
+    ASSERT_TRUE(begin.ok()) << begin;
+  }
+  const auto want = RunScript(d, [&](const int32_t* t, int tn, bool all, std::vector<double>* l) {
+    return (*cpu)->DecodeStep(p.data(), t, kDecodeB, tn, all, l);
+  });
+
+  DeviceTestExec gpu;
+  if (gpu.gemm == nullptr) return;
+  auto model = CreateDeviceModel<Cuda<E>>(c, Sharding{}, gpu.x);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const ParamTable& table = (*model)->params();
+  std::vector<float> staged(table.size(), 0.0f);
+  CopyByName((*cpu)->params(), p.data(), table, staged.data());
+  gt::DeviceArray<float> master(staged);
+  gt::DeviceArray<E> compute(gt::Quantize<E>(staged));
+  const Weights<Cuda<E>> w{compute.get(), master.get()};
+  ASSERT_TRUE((*model)->BeginDecode(kDecodeB, cap).ok());
+  const auto got = RunScript(d, [&](const int32_t* t, int tn, bool all, std::vector<double>* l) {
+    return (*model)->DecodeStep(w, t, kDecodeB, tn, all, l);
+  });
+  // The device's one-pass prefill of everything.
+  const std::vector<int32_t> whole_tokens = d.Whole();
+  std::vector<double> whole;
+  ASSERT_TRUE((*model)->BeginDecode(kDecodeB, cap).ok());
+  ASSERT_TRUE((*model)->DecodeStep(w, whole_tokens.data(), kDecodeB, cap, true, &whole).ok());
+  ASSERT_EQ(whole.size(), static_cast<size_t>(kDecodeB) * cap * c.vocab_size);
+  const bool compare_cpu = !gt::kIsBf16<E> || !c.moe.has_value();
+  const double tol = gt::kIsBf16<E> ? 5e-2 : 1e-4;
+  for (size_t s = 0; s < want.size(); ++s) {
+    ASSERT_EQ(got[s].size(), want[s].size()) << "step " << s;
+    if (compare_cpu) {
+      EXPECT_LT(RelMax(got[s], want[s]), tol) << "step " << s;
+    }
+    // The same device: incremental and one pass differ by summation order only.
+    EXPECT_LT(RelMax(got[s], RowsOf(whole, d, s, c.vocab_size)), gt::kIsBf16<E> ? 5e-2 : 1e-5)
+        << "step " << s;
+  }
+
+  // The facade (f32 only: it takes the master weights and makes the compute copy itself).
+  if constexpr (!gt::kIsBf16<E>) {
+    DeviceModelOptions options;
+    options.compute = core::DType::kF32;
+    auto facade = DeviceModel::Create(c, options, nullptr, &gpu.alloc);
+    ASSERT_TRUE(facade.ok()) << facade.status();
+    std::vector<double> logits;
+    EXPECT_EQ((*facade)->DecodeStep(d.tokens[0].data(), kDecodeB, kPrefill, true, &logits).code(),
+              absl::StatusCode::kFailedPrecondition);  // before SetWeights
+    ASSERT_TRUE((*facade)->SetWeights(master.get()).ok());
+    EXPECT_EQ((*facade)->DecodeStep(d.tokens[0].data(), kDecodeB, kPrefill, true, &logits).code(),
+              absl::StatusCode::kFailedPrecondition);  // before BeginDecode
+    ASSERT_TRUE((*facade)->BeginDecode(kDecodeB, cap).ok());
+    const auto through = RunScript(d, [&](const int32_t* t, int tn, bool all,
+                                          std::vector<double>* l) {
+      return (*facade)->DecodeStep(t, kDecodeB, tn, all, l);
+    });
+    for (size_t s = 0; s < want.size(); ++s) {
+      ASSERT_EQ(through[s].size(), got[s].size()) << "step " << s;
+      EXPECT_LT(RelMax(through[s], got[s]), 1e-6) << "step " << s;
+    }
+    EXPECT_EQ((*facade)->DecodeStep(d.tokens[1].data(), kDecodeB, 1, false, &logits).code(),
+              absl::StatusCode::kOutOfRange);
+    EXPECT_EQ((*facade)->SetGateAblation(GateAblation::kZero),
+              c.value_residual == ValueResidualKind::kSatFormer);
+  }
+}
+
+template <typename E>
+void CheckDecodeDesigns() {
+  CheckDecode<E>(Tiny("standard", "none"));
+  CheckDecode<E>(Tiny("dar", "satformer", 3));
+  CheckDecode<E>(Tiny("hc", "resformer", 0, false));
+  CheckDecode<E>(Tiny("muddformer", "satformer", 0, false));
+  CheckDecode<E>(Moe(Tiny("attnres", "none", 2), 8, 2, 1, false));
+}
+
 // What the registry refuses on a device, each with its code: a config the kernels cannot take
 // (naming the field), an execution context without a GEMM handle. A pipeline stage is built:
 // it has the stage's table (the last stage holds the head, not the embedding).
@@ -320,6 +488,7 @@ SATDAR_CUDA_MATCHES_CPU_TESTS(DeviceMuddFormerSatformer, CheckMuddFormerSatforme
 SATDAR_CUDA_MATCHES_CPU_TESTS(DeviceMoeTransformer, CheckMoeTransformer)
 SATDAR_CUDA_MATCHES_CPU_TESTS(DeviceMoeBlockDarSatformer, CheckMoeBlockDarSatformer)
 SATDAR_CUDA_MATCHES_CPU_TESTS(DeviceRegistry, CheckRefusal)
+SATDAR_CUDA_MATCHES_CPU_TESTS(DeviceDecode, CheckDecodeDesigns)
 
 }  // namespace
 }  // namespace satdar::model

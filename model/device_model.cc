@@ -145,6 +145,26 @@ class DecoderDeviceModel : public DeviceModel {
   }
   void AppendStats(nlohmann::json* stats) const override { model_->AppendStats(stats); }
   void ResetStats() override { model_->ResetStats(); }
+  // This instance's (each keeps its own value residual).
+  bool SetGateAblation(GateAblation mode) override { return model_->SetGateAblation(mode); }
+
+  absl::Status BeginDecode(int b, int capacity) override {
+    const int64_t before = ctx_->x.alloc->Stats().current_bytes;
+    const absl::Status status = model_->BeginDecode(b, capacity);
+    held_ += ctx_->x.alloc->Stats().current_bytes - before;
+    return status;
+  }
+
+  absl::Status DecodeStep(const int32_t* tokens, int b, int tn, bool all_rows,
+                          std::vector<double>* logits) override {
+    if (ctx_->w.master == nullptr) {
+      return absl::FailedPreconditionError("the device model's decode step before SetWeights");
+    }
+    const int64_t before = ctx_->x.alloc->Stats().current_bytes;
+    const absl::Status status = model_->DecodeStep(ctx_->w, tokens, b, tn, all_rows, logits);
+    held_ += ctx_->x.alloc->Stats().current_bytes - before;
+    return status;
+  }
 
  private:
   absl::Status Pass(const int32_t* tokens, int b, int t,

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -95,8 +96,8 @@ class DeviceModel {
   // As Model::SetLayerGradientsReadyHook: called (at enqueue time, on the host) once all of
   // layer i's gradient work is enqueued on the stream, for layers L-1 .. 1.
   virtual void SetLayerGradientsReadyHook(std::function<void(int layer)> hook) = 0;
-  // Bytes of device memory the model holds beyond the weights: (B, T) activations and the
-  // ops' scratch.
+  // Bytes of device memory the model holds beyond the weights: (B, T) activations, the ops'
+  // scratch and the KV cache of BeginDecode.
   virtual int64_t activation_bytes() const = 0;
   // As Model's: the statistics of SATFormer's gates and DAR/AttnRes's depth weights are off
   // until SetStatsEnabled(true) (then device accumulators, read by AppendStats with one wait
@@ -104,6 +105,13 @@ class DeviceModel {
   virtual void SetStatsEnabled(bool on) = 0;
   virtual void AppendStats(nlohmann::json* stats) const = 0;
   virtual void ResetStats() = 0;
+  // SATFormer's gate intervention (Model::SetGateAblation); false when the model has no gates.
+  virtual bool SetGateAblation(GateAblation mode) = 0;
+  // Incremental decoding as Model::BeginDecode / Model::DecodeStep, over the weights of the last
+  // SetWeights: tokens are host ids (B, tn), *logits host doubles (B, rows, vocab_size).
+  virtual absl::Status BeginDecode(int b, int capacity) = 0;
+  virtual absl::Status DecodeStep(const int32_t* tokens, int b, int tn, bool all_rows,
+                                  std::vector<double>* logits) = 0;
 };
 
 }  // namespace satdar::model

@@ -111,6 +111,17 @@ class Model {
   // stage's) and Backward starts from
   // dout; on one other than the first, Forward starts from in.
   virtual Stage* PrepareStage(int b, int t) = 0;
+  // Incremental decoding (generation and task evaluation, runtime/decode_session.h).
+  // BeginDecode: b sequences with room for `capacity` positions each (<= max_position_embeddings),
+  // dropping any earlier cache; FailedPrecondition on a sharded model or pipeline stage.
+  virtual absl::Status BeginDecode(int b, int capacity) = 0;
+  // tokens: host (B, tn) ids at every sequence's next tn positions (the sequences of a batch
+  // advance together). *logits = (B, rows, vocab_size) doubles, rows = tn when all_rows, else 1
+  // (each sequence's last new position); padded vocab columns are left out. OutOfRange when the
+  // positions would pass capacity; InvalidArgument for an id outside [0, vocab_size).
+  // SetGateAblation applies; statistics accumulate as in Forward when enabled.
+  virtual absl::Status DecodeStep(const T* params, const int32_t* tokens, int b, int tn,
+                                  bool all_rows, std::vector<double>* logits) = 0;
 };
 
 // The registry (model/registry.cc): builds the model that `config` describes, or says

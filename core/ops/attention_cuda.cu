@@ -40,20 +40,24 @@ __device__ __forceinline__ void LoadTile(float (*s)[HSM], const T* base, int r0,
   }
 }
 
+// tq query rows per sequence at positions past..past+tq-1, reading keys [0, past+i] of k and v
+// (kv_rows rows per sequence). Training passes (t, 0, t); a KV-cache step (tn, past, cap)
+// runs the same arithmetic over the cached rows. lse may be null (not written).
 template <typename T, int HSM, int TILE>
 __global__ void __launch_bounds__(TILE) ForwardKernel(T* out, float* lse, const T* q, const T* k,
-                                                      const T* v, int t, int nh, int nkv, int hs,
-                                                      float scale) {
+                                                      const T* v, int tq, int past, int kv_rows,
+                                                      int nh, int nkv, int hs, float scale) {
   __shared__ float ks[TILE][HSM];
   __shared__ float vs[TILE][HSM];
   const int bh = blockIdx.x, bi = bh / nh, h = bh % nh, g = h / (nh / nkv);
   const int tile = gridDim.y - 1 - blockIdx.y;
   const int i = tile * TILE + threadIdx.x;
-  const bool active = i < t;
+  const bool active = i < tq;
   const int qs = nh * hs, kvs = nkv * hs;
-  const T* qp = q + (static_cast<int64_t>(bi) * t + i) * qs + h * hs;
-  const T* kb = k + static_cast<int64_t>(bi) * t * kvs + g * hs;
-  const T* vb = v + static_cast<int64_t>(bi) * t * kvs + g * hs;
+  const int keys = past + tq;  // key rows any query of this launch reads
+  const T* qp = q + (static_cast<int64_t>(bi) * tq + i) * qs + h * hs;
+  const T* kb = k + static_cast<int64_t>(bi) * kv_rows * kvs + g * hs;
+  const T* vb = v + static_cast<int64_t>(bi) * kv_rows * kvs + g * hs;
   float qr[HSM], acc[HSM];
 #pragma unroll
   for (int d = 0; d < HSM; ++d) {
@@ -61,13 +65,13 @@ __global__ void __launch_bounds__(TILE) ForwardKernel(T* out, float* lse, const 
     acc[d] = 0.0f;
   }
   float m = -INFINITY, l = 0.0f;
-  const int last = min(t, (tile + 1) * TILE);
+  const int last = min(keys, past + (tile + 1) * TILE);
   for (int j0 = 0; j0 < last; j0 += TILE) {
-    LoadTile<T, HSM, TILE>(ks, kb, j0, t, kvs, hs);
-    LoadTile<T, HSM, TILE>(vs, vb, j0, t, kvs, hs);
+    LoadTile<T, HSM, TILE>(ks, kb, j0, keys, kvs, hs);
+    LoadTile<T, HSM, TILE>(vs, vb, j0, keys, kvs, hs);
     __syncthreads();
     if (active) {
-      const int jn = min(TILE, i - j0 + 1);
+      const int jn = min(TILE, past + i - j0 + 1);
       for (int r = 0; r < jn; ++r) {
         float s = 0.0f;
 #pragma unroll
@@ -89,12 +93,12 @@ __global__ void __launch_bounds__(TILE) ForwardKernel(T* out, float* lse, const 
   }
   if (!active) return;
   const float inv = 1.0f / l;
-  T* op = out + (static_cast<int64_t>(bi) * t + i) * qs + h * hs;
+  T* op = out + (static_cast<int64_t>(bi) * tq + i) * qs + h * hs;
 #pragma unroll
   for (int d = 0; d < HSM; ++d) {
     if (d < hs) St(op + d, acc[d] * inv);
   }
-  lse[static_cast<int64_t>(bh) * t + i] = m + logf(l);
+  if (lse != nullptr) lse[static_cast<int64_t>(bh) * tq + i] = m + logf(l);
 }
 
 // delta (B,NH,T) = rowsum(dout * out), one thread per row.
@@ -243,14 +247,17 @@ absl::Status CheckShape(DType dtype, int b, int t, int nh, int nkv, int hs) {
   return absl::OkStatus();
 }
 
+// tq query rows after `past` cached ones, over kv_rows rows of k and v per sequence (training:
+// tq = kv_rows = t, past = 0).
 template <typename T, int HSM, int TILE>
 cudaError_t LaunchForward(void* out, float* lse, const void* q, const void* k, const void* v,
-                          int b, int t, int nh, int nkv, int hs, float scale,
-                          cudaStream_t stream) {
-  dim3 grid(b * nh, (t + TILE - 1) / TILE);
+                          int b, int tq, int past, int kv_rows, int nh, int nkv, int hs,
+                          float scale, cudaStream_t stream) {
+  dim3 grid(b * nh, (tq + TILE - 1) / TILE);
   return Launch("AttentionForwardKernel", ForwardKernel<T, HSM, TILE>, LaunchBounds{TILE}, grid,
                 dim3(TILE), 0, stream, static_cast<T*>(out), lse, static_cast<const T*>(q),
-                static_cast<const T*>(k), static_cast<const T*>(v), t, nh, nkv, hs, scale);
+                static_cast<const T*>(k), static_cast<const T*>(v), tq, past, kv_rows, nh, nkv,
+                hs, scale);
 }
 
 // The first launch that fails stops the sequence; its error is returned.
@@ -315,8 +322,27 @@ absl::Status AttentionForward(const CudaExec& x, DType dtype, void* out, float* 
   if (!st.ok()) return st;
   if (b == 0 || t == 0) return absl::OkStatus();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  SATDAR_CUDA_RETURN_IF_ERROR(Dispatch<Fwd>(dtype, hs, out, lse, q, k, v, b, t, nh, nkv, hs,
-                                            scale, static_cast<cudaStream_t>(x.stream)));
+  SATDAR_CUDA_RETURN_IF_ERROR(Dispatch<Fwd>(dtype, hs, out, lse, q, k, v, b, t, /*past=*/0,
+                                            /*kv_rows=*/t, nh, nkv, hs, scale,
+                                            static_cast<cudaStream_t>(x.stream)));
+  return absl::OkStatus();
+}
+
+absl::Status AttentionCachedForward(const CudaExec& x, DType dtype, void* out, float* lse,
+                                    const void* q, const void* k, const void* v, int b, int tn,
+                                    int past, int cap, int nh, int nkv, int hs) {
+  absl::Status st = CheckShape(dtype, b, tn, nh, nkv, hs);
+  if (!st.ok()) return st;
+  if (past < 0 || past + tn > cap) {
+    return absl::InvalidArgumentError(absl::StrCat("cuda cached attention: positions [", past,
+                                                   ", ", past + tn, ") outside the cache of ",
+                                                   cap));
+  }
+  if (b == 0 || tn == 0) return absl::OkStatus();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  SATDAR_CUDA_RETURN_IF_ERROR(Dispatch<Fwd>(dtype, hs, out, lse, q, k, v, b, tn, past, cap, nh,
+                                            nkv, hs, scale,
+                                            static_cast<cudaStream_t>(x.stream)));
   return absl::OkStatus();
 }
 

@@ -25,6 +25,16 @@ constexpr int kAttentionMaxHeadSize = 128;
 absl::Status AttentionForward(const CudaExec& x, DType dtype, void* out, float* lse, const void* q,
                               const void* k, const void* v, int b, int t, int nh, int nkv, int hs);
 
+// Inference over a KV cache (attention.h's AttentionCachedForward): tn new queries at positions
+// past..past+tn-1; q and out (B,TN,NH,HS), k and v (B,CAP,NKV,HS) with rows [0, past+tn)
+// filled; lse (B,NH,TN) fp32 written unless null. The training kernel itself (past = 0 and
+// tn = cap = t is AttentionForward). One thread per query row: a step of tn = 1 uses one of
+// each block's threads (splitting the keys, flash-decoding, would fill them).
+// InvalidArgument also when past < 0 or past + tn > cap.
+absl::Status AttentionCachedForward(const CudaExec& x, DType dtype, void* out, float* lse,
+                                    const void* q, const void* k, const void* v, int b, int tn,
+                                    int past, int cap, int nh, int nkv, int hs);
+
 // dq (B,T,NH,HS), dk and dv (B,T,NKV,HS): accumulated (+=), like the CPU backward. `out` and
 // `lse` are the forward's. Scratch: B*NH*T fp32 (rowsum(dout * out)) from x.workspace
 // (FailedPrecondition when it is null). Deterministic: no atomics (one block owns each dk/dv

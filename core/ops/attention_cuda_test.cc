@@ -7,7 +7,8 @@
 //   f32:  1e-4  (fp32 throughout; online softmax and summation order differ)
 //   bf16: 2e-2  (inputs rounded to bf16 before both paths; outputs and gradients stored bf16)
 // Also checked: the saved log-sum-exp against log(sum(exp(scores))) from the CPU's
-// probabilities (f32: 1e-4 absolute).
+// probabilities (f32: 1e-4 absolute); the KV-cache forward against the CPU's, with the
+// same tolerances, and against the training kernel (past 0) bit for bit.
 #include "core/ops/attention_cuda.h"
 
 #include <algorithm>
@@ -112,7 +113,76 @@ void CheckShape(const Shape& s, DType dt) {
   }
 }
 
+// The KV-cache forward (AttentionCachedForward): against the CPU's on a cache with room left
+// (cap > past + tn), and with past = 0, tn = cap = t against the training kernel bit for bit.
+void CheckCached(const Shape& s, DType dt) {
+  SCOPED_TRACE(Name(s, dt));
+  const double tol = dt == DType::kBF16 ? 2e-2 : 1e-4;
+  const int qd = s.nh * s.hs, kd = s.nkv * s.hs, cap = s.t + 3;
+  const size_t nq = size_t{1} * s.b * s.t * qd, nk = size_t{1} * s.b * cap * kd;
+  std::vector<float> q = Random(nq, 11, 4.f), k = Random(nk, 12, 4.f), v = Random(nk, 13, 2.f);
+  for (auto* x : {&q, &k, &v}) Quantize(x, dt);
+  ThreadPool pool(4);
+  const CpuExec on_cpu{&pool};
+  const CudaExec on_gpu{};
+  DeviceBuffer gk(k, dt), gv(v, dt);
+  for (int past : {0, 1, s.t / 2, s.t - 1}) {
+    for (int tn : {1, s.t - past}) {
+      if (tn < 1 || past + tn > s.t) continue;
+      SCOPED_TRACE(::testing::Message() << "past " << past << " tn " << tn);
+      const std::vector<float> qn(q.begin(), q.begin() + size_t{1} * s.b * tn * qd);
+      std::vector<float> want(qn.size());
+      ASSERT_TRUE(ops::AttentionCachedForward(on_cpu, want.data(), qn.data(), k.data(), v.data(),
+                                              s.b, tn, past, cap, s.nh, s.nkv, s.hs)
+                      .ok());
+      DeviceBuffer gq(qn, dt), gout(std::vector<float>(qn.size(), 0.f), dt);
+      DeviceBuffer glse(std::vector<float>(size_t{1} * s.b * s.nh * tn, 0.f), DType::kF32);
+      ASSERT_TRUE(ops::AttentionCachedForward(on_gpu, dt, gout.get(), glse.f32(), gq.get(),
+                                              gk.get(), gv.get(), s.b, tn, past, cap, s.nh,
+                                              s.nkv, s.hs)
+                      .ok());
+      EXPECT_LT(RelErr(gout.Download(), want), tol);
+      // lse may be null.
+      DeviceBuffer gout2(std::vector<float>(qn.size(), 0.f), dt);
+      ASSERT_TRUE(ops::AttentionCachedForward(on_gpu, dt, gout2.get(), nullptr, gq.get(),
+                                              gk.get(), gv.get(), s.b, tn, past, cap, s.nh,
+                                              s.nkv, s.hs)
+                      .ok());
+      EXPECT_EQ(gout2.Download(), gout.Download());
+    }
+  }
+  // past = 0, tn = cap = t: the training kernel's output and lse, bit for bit.
+  const size_t nt = size_t{1} * s.b * s.t * kd;
+  const std::vector<float> kt = Random(nt, 14, 4.f), vt = Random(nt, 15, 2.f);
+  DeviceBuffer gq(q, dt), gkt(kt, dt), gvt(vt, dt);
+  DeviceBuffer a(std::vector<float>(nq, 0.f), dt), b(std::vector<float>(nq, 0.f), dt);
+  const size_t rows = size_t{1} * s.b * s.nh * s.t;
+  DeviceBuffer la(std::vector<float>(rows, 0.f), DType::kF32);
+  DeviceBuffer lb(std::vector<float>(rows, 0.f), DType::kF32);
+  ASSERT_TRUE(ops::AttentionForward(on_gpu, dt, a.get(), la.f32(), gq.get(), gkt.get(), gvt.get(),
+                                    s.b, s.t, s.nh, s.nkv, s.hs)
+                  .ok());
+  ASSERT_TRUE(ops::AttentionCachedForward(on_gpu, dt, b.get(), lb.f32(), gq.get(), gkt.get(),
+                                          gvt.get(), s.b, s.t, 0, s.t, s.nh, s.nkv, s.hs)
+                  .ok());
+  EXPECT_EQ(a.Download(), b.Download());
+  EXPECT_EQ(la.Download(), lb.Download());
+}
+
 class AttentionCuda : public ::testing::TestWithParam<DType> {};
+
+TEST_P(AttentionCuda, CachedForwardMatchesCpu) {
+  SATDAR_SKIP_WITHOUT_GPU();
+  for (const Shape& s : {Shape{2, 1, 4, 2, 16}, Shape{2, 37, 4, 2, 32}, Shape{1, 130, 8, 2, 64},
+                         Shape{2, 65, 4, 4, 128}, Shape{1, 70, 4, 1, 48}}) {
+    CheckCached(s, GetParam());
+  }
+  // Positions past the cache.
+  EXPECT_EQ(cuda::AttentionCachedForward(CudaExec{}, GetParam(), nullptr, nullptr, nullptr,
+                                         nullptr, nullptr, 1, 3, 2, 4, 4, 4, 64)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
 
 TEST_P(AttentionCuda, ForwardBackwardMatchCpu) {
   SATDAR_SKIP_WITHOUT_GPU();

@@ -203,6 +203,15 @@ inline absl::Status AttentionForward(const CpuExec& x, T* out, T* probs, const T
   cpu::AttentionForward(out, probs, q, k, v, b, t, nh, nkv, hs, x.pool);
   return absl::OkStatus();
 }
+// Inference over a KV cache (attention.h): no probs; CUDA takes a DType and void pointers and
+// writes lse (B,NH,TN) fp32 unless it is null (attention_cuda.h).
+template <typename T>
+inline absl::Status AttentionCachedForward(const CpuExec& x, T* out, const T* q, const T* k,
+                                           const T* v, int b, int tn, int past, int cap, int nh,
+                                           int nkv, int hs) {
+  cpu::AttentionCachedForward(out, q, k, v, b, tn, past, cap, nh, nkv, hs, x.pool);
+  return absl::OkStatus();
+}
 template <typename T>
 inline absl::Status AttentionBackward(const CpuExec& x, T* dq, T* dk, T* dv, const T* dout,
                                       const T* probs, const T* q, const T* k, const T* v, int b,
@@ -222,6 +231,7 @@ inline absl::Status AdamWUpdate(const CpuExec& x, T* param, const T* grad, T* m,
 #if defined(SATDAR_WITH_CUDA) || defined(__CUDACC__)
 using cuda::AdamWUpdate;
 using cuda::AttentionBackward;
+using cuda::AttentionCachedForward;
 using cuda::AttentionForward;
 using cuda::CrossEntropyBackward;
 using cuda::CrossEntropyForward;

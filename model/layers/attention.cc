@@ -26,7 +26,7 @@ static_assert(kDeviceMaxHeadSize == core::cuda::kAttentionMaxHeadSize,
 using layers_internal::LinearBackward;
 
 template <class B>
-void AttentionActs<B>::Resize(const AttentionDims& d) {
+void AttentionActs<B>::Resize(const AttentionDims& d, bool for_backward) {
   size_t n = d.rows();
   q_raw.resize(n * d.nh * d.hs);
   k_raw.resize(n * d.nkv * d.hs);
@@ -35,7 +35,10 @@ void AttentionActs<B>::Resize(const AttentionDims& d) {
   k_rstd.resize(n * d.nkv);
   q.resize(n * d.nh * d.hs);
   k.resize(n * d.nkv * d.hs);
-  if constexpr (B::kDevice) {
+  if (!for_backward) {
+    lse = Vec<float>();
+    probs = Vec<T>();
+  } else if constexpr (B::kDevice) {
     lse.resize(static_cast<size_t>(d.b) * d.nh * d.t);
   } else {
     probs.resize(static_cast<size_t>(d.b) * d.nh * d.t * d.t);
@@ -188,12 +191,14 @@ absl::Status AttentionProjectForward(const typename B::Exec& x, AttentionActs<B>
                     xq, xk, xv, w, d);
 }
 
+namespace {
+
+// acts->q, acts->k = RoPE(qk_norm(raw projections)) of the d.rows() rows (cos, sin: the tables
+// of the rows' first position on).
 template <class B>
-absl::Status AttentionCoreForward(const typename B::Exec& x, typename B::T* out,
-                                  AttentionActs<B>* acts, const typename B::T* v,
-                                  const AttentionWeights<typename B::T>& w,
-                                  const AttentionDims& d, const typename B::Acc* cos,
-                                  const typename B::Acc* sin) {
+absl::Status NormAndRotate(const typename B::Exec& x, AttentionActs<B>* acts,
+                           const AttentionWeights<typename B::T>& w, const AttentionDims& d,
+                           const typename B::Acc* cos, const typename B::Acc* sin) {
   const int n = d.rows(), qd = d.nh * d.hs, kd = d.nkv * d.hs;
   if (d.qk_norm) {
     SATDAR_RETURN_IF_ERROR(ops::RmsNormForward(x, acts->q.data(), acts->q_rstd.data(),
@@ -209,7 +214,19 @@ absl::Status AttentionCoreForward(const typename B::Exec& x, typename B::T* out,
         ops::Copy(x, acts->k.data(), acts->k_raw.data(), static_cast<int64_t>(n) * kd));
   }
   SATDAR_RETURN_IF_ERROR(ops::RopeForward(x, acts->q.data(), cos, sin, d.b, d.t, d.nh, d.hs));
-  SATDAR_RETURN_IF_ERROR(ops::RopeForward(x, acts->k.data(), cos, sin, d.b, d.t, d.nkv, d.hs));
+  return ops::RopeForward(x, acts->k.data(), cos, sin, d.b, d.t, d.nkv, d.hs);
+}
+
+}  // namespace
+
+template <class B>
+absl::Status AttentionCoreForward(const typename B::Exec& x, typename B::T* out,
+                                  AttentionActs<B>* acts, const typename B::T* v,
+                                  const AttentionWeights<typename B::T>& w,
+                                  const AttentionDims& d, const typename B::Acc* cos,
+                                  const typename B::Acc* sin) {
+  const int n = d.rows(), qd = d.nh * d.hs;
+  SATDAR_RETURN_IF_ERROR(NormAndRotate(x, acts, w, d, cos, sin));
   if constexpr (B::kDevice) {  // flash attention: lse instead of the probabilities
     SATDAR_RETURN_IF_ERROR(ops::AttentionForward(
         x, KernelDType<typename B::T>(), acts->att.data(), acts->lse.data(), acts->q.data(),
@@ -218,6 +235,35 @@ absl::Status AttentionCoreForward(const typename B::Exec& x, typename B::T* out,
     SATDAR_RETURN_IF_ERROR(ops::AttentionForward(x, acts->att.data(), acts->probs.data(),
                                                  acts->q.data(), acts->k.data(), v, d.b, d.t,
                                                  d.nh, d.nkv, d.hs));
+  }
+  return ops::MatmulForward(x, out, acts->att.data(), w.wo, n, d.c, qd);
+}
+
+template <class B>
+absl::Status AttentionDecodeForward(const typename B::Exec& x, typename B::T* out,
+                                    AttentionActs<B>* acts, const typename B::T* v,
+                                    const AttentionWeights<typename B::T>& w,
+                                    const AttentionDims& d, const typename B::Acc* cos,
+                                    const typename B::Acc* sin, typename B::T* kcache,
+                                    typename B::T* vcache, int past, int cap) {
+  const int n = d.rows(), qd = d.nh * d.hs, kd = d.nkv * d.hs;
+  SATDAR_CHECK(past >= 0 && past + d.t <= cap) << "positions past the KV cache";
+  SATDAR_RETURN_IF_ERROR(NormAndRotate(x, acts, w, d, cos, sin));
+  // The new keys and values into each sequence's rows past..past+tn-1 of the cache.
+  const int64_t count = static_cast<int64_t>(d.t) * kd;
+  for (int bi = 0; bi < d.b; ++bi) {
+    const int64_t to = (static_cast<int64_t>(bi) * cap + past) * kd;
+    SATDAR_RETURN_IF_ERROR(ops::Copy(x, kcache + to, acts->k.data() + bi * count, count));
+    SATDAR_RETURN_IF_ERROR(ops::Copy(x, vcache + to, v + bi * count, count));
+  }
+  if constexpr (B::kDevice) {
+    SATDAR_RETURN_IF_ERROR(ops::AttentionCachedForward(
+        x, KernelDType<typename B::T>(), acts->att.data(), /*lse=*/nullptr, acts->q.data(),
+        kcache, vcache, d.b, d.t, past, cap, d.nh, d.nkv, d.hs));
+  } else {
+    SATDAR_RETURN_IF_ERROR(ops::AttentionCachedForward(x, acts->att.data(), acts->q.data(),
+                                                       kcache, vcache, d.b, d.t, past, cap, d.nh,
+                                                       d.nkv, d.hs));
   }
   return ops::MatmulForward(x, out, acts->att.data(), w.wo, n, d.c, qd);
 }
@@ -311,6 +357,9 @@ absl::Status AttentionLayerBackward(const typename B::Exec& x, typename B::T* dx
                                                 const B::T*, const AttentionWeights<B::T>&,    \
                                                 const AttentionDims&, const B::Acc*,           \
                                                 const B::Acc*);                                \
+  template absl::Status AttentionDecodeForward<B>(                                             \
+      const B::Exec&, B::T*, AttentionActs<B>*, const B::T*, const AttentionWeights<B::T>&,    \
+      const AttentionDims&, const B::Acc*, const B::Acc*, B::T*, B::T*, int, int);             \
   template absl::Status AttentionCoreBackward<B>(                                              \
       const B::Exec&, const AttentionWeights<B::Acc>&, const B::T*, const AttentionActs<B>&,   \
       const B::T*, const AttentionWeights<B::T>&, const AttentionDims&, const B::Acc*,         \

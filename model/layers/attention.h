@@ -60,7 +60,8 @@ struct AttentionActs {
   Vec<T> probs;            // CPU: (B,NH,T,T); empty on CUDA
   Vec<float> lse;          // CUDA: (B,NH,T) fp32; empty on the CPU
   Vec<T> att;              // attention output before Wo (B*T, NH*HS)
-  void Resize(const AttentionDims& d);
+  // for_backward false (decoding, AttentionDecodeForward): no probs or lse.
+  void Resize(const AttentionDims& d, bool for_backward = true);
 };
 
 // Transient buffers shared by every layer of a model.
@@ -93,6 +94,21 @@ absl::Status AttentionCoreForward(const typename B::Exec& x, typename B::T* out,
                                   const AttentionWeights<typename B::T>& w,
                                   const AttentionDims& d, const typename B::Acc* cos,
                                   const typename B::Acc* sin);
+
+// Core over a KV cache, for inference (nothing kept for a backward; acts->probs and acts->lse
+// are not used): d.t = tn new positions of every sequence at past..past+tn-1, their raw
+// projections in acts (AttentionProjectForward with the same d) and v (B*TN, NKV*HS) the
+// values they offer. cos, sin: the RoPE tables from position `past` on (TN, HS/2).
+// kcache, vcache (B, CAP, NKV*HS): the rotated keys and the values of positions [0, past) on
+// entry; the new ones are written at rows past.. first (REQUIRES past + tn <= cap). With
+// past = 0 the attention is AttentionCoreForward's, bit for bit (core/ops/attention.h).
+template <class B>
+absl::Status AttentionDecodeForward(const typename B::Exec& x, typename B::T* out,
+                                    AttentionActs<B>* acts, const typename B::T* v,
+                                    const AttentionWeights<typename B::T>& w,
+                                    const AttentionDims& d, const typename B::Acc* cos,
+                                    const typename B::Acc* sin, typename B::T* kcache,
+                                    typename B::T* vcache, int past, int cap);
 
 // From dout (B*T, C) to scratch->dq_raw, scratch->dk_raw and scratch->dv (all overwritten);
 // weight gradients += into g.
