@@ -38,6 +38,7 @@ void PrintUsage() {
                "  train   train a model (a prepared dataset, raw text, MQAR or random tokens)\n"
                "  init    write a model's initial weights (safetensors, MODELS.md names)\n"
                "  eval    loss of given weights; SATFormer gate ablation (--gate-ablation)\n"
+               "  generate text from given weights (greedy or sampled), over a KV cache\n"
                "  export  a checkpoint of any parallel layout -> one weights file\n"
                "  info    parameter count (and list) of a config\n"
                "  plan    bytes per group and boundary, and memory, of a step on a layout\n"
@@ -89,6 +90,8 @@ int Main(int argc, char** argv) {
     status = RunInit(args);
   } else if (command == "eval") {
     status = RunEval(args);
+  } else if (command == "generate") {
+    status = RunGenerate(args);
   } else if (command == "export") {
     status = RunExport(args);
   } else if (command == "info") {

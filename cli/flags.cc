@@ -30,6 +30,20 @@ void FlagSet::DefineList(const std::string& name, const std::string& help, bool 
   flags_[name] = Flag{help, required, false, true, "", {}};
 }
 
+void FlagSet::DefineRepeatedList(const std::string& name, const std::string& help) {
+  order_.push_back(name);
+  Flag f{help, false, false, true, "", {}};
+  f.repeatable = true;
+  flags_[name] = f;
+}
+
+void FlagSet::DefineOptionalValue(const std::string& name, const std::string& help) {
+  order_.push_back(name);
+  Flag f{help, false, false, false, "", {}};
+  f.optional_value = true;
+  flags_[name] = f;
+}
+
 absl::Status FlagSet::Parse(const std::vector<std::string>& args) {
   for (size_t i = 0; i < args.size(); ++i) {
     std::string arg = args[i];
@@ -52,7 +66,7 @@ absl::Status FlagSet::Parse(const std::vector<std::string>& args) {
                        " --help)"));
     }
     const Flag& flag = it->second;
-    if (values_.count(arg)) {
+    if (values_.count(arg) && !flag.repeatable) {
       return absl::InvalidArgumentError(
           absl::StrCat("satdar ", command_, ": flag ", arg, " given twice"));
     }
@@ -70,11 +84,13 @@ absl::Status FlagSet::Parse(const std::vector<std::string>& args) {
            args[i + 1].rfind("--", 0) != 0) {
       vals.push_back(args[++i]);
     }
+    if (vals.empty() && flag.optional_value) vals.push_back("");
     if (vals.empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat("satdar ", command_, ": flag ", arg, " needs a value"));
     }
-    values_[arg] = vals;
+    std::vector<std::string>& to = values_[arg];
+    to.insert(to.end(), vals.begin(), vals.end());
   }
   for (const std::string& name : order_) {
     const Flag& flag = flags_[name];
@@ -135,8 +151,10 @@ std::string FlagSet::Usage() const {
   std::string out = UsageLine() + "\n";
   for (const std::string& name : order_) {
     const Flag& f = flags_.at(name);
-    const std::string value =
-        f.is_bool ? "" : f.choices.empty() ? " VALUE" : absl::StrCat(" ", absl::StrJoin(f.choices, "|"));
+    const std::string value = f.is_bool          ? ""
+                              : f.optional_value ? " [VALUE]"
+                              : f.choices.empty() ? (f.repeatable ? " VALUE..." : " VALUE")
+                                                  : absl::StrCat(" ", absl::StrJoin(f.choices, "|"));
     absl::StrAppend(&out, "  ", name, value, "  ", f.help,
                     f.required ? " (required)" : "",
                     f.default_value.empty() ? "" : absl::StrCat(" [default ", f.default_value, "]"),

@@ -39,6 +39,13 @@ class FlagSet {
                   std::vector<std::string> choices, const std::string& default_value);
   // For flags that take several values (--input a b c): all values up to the next flag.
   void DefineList(const std::string& name, const std::string& help, bool required = false);
+  // A list flag that may also be given several times (--task a --task b, or --task a b): the
+  // values of every occurrence, in order.
+  void DefineRepeatedList(const std::string& name, const std::string& help);
+  // A flag whose value may be left out (--json, or --json FILE): the next argument is its value
+  // unless it starts with "--". Has() is true either way; Get() is "" when bare (as is
+  // "--json=").
+  void DefineOptionalValue(const std::string& name, const std::string& help);
 
   absl::Status Parse(const std::vector<std::string>& args);
 
@@ -70,6 +77,8 @@ class FlagSet {
     bool is_list = false;
     std::string default_value;
     std::vector<std::string> choices;  // enum flags
+    bool repeatable = false;           // DefineRepeatedList
+    bool optional_value = false;       // DefineOptionalValue
   };
   std::string command_;
   std::string arguments_;

@@ -111,5 +111,63 @@ TEST(Flags, UsageNamesTheArguments) {
   EXPECT_EQ(FlagSet("jobs").UsageLine(), "usage: satdar jobs [flags]");
 }
 
+// --task a --task b and --task a b both give every value, in order; a plain flag given twice is
+// still an error.
+TEST(Flags, RepeatedListsAccumulate) {
+  FlagSet f("eval");
+  f.DefineRepeatedList("--task", "tasks");
+  f.Define("--seed", "seed");
+  ASSERT_TRUE(f.Parse({"--task", "a.jsonl", "--seed", "1", "--task", "b.jsonl", "c.jsonl",
+                       "--task=d.jsonl"})
+                  .ok());
+  EXPECT_EQ(f.GetList("--task"),
+            (std::vector<std::string>{"a.jsonl", "b.jsonl", "c.jsonl", "d.jsonl"}));
+  EXPECT_EQ(f.Get("--task"), "a.jsonl");
+  EXPECT_NE(f.Usage().find("--task VALUE..."), std::string::npos) << f.Usage();
+  FlagSet g("eval");
+  g.DefineRepeatedList("--task", "tasks");
+  g.Define("--seed", "seed");
+  EXPECT_NE(g.Parse({"--seed", "1", "--seed", "2"}).message().find("flag --seed given twice"),
+            std::string::npos);
+  FlagSet h("eval");
+  h.DefineRepeatedList("--task", "tasks");
+  EXPECT_NE(h.Parse({"--task"}).message().find("flag --task needs a value"), std::string::npos);
+}
+
+// --json alone, --json FILE and --json=FILE; bare is "" and still Has().
+TEST(Flags, OptionalValues) {
+  auto make = [] {
+    FlagSet f("eval");
+    f.DefineOptionalValue("--json", "print JSON, or write it to this file");
+    f.DefineBool("--repeat", "repeat");
+    return f;
+  };
+  FlagSet bare = make();
+  ASSERT_TRUE(bare.Parse({"--json", "--repeat"}).ok());
+  EXPECT_TRUE(bare.Has("--json"));
+  EXPECT_EQ(bare.Get("--json"), "");
+  EXPECT_TRUE(bare.GetBool("--repeat"));
+  FlagSet last = make();
+  ASSERT_TRUE(last.Parse({"--repeat", "--json"}).ok());
+  EXPECT_TRUE(last.Has("--json"));
+  EXPECT_EQ(last.Get("--json"), "");
+  FlagSet file = make();
+  ASSERT_TRUE(file.Parse({"--json", "out.json", "--repeat"}).ok());
+  EXPECT_EQ(file.Get("--json"), "out.json");
+  FlagSet inline_file = make();
+  ASSERT_TRUE(inline_file.Parse({"--json=out.json"}).ok());
+  EXPECT_EQ(inline_file.Get("--json"), "out.json");
+  FlagSet absent = make();
+  ASSERT_TRUE(absent.Parse({}).ok());
+  EXPECT_FALSE(absent.Has("--json"));
+  FlagSet twice = make();
+  EXPECT_NE(twice.Parse({"--json", "--json", "x"}).message().find("flag --json given twice"),
+            std::string::npos);
+  FlagSet stray = make();
+  EXPECT_NE(stray.Parse({"--json", "a", "b"}).message().find("unexpected argument 'b'"),
+            std::string::npos);
+  EXPECT_NE(make().Usage().find("--json [VALUE]"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace satdar::cli

@@ -1,9 +1,11 @@
 #include "runtime/weights.h"
 
 #include <cmath>
+#include <type_traits>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/check.h"
 #include "core/safetensors.h"
 #include "model/config.h"
 #include "runtime/checkpoint.h"
@@ -80,6 +82,41 @@ absl::Status CheckFiniteWeights(const std::string& what, const model::ParamTable
   return absl::OkStatus();
 }
 
+// Checkpoints are stored in their run's dtype; LoadCheckpoint reads one dtype only.
+template <typename T, typename U>
+absl::Status LoadCheckpointAs(const std::string& path, const std::string& config_json,
+                              const model::ParamTable& table, std::vector<T>* params) {
+  std::vector<U> other(table.size(), U(0));
+  SATDAR_RETURN_IF_ERROR(
+      LoadCheckpoint<U>(path, config_json, table, {&other, nullptr, nullptr}).status());
+  params->assign(other.begin(), other.end());
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status LoadModelWeights(const std::string& weights, const std::string& checkpoint,
+                              const model::ParamTable& table, const std::string& config_json,
+                              std::vector<T>* params) {
+  if (weights.empty() == checkpoint.empty()) {
+    return absl::InvalidArgumentError("weights, checkpoint: give exactly one of the two");
+  }
+  if (!weights.empty()) {
+    std::vector<bool> present;
+    return LoadWeights<T>("weights", weights, table, config_json, params, &present);
+  }
+  params->assign(table.size(), T(0));
+  absl::Status s =
+      LoadCheckpoint<T>(checkpoint, config_json, table, {params, nullptr, nullptr}).status();
+  if (!s.ok()) {
+    // Written in the other dtype? (Any other fault fails again, and the first error is kept.)
+    using U = std::conditional_t<std::is_same_v<T, float>, double, float>;
+    if (!LoadCheckpointAs<T, U>(checkpoint, config_json, table, params).ok()) {
+      return absl::Status(s.code(), absl::StrCat("checkpoint: ", s.message()));
+    }
+  }
+  return CheckFiniteWeights("checkpoint: " + checkpoint, table, params->data());
+}
+
 template absl::Status LoadWeights<float>(const std::string&, const std::string&,
                                          const model::ParamTable&, const std::string&,
                                          std::vector<float>*, std::vector<bool>*);
@@ -91,5 +128,12 @@ template absl::Status CheckFiniteWeights<float>(const std::string&, const model:
                                                 const float*);
 template absl::Status CheckFiniteWeights<double>(const std::string&, const model::ParamTable&,
                                                  const double*);
+
+template absl::Status LoadModelWeights<float>(const std::string&, const std::string&,
+                                              const model::ParamTable&, const std::string&,
+                                              std::vector<float>*);
+template absl::Status LoadModelWeights<double>(const std::string&, const std::string&,
+                                               const model::ParamTable&, const std::string&,
+                                               std::vector<double>*);
 
 }  // namespace satdar::runtime

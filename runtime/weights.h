@@ -31,6 +31,17 @@ template <typename T>
 absl::Status CheckFiniteWeights(const std::string& what, const model::ParamTable& table,
                                 const T* params);
 
+// A whole model's weights (table: the CPU's or the device's layout) from exactly one of
+// `weights` (LoadWeights: init/export/PyTorch safetensors or a single-file checkpoint) and
+// `checkpoint` (LoadCheckpoint: a checkpoint file or folder of any layout, written in f32 or
+// f64 whatever T is), then checked finite. InvalidArgument naming the field ("weights: ...",
+// "checkpoint: ...") and file; the parameters the file lacks and the model never reads keep
+// their init values.
+template <typename T>
+absl::Status LoadModelWeights(const std::string& weights, const std::string& checkpoint,
+                              const model::ParamTable& table, const std::string& config_json,
+                              std::vector<T>* params);
+
 }  // namespace satdar::runtime
 
 #endif  // SATDAR_RUNTIME_WEIGHTS_H_
