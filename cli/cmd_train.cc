@@ -33,6 +33,11 @@
 #include "agent/rank_lease.h"
 #include "runtime/rank_agreement.h"
 #include "cli/train_flags.h"
+#include "cli/tokenizer_process.h"
+#include "data/corpus.h"
+#include "data/dataset.h"
+#include "runtime/decode_session.h"
+#include "runtime/generate.h"
 #include "runtime/trainer.h"
 
 namespace satdar::cli {
@@ -305,6 +310,96 @@ int ExpectedRank(const FlagSet& flags, const std::string& launcher, int world_si
   return g.rank;
 }
 
+// --sample-every: the prompt encoded once at the start, and each sample a greedy continuation
+// decoded from a copy of the weights (runtime::TrainOptions::sample) on this process's CPU.
+// The tokenizer is the --data dataset's (a `satdar-prep tokenize` child process); a folder of
+// raw text trains on its bytes, which are their own tokenizer.
+class TrainSampler {
+ public:
+  static absl::StatusOr<std::unique_ptr<TrainSampler>> Start(const runtime::TrainOptions& o) {
+    auto s = std::unique_ptr<TrainSampler>(new TrainSampler(o));
+    if (data::Dataset::IsDataset(o.data_dir)) {
+      SATDAR_ASSIGN_OR_RETURN(const std::string model, ResolveTokenizerPath("", o.data_dir));
+      SATDAR_ASSIGN_OR_RETURN(s->tokenizer_, TokenizerProcess::Start(model));
+      SATDAR_RETURN_IF_ERROR(
+          CheckTokenizerFits(model, s->tokenizer_->vocab_size(), o.config.vocab_size));
+      SATDAR_ASSIGN_OR_RETURN(s->prompt_, s->tokenizer_->Encode(o.sample_prompt));
+      s->sampling_.eos_id = s->tokenizer_->eos_id();
+    } else {
+      for (unsigned char c : o.sample_prompt) s->prompt_.push_back(c);
+      s->sampling_.eos_id = -1;  // a byte stream has no end-of-document token
+    }
+    if (s->prompt_.empty()) {
+      return absl::InvalidArgumentError("satdar train: --sample-prompt encodes to no tokens");
+    }
+    const int window = o.config.max_position_embeddings;
+    if (static_cast<int64_t>(s->prompt_.size()) + o.sample_tokens > window) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "satdar train: --sample-prompt (", s->prompt_.size(), " tokens) + --sample-tokens ",
+          o.sample_tokens, " exceed max_position_embeddings ", window, " of --config"));
+    }
+    for (const int32_t id : s->prompt_) {
+      if (id >= o.config.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "satdar train: --sample-prompt holds token ", id, ", outside the config's vocab_size ",
+            o.config.vocab_size));
+      }
+    }
+    return s;
+  }
+
+  // The prompt and its continuation as UTF-8 text (what the log's JSON can hold).
+  absl::StatusOr<std::string> Sample(std::vector<float> weights) {
+    SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<runtime::DecodeSession> session,
+                            runtime::DecodeSession::FromParams(config_, std::move(weights),
+                                                               threads_));
+    SATDAR_ASSIGN_OR_RETURN(const runtime::GenerateResult r,
+                            runtime::Generate(session.get(), {prompt_}, sampling_, nullptr));
+    std::vector<int32_t> ids = prompt_;
+    ids.insert(ids.end(), r.ids[0].begin(), r.ids[0].end());
+    SATDAR_ASSIGN_OR_RETURN(const std::string text, Text(ids));
+    data::DecodeStats stats;
+    return data::DecodeText(text, &stats, /*at_start=*/false);
+  }
+
+ private:
+  explicit TrainSampler(const runtime::TrainOptions& o)
+      : config_(o.config), threads_(o.threads) {
+    sampling_.max_new_tokens = o.sample_tokens;  // greedy: temperature 0, no random draws
+  }
+
+  // Ids the tokenizer has no piece for (the model's vocabulary past the tokenizer's, padded by
+  // prep; past 255 for bytes) print as U+FFFD.
+  absl::StatusOr<std::string> Text(const std::vector<int32_t>& ids) {
+    static constexpr char kReplacement[] = "\xEF\xBF\xBD";
+    const int known = tokenizer_ != nullptr ? tokenizer_->vocab_size() : 256;
+    std::string text;
+    std::vector<int32_t> run;
+    for (size_t i = 0; i <= ids.size(); ++i) {
+      const bool end = i == ids.size();
+      if (!end && ids[i] >= 0 && ids[i] < known) {
+        run.push_back(ids[i]);
+        continue;
+      }
+      if (tokenizer_ != nullptr && !run.empty()) {
+        SATDAR_ASSIGN_OR_RETURN(const std::string piece, tokenizer_->Decode(run));
+        text += piece;
+      } else {
+        for (const int32_t b : run) text.push_back(static_cast<char>(b));
+      }
+      run.clear();
+      if (!end) text += kReplacement;
+    }
+    return text;
+  }
+
+  model::ModelConfig config_;
+  int threads_;
+  runtime::SamplingOptions sampling_;
+  std::unique_ptr<TokenizerProcess> tokenizer_;  // null: bytes
+  std::vector<int32_t> prompt_;
+};
+
 }  // namespace
 
 // A rank that a worker started (SATDAR_WORKER_PID) never outlives it: the kernel sends it
@@ -370,6 +465,16 @@ absl::Status RunTrain(const std::vector<std::string>& args) {
                                                  settings::LayoutNamesOf(settings::Spelling::kFlags),
                                                  o.vocab_multiple));
   SATDAR_RETURN_IF_ERROR(settings::ValidateVirtualStages(o.config, o, settings::Spelling::kFlags));
+  SATDAR_RETURN_IF_ERROR(settings::ValidateSampleLayout(o.config, o, settings::Spelling::kFlags));
+  // Samples are rank 0's: its process (or any whose rank is not known yet) starts the
+  // tokenizer and encodes the prompt now, so a bad prompt fails before any step.
+  std::unique_ptr<TrainSampler> sampler;
+  if (o.sample_every > 0 && ExpectedRank(flags, launcher, world_size) <= 0) {
+    SATDAR_ASSIGN_OR_RETURN(sampler, TrainSampler::Start(o));
+    o.sample = [raw = sampler.get()](int64_t, std::vector<float> weights) {
+      return raw->Sample(std::move(weights));
+    };
+  }
   if (!cuda) {
     // What a rank will allocate, against what this machine has (all ranks it runs).
     const model::MemoryShape shape = runtime::TrainMemoryShape(o);

@@ -171,6 +171,33 @@ class Engine : public StepEngine {
     return s;
   }
 
+  // The flat buffer brought to the host (a GPU's download waits for the step's work), then
+  // each tensor by name into `whole`'s layout: another alignment, and a vocabulary padded to
+  // vocab_multiple rows cut back to the true ones.
+  absl::StatusOr<std::vector<float>> WholeWeights(const model::ParamTable& whole) override {
+    const model::ParamTable& mine = params();
+    std::vector<G> host(mine.size());
+    SATDAR_RETURN_IF_ERROR(core::ops::Download(Exec(), host.data(), state_->params(), mine.size()));
+    std::vector<float> out(whole.size(), 0.0f);
+    for (const model::ParamSpec& want : whole.specs()) {
+      const model::ParamSpec* have = mine.Find(want.name);
+      if (have == nullptr || have->expert || (have->sharded() && have->shard_count > 1)) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "the whole model's weights: this rank (", Where(), ") holds ",
+            have == nullptr ? "none" : "only a piece", " of ", want.name));
+      }
+      if ((have->sharded() ? have->global_shape : have->shape) != want.shape) {
+        return absl::InternalError(absl::StrCat("the whole model's weights: ", want.name,
+                                                " has another shape in this rank's table"));
+      }
+      for (int64_t i = 0; i < have->numel; ++i) {
+        const int64_t g = have->GlobalIndex(i);
+        if (g >= 0) out[want.offset + g] = static_cast<float>(host[have->offset + i]);
+      }
+    }
+    return out;
+  }
+
   void Abandon() override {
     if (pipeline_ != nullptr) pipeline_->Abandon();
     if (sync_ != nullptr) sync_->Abandon();

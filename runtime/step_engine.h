@@ -68,6 +68,12 @@ class StepEngine {
   // The papers' statistics (gates, depth weights, expert load) gathered since the last call,
   // as the line's "stats".
   virtual absl::Status AddStats(nlohmann::json* line) = 0;
+  // A copy of the whole model's master weights in f32 on the host, laid out by `whole` (the
+  // unsharded CPU model's table, model::BuildParamTable(config, {})): what samples during
+  // training decode. Reads this rank's buffers (on a GPU after the step's work), changes
+  // nothing, talks to no other rank. FailedPrecondition naming a tensor this rank holds only a
+  // piece of, or none of (TP slices, other pipeline stages, other ranks' experts).
+  virtual absl::StatusOr<std::vector<float>> WholeWeights(const model::ParamTable& whole) = 0;
   // Writes the state of `info.step` (every rank takes part; the engine decides which write).
   virtual absl::Status Save(const CheckpointInfo& info) = 0;
   virtual void AddToSummary(double tokens_per_second, nlohmann::json* summary,

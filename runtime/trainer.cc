@@ -30,6 +30,8 @@
 #include "runtime/step_engine.h"
 #include "runtime/train_observer.h"
 #include "model/memory_estimate.h"
+#include "model/model.h"
+#include "settings/train_settings.h"
 
 namespace satdar::runtime {
 
@@ -92,6 +94,7 @@ class TrainRun {
   absl::Status Log(int64_t step, double loss, const core::AdamWParams& hp, double grad_norm,
                    double seconds, const StepTimes& times);
   absl::Status Checkpoint(int64_t step, double loss);
+  std::string Sample(int64_t step, Json* line);
   absl::StatusOr<TrainSummary> Finish();
 
   TrainOptions o_;
@@ -111,12 +114,20 @@ class TrainRun {
   int64_t tokens_per_step_ = 0;
   double timed_seconds_ = 0;
   int64_t timed_tokens_ = 0;
+  // Samples (rank 0, when the command gave o_.sample): the layout the sampler's weights take.
+  bool sampling_ = false;
+  model::ParamTable sample_table_;
   TrainSummary summary_;
 };
 
 absl::Status TrainRun::Setup() {
   // What the device cannot run is refused before any rank talks.
   if (o_.gpu.enabled) SATDAR_RETURN_IF_ERROR(CheckCudaEngine(o_));
+  const bool samples = o_.sample_every > 0 && o_.sample != nullptr;
+  if (samples) {
+    SATDAR_RETURN_IF_ERROR(
+        settings::ValidateSampleLayout(o_.config, o_, settings::Spelling::kFields));
+  }
   // Metrics are served from the start, so a scrape during the rendezvous gets a valid page.
   SATDAR_RETURN_IF_ERROR(observer_.Start());
   // Before anything else talks: every rank must have been started with the same run.
@@ -132,6 +143,10 @@ absl::Status TrainRun::Setup() {
     SATDAR_ASSIGN_OR_RETURN(engine_, CreateCudaEngine(o_, &g_));
   } else {
     SATDAR_ASSIGN_OR_RETURN(engine_, CreateCpuEngine(o_, &g_));
+  }
+  if (samples && g_.rank == 0) {
+    SATDAR_ASSIGN_OR_RETURN(sample_table_, model::BuildParamTable(o_.config, model::Sharding{}));
+    sampling_ = true;
   }
   std::string data_description;
   SATDAR_ASSIGN_OR_RETURN(source_, OpenTrainingData(o_, &data_description));
@@ -319,9 +334,30 @@ absl::Status TrainRun::Log(int64_t step, double loss, const core::AdamWParams& h
   if (o_.stats_every > 0 && step % o_.stats_every == 0) {
     SATDAR_RETURN_IF_ERROR(engine_->AddStats(&line));
   }
+  // After the step's timing and validation: the sample costs the step nothing it measures.
+  const bool sample_due = sampling_ && (step % o_.sample_every == 0 || step == o_.steps);
+  const std::string sample = sample_due ? Sample(step, &line) : "";
   observer_.OnStep(step, &line, tokens_per_step_, times);
+  if (sample_due) observer_.Print(sample);
   if (o_.may_write && !o_.log_jsonl.empty()) SATDAR_RETURN_IF_ERROR(o_.may_write());
   return log_.Write(line);
+}
+
+// Rank 0's sample of this step into the log line ("sample"), and the console's line. A
+// copy of the weights goes to the sampler, so the run computes exactly what it would without;
+// a failed sample (the tokenizer's process gone) is reported and the training goes on.
+std::string TrainRun::Sample(int64_t step, Json* line) {
+  absl::StatusOr<std::string> text = [&]() -> absl::StatusOr<std::string> {
+    SATDAR_ASSIGN_OR_RETURN(std::vector<float> weights, engine_->WholeWeights(sample_table_));
+    return o_.sample(step, std::move(weights));
+  }();
+  if (text.ok()) {
+    (*line)["sample"] = *text;
+    return absl::StrCat("step ", step, " sample: ", *text);
+  }
+  (*line)["sample_error"] = std::string(text.status().message());
+  return absl::StrCat("step ", step, " sample failed (training goes on): ",
+                      text.status().message());
 }
 
 absl::Status TrainRun::Checkpoint(int64_t step, double loss) {

@@ -173,6 +173,33 @@ absl::Status ParseLayout(const SettingValues& v, TrainOptions* o) {
   return absl::OkStatus();
 }
 
+// Samples during training: the cadence, the prompt and its length. A text prompt needs a
+// tokenizer, which only a folder of data has (a prepared dataset's, or bytes for raw text).
+absl::Status ParseSamples(const SettingValues& v, TrainOptions* o) {
+  SATDAR_ASSIGN_OR_RETURN(o->sample_every, v.GetInt("sample_every", 0, kMaxSteps));
+  SATDAR_ASSIGN_OR_RETURN(int64_t tokens, v.GetInt("sample_tokens", 1, kMaxSeqLen));
+  o->sample_tokens = static_cast<int>(tokens);
+  o->sample_prompt = v.Get("sample_prompt");
+  if (o->sample_every == 0) {
+    for (const char* s : {"sample_prompt", "sample_tokens"}) {
+      if (v.Has(s)) return Bad(absl::StrCat(v.Subject(s), " needs ", v.Name("sample_every"), " N"));
+    }
+    return absl::OkStatus();
+  }
+  if (o->sample_prompt.empty()) {
+    return Bad(absl::StrCat(v.Name("sample_every"), " needs ", v.Name("sample_prompt"),
+                            " TEXT (the text the samples continue)"));
+  }
+  if (o->synthetic_data || o->mqar.has_value()) {
+    return Bad(absl::StrCat(
+        v.Name("sample_prompt"), " is text, which only the tokenizer of ", v.Name("data"),
+        " DIR (a dataset from satdar prep, or a folder of text read as bytes) can encode; ",
+        o->mqar.has_value() ? v.Name("task") + " mqar" : v.Name("synthetic_data"),
+        " has no tokenizer"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ParseTrainSettings(const SettingValues& values, TrainOptions* o) {
@@ -180,6 +207,7 @@ absl::Status ParseTrainSettings(const SettingValues& values, TrainOptions* o) {
   SATDAR_RETURN_IF_ERROR(ParseDataAndDevice(values, o));
   SATDAR_RETURN_IF_ERROR(ParseOutputs(values, o));
   SATDAR_RETURN_IF_ERROR(ParseLayout(values, o));
+  SATDAR_RETURN_IF_ERROR(ParseSamples(values, o));
   SATDAR_ASSIGN_OR_RETURN(o->lock_wait_seconds, values.GetInt("lock_wait", 0, 86400));
   return absl::OkStatus();
 }

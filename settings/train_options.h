@@ -8,8 +8,10 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "core/dtype.h"
 #include "data/mqar.h"
 #include "model/config.h"
@@ -50,6 +52,16 @@ struct TrainOptions {
   std::optional<data::MqarOptions> mqar;
   int64_t eval_every = 0;  // validation loss on the held-out split every N steps (datasets)
   int eval_batches = 4;
+  // Samples (llm.c's): every sample_every steps and at the last, rank 0 hands `sample` the whole
+  // model's weights (fp32 copies, laid out by the unsharded CPU model's table:
+  // model::BuildParamTable(config, {})) and prints the UTF-8 text it returns as "step S sample:
+  // ...", also the --log-jsonl line's "sample". Only `satdar train` sets `sample` (the prompt is
+  // encoded by its tokenizer child process); without it nothing is sampled. Training is
+  // unchanged: the weights are copied, no random number is drawn.
+  int64_t sample_every = 0;
+  std::string sample_prompt;
+  int sample_tokens = 32;
+  std::function<absl::StatusOr<std::string>(int64_t step, std::vector<float> weights)> sample;
   // Optimizer and schedule.
   double lr = 1e-3;
   double min_lr_ratio = 0.1;

@@ -67,6 +67,14 @@ std::vector<SettingDef> MakeTrainSettingDefs() {
       Value("eval_every", "validation loss on the held-out split every N steps (0 = never)",
             false, "0"),
       Value("eval_batches", "batches of the validation split per evaluation", false, "4"),
+      Value("sample_every",
+            "print a greedy continuation of --sample-prompt every N steps and at the end, from "
+            "rank 0's weights (0 = never; not with --tp or --pp > 1, nor --ep > 1 with experts)",
+            false, "0"),
+      Value("sample_prompt",
+            "with --sample-every: the text the samples continue, encoded by the --data dataset's "
+            "tokenizer (a folder of raw text: its bytes)"),
+      Value("sample_tokens", "with --sample-every: new tokens per sample", false, "32"),
       Enum("task",
            "the training task: the data's language modelling, or multi-query associative recall",
            {"lm", "mqar"}, "lm"),
@@ -282,6 +290,26 @@ absl::Status ValidateVirtualStages(const model::ModelConfig& c, const TrainOptio
         virtual_stages, " 1"));
   }
   return absl::OkStatus();
+}
+
+absl::Status ValidateSampleLayout(const model::ModelConfig& c, const TrainOptions& o,
+                                  Spelling spelling) {
+  if (o.sample_every == 0) return absl::OkStatus();
+  auto n = [spelling](const std::string& s) { return NameOf(s, spelling); };
+  // Which axis leaves rank 0 with a piece: TP slices, PP stages, EP's share of the experts
+  // (without experts the EP ranks are whole replicas).
+  std::string axis;
+  if (o.mesh.tp > 1) {
+    axis = absl::StrCat(n("tp"), " ", o.mesh.tp);
+  } else if (o.mesh.pp > 1) {
+    axis = absl::StrCat(n("pp"), " ", o.mesh.pp);
+  } else if (o.mesh.ep > 1 && c.moe.has_value()) {
+    axis = absl::StrCat(n("ep"), " ", o.mesh.ep, " (the config has experts)");
+  }
+  if (axis.empty()) return absl::OkStatus();
+  return Bad(absl::StrCat(n("sample_every"), " decodes the whole model from rank 0's weights, "
+                          "but with ", axis, " rank 0 holds only a piece of it; generate from "
+                          "a checkpoint instead (satdar generate)"));
 }
 
 }  // namespace satdar::settings

@@ -116,6 +116,11 @@ absl::Status CheckGpuPathOptions(const TrainOptions& o, Spelling spelling);
 absl::Status ValidateVirtualStages(const model::ModelConfig& config, const TrainOptions& o,
                                    Spelling spelling);
 
+// sample_every against the layout: samples decode the whole model from rank 0's weights, so
+// not with tp or pp > 1, nor ep > 1 on a config with experts. InvalidArgument naming settings.
+absl::Status ValidateSampleLayout(const model::ModelConfig& config, const TrainOptions& o,
+                                  Spelling spelling);
+
 // The layout's sizes as `spelling` names them (model/layout_check.h's ValidateSharding).
 model::LayoutNames LayoutNamesOf(Spelling spelling);
 

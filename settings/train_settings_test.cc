@@ -240,5 +240,45 @@ TEST(TrainSettings, TheGpuPathAndVirtualStages) {
   EXPECT_EQ(names.vocab_multiple, "train.vocab_multiple");
 }
 
+// Samples during training: a cadence with a text prompt, which needs a folder of data (its
+// tokenizer), and rank 0 holding the whole model.
+TEST(TrainSettings, Samples) {
+  const Given text = {{"config", "c.json"}, {"steps", "10"}, {"batch_size", "8"},
+                      {"seq_len", "16"},    {"data", "d"}};
+  SettingValues values(With({{"sample_every", "5"}, {"sample_prompt", "The jury"}}, text),
+                       Spelling::kFlags);
+  TrainOptions o;
+  ASSERT_TRUE(ParseTrainSettings(values, &o).ok());
+  EXPECT_EQ(o.sample_every, 5);
+  EXPECT_EQ(o.sample_prompt, "The jury");
+  EXPECT_EQ(o.sample_tokens, 32);
+  SettingValues off(text, Spelling::kFlags);
+  TrainOptions p;
+  ASSERT_TRUE(ParseTrainSettings(off, &p).ok());
+  EXPECT_EQ(p.sample_every, 0);
+  EXPECT_EQ(Error(With({{"sample_every", "5"}}, text), Spelling::kFlags),
+            "--sample-every needs --sample-prompt TEXT (the text the samples continue)");
+  EXPECT_EQ(Error(With({{"sample_prompt", "x"}}, text), Spelling::kFlags),
+            "flag --sample-prompt needs --sample-every N");
+  EXPECT_EQ(Error(With({{"sample_every", "5"}, {"sample_tokens", "0"}}, text), Spelling::kFlags),
+            "flag --sample-tokens must be >= 1, got 0");
+  EXPECT_EQ(Error(With({{"sample_every", "5"}, {"sample_prompt", "x"}}), Spelling::kFlags),
+            "--sample-prompt is text, which only the tokenizer of --data DIR (a dataset from "
+            "satdar prep, or a folder of text read as bytes) can encode; --synthetic-data has "
+            "no tokenizer");
+  model::ModelConfig config;
+  o.mesh.tp = 2;
+  absl::Status s = ValidateSampleLayout(config, o, Spelling::kFlags);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "--sample-every decodes the whole model from rank 0's weights, but with "
+                         "--tp 2 rank 0 holds only a piece of it; generate from a checkpoint "
+                         "instead (satdar generate)");
+  o.mesh.tp = 1;
+  o.mesh.ep = 2;  // without experts the EP ranks are replicas
+  EXPECT_TRUE(ValidateSampleLayout(config, o, Spelling::kFlags).ok());
+  o.mesh.dp = 2;
+  EXPECT_TRUE(ValidateSampleLayout(config, o, Spelling::kFlags).ok());
+}
+
 }  // namespace
 }  // namespace satdar::settings
