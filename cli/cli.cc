@@ -37,7 +37,7 @@ void PrintUsage() {
                "  prep    text -> tokenizer + token shards + validation split (a dataset)\n"
                "  train   train a model (a prepared dataset, raw text, MQAR or random tokens)\n"
                "  init    write a model's initial weights (safetensors, MODELS.md names)\n"
-               "  eval    loss of given weights; SATFormer gate ablation (--gate-ablation)\n"
+               "  eval    loss of given weights, or scored tasks (--task); SATFormer gate ablation\n"
                "  generate text from given weights (greedy or sampled), over a KV cache\n"
                "  export  a checkpoint of any parallel layout -> one weights file\n"
                "  info    parameter count (and list) of a config\n"

@@ -215,6 +215,7 @@ INSTANTIATE_TEST_SUITE_P(
                                                             "resformer_mode": "learnable_plus")"},
                       Design{"attnres_full", R"("residual": "attnres")"},
                       Design{"attnres_block2", R"("residual": "attnres", "block_size": 2)"},
+                      Design{"attnres_block4", R"("residual": "attnres", "block_size": 4)"},
                       Design{"satformer_attnres", R"("residual": "attnres", "block_size": 2,
                                                       "value_residual": "satformer")"},
                       Design{"dar_full", R"("residual": "dar")"},

@@ -42,7 +42,11 @@
 #     three stages (6-layer Block DAR, plain and interleaved) over NCCL equal one GPU rank; the
 #     staged --pp 2 run's sharded checkpoint continues on the CPU as one rank;
 #  8. a checkpoint written by satdar before issue 30 (tests/testdata/pre30/) resumes on the GPU
-#     and logs what that binary logged, within F32_TOL.
+#     and logs what that binary logged, within F32_TOL;
+#  9. `satdar generate --device cuda` (the KV cache on the device, issue 31) decodes the greedy
+#     tokens of `--device cpu` in f32 for Transformer, SATFormer, Block DAR with SATFormer, HC
+#     and MUDDFormer (random init weights; two prompts of different lengths, 12 new tokens each), and
+#     runs in bf16.
 # Skips (exit 0, "skipped: ...") when satdar was built without CUDA or the machine has no GPU
 # (SATDAR_SKIP_WITHOUT_GPU's logic, core/cuda/testing/gpu_test_util.h), and skips the NCCL case
 # on a machine with one GPU. Prints each satdar run's wall time at the end.
@@ -565,6 +569,33 @@ if timed pre30.gpu "$SATDAR" train --config "$PRE30/config.json" --synthetic-dat
 else
   fail "pre-issue-30 checkpoint on the GPU: the run failed (above)"
 fi
+
+# 9. Generation over the device's KV cache equals the CPU's greedy tokens (f32), and runs in bf16.
+for model in baseline satformer dar_satformer hc muddformer; do
+  if ! timed "gen_init.$model" "$SATDAR" init --config "$model.json" --out "gen.$model.safetensors" \
+       --seed 3; then
+    fail "generate $model: init failed (above)"
+    continue
+  fi
+  same=1
+  for prompt in 5,9,17 3,1,4,1,5,9,2,6,5,3; do
+    G=(generate --config "$model.json" --weights "gen.$model.safetensors" --prompt-ids "$prompt"
+       --max-new-tokens 12 --json)
+    if timed "gen.$model.cpu" "$SATDAR" "${G[@]}" --device cpu --dtype f32 &&
+       timed "gen.$model.gpu" "$SATDAR" "${G[@]}" --device cuda --dtype f32 &&
+       timed "gen.$model.bf16" "$SATDAR" "${G[@]}" --device cuda --dtype bf16; then
+      cmp -s <(grep '^{' "gen.$model.cpu.out") <(grep '^{' "gen.$model.gpu.out") || {
+        same=0; echo "  cpu: $(grep '^{' "gen.$model.cpu.out")"; echo "  gpu: $(grep '^{' "gen.$model.gpu.out")"; }
+    else
+      same=0
+    fi
+  done
+  if [[ $same == 1 ]]; then
+    pass "generate $model: the GPU's KV-cache decoding gives the CPU's greedy tokens (f32; bf16 runs)"
+  else
+    fail "generate $model: GPU and CPU greedy tokens differ, or a run failed (above)"
+  fi
+done
 
 echo "wall time of each run:"
 sed 's/^/  /' times.txt
