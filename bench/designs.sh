@@ -15,7 +15,8 @@ ROUNDS=${3:-2}
 shift $(($# < 3 ? $# : 3))
 DESIGNS=("$@")
 if ((${#DESIGNS[@]} == 0)); then
-  DESIGNS=(transformer satformer resformer attnres dar dar-full hc mhc denseformer muddformer dar-moe)
+  DESIGNS=(transformer satformer resformer attnres transparent dar dar-full hc mhc denseformer
+           muddformer dar-moe)
 fi
 OUT=$(mktemp -d)
 bazel build //:satdar >/dev/null 2>&1 || bazel build //:satdar

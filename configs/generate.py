@@ -26,6 +26,8 @@ DESIGNS = {
     "resformer": {"value_residual": "resformer", "resformer_mode": "learnable_plus"},
     "satformer": {"value_residual": "satformer"},
     "attnres": {"residual": "attnres", "block_size": None},
+    # Transparent Attention (Bapna et al. 2018) in its full form: every sublayer output a source.
+    "transparent": {"residual": "transparent"},
     "dar": {"residual": "dar", "block_size": None},
     "dar-full": {"residual": "dar", "block_size": 2},
     "hc": {"residual": "hc", "hc_streams": 4},

@@ -70,10 +70,12 @@ void JobSeries::TakeStats(int64_t step, const Json& stats) {
     auto it = stats.find(from);
     if (it != stats.end() && NumberGrid(*it, 2, &budget)) s[to] = *it;
   }
-  // Depth weights: [sublayer][stream] entropy and largest weight (AttnRes has one stream).
+  // Depth weights: [sublayer][stream] entropy and largest weight (AttnRes and Transparent
+  // Attention have one stream).
   for (const auto& [key, design, streams] :
        {std::tuple<const char*, const char*, bool>{"dar_depth_weights", "dar", true},
-        {"attnres_depth_weights", "attnres", false}}) {
+        {"attnres_depth_weights", "attnres", false},
+        {"transparent_depth_weights", "transparent", false}}) {
     auto it = stats.find(key);
     if (it == stats.end() || !NumberGrid(*it, streams ? 3 : 2, &budget)) continue;
     Json entropy = Json::array(), largest = Json::array();

@@ -263,6 +263,9 @@ void TrainMetrics::ObserveStats(const Json& stats) {
   if (auto it = stats.find("attnres_depth_weights"); it != stats.end()) {
     ObserveDepthWeights("attnres", *it, false);
   }
+  if (auto it = stats.find("transparent_depth_weights"); it != stats.end()) {
+    ObserveDepthWeights("transparent", *it, false);
+  }
   if (auto it = stats.find("moe_expert_load"); it != stats.end() && it->is_array()) {
     for (size_t l = 0; l < it->size(); ++l) {
       const Json& experts = (*it)[l];

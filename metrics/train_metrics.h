@@ -62,7 +62,8 @@ class TrainMetrics {
   // One optimizer step's record: step, loss, lr, grad_norm, tokens_per_second, step_seconds,
   // and when present mfu, phase_seconds {phase: s}, comm_bytes {group: bytes},
   // pp_boundary_bytes [[forward, backward], ...], device_bytes {kind: bytes}, val_loss and
-  // stats (satformer_gate_mean/zero_fraction, dar/attnres_depth_weights, moe_expert_load).
+  // stats (satformer_gate_mean/zero_fraction, dar/attnres/transparent_depth_weights,
+  // moe_expert_load).
   // Keys it does not know are ignored; a value of the wrong type is skipped.
   void ObserveStep(const nlohmann::json& line, int64_t tokens);
   void ObservePhase(Phase phase, double seconds);

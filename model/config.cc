@@ -136,9 +136,11 @@ absl::Status Validate(const ModelConfig& c, const std::string& src) {
                    "needs at least 2 layers (layer 1 only produces V1); num_hidden_layers is " +
                        std::to_string(c.num_hidden_layers));
   }
-  if (c.residual == Residual::kAttnRes && c.block_size > 1 && c.block_size % 2 != 0) {
+  if ((c.residual == Residual::kAttnRes || c.residual == Residual::kTransparent) &&
+      c.block_size > 1 && c.block_size % 2 != 0) {
     return Invalid(src, "block_size",
-                   absl::StrCat("must be 1 (full) or even for attnres, got ", c.block_size));
+                   absl::StrCat("must be 1 (full) or even for ", Name(c.residual), ", got ",
+                                c.block_size));
   }
   if (c.residual == Residual::kDar && c.block_size != 0 &&
       (c.block_size < 2 || c.block_size % 2 != 0)) {
@@ -173,6 +175,7 @@ const char* Name(Residual r) {
     case Residual::kMhc: return "mhc";
     case Residual::kDenseFormer: return "denseformer";
     case Residual::kMuddFormer: return "muddformer";
+    case Residual::kTransparent: return "transparent";
   }
   return "?";
 }
@@ -214,8 +217,9 @@ bool FromNameIn(const std::string& name, std::initializer_list<E> values, E* out
 }  // namespace
 
 bool FromName(const std::string& name, Residual* out) {
-  return FromNameIn(name, {Residual::kStandard, Residual::kAttnRes, Residual::kDar, Residual::kHc,
-                           Residual::kMhc, Residual::kDenseFormer, Residual::kMuddFormer}, out);
+  return FromNameIn(name, {Residual::kStandard, Residual::kAttnRes, Residual::kTransparent,
+                           Residual::kDar, Residual::kHc, Residual::kMhc, Residual::kDenseFormer,
+                           Residual::kMuddFormer}, out);
 }
 bool FromName(const std::string& name, ValueResidualKind* out) {
   return FromNameIn(name, {ValueResidualKind::kNone, ValueResidualKind::kResFormer,
@@ -257,8 +261,8 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text,
   r.Enum("resformer_mode", &c.resformer_mode,
          {ResformerMode::kFixed, ResformerMode::kLearnablePlus});
   r.Enum("residual", &c.residual,
-         {Residual::kStandard, Residual::kAttnRes, Residual::kDar, Residual::kHc, Residual::kMhc,
-          Residual::kDenseFormer, Residual::kMuddFormer});
+         {Residual::kStandard, Residual::kAttnRes, Residual::kTransparent, Residual::kDar,
+          Residual::kHc, Residual::kMhc, Residual::kDenseFormer, Residual::kMuddFormer});
   r.Int("block_size", &c.block_size, false, 1, 2 * kMaxLayers);
   r.Enum("dar_variant", &c.dar_variant,
          {DarVariant::kCross, DarVariant::kSelfKv, DarVariant::kCrossV, DarVariant::kFixedKv});

@@ -32,7 +32,9 @@ inline constexpr int kMaxExperts = 4096;
 inline constexpr int64_t kMaxExpertLayers = int64_t{1} << 17;  // experts over all layers
 
 // The design choices, parsed once from their JSON names (Name() gives the name back).
-enum class Residual { kStandard, kAttnRes, kDar, kHc, kMhc, kDenseFormer, kMuddFormer };
+enum class Residual {
+  kStandard, kAttnRes, kDar, kHc, kMhc, kDenseFormer, kMuddFormer, kTransparent
+};
 enum class ValueResidualKind { kNone, kResFormer, kSatFormer };
 enum class ResformerMode { kFixed, kLearnablePlus };
 enum class DarVariant { kCross, kSelfKv, kCrossV, kFixedKv };
@@ -84,7 +86,7 @@ struct ModelConfig {
   ValueResidualKind value_residual = ValueResidualKind::kNone;
   ResformerMode resformer_mode = ResformerMode::kFixed;
   Residual residual = Residual::kStandard;
-  int block_size = 0;                     // 0: the topology's full form (attnres 1, dar 2)
+  int block_size = 0;                     // 0: the topology's full form (attnres and transparent 1, dar 2)
   DarVariant dar_variant = DarVariant::kCross;
   int hc_streams = 4;
   std::optional<MoeConfig> moe;

@@ -253,6 +253,8 @@ SATDAR_DESIGN_CASE(ResformerLearnableDar, [] {
 }())
 SATDAR_DESIGN_CASE(FullAttnRes, Tiny("attnres", "none", 1))
 SATDAR_DESIGN_CASE(BlockAttnResSatformer, Tiny("attnres", "satformer", 4, false))
+SATDAR_DESIGN_CASE(FullTransparent, Tiny("transparent", "none", 1))
+SATDAR_DESIGN_CASE(BlockTransparentSatformer, Tiny("transparent", "satformer", 4, false))
 SATDAR_DESIGN_CASE(DenseFormer, Tiny("denseformer", "none"))
 SATDAR_DESIGN_CASE(DenseFormerSatformer, Tiny("denseformer", "satformer", 0, false))
 SATDAR_DESIGN_CASE(HyperConnections, Tiny("hc", "none"))
@@ -267,6 +269,7 @@ SATDAR_DESIGN_CASE(MuddFormer, Tiny("muddformer", "none"))
 SATDAR_DESIGN_CASE(MuddFormerSatformer, Tiny("muddformer", "satformer", 0, false))
 SATDAR_DESIGN_CASE(MoeTransformer, Moe(Tiny("standard", "none"), 8, 2, 1, false))
 SATDAR_DESIGN_CASE(MoeBlockDarSatformer, Moe(Tiny("dar", "satformer", 2, false), 8, 3, 0, true))
+SATDAR_DESIGN_CASE(MoeBlockTransparent, Moe(Tiny("transparent", "none", 2), 8, 2, 1, false))
 #undef SATDAR_DESIGN_CASE
 
 // Incremental decoding on the device (DecoderModelT<Cuda<E>>::DecodeStep over the KV cache,
@@ -433,6 +436,7 @@ void CheckDecodeDesigns() {
   CheckDecode<E>(Tiny("hc", "resformer", 0, false));
   CheckDecode<E>(Tiny("muddformer", "satformer", 0, false));
   CheckDecode<E>(Moe(Tiny("attnres", "none", 2), 8, 2, 1, false));
+  CheckDecode<E>(Tiny("transparent", "satformer", 2));
 }
 
 // What the registry refuses on a device, each with its code: a config the kernels cannot take
@@ -477,6 +481,8 @@ SATDAR_CUDA_MATCHES_CPU_TESTS(DeviceBlockDarSelfKvSatformer, CheckBlockDarSelfKv
 SATDAR_CUDA_MATCHES_CPU_TESTS(DeviceResformerLearnableDar, CheckResformerLearnableDar)
 SATDAR_CUDA_MATCHES_CPU_TESTS(DeviceFullAttnRes, CheckFullAttnRes)
 SATDAR_CUDA_MATCHES_CPU_TESTS(DeviceBlockAttnResSatformer, CheckBlockAttnResSatformer)
+SATDAR_CUDA_MATCHES_CPU_TESTS(DeviceFullTransparent, CheckFullTransparent)
+SATDAR_CUDA_MATCHES_CPU_TESTS(DeviceBlockTransparentSatformer, CheckBlockTransparentSatformer)
 SATDAR_CUDA_MATCHES_CPU_TESTS(DeviceDenseFormer, CheckDenseFormer)
 SATDAR_CUDA_MATCHES_CPU_TESTS(DeviceDenseFormerSatformer, CheckDenseFormerSatformer)
 SATDAR_CUDA_MATCHES_CPU_TESTS(DeviceHyperConnections, CheckHyperConnections)
@@ -487,6 +493,7 @@ SATDAR_CUDA_MATCHES_CPU_TESTS(DeviceMuddFormer, CheckMuddFormer)
 SATDAR_CUDA_MATCHES_CPU_TESTS(DeviceMuddFormerSatformer, CheckMuddFormerSatformer)
 SATDAR_CUDA_MATCHES_CPU_TESTS(DeviceMoeTransformer, CheckMoeTransformer)
 SATDAR_CUDA_MATCHES_CPU_TESTS(DeviceMoeBlockDarSatformer, CheckMoeBlockDarSatformer)
+SATDAR_CUDA_MATCHES_CPU_TESTS(DeviceMoeBlockTransparent, CheckMoeBlockTransparent)
 SATDAR_CUDA_MATCHES_CPU_TESTS(DeviceRegistry, CheckRefusal)
 SATDAR_CUDA_MATCHES_CPU_TESTS(DeviceDecode, CheckDecodeDesigns)
 

@@ -25,6 +25,7 @@ const std::vector<TopologyRow>& Topologies() {
   static const auto* rows = new std::vector<TopologyRow>{
       {Residual::kStandard, true, true, ""},
       {Residual::kAttnRes, true, true, ""},
+      {Residual::kTransparent, true, true, ""},
       {Residual::kDar, true, true, ""},
       {Residual::kHc, true, true, ""},
       {Residual::kMhc, true, true, ""},

@@ -212,14 +212,16 @@ TEST(ModelStats, OffGathersNothingAndChangesNothing) {
   core::cpu::InitBlas();
   for (const char* extra :
        {R"("residual": "dar", "block_size": 4, "value_residual": "satformer")",
-        R"("residual": "attnres", "value_residual": "satformer")"}) {
+        R"("residual": "attnres", "value_residual": "satformer")",
+        R"("residual": "transparent", "block_size": 2, "value_residual": "satformer")"}) {
     auto config = ParseModelConfig(Config(extra), "stats");
     ASSERT_TRUE(config.ok()) << config.status();
     const Result on = RunWhole(*config, true), off = RunWhole(*config, false);
     EXPECT_EQ(on.loss, off.loss) << extra;
     EXPECT_EQ(on.grads, off.grads) << extra;
     int checked = 0;
-    for (const char* key : {"satformer_gate_mean", "dar_depth_weights", "attnres_depth_weights"}) {
+    for (const char* key : {"satformer_gate_mean", "dar_depth_weights", "attnres_depth_weights",
+                            "transparent_depth_weights"}) {
       if (!on.stats.contains(key)) continue;
       ++checked;
       EXPECT_GT(AbsSum(on.stats[key]), 0.0) << extra << " " << key;
@@ -239,6 +241,9 @@ std::vector<Case> Cases() {
        R"("value_residual": "resformer", "resformer_mode": "learnable_plus")"},
       {"attnres_full", R"("residual": "attnres")"},
       {"attnres_block4", R"("residual": "attnres", "block_size": 4)"},
+      {"transparent_full", R"("residual": "transparent")"},
+      {"transparent_block4_moe", R"("residual": "transparent", "block_size": 4,
+                     "moe": {"num_experts": 4, "top_k": 2, "expert_intermediate_size": 6})"},
       {"dar_full", R"("residual": "dar")"},
       {"dar_block4_satformer",
        R"("residual": "dar", "block_size": 4, "value_residual": "satformer")"},

@@ -74,6 +74,12 @@ double ActivationElements(const ModelConfig& c, double b, double t, int layers, 
     const double sources = 2 * L / block + 2;
     const double streams = r == Residual::kDar ? 2 : 1;
     e += steps * streams * (3 * lnc + ln * sources) + streams * sources * lnc + 6 * lnc;
+  } else if (r == Residual::kTransparent) {
+    // AttnRes' entries and gradients without the retrieval's keys: per step u and the partial
+    // (the depth weights are a few scalars).
+    const int block = c.block_size > 0 ? c.block_size : 1;
+    const double sources = 2 * L / block + 2;
+    e += steps * 2 * lnc + sources * lnc + 6 * lnc;
   } else if (r == Residual::kHc || r == Residual::kMhc) {
     const double ns = c.hc_streams;
     // HC per token: hbar (n C), u and y (C), rstd, ta, tb and the coefficients (2 n(n+2)).

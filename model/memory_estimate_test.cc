@@ -64,6 +64,8 @@ INSTANTIATE_TEST_SUITE_P(
                     Design{"resformer", R"(, "value_residual": "resformer")"},
                     Design{"attnres_full", R"(, "residual": "attnres")"},
                     Design{"attnres_block", R"(, "residual": "attnres", "block_size": 4)"},
+                    Design{"transparent_full", R"(, "residual": "transparent")"},
+                    Design{"transparent_block", R"(, "residual": "transparent", "block_size": 4)"},
                     Design{"dar_full", R"(, "residual": "dar")"},
                     Design{"dar_block", R"(, "residual": "dar", "block_size": 4)"},
                     Design{"hc", R"(, "residual": "hc")"},

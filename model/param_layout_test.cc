@@ -41,6 +41,8 @@ const std::vector<Design>& Designs() {
        R"("value_residual": "resformer", "resformer_mode": "learnable_plus")"},
       {"attnres_full", R"("residual": "attnres")"},
       {"attnres_block4", R"("residual": "attnres", "block_size": 4)"},
+      {"transparent_full", R"("residual": "transparent")"},
+      {"transparent_block4", R"("residual": "transparent", "block_size": 4)"},
       {"dar_full", R"("residual": "dar")"},
       {"dar_block4_satformer",
        R"("residual": "dar", "block_size": 4, "value_residual": "satformer")"},
@@ -238,7 +240,7 @@ TEST(BuildParamTable, RolesAndBlocksAgreeWithTheNames) {
     if (table.Find("model.norm.weight") == nullptr) expected.push_back(specs.size());
     EXPECT_EQ(table.BlockStarts(), expected) << key;
   });
-  EXPECT_EQ(tables, 312);
+  EXPECT_EQ(tables, 346);  // every (design, layout, rank) of the golden file
 }
 
 // A pipeline rank with virtual stages holds its chunks' tables appended (ParamTable::Append):
@@ -315,7 +317,7 @@ TEST(BuildParamTable, AlignedTablesHoldTheSameTensors) {
     }
     EXPECT_EQ(padding, 0.0) << key;
   });
-  EXPECT_EQ(ranks, 312);
+  EXPECT_EQ(ranks, 346);
   absl::StatusOr<ParamTable> bad = BuildParamTable(Config(Designs()[0]), Sharding{}, 0);
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);

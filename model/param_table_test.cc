@@ -205,11 +205,14 @@ TEST(ParamTable, ForwardRefusesTokenOutsideVocabulary) {
 
 // The design table of the layout check (no model built) says what each topology says of itself.
 TEST(ParamTable, DesignTableAgreesWithEveryTopology) {
-  for (Residual r : {Residual::kStandard, Residual::kAttnRes, Residual::kDar, Residual::kHc,
-                     Residual::kMhc, Residual::kDenseFormer, Residual::kMuddFormer}) {
+  for (Residual r : {Residual::kStandard, Residual::kAttnRes, Residual::kTransparent,
+                     Residual::kDar, Residual::kHc, Residual::kMhc, Residual::kDenseFormer,
+                     Residual::kMuddFormer}) {
     ModelConfig c = Config();
     c.residual = r;
-    if (r == Residual::kDar || r == Residual::kAttnRes) c.block_size = 2;
+    if (r == Residual::kDar || r == Residual::kAttnRes || r == Residual::kTransparent) {
+      c.block_size = 2;
+    }
     EXPECT_EQ(CapabilitiesOf(c).pipeline_stages, TopologySupportsStages(c)) << Name(r);
     EXPECT_EQ(CapabilitiesOf(c).pipeline_stages, CapabilitiesOf(c).stages_blocker.empty());
   }

@@ -22,6 +22,7 @@
 #include "model/variants/resformer.h"
 #include "model/variants/satformer.h"
 #include "model/variants/standard.h"
+#include "model/variants/transparent.h"
 
 #if defined(SATDAR_WITH_CUDA)
 #include <cuda_bf16.h>
@@ -49,6 +50,7 @@ struct Registry {
   std::vector<Row<B, std::string, std::unique_ptr<TopologyT<B>>>> topologies = {
       {"standard", MakeStandard<B>, nullptr},
       {"attnres", MakeAttnRes<B>, AddAttnResParams},
+      {"transparent", MakeTransparent<B>, AddTransparentParams},
       {"dar", MakeDar<B>, AddDarParams},
       {"hc", MakeHc<B>, AddHcParams},
       {"mhc", MakeMhc<B>, AddMhcParams},

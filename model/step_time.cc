@@ -153,6 +153,13 @@ void TopologyOps(const ModelConfig& c, const Dims& d, int first, int end, bool r
       const int block = c.block_size > 0 ? c.block_size : (r == Residual::kDar ? 2 : 1);
       const double sources = 1 + (i + block - 1) / block, streams = r == Residual::kDar ? 2 : 1;
       both(streams * (2 * sources + 4) * lnc, streams * 4 * sources * lnc);
+    } else if (r == Residual::kTransparent) {
+      // AttnRes' sources mixed with static weights: each read once, a multiply-add per
+      // element (the backward: the sources' gradients and a dot per source), then the
+      // block's partial sum.
+      const int block = c.block_size > 0 ? c.block_size : 1;
+      const double sources = 1 + (i + block - 1) / block;
+      both((sources + 4) * lnc, 2 * sources * lnc);
     } else if (r == Residual::kHc || r == Residual::kMhc) {
       const double ns = c.hc_streams;  // width and depth connections over ns streams
       both((3 * ns + 2) * lnc, 2 * d.ln * ns * d.C * (ns + 2) + (r == Residual::kMhc ? 40 * ns * ns * d.ln : 0));

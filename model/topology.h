@@ -1,8 +1,8 @@
 // model/topology.h: a residual topology (MODELS.md section 4) decides what each sublayer
 // branch reads and where its output goes, from the embedding h0 to the hidden state that the
 // final RMSNorm and head read. Implementations: variants/standard (the baseline residual),
-// variants/attnres, variants/dar, variants/hyper_connections (hc), variants/mhc,
-// variants/denseformer, variants/muddformer.
+// variants/attnres, variants/transparent, variants/dar, variants/hyper_connections (hc),
+// variants/mhc, variants/denseformer, variants/muddformer.
 //
 // Templated on the backend B (model/backend.h): every pointer below is a B buffer (host
 // memory on the CPU, device memory on CUDA); parameters are read from Weights<B>, gradients

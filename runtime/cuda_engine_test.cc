@@ -54,7 +54,9 @@ TrainOptions Options(const std::string& name, std::string residual,
   SATDAR_CHECK(model::FromName(residual, &o.config.residual) &&
                model::FromName(value_residual, &o.config.value_residual))
       << residual << " " << value_residual;
-  if (residual == "dar" || residual == "attnres") o.config.block_size = 4;
+  if (residual == "dar" || residual == "attnres" || residual == "transparent") {
+    o.config.block_size = 4;
+  }
   o.steps = 8;
   o.batch_size = 4;
   o.microbatches = 2;
@@ -208,6 +210,7 @@ INSTANTIATE_TEST_SUITE_P(Designs, CudaEngineTest,
                                            std::make_pair("dar", "none"),
                                            std::make_pair("standard", "resformer"),
                                            std::make_pair("attnres", "none"),
+                                           std::make_pair("transparent", "none"),
                                            std::make_pair("denseformer", "none"),
                                            std::make_pair("hc", "none"),
                                            std::make_pair("mhc", "satformer"),

@@ -60,8 +60,9 @@ Json Beside(const std::vector<const Json*>& parts) {
 }
 
 const std::set<std::string>& DepthKeys() {
-  static const std::set<std::string> k = {"attnres_depth_weights", "dar_depth_weights", "dar_mix",
-                                          "dar_transport", "dar_write"};
+  static const std::set<std::string> k = {"attnres_depth_weights", "transparent_depth_weights",
+                                          "dar_depth_weights", "dar_mix", "dar_transport",
+                                          "dar_write"};
   return k;
 }
 

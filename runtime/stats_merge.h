@@ -1,6 +1,6 @@
 // runtime/stats_merge.h: one model's statistics (MODELS.md, "What satdar reports") from the
 // pieces its model-parallel ranks hold. A pipeline stage reports the depth retrievals it owns
-// (dar_*, attnres_depth_weights: its sublayers, in order) and zeros for other stages' layers
+// (dar_*, attnres/transparent_depth_weights: its sublayers, in order) and zeros for other stages' layers
 // (SATFormer gates, MoE load); a tensor-parallel rank holds its KV heads' gates; an
 // expert-parallel rank routes its own tokens. The whole model's object:
 //   depth keys                 the stages' lists concatenated in stage order (tp 0, ep 0)

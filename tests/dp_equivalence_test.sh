@@ -24,14 +24,15 @@ base = json.load(open("base.json"))
 three = dict(base, num_hidden_layers=3)
 json.dump(dict(three, value_residual="resformer", resformer_mode="learnable_plus"),
           open("resformer.json", "w"))
-for name in ("attnres", "hc", "mhc", "denseformer", "muddformer"):
+for name in ("attnres", "transparent", "hc", "mhc", "denseformer", "muddformer"):
     json.dump(dict(three, residual=name), open(name + ".json", "w"))
 PY
 compare() {  # NAME A_DIR B_DIR
   python3 "$COMPARE" "$2/log.jsonl" "$3/log.jsonl" "$2/ckpt/ckpt_00000005.safetensors" \
     "$3/ckpt/ckpt_00000005.safetensors"
 }
-for model in baseline satformer dar dar_moe resformer attnres hc mhc denseformer muddformer; do
+for model in baseline satformer dar dar_moe resformer attnres transparent hc mhc denseformer \
+             muddformer; do
   T=(train --config $model.json --synthetic-data --steps 5 --seq-len 16 --dtype f64 --threads 1
      --quiet --seed 7)
   mkdir -p one mpi thr zero

@@ -139,6 +139,7 @@ designs = {
     "resformer_learnable": dict(base, value_residual="resformer", resformer_mode="learnable_plus"),
     "attnres_full": dict(base, residual="attnres"),
     "attnres_block": dict(base, residual="attnres", block_size=2),
+    "transparent": dict(base, residual="transparent"),
     "dar_full": dict(base, residual="dar", block_size=2),
     "dar_self_kv": dict(base, residual="dar", block_size=4, dar_variant="self_kv"),
     "dar_cross_v": dict(base, residual="dar", block_size=4, dar_variant="cross_v"),
@@ -241,7 +242,7 @@ compare() {
 # the Block DAR run also starts section 3's chain (its step-3 checkpoint, extended to 9 steps).
 F=("${S[@]}" --batch-size 4 --warmup-steps 0 --min-lr-ratio 1)
 for model in baseline satformer resformer_fixed resformer_learnable attnres_full attnres_block \
-             dar_full dar dar_self_kv dar_cross_v dar_fixed_kv denseformer hc mhc muddformer \
+             transparent dar_full dar dar_self_kv dar_cross_v dar_fixed_kv denseformer hc mhc muddformer \
              moe dar_moe; do
   tol=$F32_TOL
   [[ $model == *moe* ]] && tol=$MOE_TOL

@@ -67,6 +67,9 @@ base = json.load(open("base.json"))
 json.dump(dict(base, residual="attnres"), open("attnres.json", "w"))
 json.dump(dict(base, residual="attnres", block_size=4, value_residual="satformer"),
           open("attnres_sat.json", "w"))
+# Transparent Attention: AttnRes' state with static depth weights, Block with SATFormer.
+json.dump(dict(base, residual="transparent", block_size=4, value_residual="satformer"),
+          open("transparent_sat.json", "w"))
 json.dump(dict(base, residual="dar", block_size=2), open("dar_full.json", "w"))
 json.dump(dict(base, residual="dar", block_size=4, num_hidden_layers=4), open("dar4.json", "w"))
 json.dump(dict(base, residual="hc"), open("hc.json", "w"))
@@ -179,6 +182,7 @@ check_layouts() {
 }
 check_layouts attnres "1 1 2 1" "1 2 2 1"
 check_layouts attnres_sat "1 1 2 1" "1 2 2 1"
+check_layouts transparent_sat "1 1 2 1" "1 2 2 1"
 check_layouts dar_full "1 1 2 1" "1 2 2 1"
 check_layouts dar4 "1 1 4 1"
 # Interleaved 1F1B: 2 ranks x 2 virtual stages of 4-layer Block DAR (entries cross 3 virtual

@@ -155,6 +155,12 @@ CASES = (
                                    residual='attnres', block_size=2), 2102),
     Case('attnres_block4_partial', _config(layers=3, residual='attnres',
                                            block_size=4), 2113, torch.int32),
+    # Transparent Attention: full, blocks with a trailing partial block.
+    Case('transparent_full', _config(residual='transparent'), 2141),
+    Case('transparent_block4_partial', _config(layers=3, kv_heads=2,
+                                               residual='transparent',
+                                               block_size=4), 2142,
+         torch.int32),
     # DAR, every variant.
     Case('dar_cross_full', _config(residual='dar', dar_variant='cross'),
          2221),
@@ -186,6 +192,9 @@ CASES = (
     # Compositions.
     Case('satformer_dar_block4', _config(layers=3, residual='dar',
                                          block_size=4, **_SAT), 3001),
+    Case('satformer_transparent_moe', _config(
+        layers=3, residual='transparent', block_size=2, moe=_moe(), **_SAT),
+         3042),
     Case('resformer_plus_attnres_block2', _config(
         layers=3, residual='attnres', block_size=2, **_PLUS), 2602),
     # The dar-moe-7b setting in miniature: cross DAR, blocks of two layers,

@@ -9,8 +9,9 @@ Checks, without the satdar binary, that
   * the designs behave as documented where that is checkable: DenseFormer,
     MUDDFormer, HC and mHC start as the baseline; AttnRes and DAR at init
     retrieve uniform averages of the documented sources (block and partial
-    block logic restated by index arithmetic); DAR with symmetric streams is
-    AttnRes; value residuals reduce to each other; mHC's Sinkhorn output is
+    block logic restated by index arithmetic); Transparent Attention at init
+    is AttnRes at init and with random logits mixes those sources by
+    softmax(z_l); DAR with symmetric streams is AttnRes; value residuals reduce to each other; mHC's Sinkhorn output is
     doubly stochastic; MoE routing, tie-breaking, aux and z-loss;
   * the driver's guards and comparison work (fake satdars).
 """
@@ -117,6 +118,18 @@ def _check_names_and_inits(_: str) -> str:
             **extra(lambda p, i: {**sub(p + 'attn_res.', res),
                                   **sub(p + 'mlp_res.', res)}),
             **sub('model.final_res.', res)}),
+        # |X| at l = 2, 3, 4 and the final readout (l = 5): full, then
+        # blocks of 4 (h0 and the partial until the block completes at l = 4).
+        'transparent': ({'residual': 'transparent'}, {
+            'model.layers.0.mlp_res.logits': (2,),
+            'model.layers.1.attn_res.logits': (3,),
+            'model.layers.1.mlp_res.logits': (4,),
+            'model.final_res.logits': (5,)}),
+        'transparent_block4': ({'residual': 'transparent', 'block_size': 4}, {
+            'model.layers.0.mlp_res.logits': (2,),
+            'model.layers.1.attn_res.logits': (2,),
+            'model.layers.1.mlp_res.logits': (2,),
+            'model.final_res.logits': (2,)}),
         'dar': ({'residual': 'dar'}, {
             **extra(lambda p, i: {**sub(p + 'attn_dar.', dar),
                                   **sub(p + 'mlp_dar.', dar)}),
@@ -185,6 +198,9 @@ def _check_names_and_inits(_: str) -> str:
         assert equal(p[prefix + 'transport'], [2.0])
         assert not p[prefix + 'query'].any() and not p[prefix + 'mix'].any()
         assert equal(p[prefix + 'norm.weight'], [1.0] * d)
+    p = init(residual='transparent')
+    for name in ('model.layers.0.mlp_res.logits', 'model.final_res.logits'):
+        assert not p[name].any(), name
     p = init(residual='hc', hc_streams=3)
     for i, kind, k in ((0, 'attn', 0), (0, 'mlp', 1), (1, 'attn', 2),
                        (1, 'mlp', 3)):
@@ -225,6 +241,7 @@ def _check_config_validation(_: str) -> str:
     bad = {
         'block_size': {'residual': 'dar', 'block_size': 3},
         'block_size ': {'residual': 'attnres', 'block_size': 5},
+        ' block_size': {'residual': 'transparent', 'block_size': 3},
         'block_size  ': {'residual': 'dar', 'block_size': 1},
         'dar_variant': {'residual': 'dar', 'dar_variant': 'both'},
         'residual': {'residual': 'highway'},
@@ -249,6 +266,7 @@ def _check_config_validation(_: str) -> str:
     assert _config(residual='dar').effective_block_size == 2
     assert _config(residual='attnres').effective_block_size == 1
     assert _config(residual='attnres', block_size=1).effective_block_size == 1
+    assert _config(residual='transparent').effective_block_size == 1
     return f'{len(bad)} impossible configs rejected naming the field'
 
 
@@ -527,6 +545,64 @@ def _check_dar_init(_: str) -> str:
     return f'{", ".join(checked)} with L = 3'
 
 
+def _check_transparent(_: str) -> str:
+    """Transparent Attention at init (logits 0) is AttnRes at init (both the
+    plain mean of the sources); with random logits it reads
+    sum_i softmax(z_l)_i X_i over the sources restated by index arithmetic,
+    the first sublayer h_0 as it is."""
+    checked = []
+    for block in (1, 2, 4, 6):
+        config = _config(residual='transparent', block_size=block)
+        model = _model(config, 70 + block)
+        attnres = torch_model.CausalLM(
+            _config(residual='attnres', block_size=block), torch.float64)
+        torch_model.init_weights(attnres, 0.02,
+                                 torch.Generator().manual_seed(1))
+        own = dict(model.named_parameters())
+        attnres.load_state_dict({
+            name: own[name].detach() if name in own else param.detach()
+            for name, param in attnres.named_parameters()})
+        tokens = _tokens(config, 80 + block)
+        err = _rel(_loss(model, tokens), _loss(attnres, tokens))
+        assert err < SAME, ('init', block, err)
+
+        model = _model(config, 90 + block, mixing_std=0.7)
+        ids = tokens[:, :-1]
+        state = _forward_state(model, ids)
+        h0 = model.model.embed_tokens(ids)
+        ys = []
+        mixes = [getattr(layer, kind + '_res', None)
+                 for layer in model.model.layers for kind in ('attn', 'mlp')]
+        mixes.append(model.model.final_res)
+
+        def sources(l):  # What sublayer l (1-based; 2L+1: final) reads.
+            done = (l - 1) // block
+            out = [h0] + [sum(ys[b * block:(b + 1) * block])
+                          for b in range(done)]
+            if l - 1 > done * block:
+                out.append(sum(ys[done * block:l - 1]))
+            return out
+
+        def mix(l):
+            xs = sources(l)
+            if l == 1:
+                assert len(xs) == 1
+                return xs[0]
+            weights = torch.softmax(mixes[l - 1].logits, dim=0)
+            assert len(weights) == len(xs), (l, len(weights), len(xs))
+            return sum(w * x for w, x in zip(weights, xs))
+
+        with torch.no_grad():
+            for l, branch in enumerate(_branches(model), start=1):
+                ys.append(branch(mix(l), state))
+            final = 2 * config.num_hidden_layers + 1
+            expected = _loss_from_final(model, mix(final), tokens)
+        err = _rel(_loss(model, tokens), expected)
+        assert err < SAME, ('random', block, err)
+        checked.append(str(block))
+    return f'block sizes {", ".join(checked)} with L = 3, at init and random'
+
+
 def _check_dar_symmetric_is_attnres(_: str) -> str:
     """With write = 0 (beta = 1 for both streams) and equal query rows the
     two DAR streams stay identical and DAR is AttnRes with the same query
@@ -690,6 +766,7 @@ def run(workdir: str, cases: Sequence[dref.Case]) -> Tuple[int, int]:
         ('designs start as the baseline', _check_init_equals_baseline),
         ('value residual reductions', _check_value_residual_reductions),
         ('attnres at init', _check_attnres_init),
+        ('transparent attention', _check_transparent),
         ('dar at init', _check_dar_init),
         ('dar with symmetric streams is attnres',
          _check_dar_symmetric_is_attnres),

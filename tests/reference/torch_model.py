@@ -3,8 +3,8 @@
 An independent, plain PyTorch implementation of the Llama-style pre-norm
 decoder of MODELS.md section 2 (shared/spec/MODELS.md) with the value
 residuals of section 3 (SATFormer, ResFormer), the residual topologies of
-section 4 (torch_topologies.py: AttnRes, DAR, HC, mHC, DenseFormer,
-MUDDFormer) and the sparse MoE FFN of section 6 (torch_moe.py), exactly as
+section 4 (torch_topologies.py: AttnRes, Transparent Attention, DAR, HC,
+mHC, DenseFormer, MUDDFormer) and the sparse MoE FFN of section 6 (torch_moe.py), exactly as
 the contract and docs/MODELS.md (the project's resolution of the open
 choices) define them. It is shared by:
 
@@ -65,8 +65,9 @@ class ModelConfig:
         resformer_mode: "fixed" or "learnable_plus" (resformer only; the
             contract gives no default, "fixed" is ours).
         residual: one of torch_topologies.RESIDUALS.
-        block_size: sublayers per history block (attnres, dar); 0 means the
-            topology's default (attnres 1 = full, dar 2 = Full DAR).
+        block_size: sublayers per history block (attnres, transparent, dar);
+            0 means the topology's default (attnres and transparent 1 =
+            full, dar 2 = Full DAR).
         dar_variant: one of torch_topologies.DAR_VARIANTS.
         hc_streams: n, streams of hc and mhc.
         moe: None for the dense MLP, else the MoE FFN of every layer.
@@ -105,7 +106,8 @@ class ModelConfig:
 
     @property
     def effective_block_size(self) -> int:
-        """block_size with 0 resolved: 1 for attnres, 2 for dar."""
+        """block_size with 0 resolved: 1 for attnres and transparent, 2 for
+        dar."""
         if self.block_size:
             return self.block_size
         return 2 if self.residual == 'dar' else 1
@@ -144,9 +146,10 @@ class ModelConfig:
             raise ValueError(f'block_size must be >= 0, got '
                              f'{self.block_size}')
         size = self.effective_block_size
-        if self.residual == 'attnres' and size > 1 and size % 2:
-            raise ValueError(f'block_size must be 1 or even for attnres, '
-                             f'got {size}')
+        if (self.residual in ('attnres', 'transparent') and size > 1 and
+                size % 2):
+            raise ValueError(f'block_size must be 1 or even for '
+                             f'{self.residual}, got {size}')
         if self.residual == 'dar' and size % 2:
             raise ValueError(f'block_size must be even for dar, got {size}')
         if self.moe is not None:

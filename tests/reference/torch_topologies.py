@@ -1,7 +1,7 @@
 """PyTorch reference of the residual topologies (MODELS.md section 4).
 
-Implements AttnRes and DAR as the contract (shared/spec/MODELS.md) defines
-them and HC, mHC, DenseFormer and MUDDFormer as docs/MODELS.md defines them,
+Implements AttnRes, Transparent Attention and DAR as the contract
+(shared/spec/MODELS.md) defines them and HC, mHC, DenseFormer and MUDDFormer as docs/MODELS.md defines them,
 with the parameter names, shapes and initial values of those two documents.
 
 The topology decides what each sublayer reads and what the final norm reads;
@@ -29,8 +29,8 @@ from torch import nn
 
 import torch_layers
 
-RESIDUALS = ('standard', 'attnres', 'dar', 'hc', 'mhc', 'denseformer',
-             'muddformer')
+RESIDUALS = ('standard', 'attnres', 'transparent', 'dar', 'hc', 'mhc',
+             'denseformer', 'muddformer')
 
 # DAR: dar_variant -> ((key(0), key(1)), (val(0), val(1))), the streams whose
 # history gives the keys and the values of the retrieval for stream s.
@@ -100,6 +100,57 @@ def run_attnres(layers: nn.ModuleList, final: AttnResRetrieval,
     for l, layer, kind in sublayers(layers):
         current = sources + ([partial] if partial is not None else [])
         u = getattr(layer, kind + '_res')(current)
+        y = layer_branch(layer, kind)(u, state)
+        partial = y if partial is None else partial + y
+        if l % block_size == 0:
+            sources.append(partial)
+            partial = None
+    return final(sources + ([partial] if partial is not None else []))
+
+
+# ---------------------------------------------------------------------------
+# Transparent Attention
+# ---------------------------------------------------------------------------
+
+
+def transparent_sources(l: int, block_size: int) -> int:
+    """|X| at sublayer l (1-based; 2L + 1 is the final readout)."""
+    return 1 + (l - 1) // block_size + (1 if (l - 1) % block_size else 0)
+
+
+class TransparentMix(torch_layers.MixingModule):
+    """`{attn,mlp}_res`, `final_res` of transparent: logits [|X|] (init 0)."""
+
+    def __init__(self, num_sources: int, dtype: torch.dtype):
+        super().__init__()
+        self.logits = _param(dtype, num_sources)
+        self.reset_mixing()
+
+    @torch.no_grad()
+    def reset_mixing(self) -> None:
+        self.logits.zero_()
+
+    def forward(self, sources: List[torch.Tensor]) -> torch.Tensor:
+        """u = sum_i softmax(z)_i X_i, the same weights for every token."""
+        if len(sources) != self.logits.shape[0]:
+            raise ValueError(f'{len(sources)} sources for '
+                             f'{self.logits.shape[0]} logits')
+        weights = torch.softmax(self.logits, dim=0)
+        return torch.einsum('s,sbtd->btd', weights, torch.stack(sources))
+
+
+def run_transparent(layers: nn.ModuleList, final: TransparentMix,
+                    h0: torch.Tensor, state: Any,
+                    block_size: int) -> torch.Tensor:
+    """Transparent Attention: AttnRes' sources and partial sums mixed with
+    static softmax weights; returns u of the final readout."""
+    sources, partial = [h0], None
+    for l, layer, kind in sublayers(layers):
+        current = sources + ([partial] if partial is not None else [])
+        if l == 1:
+            u = h0  # |X| = 1: h_0 as it is, no logits
+        else:
+            u = getattr(layer, kind + '_res')(current)
         y = layer_branch(layer, kind)(u, state)
         partial = y if partial is None else partial + y
         if l % block_size == 0:
@@ -503,6 +554,9 @@ def layer_modules(config: Any, layer_index: int,
         l = 2 * layer_index + 1 + offset
         if residual == 'attnres':
             modules[kind + '_res'] = AttnResRetrieval(d, eps, dtype)
+        elif residual == 'transparent' and l > 1:
+            modules[kind + '_res'] = TransparentMix(
+                transparent_sources(l, config.effective_block_size), dtype)
         elif residual == 'dar':
             modules[kind + '_dar'] = DarSublayer(d, eps, dtype, l)
         elif residual == 'hc':
@@ -523,6 +577,10 @@ def final_modules(config: Any, dtype: torch.dtype) -> Dict[str, nn.Module]:
     d, eps = config.hidden_size, config.rms_norm_eps
     if config.residual == 'attnres':
         return {'final_res': AttnResRetrieval(d, eps, dtype)}
+    if config.residual == 'transparent':
+        final = 2 * config.num_hidden_layers + 1
+        return {'final_res': TransparentMix(
+            transparent_sources(final, config.effective_block_size), dtype)}
     if config.residual == 'dar':
         return {'final_dar': DarSublayer(d, eps, dtype, None)}
     return {}
@@ -551,6 +609,9 @@ def run_topology(config: Any, backbone: nn.Module, h0: torch.Tensor,
     if residual == 'attnres':
         return run_attnres(layers, backbone.final_res, h0, state,
                            config.effective_block_size)
+    if residual == 'transparent':
+        return run_transparent(layers, backbone.final_res, h0, state,
+                               config.effective_block_size)
     if residual == 'dar':
         return run_dar(layers, backbone.final_dar, h0, state,
                        config.effective_block_size, config.dar_variant)
