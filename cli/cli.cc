@@ -39,6 +39,7 @@ void PrintUsage() {
                "  init    write a model's initial weights (safetensors, MODELS.md names)\n"
                "  eval    loss of given weights, or scored tasks (--task); SATFormer gate ablation\n"
                "  generate text from given weights (greedy or sampled), over a KV cache\n"
+               "  analyze cka | rescue: the residual streams' CKA and rescue gain (DAR, HC, mHC)\n"
                "  export  a checkpoint of any parallel layout -> one weights file\n"
                "  info    parameter count (and list) of a config\n"
                "  plan    bytes per group and boundary, and memory, of a step on a layout\n"
@@ -92,6 +93,8 @@ int Main(int argc, char** argv) {
     status = RunEval(args);
   } else if (command == "generate") {
     status = RunGenerate(args);
+  } else if (command == "analyze") {
+    status = RunAnalyze(args);
   } else if (command == "export") {
     status = RunExport(args);
   } else if (command == "info") {

@@ -17,6 +17,7 @@ absl::Status RunExport(const std::vector<std::string>& args);
 absl::Status RunInfo(const std::vector<std::string>& args);
 absl::Status RunPlan(const std::vector<std::string>& args);
 absl::Status RunEval(const std::vector<std::string>& args);
+absl::Status RunAnalyze(const std::vector<std::string>& args);
 absl::Status RunGenerate(const std::vector<std::string>& args);
 absl::Status RunPrep(const std::vector<std::string>& args);
 absl::Status RunTrain(const std::vector<std::string>& args);

@@ -510,7 +510,7 @@ absl::Status BranchesT<B>::AttentionBackwardIn(int i, const T* xq, const T* xk, 
 
 template <class B>
 const typename B::T* BranchesT<B>::v1() const {
-  if (!Owned(0)) return v1_in_;
+  if (!Owned(0) || v1_in_ != nullptr) return v1_in_;  // a stage's, or an analysis' (SetV1)
   return v1_keep_.empty() ? layers_[0].acts.attn.v.data() : v1_keep_.data();
 }
 

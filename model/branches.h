@@ -79,7 +79,8 @@ class BranchesT {
   // Pipeline stages without layer 0 are given V1 (B*T, NKV*HS of this TP rank) before
   // Forward; it is read in place until Backward returns. After Backward, dv1() holds the
   // gradient of V1 from this stage's layers plus what was put there after BeginBackward (the
-  // later stages' sum).
+  // later stages' sum). On the whole model SetV1 overrides layer 0's own V1 until
+  // SetV1(nullptr) (Model::ForwardFromState).
   bool has_value_residual() const { return value_residual_ != nullptr; }
   void SetV1(const T* v1) { v1_in_ = v1; }
   const T* v1() const;

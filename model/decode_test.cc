@@ -1,5 +1,5 @@
 // Incremental decoding with the KV cache (Model::BeginDecode / DecodeStep) for every design of
-// designs_gradcheck_test.cc, in f64 on a tiny model with random (not initial) weights: a
+// model/registry_designs_testutil.h, in f64 on a tiny model with random (not initial) weights: a
 // prefill of P = 5 positions, then 6 greedy steps of one position, then one step of 2.
 // At every step the cached logits equal those of a fresh full pass over the whole prefix
 // (BeginDecode + one DecodeStep(all_rows) at past 0, whose attention is the training
@@ -17,25 +17,18 @@
 #include "core/ops/gradcheck_testutil.h"
 #include "gtest/gtest.h"
 #include "model/model.h"
+#include "model/registry_designs_testutil.h"
 
 namespace satdar::model {
 namespace {
 
 using core::testing::RandomVector;
 
-struct Design {
-  std::string name;
-  std::string json;  // fields added to the tiny base config
-};
+using testing::Design;
 
 constexpr int kVocab = 11;
 
-std::string TinyConfig(const std::string& extra) {
-  return R"({"vocab_size": 11, "hidden_size": 8, "intermediate_size": 12,
-             "num_hidden_layers": 3, "max_position_embeddings": 64,
-             "num_attention_heads": 2, "num_key_value_heads": 1)" +
-         (extra.empty() ? std::string() : ", " + extra) + "}";
-}
+using testing::TinyConfig;
 
 // A model of `json` and its noised parameters.
 struct Fixture {
@@ -206,48 +199,7 @@ TEST_P(DesignDecode, CachedStepsMatchFullPasses) {
 
 INSTANTIATE_TEST_SUITE_P(
     Registry, DesignDecode,
-    ::testing::Values(Design{"baseline", ""},
-                      Design{"baseline_untied_no_qk_norm",
-                             R"("tie_word_embeddings": false, "qk_norm": false)"},
-                      Design{"satformer", R"("value_residual": "satformer")"},
-                      Design{"resformer_fixed", R"("value_residual": "resformer")"},
-                      Design{"resformer_learnable_plus", R"("value_residual": "resformer",
-                                                            "resformer_mode": "learnable_plus")"},
-                      Design{"attnres_full", R"("residual": "attnres")"},
-                      Design{"attnres_block2", R"("residual": "attnres", "block_size": 2)"},
-                      Design{"attnres_block4", R"("residual": "attnres", "block_size": 4)"},
-                      Design{"satformer_attnres", R"("residual": "attnres", "block_size": 2,
-                                                      "value_residual": "satformer")"},
-                      Design{"transparent_full", R"("residual": "transparent")"},
-                      Design{"transparent_block4", R"("residual": "transparent", "block_size": 4)"},
-                      Design{"satformer_transparent", R"("residual": "transparent", "block_size": 2,
-                                                          "value_residual": "satformer")"},
-                      Design{"dar_full", R"("residual": "dar")"},
-                      Design{"dar_block4", R"("residual": "dar", "block_size": 4)"},
-                      Design{"dar_self_kv", R"("residual": "dar", "dar_variant": "self_kv")"},
-                      Design{"dar_cross_v", R"("residual": "dar", "dar_variant": "cross_v",
-                                               "block_size": 4)"},
-                      Design{"dar_fixed_kv", R"("residual": "dar", "dar_variant": "fixed_kv")"},
-                      Design{"satformer_dar", R"("residual": "dar", "block_size": 4,
-                                                 "value_residual": "satformer")"},
-                      Design{"moe", R"("moe": {"num_experts": 4, "top_k": 2,
-                                               "expert_intermediate_size": 6})"},
-                      Design{"moe_shared_norm", R"("moe": {"num_experts": 4, "top_k": 2,
-                                 "expert_intermediate_size": 6, "num_shared_experts": 1,
-                                 "norm_topk_prob": true, "router_aux_loss_coef": 0.1,
-                                 "router_z_loss_coef": 0.05})"},
-                      Design{"dar_moe", R"("residual": "dar", "block_size": 4,
-                                           "moe": {"num_experts": 4, "top_k": 2,
-                                                   "expert_intermediate_size": 6})"},
-                      Design{"hc4", R"("residual": "hc")"},
-                      Design{"hc2_satformer", R"("residual": "hc", "hc_streams": 2,
-                                                 "value_residual": "satformer")"},
-                      Design{"mhc4", R"("residual": "mhc")"},
-                      Design{"mhc3", R"("residual": "mhc", "hc_streams": 3)"},
-                      Design{"denseformer", R"("residual": "denseformer")"},
-                      Design{"muddformer", R"("residual": "muddformer")"},
-                      Design{"muddformer_satformer", R"("residual": "muddformer",
-                                                        "value_residual": "satformer")"}),
+    ::testing::ValuesIn(testing::RegistryDesigns()),
     [](const ::testing::TestParamInfo<Design>& info) { return info.param.name; });
 
 TEST(Decode, ErrorCodes) {

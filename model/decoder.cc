@@ -446,11 +446,8 @@ absl::Status DecoderModelT<B>::DecodePass(const Weights<B>& w, const int32_t* to
 }
 
 template <class B>
-absl::StatusOr<double> DecoderModelT<B>::ForwardPass(const Weights<B>& w, const int32_t* tokens,
-                                                     int b, int t, const LossSink* sink) {
-  SATDAR_RETURN_IF_ERROR(Resize(b, t));
-  const ModelConfig& c = config_;
-  const int n = b * t, d = c.hidden_size;
+absl::Status DecoderModelT<B>::UploadTokens(const int32_t* tokens, int b, int t) {
+  const int n = b * t;
   for (int bi = 0; bi < b; ++bi) {
     for (int ti = 0; ti < t; ++ti) {
       host_inputs_[bi * t + ti] = tokens[bi * (t + 1) + ti];
@@ -458,7 +455,14 @@ absl::StatusOr<double> DecoderModelT<B>::ForwardPass(const Weights<B>& w, const 
     }
   }
   SATDAR_RETURN_IF_ERROR(ops::Upload(x_, inputs_.data(), host_inputs_.data(), n));
-  SATDAR_RETURN_IF_ERROR(ops::Upload(x_, targets_.data(), host_targets_.data(), n));
+  return ops::Upload(x_, targets_.data(), host_targets_.data(), n);
+}
+
+template <class B>
+absl::StatusOr<double> DecoderModelT<B>::ForwardPass(const Weights<B>& w, const int32_t* tokens,
+                                                     int b, int t, const LossSink* sink) {
+  SATDAR_RETURN_IF_ERROR(Resize(b, t));
+  SATDAR_RETURN_IF_ERROR(UploadTokens(tokens, b, t));
   branches_->SetWeights(w, nullptr);
   if (shard_.pp_size == 1) {
     SATDAR_RETURN_IF_ERROR(EmbeddingForward(w.compute + embed_off_, h0_.data()));
@@ -495,6 +499,13 @@ absl::StatusOr<double> DecoderModelT<B>::ForwardPass(const Weights<B>& w, const 
       return branches_->aux_loss();
     }
   }
+  return HeadPass(w, sink);
+}
+
+template <class B>
+absl::StatusOr<double> DecoderModelT<B>::HeadPass(const Weights<B>& w, const LossSink* sink) {
+  const ModelConfig& c = config_;
+  const int n = b_ * t_, d = c.hidden_size;
   // The final norm on this rank's rows; under SP the head reads every row (all-gathered).
   T* lnf = rows_ != n ? lnf_local_.data() : lnf_.data();
   SATDAR_RETURN_IF_ERROR(ops::RmsNormForward(x_, lnf, lnf_rstd_.data(), x_final_.data(),

@@ -79,6 +79,16 @@ class DecoderModelT : public Model<typename B::T, StageBuffersT<B>> {
                           std::vector<double>* logits) override;
   absl::Status DecodeStep(const Weights<B>& w, const int32_t* tokens, int b, int tn,
                           bool all_rows, std::vector<double>* logits);
+  // Analyses (model.h; definitions in decoder_analysis.cc).
+  int ResidualStreams() const override { return topology_->streams(); }
+  absl::Status DepthStates(std::vector<DepthState>* states) const override;
+  absl::Status ForwardToState(const T* params, const int32_t* tokens, int b, int t, int at,
+                              std::vector<std::vector<double>>* state,
+                              std::vector<int>* owner) override;
+  absl::StatusOr<double> ForwardFromState(const T* params, const int32_t* tokens, int b, int t,
+                                          int at,
+                                          const std::vector<std::vector<double>>& state,
+                                          std::vector<double>* losses) override;
   // A failed Resize (an allocation on a device) is kept and returned by the next Forward.
   StageBuffersT<B>* PrepareStage(int b, int t) override {
     absl::StatusOr<StageBuffersT<B>*> stage = PrepareStageOrError(b, t);
@@ -98,6 +108,14 @@ class DecoderModelT : public Model<typename B::T, StageBuffersT<B>> {
   absl::StatusOr<double> ForwardPass(const Weights<B>& w, const int32_t* tokens, int b, int t,
                                      const LossSink* sink);
   absl::Status CheckTokens(const int32_t* tokens, int b, int t) const;
+  // tokens (B, T+1) -> inputs_ (tokens[:, :T]) and targets_ (tokens[:, 1:]), uploaded.
+  absl::Status UploadTokens(const int32_t* tokens, int b, int t);
+  // ForwardPass from x_final_: the final norm, the head and the loss (as ForwardPass returns).
+  absl::StatusOr<double> HeadPass(const Weights<B>& w, const LossSink* sink);
+  // The analyses' common start: the whole model and a split sublayer `at` between layers, tokens
+  // checked, buffers sized, tokens split and uploaded, weights set.
+  absl::Status BeginAnalysisPass(const char* what, const Weights<B>& w, const int32_t* tokens,
+                                 int b, int t, int at);
   absl::Status BackwardPass(const Weights<B>& w, Acc* grads, double loss_scale);
   // The first failure of a collective inside a pass (Sharding::errors), or OK.
   absl::Status CommStatus() const {
@@ -154,6 +172,7 @@ class DecoderModelT : public Model<typename B::T, StageBuffersT<B>> {
   Vec<T> dnorm_, dx_final_, dh0_;
   Vec<Acc> row_max_, row_lse_;  // vocabulary-parallel cross-entropy per position (fp32)
   StageBuffersT<B> stage_;
+  std::vector<Vec<T>> analysis_state_;  // ForwardToState's and ForwardFromState's state
 };
 
 template <typename T>

@@ -70,6 +70,14 @@ StageViews ViewsOf(StageBuffersT<B>* s, core::DType dtype) {
 // every caller knows. A model on a device (decoder.h, DecoderModelT<Cuda<T>>) derives from
 // Model<T, StageBuffersT<Cuda<T>>>, a different class, so device buffers never pass for host
 // ones.
+// One residual stream's state at one depth, (B*T, C) row-major (Model::DepthStates).
+struct DepthState {
+  int stream = 0;
+  int depth = 0;     // 0: the embedding
+  int sublayer = 0;  // the sublayers it has seen (depth's position in the 2L sublayers)
+  std::vector<double> values;
+};
+
 template <typename T, class Stage = StageBuffers<T>>
 class Model {
  public:
@@ -122,6 +130,31 @@ class Model {
   // SetGateAblation applies; statistics accumulate as in Forward when enabled.
   virtual absl::Status DecodeStep(const T* params, const int32_t* tokens, int b, int tn,
                                   bool all_rows, std::vector<double>* logits) = 0;
+
+  // Analyses of the residual streams (runtime/analysis.h: CKA, rescue), on the whole model
+  // (FailedPrecondition on a shard or pipeline stage; Unimplemented where the master weights
+  // are not T). ResidualStreams: 2 for DAR, hc_streams for HC/mHC, 1 for the others.
+  virtual int ResidualStreams() const = 0;
+  // After a Forward: the states the topology keeps by stream and depth, read back as host
+  // doubles: DAR's history entries of each stream (depth j = after j blocks; the embedding is
+  // depth 0 of both), HC/mHC's streams after every layer (depth 0: the embedding); none for
+  // one-stream designs.
+  virtual absl::Status DepthStates(std::vector<DepthState>* states) const = 0;
+  // The pass split after sublayer `at`, between two layers (at = 2, 4, .., 2L-2, where a
+  // pipeline can split; InvalidArgument otherwise): ForwardToState runs tokens (B, T+1)
+  // through sublayers 1..at and reads back the state there, the pipeline boundary's tensors
+  // ((B*T, C) each; TopologyBoundaryTensors) then V1 when the design has a value residual;
+  // (*owner)[i] is the stream tensor i belongs to, or -1 when every stream reads it (DAR's
+  // embedding entry, V1). ForwardFromState runs sublayers at+1..2L from such a state and
+  // returns the mean cross-entropy of tokens' targets (tokens[:, 1:]; the inputs are not
+  // read: the state carries them), without auxiliary losses; *losses (unless null) = each
+  // of the B*T positions' cross-entropy.
+  virtual absl::Status ForwardToState(const T* params, const int32_t* tokens, int b, int t,
+                                      int at, std::vector<std::vector<double>>* state,
+                                      std::vector<int>* owner) = 0;
+  virtual absl::StatusOr<double> ForwardFromState(
+      const T* params, const int32_t* tokens, int b, int t, int at,
+      const std::vector<std::vector<double>>& state, std::vector<double>* losses) = 0;
 };
 
 // The registry (model/registry.cc): builds the model that `config` describes, or says

@@ -68,6 +68,20 @@ class TopologyT {
   virtual void ResetStats() {}
   // Model::SetStatsEnabled.
   virtual void SetStatsEnabled(bool on) { (void)on; }
+
+  // Analyses (Model::ResidualStreams, DepthStates, ForwardToState). streams(): how many
+  // residual streams the state carries. BoundaryStream: the stream tensor i of the state after
+  // sublayer l belongs to, or -1 for one every stream reads.
+  virtual int streams() const { return 1; }
+  virtual int BoundaryStream(int l, int i) const { (void)l, (void)i; return 0; }
+  // After a whole Forward: one stream's state at one depth, row r at data + r * row_stride
+  // (HC's streams are interleaved); `whole` elements from `base` hold all of it.
+  struct DepthStateRef {
+    int stream, depth, sublayer;
+    const T* base;
+    int64_t whole, offset, row_stride;
+  };
+  virtual void DepthStates(std::vector<DepthStateRef>* refs) const { (void)refs; }
 };
 
 template <typename T>

@@ -16,17 +16,6 @@
 
 namespace satdar::runtime {
 
-namespace {
-
-// The held-out data: a dataset's validation split, MQAR, or windows of raw text / synthetic
-// tokens that training never reads.
-struct HeldOut {
-  std::unique_ptr<data::BatchSource> source;
-  std::shared_ptr<const data::Dataset> dataset;  // when reading a prepared dataset
-  const data::DatasetBatches* val = nullptr;     // its validation split (in source)
-  const data::MqarBatches* mqar = nullptr;       // MQAR (in source)
-};
-
 absl::StatusOr<HeldOut> OpenHeldOut(const EvalOptions& o) {
   HeldOut h;
   if (o.mqar.has_value()) {
@@ -49,6 +38,16 @@ absl::StatusOr<HeldOut> OpenHeldOut(const EvalOptions& o) {
   }
   return h;
 }
+
+int64_t HeldOut::Sequences(const EvalOptions& o) const {
+  int64_t sequences = static_cast<int64_t>(o.batches) * o.batch_size;
+  if (val != nullptr && !o.repeat) {
+    sequences = std::min<int64_t>(sequences, static_cast<int64_t>(val->samples_per_epoch()));
+  }
+  return sequences;
+}
+
+namespace {
 
 // result["gate_by_category"][group] = [layer 2..L][KV head] mean gates, and
 // result["category_tokens"][group], from the sums over each group's tokens.
@@ -110,10 +109,7 @@ absl::StatusOr<nlohmann::json> EvaluateTyped(const EvalOptions& o) {
     }
   }
   // How many sequences to score: a validation split's windows at most once unless repeated.
-  int64_t sequences = static_cast<int64_t>(o.batches) * o.batch_size;
-  if (val != nullptr && !o.repeat) {
-    sequences = std::min<int64_t>(sequences, static_cast<int64_t>(val->samples_per_epoch()));
-  }
+  const int64_t sequences = held_out.Sequences(o);
   const int batches = static_cast<int>((sequences + o.batch_size - 1) / o.batch_size);
   const int layers = o.config.num_hidden_layers, heads = o.config.num_key_value_heads;
   std::vector<double> gate_sum(static_cast<size_t>(data::kNumPosGroups) * layers * heads, 0.0);

@@ -11,10 +11,13 @@
 #define SATDAR_RUNTIME_EVAL_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "data/batches.h"
+#include "data/dataset.h"
 #include "data/mqar.h"
 #include "model/config.h"
 #include "nlohmann/json.hpp"
@@ -38,6 +41,19 @@ struct EvalOptions {
   bool gate_by_category = false;
   std::optional<data::MqarOptions> mqar;  // --task mqar
 };
+
+// The held-out data of `options`: a dataset's validation split, MQAR, or windows of raw text /
+// synthetic tokens that training never reads (at steps from kEvalFirstStep on).
+struct HeldOut {
+  std::unique_ptr<data::BatchSource> source;
+  std::shared_ptr<const data::Dataset> dataset;  // when reading a prepared dataset
+  const data::DatasetBatches* val = nullptr;     // its validation split (in source)
+  const data::MqarBatches* mqar = nullptr;       // MQAR (in source)
+  // How many sequences `options` reads: batches x batch_size, capped by a validation split's
+  // windows unless `repeat`.
+  int64_t Sequences(const EvalOptions& options) const;
+};
+absl::StatusOr<HeldOut> OpenHeldOut(const EvalOptions& options);
 
 // {"loss", "tokens", "sequences", "batches", "stats"}: "tokens" counts the positions scored
 // (sequences x seq_len); on a validation split also "split_tokens" (its size) and

@@ -12,6 +12,8 @@ PACKAGES=(bazel-bootstrap g++ libopenblas-dev libabsl-dev libgtest-dev libgmock-
           # the control plane: gRPC and protobuf (C++ and, for the tests' client, Python), SQLite
           libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libsqlite3-dev
           python3-grpcio python3-protobuf
+          # libpng for the heatmap PNGs (runtime/heatmap_png.cc)
+          libpng-dev
           # observability: prometheus-cpp (metrics and its civetweb Exposer), civetweb for the
           # coordinator's HTTP pages; the Prometheus server and promtool and headless Chromium
           # for the tests

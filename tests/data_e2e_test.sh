@@ -9,22 +9,7 @@ HERE=$(dirname "$(realpath "$0")")
 WORK="${TEST_TMPDIR:-/tmp/satdar-test-$$}/data"
 rm -rf "$WORK" && mkdir -p "$WORK"
 cd "$WORK"
-passed=0
-failed=0
-ok() { echo "ok   $1"; passed=$((passed + 1)); }
-fail() { echo "FAIL $1"; failed=$((failed + 1)); }
-
-expect_fail() {  # NAME MESSAGE CMD...
-  local name=$1 message=$2
-  shift 2
-  "$@" >stdout.txt 2>stderr.txt
-  local code=$?
-  if [[ $code -ne 2 ]]; then fail "$name: exit code $code, want 2"; cat stderr.txt; return; fi
-  if ! grep -qF -- "$message" stderr.txt; then
-    fail "$name: stderr lacks '$message'"; cat stderr.txt; return
-  fi
-  ok "$name"
-}
+source "$(dirname "$(realpath "$0")")/cli_checks.sh"
 
 # A tagged corpus in the Brown layout (cats.txt marks the folder).
 python3 "$HERE/tiny_brown.py" 30
@@ -161,5 +146,4 @@ expect_fail pos_byte_outside_groups_eval \
   "$SATDAR" eval --config sat.json --weights ck/ckpt_00000006.safetensors --data badpos \
   --seq-len 16 --batch-size 2 --batches 2 --gate-by-category
 
-echo "$passed passed, $failed failed"
-[[ $failed -eq 0 ]]
+finish

@@ -12,22 +12,7 @@ HERE=$(dirname "$(realpath "$0")")
 WORK="${TEST_TMPDIR:-/tmp/satdar-test-$$}/generate"
 rm -rf "$WORK" && mkdir -p "$WORK"
 cd "$WORK"
-passed=0
-failed=0
-ok() { echo "ok   $1"; passed=$((passed + 1)); }
-fail() { echo "FAIL $1"; failed=$((failed + 1)); }
-
-expect_fail() {  # NAME MESSAGE CMD...
-  local name=$1 message=$2
-  shift 2
-  "$@" >stdout.txt 2>stderr.txt
-  local code=$?
-  if [[ $code -ne 2 ]]; then fail "$name: exit code $code, want 2"; cat stderr.txt; return; fi
-  if ! grep -qF -- "$message" stderr.txt; then
-    fail "$name: stderr lacks '$message'"; cat stderr.txt; return
-  fi
-  ok "$name"
-}
+source "$(dirname "$(realpath "$0")")/cli_checks.sh"
 
 python3 "$HERE/tiny_brown.py" 30
 cat >sat.json <<'JSON'
@@ -193,6 +178,6 @@ expect_fail generate_blank_prompt_line "line 2 of blank_line.txt" "$SATDAR" "${G
 expect_fail generate_bad_temperature "--temperature" "$SATDAR" "${G[@]}" --prompt "The" \
   --temperature -1
 expect_fail generate_bad_top_p "--top-p" "$SATDAR" "${G[@]}" --prompt "The" --top-p 1.5
+expect_fail generate_negative_top_k "--top-k" "$SATDAR" "${G[@]}" --prompt "The" --top-k -1
 
-echo "$passed passed, $failed failed"
-[[ $failed -eq 0 ]]
+finish

@@ -109,6 +109,24 @@ class Dar : public TopologyT<B> {
     return 1 + 2 * (l / block_) + (l % block_ != 0 ? 2 : 0);
   }
 
+  // Analyses: the boundary's h0 is both streams' (-1), then each stream's entries and partial
+  // (EntryIndex, PartialIndex); the depth states are each stream's history entries.
+  int streams() const override { return 2; }
+  int BoundaryStream(int l, int i) const override {
+    const int m = 1 + l / block_;
+    if (i == 0) return -1;
+    if (i < 1 + 2 * (m - 1)) return (i - 1) / (m - 1);
+    return i - (1 + 2 * (m - 1));
+  }
+  void DepthStates(std::vector<typename TopologyT<B>::DepthStateRef>* refs) const override {
+    const int64_t nc = static_cast<int64_t>(rows_) * d_;
+    for (int s = 0; s < 2; ++s) {
+      for (int j = 0; j <= sublayers_ / block_; ++j) {
+        refs->push_back({s, j, j * block_, sources_[s][j], nc, 0, d_});
+      }
+    }
+  }
+
   absl::Status ForwardRange(const Weights<B>& w, int first, int last, const T* h0,
                             const std::vector<const T*>& in, BranchesT<B>* br, T* x_final,
                             const std::vector<T*>& out) override {

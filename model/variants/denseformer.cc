@@ -68,6 +68,7 @@ class DenseFormer : public TopologyT<B> {
       if (!x_[j].empty()) xs_[j] = x_[j].data();
       if (j <= b_) dxs_.push_back(dx_[j].data());
     }
+    xs_from_in_ = false;
     SATDAR_RETURN_IF_ERROR(xs_.Publish(x_exec_));
     SATDAR_RETURN_IF_ERROR(dxs_.Publish(x_exec_));
     return absl::OkStatus();
@@ -89,8 +90,14 @@ class DenseFormer : public TopologyT<B> {
     if (a == 0) {
       SATDAR_RETURN_IF_ERROR(ops::Copy(x_exec_, x_[0].data(), h0, n));
       SATDAR_RETURN_IF_ERROR(ops::Copy(x_exec_, in_[0].data(), h0, n));
+      if (xs_from_in_) {  // a whole model resumed from a state before (Model::ForwardFromState)
+        for (int j = 0; j <= layers_; ++j) xs_[j] = x_[j].empty() ? nullptr : x_[j].data();
+        SATDAR_RETURN_IF_ERROR(xs_.Publish(x_exec_));
+        xs_from_in_ = false;
+      }
     } else {
       for (int j = 0; j <= a; ++j) xs_[j] = in[j];  // read in place
+      xs_from_in_ = true;
       SATDAR_RETURN_IF_ERROR(xs_.Publish(x_exec_));
       SATDAR_RETURN_IF_ERROR(ops::Copy(x_exec_, in_[a].data(), in[a + 1], n));
     }
@@ -159,6 +166,7 @@ class DenseFormer : public TopologyT<B> {
   // The sources of the depth-weighted averages (X_j) and their gradients (dx_[j].data()),
   // published after every change of entries.
   typename B::template PtrList<const T*> xs_;
+  bool xs_from_in_ = false;  // xs_ points into a previous stage's state (ForwardRange's `in`)
   typename B::template PtrList<T*> dxs_;
 };
 

@@ -15,6 +15,7 @@
 #include "core/check.h"
 #include "core/exec.h"
 #include "model/ops.h"
+#include "model/topology.h"
 #include "model/variants/hyper_ops.h"
 
 #if defined(SATDAR_WITH_CUDA)
@@ -50,6 +51,20 @@ absl::Status PublishParts(const Exec& x, const std::vector<P>& parts, int n, Lis
 // execution context of the ops (hyper_ops.h: a core::CpuExec or a core::CudaExec). A boundary's
 // n tensors (in, out, dout, din: the topology's pointers) go to the op through the caller's
 // list (a `typename B::template PtrList<const T*>` or `<T*>`), written and published here.
+// The analyses' depth states (TopologyT::DepthStates) of the hyper state after every sublayer
+// (hyper[0] the entered h0, hyper[l] after sublayer l): each stream after every layer.
+template <class B, class V>
+void HyperDepthStates(const std::vector<V>& hyper, int rows, int n, int c,
+                      std::vector<typename TopologyT<B>::DepthStateRef>* refs) {
+  const int64_t whole = static_cast<int64_t>(rows) * n * c;
+  for (int j = 0; j < n; ++j) {
+    for (int l = 0; l < static_cast<int>(hyper.size()); l += 2) {  // 0, 2, .., 2L
+      refs->push_back({j, l / 2, l, hyper[l].data(), whole, static_cast<int64_t>(j) * c,
+                       static_cast<int64_t>(n) * c});
+    }
+  }
+}
+
 template <typename Exec, typename T, typename List>
 absl::Status StreamsIn(const Exec& x, T* hyper, bool from_h0, const T* h0,
                        const std::vector<const T*>& in, List* in_list, int rows, int n, int c) {

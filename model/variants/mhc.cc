@@ -96,6 +96,13 @@ class Mhc : public TopologyT<B> {
 
   // The state after sublayer l is the n streams.
   int BoundaryTensors(int l) const override { (void)l; return n_; }
+  // Analyses: stream j of the state is boundary tensor j; its depth states are the n streams
+  // after every layer (the embedding at depth 0).
+  int streams() const override { return n_; }
+  int BoundaryStream(int l, int i) const override { (void)l; return i; }
+  void DepthStates(std::vector<typename TopologyT<B>::DepthStateRef>* refs) const override {
+    HyperDepthStates<B>(hyper_, rows_, n_, d_, refs);
+  }
 
   absl::Status ForwardRange(const Weights<B>& w, int first, int last, const T* h0,
                             const std::vector<const T*>& in, BranchesT<B>* br, T* x_final,
