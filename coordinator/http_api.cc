@@ -35,6 +35,31 @@ std::string Dump(const Json& j) {
   return j.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
+// The design with the choices that tell two runs of one topology apart, for the comparison's
+// legends: "dar/cross + satformer + moe 4x top2", "hc/4 streams", "attnres/block 4 + resformer".
+std::string DesignDetail(const model::ModelConfig& c) {
+  std::string d = model::Name(c.residual);
+  if (c.residual == model::Residual::kDar) absl::StrAppend(&d, "/", model::Name(c.dar_variant));
+  if (c.residual == model::Residual::kHc || c.residual == model::Residual::kMhc) {
+    absl::StrAppend(&d, "/", c.hc_streams, " streams");
+  }
+  // Block forms only (the full form is block_size 0, or 2 for dar and 1 for the others).
+  const int full = c.residual == model::Residual::kDar ? 2 : 1;
+  const bool blocked = c.residual == model::Residual::kDar ||
+                       c.residual == model::Residual::kAttnRes ||
+                       c.residual == model::Residual::kTransparent;
+  if (blocked && c.block_size > full) absl::StrAppend(&d, "/block ", c.block_size);
+  if (c.value_residual != model::ValueResidualKind::kNone) {
+    absl::StrAppend(&d, " + ", model::Name(c.value_residual));
+    if (c.value_residual == model::ValueResidualKind::kResFormer &&
+        c.resformer_mode != model::ResformerMode::kFixed) {
+      absl::StrAppend(&d, "/", model::Name(c.resformer_mode));
+    }
+  }
+  if (c.moe.has_value()) absl::StrAppend(&d, " + moe ", c.moe->num_experts, "x top", c.moe->top_k);
+  return d;
+}
+
 // The public view of a job for the pages (no spec text, no full history).
 Json JobSummary(const v1::Job& job) {
   v1::Job brief = job;
@@ -51,7 +76,10 @@ Json JobSummary(const v1::Job& job) {
     j["device"] = job.spec().resources().device().empty() ? "cpu" : job.spec().resources().device();
     // The stored config is canonical (validated at submit): its design is the model's own.
     auto config = model::ParseModelConfig(job.spec().config_json(), "job config");
-    if (config.ok()) j["design"] = model::DesignName(*config);
+    if (config.ok()) {
+      j["design"] = model::DesignName(*config);
+      j["design_detail"] = DesignDetail(*config);
+    }
   }
   return j;
 }

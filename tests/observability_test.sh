@@ -4,8 +4,10 @@
 # /metrics page during startup, training, a restart (a rank killed with SIGKILL) and shutdown;
 # the real Prometheus server discovers the ranks through the coordinator and scrapes them; every
 # PromQL expression of the Grafana dashboard and the alert rules parses and returns data; the
-# built-in dashboard loads in headless Chromium with its charts drawn (a screenshot is kept in
-# the test outputs).
+# built-in dashboard loads in headless Chromium with its charts drawn, and compares the job with a
+# second, short one of another design on a third worker (overlaid curves, designs in the
+# legends, the values under the cursor equal to the API's); screenshots are kept in the test
+# outputs.
 # Usage: observability_test.sh PATH_TO_SATDAR DEPLOY_DIR
 set -u
 SATDAR=$(realpath "$1")
@@ -201,6 +203,33 @@ PYEOF
   || { fail "alert expressions"; cat alerts.log; }
 
 # ---- the built-in dashboard in headless Chromium ----
+# A second job to compare with: another design (Full DAR with self_kv routing, a dense MLP, no
+# value residual), short, on a third worker, finished before the pages load (so its ranks have
+# left the Prometheus targets again before the restart below).
+cat >model2.json <<'JSON'
+{"vocab_size": 300, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+ "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64,
+ "residual": "dar", "dar_variant": "self_kv"}
+JSON
+cat >job2.json <<'JSON'
+{"name": "compared", "config": "model2.json",
+ "train": {"steps": 40, "batch_size": 4, "seq_len": 32, "data": "ds", "lr": 0.002,
+           "eval_every": 10, "eval_batches": 1, "log_every": 20}}
+JSON
+"$SATDAR" worker --coordinator "$ADDR" --slots 1 --work-dir work-c --shared-dir shared \
+  --data-root "$WORK" --name c --stop-grace-seconds 2 >worker-c.log 2>&1 &
+PIDS+=("$!")
+JOB2=$("$SATDAR" submit job2.json --coordinator "$ADDR")
+state2="not submitted"
+for _ in $(seq 1 600); do  # at most about 2 min
+  [[ $JOB2 == job-* ]] || break
+  state2=$(field "$JOB2" state)
+  [[ $state2 == SUCCEEDED || $state2 == FAILED || $state2 == CANCELLED ]] && break
+  sleep 0.2
+done
+[[ $state2 == SUCCEEDED ]] && ok "a second job of another design ran to the end ($JOB2)" \
+  || { fail "second job: '$JOB2' is $state2"; tail -n 5 worker-c.log work-c/jobs/*/attempt-*/rank-*.log; }
+
 chrome() { timeout 60 chromium --headless=new --no-sandbox --disable-gpu --disable-dev-shm-usage \
              --user-data-dir="$WORK/chrome" --virtual-time-budget=5000 "$@" 2>>chrome.log; }
 chrome --dump-dom "http://$HTTP/" >jobs.html
@@ -218,6 +247,91 @@ sys.exit(1 if missing else 0)
 PYEOF
 chrome --window-size=1300,1500 --screenshot="$OUT/dashboard.png" "http://$HTTP/#job=$JOB" >/dev/null
 [[ -s $OUT/dashboard.png ]] && ok "screenshot kept ($OUT/dashboard.png)" || fail "no screenshot"
+
+# The comparison of runs: a checkbox per job in the table; #compare= overlays both jobs' loss,
+# validation loss and tokens/s, each legend names the jobs with their designs, and &hover=0.5
+# moves the cursor to the middle of every chart: the tooltip's values are the API's at the
+# steps it names. The running job's series may be thinned between the API reads and the page's,
+# so its values are looked up in a read from before the page and one from after.
+$PY - jobs.html "$JOB" "$JOB2" <<'PYEOF' && ok "the jobs table has a compare checkbox per job" || fail "compare checkboxes"
+import sys
+from html.parser import HTMLParser
+boxes, button = set(), False
+class Page(HTMLParser):
+    def handle_starttag(self, tag, attrs):
+        global button
+        a = dict(attrs)
+        if tag == "input" and "compare-pick" in (a.get("class") or "").split() and a.get("type") == "checkbox":
+            boxes.add(a.get("data-job"))
+        button = button or (tag == "button" and a.get("id") == "compare-button")
+Page().feed(open(sys.argv[1]).read())
+print("checkboxes for", sorted(boxes), "button:", button)
+sys.exit(0 if button and set(sys.argv[2:]) <= boxes else 1)
+PYEOF
+curl -s "http://$HTTP/api/jobs/$JOB" >api-a-before.json
+curl -s "http://$HTTP/api/jobs/$JOB2" >api-b.json
+chrome --dump-dom "http://$HTTP/#compare=$JOB,$JOB2&hover=0.5" >compare.html
+curl -s "http://$HTTP/api/jobs/$JOB" >api-a-after.json
+$PY - compare.html "$JOB" "$JOB2" api-a-before.json api-a-after.json api-b.json >compare.log 2>&1 <<'PYEOF'
+import json, sys
+from html.parser import HTMLParser
+page, a, b = sys.argv[1:4]
+apis = {a: [json.load(open(sys.argv[4])), json.load(open(sys.argv[5]))], b: [json.load(open(sys.argv[6]))]}
+FIELDS = {"loss": "loss", "val": "val_loss", "tps": "tokens_per_second"}
+charts, legend, rows, drawn = [], {}, {}, {}
+class Page(HTMLParser):
+    key = li = None
+    def handle_starttag(self, tag, attrs):
+        d = dict(attrs)
+        cls = (d.get("class") or "").split()
+        if tag == "figure" and "compare-chart" in cls:
+            self.key = d["id"][len("cmp-"):]
+            charts.append(self.key)
+            legend[self.key], rows[self.key] = {}, {}
+        elif self.key and tag == "canvas":
+            drawn[self.key] = (int(d.get("data-points") or 0), int(d.get("data-jobs") or 0))
+        elif self.key and tag == "li" and "data-job" in d:
+            self.li = d["data-job"]
+            legend[self.key][self.li] = [d.get("data-design", ""), int(d.get("data-points") or 0), ""]
+        elif self.key and tag == "div" and "tip-row" in cls:
+            rows[self.key][d["data-job"]] = (d.get("data-step"), d.get("data-value"))
+    def handle_endtag(self, tag):
+        if tag == "li": self.li = None
+        if tag == "figure": self.key = None
+    def handle_data(self, text):
+        if self.li: legend[self.key][self.li][2] += text
+Page().feed(open(page).read())
+bad = []
+def check(cond, what):
+    if not cond: bad.append(what)
+check(charts == ["loss", "val", "tps"], "the three charts: %s" % charts)
+design = {j: apis[j][0]["job"].get("design_detail", "") for j in (a, b)}
+check(all(design.values()) and design[a] != design[b], "two different designs: %s" % design)
+for key, field in FIELDS.items():
+    check(drawn.get(key, (0, 0))[1] == 2 and drawn[key][0] > 0, "%s chart drew both jobs: %s" % (key, drawn.get(key)))
+    for j in (a, b):
+        d, n, text = legend.get(key, {}).get(j, ("", 0, ""))
+        check(d == design[j] and text.strip() == "%s - %s" % (j, design[j]) and n > 0,
+              "%s legend for %s: %r (design %r, %d points)" % (key, j, text, d, n))
+        step, value = rows.get(key, {}).get(j, (None, None))
+        if step is None or value is None:
+            check(False, "%s tooltip has no value for %s" % (key, j))
+            continue
+        seen = []
+        for api in apis[j]:
+            s = api["series"]
+            col = s["fields"].index(field)
+            seen += [p[col] for p in s["points"] if p[0] == float(step)]
+        check(seen and all(v is not None and v == float(value) for v in seen),
+              "%s of %s at step %s: page %s, API %s" % (field, j, step, value, seen))
+        print("%s: %s at step %s = %s (API %s)" % (key, j, step, value, seen[:1]))
+print("\n".join("FAIL: " + x for x in bad) or "compare view OK")
+sys.exit(1 if bad else 0)
+PYEOF
+[[ $? == 0 ]] && ok "the compare view overlays both jobs with their designs; the values under the cursor are the API's ($(grep -c ' at step ' compare.log) checked)" \
+  || { fail "compare view"; cat compare.log; head -c 3000 compare.html; }
+chrome --window-size=1200,900 --screenshot="$OUT/compare.png" "http://$HTTP/#compare=$JOB,$JOB2&hover=0.5" >/dev/null
+[[ -s $OUT/compare.png ]] && ok "compare screenshot kept ($OUT/compare.png)" || fail "no compare screenshot"
 
 # ---- a restart: rank 1 killed with SIGKILL; every page stays valid while the job recovers ----
 victim=$(pgrep -f -- " train --config work-[ab]/jobs/$JOB/.*--rank 1 --world-size 2" | head -1)

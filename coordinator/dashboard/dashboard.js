@@ -1,6 +1,6 @@
 // satdar dashboard: the coordinator's jobs, workers and, per job, live charts drawn on canvas
 // from /api/jobs/<id> (no libraries). Each chart records how much it drew in data-points or
-// data-cells, which the tests read.
+// data-cells, which the tests read. The comparison of jobs (#compare=...) is in compare.js.
 "use strict";
 
 const COLORS = ["#2457c5", "#d9661f", "#1b7f3b", "#8e44ad", "#b3261e"];
@@ -49,7 +49,9 @@ function noData(canvas, ctx, why) {
   ctx.fillText(why, 12, canvas.height / 2);
 }
 
-// series: [{xs, ys, color}], stacked: draw cumulative areas.
+// series: [{xs, ys, color}], stacked: draw cumulative areas. Returns the chart's geometry
+// (plot margins, ranges, px and py from data to canvas coordinates), or null when it drew no
+// data.
 function lineChart(canvas, series, opts) {
   opts = opts || {};
   const ctx = setupCanvas(canvas);
@@ -65,7 +67,7 @@ function lineChart(canvas, series, opts) {
     }
   }
   canvas.dataset.points = String(n);
-  if (n === 0) return noData(canvas, ctx, "no data yet");
+  if (n === 0) { noData(canvas, ctx, "no data yet"); return null; }
   if (opts.zero) ymin = Math.min(0, ymin);
   if (ymax === ymin) { ymax += Math.abs(ymax) * 0.05 + 1e-9; ymin -= Math.abs(ymin) * 0.05 + 1e-9; }
   if (xmax === xmin) xmax = xmin + 1;
@@ -106,6 +108,7 @@ function lineChart(canvas, series, opts) {
       ctx.beginPath(); ctx.arc(px(s.xs[i]), py(s.ys[i]), 2.5, 0, 2 * Math.PI); ctx.fill();
     }
   }
+  return { ctx, W, H, L, R, T, B, xmin, xmax, ymin, ymax, px, py };
 }
 
 // matrix: rows of numbers; colour from white (lo) to blue (hi).
@@ -151,6 +154,7 @@ function renderJobs(jobs) {
     counts[j.state] = (counts[j.state] || 0) + 1;
     const tr = el("tr");
     tr.dataset.jobId = j.job_id;
+    tr.appendChild(compareCell(j.job_id));  // compare.js
     const link = el("a", j.job_id);
     link.href = "#job=" + encodeURIComponent(j.job_id);
     const id = el("td"); id.appendChild(link); tr.appendChild(id);
@@ -169,6 +173,7 @@ function renderJobs(jobs) {
     tr.appendChild(el("td", ago(j.submit_time_ms)));
     tbody.appendChild(tr);
   }
+  updateCompareButton();
   document.getElementById("summary").textContent =
     Object.entries(counts).map(([k, v]) => `${v} ${k.toLowerCase()}`).join(" · ") || "no jobs yet";
 }
@@ -237,11 +242,15 @@ function renderJob(data) {
 
 async function refresh() {
   const m = location.hash.match(/^#job=(.+)$/);
-  document.getElementById("jobs-view").hidden = !!m;
+  const compare = parseCompareHash(location.hash);  // compare.js
+  document.getElementById("jobs-view").hidden = !!m || !!compare;
   document.getElementById("job-view").hidden = !m;
+  document.getElementById("compare-view").hidden = !compare;
   try {
     if (m) {
       renderJob(await getJson("/api/jobs/" + m[1]));
+    } else if (compare) {
+      await renderCompare(compare);
     } else {
       renderJobs((await getJson("/api/jobs")).jobs);
       renderWorkers((await getJson("/api/workers")).workers);
