@@ -73,18 +73,6 @@ settings::SettingValues SettingsOf(const FlagSet& flags) {
   return settings::SettingValues(std::move(given), settings::Spelling::kFlags);
 }
 
-void DefineTaskFlags(FlagSet* flags) {
-  DefineSettingFlags(flags, [](const settings::SettingDef& d) { return settings::IsTaskSetting(d.name); });
-}
-
-absl::StatusOr<std::optional<data::MqarOptions>> TaskFromFlags(const FlagSet& flags) {
-  absl::StatusOr<std::optional<data::MqarOptions>> task =
-      settings::TaskFromSettings(SettingsOf(flags));
-  if (task.ok()) return task;
-  return absl::Status(task.status().code(),
-                      absl::StrCat("satdar ", flags.command(), ": ", task.status().message()));
-}
-
 absl::Status CheckInputs(const std::vector<InputPath>& inputs) {
   for (const InputPath& in : inputs) {
     if (in.path.empty()) continue;

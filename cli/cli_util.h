@@ -45,11 +45,6 @@ void DefineSettingFlags(FlagSet* flags, const std::function<bool(const settings:
 // The training settings given as flags (those of `flags` that are settings), spelled as flags.
 settings::SettingValues SettingsOf(const FlagSet& flags);
 
-// --task and the MQAR flags, shared by train and eval.
-void DefineTaskFlags(FlagSet* flags);
-// InvalidArgument "satdar COMMAND: ..." naming the flag.
-absl::StatusOr<std::optional<data::MqarOptions>> TaskFromFlags(const FlagSet& flags);
-
 // A path a command reads, named by its flag.
 struct InputPath {
   std::string flag;

@@ -334,7 +334,7 @@ absl::Status RunEval(const std::vector<std::string>& args) {
                    "none");
   flags.DefineBool("--gate-by-category",
                    "SATFormer gates averaged by part-of-speech group (tagged Brown datasets)");
-  // --task is defined here rather than by DefineTaskFlags: besides train's lm and mqar it takes
+  // --task is defined here, not among the task settings: besides train's lm and mqar it takes
   // task files and passage-recall, several at once.
   flags.DefineRepeatedList("--task",
                            "lm (validation loss), mqar (synthetic recall), passage-recall (from "

@@ -131,10 +131,8 @@ std::string IdsText(const std::vector<int32_t>& ids) {
   return s;
 }
 
-}  // namespace
-
-absl::Status RunGenerate(const std::vector<std::string>& args) {
-  FlagSet flags("generate");
+void DefineGenerateFlags(FlagSet* f) {
+  FlagSet& flags = *f;
   flags.Define("--config", "model config JSON", true);
   flags.Define("--weights", "weights (safetensors: init, export, PyTorch, or a checkpoint file)");
   flags.Define("--checkpoint", "or: a checkpoint file or folder of any training layout");
@@ -155,8 +153,13 @@ absl::Status RunGenerate(const std::vector<std::string>& args) {
                "f32 or f64 on the cpu (default f32); bf16 or f32 on cuda (default bf16)");
   flags.Define("--threads", "CPU threads", false, "1");
   flags.DefineBool("--json", "one JSON object per prompt per line: prompt_ids, ids, text");
-  if (WantsHelp(args)) return PrintHelp(flags);
-  SATDAR_RETURN_IF_ERROR(flags.Parse(args));
+}
+
+// The flags on their own, then the files, the config and the device.
+absl::Status ReadGenerateFlags(const FlagSet& flags, runtime::SamplingOptions* sampling,
+                               runtime::DecodeOptions* decode) {
+  runtime::SamplingOptions& so = *sampling;
+  runtime::DecodeOptions& o = *decode;
 
   // The flags on their own.
   if (flags.Has("--weights") == flags.Has("--checkpoint")) {
@@ -169,13 +172,11 @@ absl::Status RunGenerate(const std::vector<std::string>& args) {
     return absl::InvalidArgumentError(
         "satdar generate: give exactly one of --prompt TEXT, --prompts FILE or --prompt-ids I,J,K");
   }
-  const bool has_tokenizer = flags.Has("--tokenizer") || flags.Has("--data");
-  if (!has_tokenizer && !flags.Has("--prompt-ids")) {
+  if (!flags.Has("--tokenizer") && !flags.Has("--data") && !flags.Has("--prompt-ids")) {
     return absl::InvalidArgumentError(absl::StrCat(
         "satdar generate: ", flags.Has("--prompt") ? "--prompt" : "--prompts",
         " needs a tokenizer (--tokenizer M or --data DIR); without one give --prompt-ids"));
   }
-  runtime::SamplingOptions so;
   SATDAR_ASSIGN_OR_RETURN(int64_t max_new, flags.GetInt("--max-new-tokens", 1, kMaxSeqLen));
   SATDAR_ASSIGN_OR_RETURN(so.temperature, flags.GetDouble("--temperature", 0));
   SATDAR_ASSIGN_OR_RETURN(int64_t top_k,
@@ -186,7 +187,6 @@ absl::Status RunGenerate(const std::vector<std::string>& args) {
   so.max_new_tokens = static_cast<int>(max_new);
   so.top_k = static_cast<int>(top_k);
   so.seed = static_cast<uint64_t>(seed);
-  runtime::DecodeOptions o;
   o.device = flags.Get("--device");
   auto device = core::ParseDevice(o.device);
   if (!device.ok()) {
@@ -206,7 +206,6 @@ absl::Status RunGenerate(const std::vector<std::string>& args) {
   o.threads = static_cast<int>(threads);
   o.weights = flags.Get("--weights");
   o.checkpoint = flags.Get("--checkpoint");
-  const bool json = flags.GetBool("--json");
 
   // The files, the config, the device.
   const std::vector<InputPath> inputs = {
@@ -231,9 +230,19 @@ absl::Status RunGenerate(const std::vector<std::string>& args) {
   SATDAR_RETURN_IF_ERROR(
       model::CheckFitsInMemory(o.config, shape, 1, "satdar generate", kCliBatchNames));
 
-  // The tokenizer and the prompts, each encoded and measured against the window.
-  std::unique_ptr<TokenizerProcess> tok;
-  if (has_tokenizer) {
+  return absl::OkStatus();
+}
+
+// The tokenizer (none for --prompt-ids alone) and the prompts, each encoded and measured
+// against the window; so->eos_id is the tokenizer's.
+absl::Status ReadPrompts(const FlagSet& flags, const runtime::DecodeOptions& o,
+                         runtime::SamplingOptions* sampling,
+                         std::unique_ptr<TokenizerProcess>* tokenizer, std::vector<Prompt>* list) {
+  runtime::SamplingOptions& so = *sampling;
+  std::unique_ptr<TokenizerProcess>& tok = *tokenizer;
+  std::vector<Prompt>& prompts = *list;
+  const int window = o.config.max_position_embeddings;
+  if (flags.Has("--tokenizer") || flags.Has("--data")) {
     SATDAR_ASSIGN_OR_RETURN(const std::string model_path,
                             ResolveTokenizerPath(flags.Get("--tokenizer"), flags.Get("--data")));
     SATDAR_ASSIGN_OR_RETURN(tok, TokenizerProcess::Start(model_path));
@@ -241,7 +250,6 @@ absl::Status RunGenerate(const std::vector<std::string>& args) {
         CheckTokenizerFits(model_path, tok->vocab_size(), o.config.vocab_size));
     so.eos_id = tok->eos_id();
   }
-  std::vector<Prompt> prompts;
   if (flags.Has("--prompts")) {
     SATDAR_ASSIGN_OR_RETURN(prompts, ReadPromptsFile(flags.Get("--prompts")));
   } else if (flags.Has("--prompt")) {
@@ -268,8 +276,14 @@ absl::Status RunGenerate(const std::vector<std::string>& args) {
     }
   }
 
-  SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<runtime::DecodeSession> session,
-                          runtime::DecodeSession::Create(o));
+  return absl::OkStatus();
+}
+
+// Generates and prints: one prompt in text streams token by token, several print as blocks
+// once complete, --json one line per prompt at the end.
+absl::Status GenerateAndPrint(runtime::DecodeSession* session, const std::vector<Prompt>& prompts,
+                              TokenizerProcess* tok, const runtime::SamplingOptions& so,
+                              bool json) {
   std::vector<std::vector<int32_t>> ids;
   for (const Prompt& p : prompts) ids.push_back(p.ids);
   // Text form: one prompt streams token by token, several print as blocks once complete.
@@ -286,7 +300,7 @@ absl::Status RunGenerate(const std::vector<std::string>& args) {
     SATDAR_ASSIGN_OR_RETURN(std::string head,
                             tok->Decode(TextIds(prompts[i].ids, {}, so.eos_id, tok->vocab_size())));
     SATDAR_ASSIGN_OR_RETURN(std::string tail,
-                            CompletionText(tok.get(), prompts[i].ids, so_far[i], so.eos_id));
+                            CompletionText(tok, prompts[i].ids, so_far[i], so.eos_id));
     Print(absl::StrCat("--- line ", prompts[i].line, " ---\n", head, tail, "\n"));
     return absl::OkStatus();
   };
@@ -323,7 +337,7 @@ absl::Status RunGenerate(const std::vector<std::string>& args) {
     Print(*text);
   };
   SATDAR_ASSIGN_OR_RETURN(runtime::GenerateResult result,
-                          runtime::Generate(session.get(), ids, so, on_token));
+                          runtime::Generate(session, ids, so, on_token));
   SATDAR_RETURN_IF_ERROR(print_error);
   if (stream) {
     std::string rest;
@@ -340,7 +354,7 @@ absl::Status RunGenerate(const std::vector<std::string>& args) {
       if (tok != nullptr) {
         SATDAR_ASSIGN_OR_RETURN(
             std::string text,
-            CompletionText(tok.get(), prompts[i].ids, result.ids[i], so.eos_id));
+            CompletionText(tok, prompts[i].ids, result.ids[i], so.eos_id));
         line["text"] = text;
       }
       // Invalid UTF-8 (a character cut short by the token limit) is written as U+FFFD.
@@ -353,6 +367,24 @@ absl::Status RunGenerate(const std::vector<std::string>& args) {
                static_cast<long long>(result.new_tokens), result.seconds,
                result.seconds > 0 ? result.new_tokens / result.seconds : 0.0);
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RunGenerate(const std::vector<std::string>& args) {
+  FlagSet flags("generate");
+  DefineGenerateFlags(&flags);
+  if (WantsHelp(args)) return PrintHelp(flags);
+  SATDAR_RETURN_IF_ERROR(flags.Parse(args));
+  runtime::SamplingOptions so;
+  runtime::DecodeOptions o;
+  SATDAR_RETURN_IF_ERROR(ReadGenerateFlags(flags, &so, &o));
+  std::unique_ptr<TokenizerProcess> tok;
+  std::vector<Prompt> prompts;
+  SATDAR_RETURN_IF_ERROR(ReadPrompts(flags, o, &so, &tok, &prompts));
+  SATDAR_ASSIGN_OR_RETURN(std::unique_ptr<runtime::DecodeSession> session,
+                          runtime::DecodeSession::Create(o));
+  return GenerateAndPrint(session.get(), prompts, tok.get(), so, flags.GetBool("--json"));
 }
 
 }  // namespace satdar::cli
