@@ -1,4 +1,4 @@
-// satdar analyze cka | rescue: the DAR paper's analyses of the residual streams on given
+// satdar analyze cka | rescue | all: the DAR paper's analyses of the residual streams on given
 // weights and held-out batches (runtime/analysis.h, docs/ANALYSIS.md): a table on stdout, and
 // --json FILE / --png FILE for the result and its heatmap.
 #include <cmath>
@@ -16,6 +16,7 @@
 #include "cli/commands.h"
 #include "model/memory_estimate.h"
 #include "runtime/analysis.h"
+#include "runtime/eval.h"
 #include "runtime/heatmap_png.h"
 
 namespace satdar::cli {
@@ -114,42 +115,26 @@ std::string Cell(const nlohmann::json& v) {
   return v.is_null() ? std::string("  n/a") : absl::StrFormat("%5.2f", v.get<double>());
 }
 
-absl::Status RunCka(const std::vector<std::string>& args) {
-  FlagSet flags("analyze cka");
-  DefineCommonFlags(&flags);
-  flags.Define("--threshold", "a cross-stream pair counts as highly similar from this CKA on",
-               false, "0.9");
-  flags.Define("--save-states", "also write the depth states to FILE (.npy, float64 (S, n, C))");
-  if (WantsHelp(args)) return PrintHelp(flags);
-  SATDAR_RETURN_IF_ERROR(flags.Parse(args));
-  runtime::AnalysisOptions o;
-  SATDAR_RETURN_IF_ERROR(ReadCommon(flags, "cka", &o));
-  if (flags.Has("--save-states")) {
-    SATDAR_RETURN_IF_ERROR(CheckOutput("--save-states", flags.Get("--save-states"), false,
-                                       {{"--config", flags.Get("--config")}}));
-  }
-  SATDAR_ASSIGN_OR_RETURN(o.cka_threshold, flags.GetDouble("--threshold", 0, 1));
-  runtime::CkaStates states;
-  const bool save = flags.Has("--save-states");
-  absl::StatusOr<nlohmann::json> result = runtime::AnalyzeCka(o, save ? &states : nullptr);
-  SATDAR_RETURN_IF_ERROR(Prefixed("cka", result.status()));
-  const nlohmann::json& r = *result;
+// The CKA table on stdout and its heatmap panels (one per pair of streams).
+std::vector<runtime::HeatmapPanel> PrintCka(const nlohmann::json& r) {
   std::printf("linear CKA between depth states: %s, %lld tokens\n",
-              r["label"].get<std::string>().c_str(), static_cast<long long>(r["tokens"].get<int64_t>()));
+              r["label"].get<std::string>().c_str(),
+              static_cast<long long>(r["tokens"].get<int64_t>()));
   std::vector<runtime::HeatmapPanel> panels;
   std::vector<std::string> labels;
   for (const auto& layer : r["depths"]) labels.push_back(absl::StrCat(layer.get<int>()));
   for (const auto& [name, m] : r["matrices"].items()) {
-    std::printf("%s (rows: %s, columns: %s; by layer)\n      ", name.c_str(),
-                name.substr(0, name.find('-')).c_str(), name.substr(name.find('-') + 1).c_str());
+    const std::string a = name.substr(0, name.find('-')), b = name.substr(name.find('-') + 1);
+    std::printf("%s (rows: %s, columns: %s; by layer)\n      ", name.c_str(), a.c_str(),
+                b.c_str());
     for (const std::string& l : labels) std::printf(" %5s", l.c_str());
     std::printf("\n");
     runtime::HeatmapPanel p;
     p.title = name;
     p.rows = p.cols = static_cast<int>(labels.size());
     p.row_labels = p.col_labels = labels;
-    p.row_axis = absl::StrCat("stream ", name.substr(1, name.find('-') - 1), " layer");
-    p.col_axis = absl::StrCat("stream ", name.substr(name.find('-') + 2), " layer");
+    p.row_axis = absl::StrCat("stream ", a.substr(1), " layer");
+    p.col_axis = absl::StrCat("stream ", b.substr(1), " layer");
     for (size_t i = 0; i < m.size(); ++i) {
       std::printf("%5s ", labels[i].c_str());
       for (const auto& v : m[i]) {
@@ -163,48 +148,15 @@ absl::Status RunCka(const std::vector<std::string>& args) {
   const nlohmann::json& s = r["summary"];
   std::printf("cross-stream, unpaired depths: mean CKA %s, %s of pairs >= %.2f; paired: %s\n",
               Cell(s["mean_unpaired_cross"]).c_str(), Cell(s["high_cross_fraction"]).c_str(),
-              o.cka_threshold, Cell(s["mean_paired_cross"]).c_str());
-  SATDAR_RETURN_IF_ERROR(WriteJson(flags, r));
-  SATDAR_RETURN_IF_ERROR(WritePng(flags, panels, runtime::HeatmapStyle{}));
-  if (save) {
-    absl::Status st = runtime::WriteStatesNpy(flags.Get("--save-states"), states);
-    if (!st.ok()) return absl::Status(st.code(), absl::StrCat("--save-states: ", st.message()));
-  }
-  return absl::OkStatus();
+              s["threshold"].get<double>(), Cell(s["mean_paired_cross"]).c_str());
+  return panels;
 }
 
-absl::Status RunRescue(const std::vector<std::string>& args) {
-  FlagSet flags("analyze rescue");
-  DefineCommonFlags(&flags);
-  flags.DefineEnum("--corruption",
-                   "swap: the span from the next sequence of the batch; random: random tokens",
-                   {"swap", "random"}, "swap");
-  flags.Define("--corrupt-fraction", "the share of each sequence's first positions corrupted",
-               false, "0.5");
-  flags.Define("--layers", "restore after these layers, comma-separated [default: all, 1 .. L-1]");
-  if (WantsHelp(args)) return PrintHelp(flags);
-  SATDAR_RETURN_IF_ERROR(flags.Parse(args));
-  runtime::AnalysisOptions o;
-  SATDAR_RETURN_IF_ERROR(ReadCommon(flags, "rescue", &o));
-  o.corruption =
-      flags.Get("--corruption") == "swap" ? runtime::Corruption::kSwap : runtime::Corruption::kRandom;
-  SATDAR_ASSIGN_OR_RETURN(o.corrupt_fraction, flags.GetDouble("--corrupt-fraction", 0, 1));
-  if (flags.Has("--layers")) {
-    for (absl::string_view part : absl::StrSplit(flags.Get("--layers"), ',')) {
-      int k = 0;
-      if (!absl::SimpleAtoi(part, &k)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "satdar analyze rescue: --layers: '", part, "' is not a layer number"));
-      }
-      o.layers.push_back(k);
-    }
-  }
-  absl::StatusOr<nlohmann::json> result = runtime::AnalyzeRescue(o);
-  SATDAR_RETURN_IF_ERROR(Prefixed("rescue", result.status()));
-  const nlohmann::json& r = *result;
+// The rescue table on stdout and its heatmap panel (condition x layer).
+runtime::HeatmapPanel PrintRescue(const nlohmann::json& r, int seq_len) {
   std::printf("rescue gain: %s, %s corruption of the first %d of %d positions\n",
               r["label"].get<std::string>().c_str(), r["corruption"].get<std::string>().c_str(),
-              r["corrupted_positions"].get<int>(), o.eval.seq_len);
+              r["corrupted_positions"].get<int>(), seq_len);
   std::printf("clean loss %.4f, corrupted %.4f (on the %d positions after the span)\n",
               r["clean_loss"].get<double>(), r["corrupted_loss"].get<double>(),
               r["scored_positions"].get<int>());
@@ -244,18 +196,162 @@ absl::Status RunRescue(const std::vector<std::string>& args) {
                 r["summary"]["mean_gain"]["s1"].get<double>(),
                 r["summary"]["asymmetry"].get<double>());
   }
-  SATDAR_RETURN_IF_ERROR(WriteJson(flags, r));
   // Gains beyond [0, 1] (a restored stream that overshoots) clamp in the picture only.
-  return WritePng(flags, {p}, runtime::HeatmapStyle{});
+  return p;
+}
+
+void DefineCkaFlags(FlagSet* flags) {
+  flags->Define("--threshold", "a cross-stream pair counts as highly similar from this CKA on",
+                false, "0.9");
+}
+void DefineRescueFlags(FlagSet* flags) {
+  flags->DefineEnum("--corruption",
+                    "swap: the span from the next sequence of the batch; random: random tokens",
+                    {"swap", "random"}, "swap");
+  flags->Define("--corrupt-fraction", "the share of each sequence's first positions corrupted",
+                false, "0.5");
+  flags->Define("--layers",
+                "restore after these layers, comma-separated [default: all, 1 .. L-1]");
+}
+
+absl::Status ReadCkaFlags(const FlagSet& flags, runtime::AnalysisOptions* o) {
+  SATDAR_ASSIGN_OR_RETURN(o->cka_threshold, flags.GetDouble("--threshold", 0, 1));
+  return absl::OkStatus();
+}
+absl::Status ReadRescueFlags(const FlagSet& flags, runtime::AnalysisOptions* o) {
+  o->corruption = flags.Get("--corruption") == "swap" ? runtime::Corruption::kSwap
+                                                      : runtime::Corruption::kRandom;
+  SATDAR_ASSIGN_OR_RETURN(o->corrupt_fraction, flags.GetDouble("--corrupt-fraction", 0, 1));
+  if (flags.Has("--layers")) {
+    for (absl::string_view part : absl::StrSplit(flags.Get("--layers"), ',')) {
+      int k = 0;
+      if (!absl::SimpleAtoi(part, &k)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "satdar analyze rescue: --layers: '", part, "' is not a layer number"));
+      }
+      o->layers.push_back(k);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunCka(const std::vector<std::string>& args) {
+  FlagSet flags("analyze cka");
+  DefineCommonFlags(&flags);
+  DefineCkaFlags(&flags);
+  flags.Define("--save-states", "also write the depth states to FILE (.npy, float64 (S, n, C))");
+  if (WantsHelp(args)) return PrintHelp(flags);
+  SATDAR_RETURN_IF_ERROR(flags.Parse(args));
+  runtime::AnalysisOptions o;
+  SATDAR_RETURN_IF_ERROR(ReadCommon(flags, "cka", &o));
+  const bool save = flags.Has("--save-states");
+  if (save) {
+    SATDAR_RETURN_IF_ERROR(CheckOutput("--save-states", flags.Get("--save-states"), false,
+                                       {{"--config", flags.Get("--config")}}));
+  }
+  SATDAR_RETURN_IF_ERROR(ReadCkaFlags(flags, &o));
+  runtime::CkaStates states;
+  absl::StatusOr<nlohmann::json> result = runtime::AnalyzeCka(o, save ? &states : nullptr);
+  SATDAR_RETURN_IF_ERROR(Prefixed("cka", result.status()));
+  const std::vector<runtime::HeatmapPanel> panels = PrintCka(*result);
+  SATDAR_RETURN_IF_ERROR(WriteJson(flags, *result));
+  SATDAR_RETURN_IF_ERROR(WritePng(flags, panels, runtime::HeatmapStyle{}));
+  if (save) {
+    absl::Status st = runtime::WriteStatesNpy(flags.Get("--save-states"), states);
+    if (!st.ok()) return absl::Status(st.code(), absl::StrCat("--save-states: ", st.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunRescue(const std::vector<std::string>& args) {
+  FlagSet flags("analyze rescue");
+  DefineCommonFlags(&flags);
+  DefineRescueFlags(&flags);
+  if (WantsHelp(args)) return PrintHelp(flags);
+  SATDAR_RETURN_IF_ERROR(flags.Parse(args));
+  runtime::AnalysisOptions o;
+  SATDAR_RETURN_IF_ERROR(ReadCommon(flags, "rescue", &o));
+  SATDAR_RETURN_IF_ERROR(ReadRescueFlags(flags, &o));
+  absl::StatusOr<nlohmann::json> result = runtime::AnalyzeRescue(o);
+  SATDAR_RETURN_IF_ERROR(Prefixed("rescue", result.status()));
+  const runtime::HeatmapPanel panel = PrintRescue(*result, o.eval.seq_len);
+  SATDAR_RETURN_IF_ERROR(WriteJson(flags, *result));
+  return WritePng(flags, {panel}, runtime::HeatmapStyle{});
+}
+
+// Every analysis the checkpoint's design has, into one JSON (and the heatmaps beside it): the
+// held-out loss and the design's statistics (eval), SATFormer's gate ablation and gates by
+// part of speech (a tagged Brown dataset), and the streams' CKA and rescue (DAR, HC, mHC).
+absl::Status RunAll(const std::vector<std::string>& args) {
+  FlagSet flags("analyze all");
+  DefineCommonFlags(&flags);
+  DefineCkaFlags(&flags);
+  DefineRescueFlags(&flags);
+  if (WantsHelp(args)) return PrintHelp(flags);
+  SATDAR_RETURN_IF_ERROR(flags.Parse(args));
+  runtime::AnalysisOptions o;
+  SATDAR_RETURN_IF_ERROR(ReadCommon(flags, "all", &o));
+  SATDAR_RETURN_IF_ERROR(ReadCkaFlags(flags, &o));
+  SATDAR_RETURN_IF_ERROR(ReadRescueFlags(flags, &o));
+  const model::ModelConfig& c = o.eval.config;
+  nlohmann::json all = {{"command", "all"}, {"design", model::DesignName(c)}};
+  nlohmann::json skipped = nlohmann::json::object();
+  // The loss and statistics, with SATFormer's analyses when the model has gates.
+  runtime::EvalOptions e = o.eval;
+  e.checkpoint = o.checkpoint;
+  const bool gates = c.value_residual == model::ValueResidualKind::kSatFormer;
+  if (gates) {
+    e.gate_ablation = "zero";
+    absl::StatusOr<bool> pos = runtime::HasPosTags(e);
+    SATDAR_RETURN_IF_ERROR(Prefixed("all", pos.status()));
+    e.gate_by_category = *pos;
+    if (!*pos) skipped["gate_by_category"] = "the data has no part-of-speech tags";
+  } else {
+    skipped["gate_ablation"] = "the design has no SATFormer gates";
+  }
+  absl::StatusOr<nlohmann::json> eval = runtime::Evaluate(e);
+  SATDAR_RETURN_IF_ERROR(Prefixed("all", eval.status()));
+  std::printf("loss %.6f over %lld tokens\n", (*eval)["loss"].get<double>(),
+              static_cast<long long>((*eval)["tokens"].get<int64_t>()));
+  if (gates) {
+    std::printf("SATFormer gates set to zero: loss %.6f (change %+.6f)\n",
+                (*eval)["ablated_loss"].get<double>(), (*eval)["loss_change"].get<double>());
+  }
+  all["eval"] = *eval;
+  const bool streams = c.residual == model::Residual::kDar || c.residual == model::Residual::kHc ||
+                       c.residual == model::Residual::kMhc;
+  std::vector<runtime::HeatmapPanel> panels;
+  if (streams) {
+    absl::StatusOr<nlohmann::json> cka = runtime::AnalyzeCka(o, nullptr);
+    SATDAR_RETURN_IF_ERROR(Prefixed("all", cka.status()));
+    panels = PrintCka(*cka);
+    absl::StatusOr<nlohmann::json> rescue = runtime::AnalyzeRescue(o);
+    SATDAR_RETURN_IF_ERROR(Prefixed("all", rescue.status()));
+    panels.push_back(PrintRescue(*rescue, o.eval.seq_len));
+    all["cka"] = *cka;
+    all["rescue"] = *rescue;
+  } else {
+    skipped["cka"] = skipped["rescue"] = absl::StrCat(
+        "residual \"", model::Name(c.residual), "\" keeps one residual stream");
+  }
+  for (const auto& [name, why] : skipped.items()) {
+    std::printf("no %s: %s\n", name.c_str(), why.get<std::string>().c_str());
+  }
+  all["skipped"] = skipped;
+  SATDAR_RETURN_IF_ERROR(WriteJson(flags, all));
+  if (panels.empty()) return absl::OkStatus();
+  return WritePng(flags, panels, runtime::HeatmapStyle{});
 }
 
 }  // namespace
 
 absl::Status RunAnalyze(const std::vector<std::string>& args) {
   const std::string usage =
-      "usage: satdar analyze cka|rescue [flags] (--help for each)\n"
+      "usage: satdar analyze cka|rescue|all [flags] (--help for each)\n"
       "  cka     linear CKA between the residual streams' depth states (DAR, HC, mHC)\n"
-      "  rescue  how much of a corrupted input's loss each stream restores from a clean run";
+      "  rescue  how much of a corrupted input's loss each stream restores from a clean run\n"
+      "  all     every analysis the design has (loss and statistics, SATFormer's gate ablation\n"
+      "          and gates by part of speech, CKA and rescue) into one JSON and one PNG";
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     std::printf("%s\n", usage.c_str());
     if (args.empty()) return absl::InvalidArgumentError("satdar analyze: name an analysis");
@@ -264,8 +360,9 @@ absl::Status RunAnalyze(const std::vector<std::string>& args) {
   const std::vector<std::string> rest(args.begin() + 1, args.end());
   if (args[0] == "cka") return RunCka(rest);
   if (args[0] == "rescue") return RunRescue(rest);
+  if (args[0] == "all") return RunAll(rest);
   return absl::InvalidArgumentError(absl::StrCat("satdar analyze: unknown analysis '", args[0],
-                                                 "' (cka or rescue)"));
+                                                 "' (cka, rescue or all)"));
 }
 
 }  // namespace satdar::cli

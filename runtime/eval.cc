@@ -39,6 +39,15 @@ absl::StatusOr<HeldOut> OpenHeldOut(const EvalOptions& o) {
   return h;
 }
 
+absl::StatusOr<bool> HasPosTags(const EvalOptions& o) {
+  if (o.mqar.has_value() || o.synthetic_data || !data::Dataset::IsDataset(o.data_dir)) {
+    return false;
+  }
+  SATDAR_ASSIGN_OR_RETURN(std::shared_ptr<const data::Dataset> dataset,
+                          data::Dataset::Open(o.data_dir, o.config.vocab_size));
+  return dataset->has_pos();
+}
+
 int64_t HeldOut::Sequences(const EvalOptions& o) const {
   int64_t sequences = static_cast<int64_t>(o.batches) * o.batch_size;
   if (val != nullptr && !o.repeat) {
@@ -88,9 +97,14 @@ absl::StatusOr<nlohmann::json> EvaluateTyped(const EvalOptions& o) {
         "\"; gates exist only with \"satformer\""));
   }
   std::vector<T> params;
-  std::vector<bool> present;
-  SATDAR_RETURN_IF_ERROR(LoadWeights<T>("weights", o.weights, model->params(),
-                                        model::ModelConfigToJson(o.config), &params, &present));
+  if (o.checkpoint.empty()) {
+    std::vector<bool> present;
+    SATDAR_RETURN_IF_ERROR(LoadWeights<T>("weights", o.weights, model->params(),
+                                          model::ModelConfigToJson(o.config), &params, &present));
+  } else {
+    SATDAR_RETURN_IF_ERROR(LoadModelWeights<T>(o.weights, o.checkpoint, model->params(),
+                                               model::ModelConfigToJson(o.config), &params));
+  }
   SATDAR_ASSIGN_OR_RETURN(HeldOut held_out, OpenHeldOut(o));
   const data::BatchSource* source = held_out.source.get();
   const data::Dataset* dataset = held_out.dataset.get();

@@ -26,7 +26,8 @@ namespace satdar::runtime {
 
 struct EvalOptions {
   model::ModelConfig config;
-  std::string weights;  // safetensors: weights or a checkpoint
+  std::string weights;     // safetensors: weights or a checkpoint
+  std::string checkpoint;  // or: a checkpoint file or folder of any layout
   bool synthetic_data = false;
   std::string data_dir;
   std::string data_format = "auto";
@@ -54,6 +55,9 @@ struct HeldOut {
   int64_t Sequences(const EvalOptions& options) const;
 };
 absl::StatusOr<HeldOut> OpenHeldOut(const EvalOptions& options);
+// Whether the held-out data carries part-of-speech tags (a dataset prepared from the tagged
+// Brown corpus): what gate_by_category needs.
+absl::StatusOr<bool> HasPosTags(const EvalOptions& options);
 
 // {"loss", "tokens", "sequences", "batches", "stats"}: "tokens" counts the positions scored
 // (sequences x seq_len); on a validation split also "split_tokens" (its size) and

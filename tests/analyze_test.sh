@@ -83,6 +83,32 @@ else
   fail "rescue random"; cat r2.txt
 fi
 
+# analyze all: every analysis the design has, in one JSON and one PNG.
+config satdar '"residual": "dar", "block_size": 4, "value_residual": "satformer"'
+"$SATDAR" train --config satdar.json --synthetic-data --steps 10 --batch-size 4 --seq-len 32 \
+  --threads 2 --quiet --checkpoint-dir ck_satdar --checkpoint-every 10 >train.txt 2>&1 ||
+  { fail "train satformer dar"; cat train.txt; }
+for m in satdar std; do
+  if "$SATDAR" analyze all --config "$m.json" --checkpoint "ck_$m" "${COMMON[@]}" \
+      --json "all_$m.json" --png "all_$m.png" >all.txt 2>&1; then
+    ok "analyze all $m"
+  else
+    fail "analyze all $m"; cat all.txt
+  fi
+done
+/usr/bin/python3 - all_satdar.json all_std.json <<'PY' >check.txt 2>&1 && ok "analyze all: SATFormer's ablation and the streams' analyses where the design has them, the rest skipped with the reason" || { fail "analyze all JSON"; cat check.txt; }
+import json, sys
+sat, std = (json.load(open(p)) for p in sys.argv[1:3])
+assert sat["design"] == "dar+satformer", sat["design"]
+assert "ablated_loss" in sat["eval"] and "dar_depth_weights" in sat["eval"]["stats"], sat["eval"].keys()
+assert sat["cka"]["command"] == "cka" and sat["rescue"]["command"] == "rescue"
+assert "part-of-speech" in sat["skipped"]["gate_by_category"], sat["skipped"]
+assert "cka" not in std and "rescue" not in std and "one residual stream" in std["skipped"]["cka"]
+assert "SATFormer" in std["skipped"]["gate_ablation"] and "attnres_depth_weights" in std["eval"]["stats"]
+PY
+[[ -s all_satdar.png && ! -e all_std.png ]] && ok "analyze all's PNG: the streams' heatmaps, none without streams" ||
+  fail "analyze all PNG"
+
 # Bad inputs: exit 2, the message names what is wrong, nothing written.
 expect_fail "one-stream design" 'keeps one residual stream' \
   "$SATDAR" analyze cka --config std.json --checkpoint ck_std "${COMMON[@]}" --json bad.json
@@ -104,6 +130,8 @@ expect_fail "missing checkpoint" 'ck_none' \
 expect_fail "checkpoint of another design" 'checkpoint' \
   "$SATDAR" analyze cka --config dar.json --checkpoint ck_mhc "${COMMON[@]}" --json bad.json
 expect_fail "unknown analysis" "unknown analysis 'svd'" "$SATDAR" analyze svd
+expect_fail "all: weights and checkpoint" 'exactly one of --weights W or --checkpoint CKPT' \
+  "$SATDAR" analyze all --config dar.json --checkpoint ck_dar --weights x "${COMMON[@]}"
 expect_fail "no analysis" "name an analysis" "$SATDAR" analyze
 expect_fail "png in a missing folder" '--png' \
   "$SATDAR" analyze cka --config dar.json --checkpoint ck_dar "${COMMON[@]}" --png nodir/x.png
