@@ -439,6 +439,73 @@ void CheckDecodeDesigns() {
   CheckDecode<E>(Tiny("transparent", "satformer", 2));
 }
 
+// The analysis entry points (model.h: DepthStates, ForwardToState, ForwardFromState) on the
+// device against the CPU for the multi-stream designs: the depth states, the state at a layer
+// boundary and the loss resumed from it (f32; on bf16, whose master weights are fp32, the
+// one-buffer entry points are Unimplemented).
+template <typename E>
+void CheckAnalysisOn(const ModelConfig& c) {
+  const std::vector<int32_t> tokens = gt::RandomTokens(kB * (kT + 1), c.vocab_size, 5);
+  core::ThreadPool pool(2);
+  auto cpu = CreateModel<float>(c, &pool);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  const std::vector<float> p = Params((*cpu)->params());
+  DeviceTestExec gpu;
+  if (gpu.gemm == nullptr) return;
+  auto model = CreateDeviceModel<Cuda<E>>(c, Sharding{}, gpu.x);
+  ASSERT_TRUE(model.ok()) << model.status();
+  std::vector<float> staged((*model)->params().size(), 0.0f);
+  CopyByName((*cpu)->params(), p.data(), (*model)->params(), staged.data());
+  gt::DeviceArray<E> params(gt::Quantize<E>(staged));
+  std::vector<std::vector<double>> state, gpu_state;
+  std::vector<int> owner, gpu_owner;
+  const absl::Status split =
+      (*model)->ForwardToState(params.get(), tokens.data(), kB, kT, 2, &gpu_state, &gpu_owner);
+  if constexpr (gt::kIsBf16<E>) {
+    EXPECT_EQ(split.code(), absl::StatusCode::kUnimplemented) << split;
+  } else {
+    ASSERT_TRUE(split.ok()) << split;
+    ASSERT_TRUE((*cpu)->ForwardToState(p.data(), tokens.data(), kB, kT, 2, &state, &owner).ok());
+    EXPECT_EQ(gpu_owner, owner);
+    ASSERT_EQ(gpu_state.size(), state.size());
+    auto close = [](const std::vector<double>& a, const std::vector<double>& b) {
+      double d = 0, n = 0;
+      for (size_t i = 0; i < a.size(); ++i) {
+        d = std::max(d, std::abs(a[i] - b[i]));
+        n = std::max(n, std::abs(b[i]));
+      }
+      return a.size() == b.size() && d <= 1e-4 * std::max(n, 1.0);
+    };
+    for (size_t i = 0; i < state.size(); ++i) EXPECT_TRUE(close(gpu_state[i], state[i])) << i;
+    auto want = (*cpu)->ForwardFromState(p.data(), tokens.data(), kB, kT, 2, state, nullptr);
+    auto got = (*model)->ForwardFromState(params.get(), tokens.data(), kB, kT, 2, state, nullptr);
+    ASSERT_TRUE(want.ok() && got.ok()) << got.status();
+    EXPECT_NEAR(*got, *want, 1e-5 * *want);
+    ASSERT_TRUE((*cpu)->Forward(p.data(), tokens.data(), kB, kT).ok());
+    ASSERT_TRUE((*model)->Forward(Weights<Cuda<E>>{params.get(), params.get()}, tokens.data(), kB,
+                                  kT).ok());
+    std::vector<DepthState> depth, gpu_depth;
+    ASSERT_TRUE((*cpu)->DepthStates(&depth).ok());
+    ASSERT_TRUE((*model)->DepthStates(&gpu_depth).ok());
+    ASSERT_EQ(gpu_depth.size(), depth.size());
+    ASSERT_FALSE(depth.empty());
+    for (size_t i = 0; i < depth.size(); ++i) {
+      EXPECT_EQ(gpu_depth[i].stream, depth[i].stream);
+      EXPECT_EQ(gpu_depth[i].depth, depth[i].depth);
+      EXPECT_TRUE(close(gpu_depth[i].values, depth[i].values)) << i;
+    }
+  }
+}
+
+template <typename E>
+void CheckAnalysis() {
+  CheckAnalysisOn<E>(Tiny("dar", "none", 2));
+  CheckAnalysisOn<E>(Tiny("dar", "satformer", 4));
+  ModelConfig mhc = Tiny("mhc", "none");
+  mhc.hc_streams = 2;
+  CheckAnalysisOn<E>(mhc);
+}
+
 // What the registry refuses on a device, each with its code: a config the kernels cannot take
 // (naming the field), an execution context without a GEMM handle. A pipeline stage is built:
 // it has the stage's table (the last stage holds the head, not the embedding).
@@ -496,6 +563,7 @@ SATDAR_CUDA_MATCHES_CPU_TESTS(DeviceMoeBlockDarSatformer, CheckMoeBlockDarSatfor
 SATDAR_CUDA_MATCHES_CPU_TESTS(DeviceMoeBlockTransparent, CheckMoeBlockTransparent)
 SATDAR_CUDA_MATCHES_CPU_TESTS(DeviceRegistry, CheckRefusal)
 SATDAR_CUDA_MATCHES_CPU_TESTS(DeviceDecode, CheckDecodeDesigns)
+SATDAR_CUDA_MATCHES_CPU_TESTS(DeviceAnalysis, CheckAnalysis)
 
 }  // namespace
 }  // namespace satdar::model
