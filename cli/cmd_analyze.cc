@@ -157,9 +157,9 @@ runtime::HeatmapPanel PrintRescue(const nlohmann::json& r, int seq_len) {
   std::printf("rescue gain: %s, %s corruption of the first %d of %d positions\n",
               r["label"].get<std::string>().c_str(), r["corruption"].get<std::string>().c_str(),
               r["corrupted_positions"].get<int>(), seq_len);
-  std::printf("clean loss %.4f, corrupted %.4f (on the %d positions after the span)\n",
+  std::printf("clean loss %.4f, corrupted %.4f (on %s %d positions)\n",
               r["clean_loss"].get<double>(), r["corrupted_loss"].get<double>(),
-              r["scored_positions"].get<int>());
+              r["scored"] == "all" ? "all" : "the last", r["scored_positions"].get<int>());
   if (r["gap"].get<double>() < 0) {
     std::printf("note: the corruption lowers the loss here; the gains are fractions of a "
                 "negative gap\n");
@@ -210,6 +210,9 @@ void DefineRescueFlags(FlagSet* flags) {
                     {"swap", "random"}, "swap");
   flags->Define("--corrupt-fraction", "the share of each sequence's first positions corrupted",
                 false, "0.5");
+  flags->DefineEnum("--score",
+                    "the positions scored: all, or only those after the corrupted span",
+                    {"all", "after"}, "all");
   flags->Define("--layers",
                 "restore after these layers, comma-separated [default: all, 1 .. L-1]");
 }
@@ -222,6 +225,7 @@ absl::Status ReadRescueFlags(const FlagSet& flags, runtime::AnalysisOptions* o) 
   o->corruption = flags.Get("--corruption") == "swap" ? runtime::Corruption::kSwap
                                                       : runtime::Corruption::kRandom;
   SATDAR_ASSIGN_OR_RETURN(o->corrupt_fraction, flags.GetDouble("--corrupt-fraction", 0, 1));
+  o->scored = flags.Get("--score") == "all" ? runtime::Scored::kAll : runtime::Scored::kAfterSpan;
   if (flags.Has("--layers")) {
     for (absl::string_view part : absl::StrSplit(flags.Get("--layers"), ',')) {
       int k = 0;

@@ -19,6 +19,7 @@
 namespace satdar::runtime {
 
 const char* Name(Corruption c) { return c == Corruption::kSwap ? "swap" : "random"; }
+const char* Name(Scored s) { return s == Scored::kAll ? "all" : "after"; }
 
 namespace {
 
@@ -227,6 +228,8 @@ absl::StatusOr<nlohmann::json> RescueTyped(const AnalysisOptions& o) {
     if (c == conditions - 1) return std::string("both");
     return absl::StrCat("s", c - 1);
   };
+  // The positions scored: all, or those after the span (clean inputs, corrupted context).
+  const int first_scored = o.scored == Scored::kAll ? 0 : span;
   // Sums of the scored positions' losses per (depth, condition), and of clean / corrupted.
   std::vector<double> sums(at_layers.size() * conditions, 0.0);
   double clean_sum = 0, corrupted_sum = 0;
@@ -238,7 +241,9 @@ absl::StatusOr<nlohmann::json> RescueTyped(const AnalysisOptions& o) {
   auto scored_sum = [&](int count) {
     double s = 0;
     for (int b = 0; b < count; ++b) {
-      for (int p = span; p < e.seq_len; ++p) s += losses[static_cast<size_t>(b) * e.seq_len + p];
+      for (int p = first_scored; p < e.seq_len; ++p) {
+        s += losses[static_cast<size_t>(b) * e.seq_len + p];
+      }
     }
     return s;
   };
@@ -246,7 +251,7 @@ absl::StatusOr<nlohmann::json> RescueTyped(const AnalysisOptions& o) {
     const int count = ReadBatch(l, e, i, &tokens);
     if (o.corruption == Corruption::kSwap && count < 2) continue;  // a last batch of one
     const std::vector<int32_t> bad = Corrupt(tokens, count, e.seq_len, span, o, i);
-    scored += static_cast<int64_t>(count) * (e.seq_len - span);
+    scored += static_cast<int64_t>(count) * (e.seq_len - first_scored);
     for (size_t k = 0; k < at_layers.size(); ++k) {
       const int at = 2 * at_layers[k];
       model::Model<T>* m = l.model.get();
@@ -285,7 +290,8 @@ absl::StatusOr<nlohmann::json> RescueTyped(const AnalysisOptions& o) {
   result["corruption"] = Name(o.corruption);
   result["corrupt_fraction"] = o.corrupt_fraction;
   result["corrupted_positions"] = span;
-  result["scored_positions"] = e.seq_len - span;
+  result["scored"] = Name(o.scored);
+  result["scored_positions"] = e.seq_len - first_scored;
   result["clean_loss"] = clean_loss;
   result["corrupted_loss"] = corrupted_loss;
   // Negative when the corruption helps (an untrained model, or a context that misleads it):

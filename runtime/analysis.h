@@ -9,7 +9,8 @@
 //           rest of the pass runs from there (Model::ForwardFromState), and the gain is the
 //           fraction of the clean-vs-corrupted loss gap that closes:
 //             gain(s) = (L_corrupted - L_restored(s)) / (L_corrupted - L_clean)
-//           on the positions after the corrupted span (clean inputs, corrupted context).
+//           on every position (or, `scored` kAfterSpan, those after the corrupted span:
+//           clean inputs, corrupted context).
 #ifndef SATDAR_RUNTIME_ANALYSIS_H_
 #define SATDAR_RUNTIME_ANALYSIS_H_
 
@@ -29,6 +30,13 @@ enum class Corruption {
 };
 const char* Name(Corruption c);  // "swap", "random"
 
+// Which positions' losses the rescue scores (targets are always the clean next tokens).
+enum class Scored {
+  kAll,        // every position: the corrupted inputs and the clean ones after them
+  kAfterSpan,  // only the positions after the corrupted span: clean inputs, corrupted context
+};
+const char* Name(Scored s);  // "all", "after"
+
 struct AnalysisOptions {
   // The model, its weights and the held-out data (eval.h; gate_ablation, gate_by_category and
   // mqar are not read).
@@ -40,6 +48,7 @@ struct AnalysisOptions {
   // after which layers the state is restored (empty: every layer boundary 1 .. L-1).
   Corruption corruption = Corruption::kSwap;
   double corrupt_fraction = 0.5;
+  Scored scored = Scored::kAll;
   std::vector<int> layers;
 };
 
@@ -60,7 +69,7 @@ struct CkaStates {
 absl::StatusOr<nlohmann::json> AnalyzeCka(const AnalysisOptions& options, CkaStates* states);
 
 // {"command": "rescue", "design", "label", "streams", "corruption", "corrupt_fraction",
-//  "corrupted_positions", "scored_positions", "clean_loss", "corrupted_loss", "gap",
+//  "corrupted_positions", "scored", "scored_positions", "clean_loss", "corrupted_loss", "gap",
 //  "depths": [{"layer", "loss": {"neither", "s0", .., "both"}, "gain": {...}}],
 //  "summary": {"mean_gain": {"s0", .., "both", "neither"}, "asymmetry"}, "sequences"}.
 // Losses are mean cross-entropies over the scored positions of every sequence. asymmetry (two

@@ -96,6 +96,8 @@ TEST(Rescue, AStreamNothingReadsRecoversNothing) {
       const model::ModelConfig c = Config(R"("residual": "dar")");
       AnalysisOptions o = Options(c, WriteWeights(c, read, "read" + std::to_string(read)));
       o.corruption = corruption;
+      // Every position scored with the swap, the positions after the span with random tokens.
+      o.scored = corruption == Corruption::kSwap ? Scored::kAll : Scored::kAfterSpan;
       auto r = AnalyzeRescue(o);
       ASSERT_TRUE(r.ok()) << r.status();
       const std::string used = read == 0 ? "s0" : "s1", unused = read == 0 ? "s1" : "s0";
@@ -112,7 +114,8 @@ TEST(Rescue, AStreamNothingReadsRecoversNothing) {
         EXPECT_NEAR(d["loss"]["both"].get<double>(), (*r)["clean_loss"].get<double>(), 1e-12);
       }
       EXPECT_EQ((*r)["corrupted_positions"], 6);
-      EXPECT_EQ((*r)["scored_positions"], 6);
+      EXPECT_EQ((*r)["scored_positions"], corruption == Corruption::kSwap ? 12 : 6);
+      EXPECT_EQ((*r)["scored"], Name(o.scored));
       EXPECT_EQ((*r)["corruption"], Name(corruption));
       // The mean over depths of |gain(s0) - gain(s1)|, here |gain(used)|.
       double asymmetry = 0;

@@ -73,12 +73,14 @@ done
 
 # Random corruption, chosen layers and precision.
 if "$SATDAR" analyze rescue --config dar.json --checkpoint ck_dar "${COMMON[@]}" --dtype f64 \
-    --corruption random --corrupt-fraction 0.25 --layers 2,3 --json r2.json >r2.txt 2>&1 &&
+    --corruption random --corrupt-fraction 0.25 --layers 2,3 --score after --json r2.json \
+    >r2.txt 2>&1 &&
     /usr/bin/python3 -c "
 import json; r = json.load(open('r2.json'))
 assert r['corruption'] == 'random' and r['corrupted_positions'] == 8, r
+assert r['scored'] == 'after' and r['scored_positions'] == 24, r
 assert [d['layer'] for d in r['depths']] == [2, 3]" >/dev/null 2>&1; then
-  ok "rescue --corruption random --corrupt-fraction 0.25 --layers 2,3 --dtype f64"
+  ok "rescue --corruption random --corrupt-fraction 0.25 --layers 2,3 --score after --dtype f64"
 else
   fail "rescue random"; cat r2.txt
 fi
