@@ -1,12 +1,12 @@
 #include "model/variants/attnres.h"
 
-#include <algorithm>
+#include <string>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "core/check.h"
 #include "model/ops.h"
 #include "model/variants/depth_retrieval_ops.h"
+#include "model/variants/depth_sources.h"
 
 #if defined(SATDAR_WITH_CUDA)
 #include <cuda_bf16.h>
@@ -16,25 +16,21 @@ namespace satdar::model {
 
 namespace {
 
+// u = sum_i alpha_i X_i over the sources (depth_sources.h), alpha per token: the softmax of a
+// learned pseudo-query's dot products with the sources' RMSNorm (depth_retrieval_ops.h).
 template <class B>
-class AttnRes : public TopologyT<B> {
+class AttnRes final : public DepthSourcesTopology<B, AttnRes<B>> {
+  using Base = DepthSourcesTopology<B, AttnRes<B>>;
+  friend Base;
+
  public:
-  using T = typename B::T;
-  using Acc = typename B::Acc;
-  template <typename U>
-  using Vec = typename B::template Vec<U>;
+  using typename Base::Acc;
+  using typename Base::T;
 
   AttnRes(const ModelConfig& c, const Sharding& shard, const typename B::Exec& x)
-      : sublayers_(2 * c.num_hidden_layers), block_(c.block_size > 0 ? c.block_size : 1),
-        d_(c.hidden_size), eps_(c.rms_norm_eps), x_(x), query_(sublayers_ + 1, -1),
-        norm_(sublayers_ + 1, -1), steps_(sublayers_ + 1), first_(2 * shard.first_layer(c) + 1),
-        last_(2 * shard.end_layer(c)) {}
+      : Base(c, shard, x), eps_(c.rms_norm_eps), query_(sublayers_ + 1, -1),
+        norm_(sublayers_ + 1, -1) {}
 
-  // Sublayer l's parameters; index sublayers_ is the final readout.
-  static std::string Prefix(int l) {
-    if (l == 0) return "model.final_res";
-    return absl::StrCat("model.layers.", (l - 1) / 2, l % 2 == 1 ? ".attn_res" : ".mlp_res");
-  }
   static void AddParams(const ModelConfig& c, const Sharding& shard, ParamPlace place, int i,
                         ParamTable* table) {
     (void)shard;
@@ -53,237 +49,44 @@ class AttnRes : public TopologyT<B> {
     }
   }
 
-  absl::Status Resize(int rows) override {
-    rows_ = rows;
-    const size_t nc = static_cast<size_t>(rows) * d_;
-    const int max_sources = sublayers_ / block_ + 2;
-    h0_.resize(nc);
-    sources_.assign(max_sources, nullptr);
-    dsources_.assign(max_sources, Vec<T>());  // B::Vec has no sized constructor
-    for (auto& d : dsources_) d.resize(nc);
-    // A pipeline stage keeps only the steps it runs (and the partial it imports).
-    for (int k = 0; k <= sublayers_; ++k) {
-      Step& s = steps_[k];
-      const bool used = k + 1 >= first_ - 1 && (k + 1 <= last_ + 1 || Owned(sublayers_ + 1));
-      s.u.assign(used ? nc : 0, T(0));
-      s.partial.assign(used ? nc : 0, T(0));
-      s.alpha.assign(used ? static_cast<size_t>(rows) * max_sources : 0, Acc(0));
-    }
-    y_.resize(nc);
-    dpartial_.resize(nc);
-    du_.resize(nc);
-    dy_.resize(nc);
-    // The statistics' accumulators (sublayer, source), zero; once (their size does not depend
-    // on rows, and what they gathered stays until ResetStats, with tokens_).
-    stats_stride_ = max_sources;
-    const size_t stats = static_cast<size_t>(sublayers_ + 1) * max_sources;
-    if (weight_sum_.size() != stats) weight_sum_.assign(stats, 0.0);
-    return absl::OkStatus();
-  }
-
-  // The state after sublayer l: the completed entries (h0, then one per finished block; every
-  // sublayer output in Full AttnRes) and the open block's partial sum.
-  int BoundaryTensors(int l) const override {
-    return 1 + l / block_ + (l % block_ != 0 ? 1 : 0);
-  }
-
-  absl::Status ForwardRange(const Weights<B>& w, int first, int last, const T* h0,
-                            const std::vector<const T*>& in, BranchesT<B>* br, T* x_final,
-                            const std::vector<T*>& out) override {
-    const size_t nc = y_.size();
-    const int64_t n = static_cast<int64_t>(nc);
-    int m = 1 + (first - 1) / block_;          // completed sources
-    bool has_p = (first - 1) % block_ != 0;    // partial sum non-empty
-    if (first == 1) {
-      SATDAR_RETURN_IF_ERROR(ops::Copy(x_, h0_.data(), h0, n));
-      sources_[0] = h0_.data();
-    } else {
-      for (int j = 0; j < m; ++j) sources_[j] = in[j];  // read in place
-      if (has_p) {
-        SATDAR_RETURN_IF_ERROR(ops::Copy(x_, steps_[first - 1].partial.data(), in[m], n));
-      }
-    }
-    const int end = last == sublayers_ ? sublayers_ + 1 : last;
-    for (int l = first; l <= end; ++l) {
-      // Step l reads the partial sum in s.partial, written there by step l-1.
-      Step& s = steps_[l - 1];
-      s.sources = m;
-      s.has_partial = has_p;
-      T* u = l <= sublayers_ ? s.u.data() : x_final;
-      SATDAR_RETURN_IF_ERROR(PublishInputs(s));
-      SATDAR_RETURN_IF_ERROR(ops::DepthRetrievalForward(
-          x_, u, s.alpha.data(), inputs_.data(), inputs_.data(),
-          static_cast<int>(inputs_.size()), w.compute + query_[l - 1], w.compute + norm_[l - 1],
-          rows_, d_, eps_));
-      if (stats_) SATDAR_RETURN_IF_ERROR(Accumulate(l - 1, s));
-      if (l > sublayers_) break;
-      SATDAR_RETURN_IF_ERROR(br->Forward(l, u, y_.data()));
-      // The next partial: p + y, or y when the partial is empty.
-      T* q = steps_[l].partial.data();
-      if (has_p) {
-        SATDAR_RETURN_IF_ERROR(ops::Add(x_, q, s.partial.data(), y_.data(), n));
-      } else {
-        SATDAR_RETURN_IF_ERROR(ops::Copy(x_, q, y_.data(), n));
-      }
-      has_p = true;
-      if (l % block_ == 0) {
-        sources_[m++] = steps_[l].partial.data();  // the next step has no partial to overwrite it
-        has_p = false;
-      }
-    }
-    if (last < sublayers_) {
-      for (int j = 0; j < m; ++j) SATDAR_RETURN_IF_ERROR(ops::Copy(x_, out[j], sources_[j], n));
-      if (has_p) {
-        SATDAR_RETURN_IF_ERROR(ops::Copy(x_, out[m], steps_[last].partial.data(),
-                                         static_cast<int64_t>(steps_[last].partial.size())));
-      }
-    }
-    return absl::OkStatus();
-  }
-
-  absl::Status BackwardRange(const Weights<B>& w, Acc* grads, int first, int last,
-                             const T* dx_final, const std::vector<const T*>& dout,
-                             BranchesT<B>* br, T* dh0, const std::vector<T*>& din) override {
-    const size_t nc = y_.size();
-    const int64_t n = static_cast<int64_t>(nc);
-    for (auto& d : dsources_) {
-      SATDAR_RETURN_IF_ERROR(ops::Zero(x_, d.data(), static_cast<int64_t>(d.size())));
-    }
-    SATDAR_RETURN_IF_ERROR(ops::Zero(x_, dpartial_.data(), n));
-    // Final readout (or the next stage's gradients of the state after `last`), then the
-    // sublayers in reverse. dpartial_ is d/d(partial sum) at the point the current step read it.
-    if (last == sublayers_) {
-      SATDAR_RETURN_IF_ERROR(RetrievalBackward(sublayers_ + 1, w, grads, dx_final));
-    } else {
-      const int m = 1 + last / block_;
-      for (int j = 0; j < m; ++j) {
-        SATDAR_RETURN_IF_ERROR(ops::Copy(x_, dsources_[j].data(), dout[j], n));
-      }
-      if (last % block_ != 0) SATDAR_RETURN_IF_ERROR(ops::Copy(x_, dpartial_.data(), dout[m], n));
-    }
-    for (int l = last; l >= first; --l) {
-      const Step& s = steps_[l - 1];
-      // d/d(partial after this sublayer): a completed block's source, or the running partial.
-      const T* dafter = l % block_ == 0 ? dsources_[s.sources].data() : dpartial_.data();
-      SATDAR_RETURN_IF_ERROR(ops::Copy(x_, dy_.data(), dafter, n));
-      // partial_after = partial_before + y: both get the same gradient.
-      if (s.has_partial) {
-        SATDAR_RETURN_IF_ERROR(ops::Copy(x_, dpartial_.data(), dy_.data(), n));
-      } else {
-        SATDAR_RETURN_IF_ERROR(ops::Zero(x_, dpartial_.data(), n));
-      }
-      SATDAR_RETURN_IF_ERROR(ops::Zero(x_, du_.data(), n));
-      SATDAR_RETURN_IF_ERROR(br->Backward(l, s.u.data(), dy_.data(), du_.data()));
-      SATDAR_RETURN_IF_ERROR(RetrievalBackward(l, w, grads, du_.data()));
-    }
-    if (first == 1) {
-      return ops::Copy(x_, dh0, dsources_[0].data(), static_cast<int64_t>(dsources_[0].size()));
-    }
-    const int m = 1 + (first - 1) / block_;
-    for (int j = 0; j < m; ++j) {
-      SATDAR_RETURN_IF_ERROR(ops::Copy(x_, din[j], dsources_[j].data(),
-                                       static_cast<int64_t>(dsources_[j].size())));
-    }
-    if ((first - 1) % block_ != 0) {
-      SATDAR_RETURN_IF_ERROR(ops::Copy(x_, din[m], dpartial_.data(), n));
-    }
-    return absl::OkStatus();
-  }
-
-  void AppendStats(nlohmann::json* stats) const override {
-    const double* sum = ReadStatistics<B>(x_, weight_sum_, &host_sum_);
-    nlohmann::json all = nlohmann::json::array();
-    for (int l = 0; l <= sublayers_; ++l) {
-      if (!Owned(l + 1)) continue;  // another pipeline stage's sublayer
-      nlohmann::json w = nlohmann::json::array();
-      const Step& s = steps_[l];
-      int count = s.sources + (s.has_partial ? 1 : 0);
-      for (int i = 0; i < count; ++i) {
-        const double total = sum != nullptr ? sum[l * stats_stride_ + i] : 0.0;
-        w.push_back(total / std::max<int64_t>(tokens_, 1));
-      }
-      all.push_back(w);
-    }
-    // [sublayer 1..2L, final][source: embedding, blocks..., partial]
-    (*stats)["attnres_depth_weights"] = all;
-  }
-  void SetStatsEnabled(bool on) override { stats_ = on; }
-  void ResetStats() override {
-    // A failed fill is the stream's error, which the next pass returns.
-    (void)ops::Zero(x_, weight_sum_.data(), static_cast<int64_t>(weight_sum_.size()));
-    tokens_ = 0;
-  }
-
  private:
-  struct Step {
-    int sources = 0;
-    bool has_partial = false;
-    Vec<T> u, partial;
-    Vec<Acc> alpha;  // B::Acc (fp32 on CUDA, the retrieval ops' type)
-  };
+  using Base::d_;
+  using Base::grads_;
+  using Base::inputs_;
+  using Base::Owned;
+  using Base::Prefix;
+  using Base::rows_;
+  using Base::sublayers_;
+  using Base::x_;
+  using typename Base::Step;
+
+  // [sublayer 1..2L, final][source: embedding, blocks..., partial], the mean over the tokens.
+  static constexpr char kStatsKey[] = "attnres_depth_weights";
+  static constexpr bool kWeightsPerToken = true;  // alpha (N, sources)
+  static constexpr double kInitialWeight = 0.0;
 
   static void AddRetrieval(const std::string& prefix, int64_t d, ParamTable* table) {
     table->Add(prefix + ".query", {d}, ParamInit::Constant(0.0));
     table->Add(prefix + ".norm.weight", {d}, ParamInit::Constant(1.0));
   }
-  // The step's sources (and their gradients) as the lists the retrieval ops read, published
-  // after every change of entries.
-  absl::Status PublishInputs(const Step& s) {
-    inputs_.clear();
-    for (int i = 0; i < s.sources; ++i) inputs_.push_back(sources_[i]);
-    if (s.has_partial) inputs_.push_back(s.partial.data());
-    return inputs_.Publish(x_);
+  absl::Status MixForward(const Weights<B>& w, int l, Step& s, T* u) {
+    SATDAR_RETURN_IF_ERROR(this->PublishInputs(s));
+    return ops::DepthRetrievalForward(
+        x_, u, s.weights.data(), inputs_.data(), inputs_.data(),
+        static_cast<int>(inputs_.size()), w.compute + query_[l - 1], w.compute + norm_[l - 1],
+        rows_, d_, eps_);
   }
-  absl::Status RetrievalBackward(int l, const Weights<B>& w, Acc* grads, const T* dout) {
-    const Step& s = steps_[l - 1];
-    grads_.clear();
-    for (int i = 0; i < s.sources; ++i) grads_.push_back(dsources_[i].data());
-    if (s.has_partial) grads_.push_back(dpartial_.data());
-    SATDAR_RETURN_IF_ERROR(grads_.Publish(x_));
-    SATDAR_RETURN_IF_ERROR(PublishInputs(s));
+  // The sources are the keys and the values: their gradients go to one list.
+  absl::Status MixBackward(const Weights<B>& w, Acc* grads, int l, const Step& s, const T* dout) {
+    SATDAR_RETURN_IF_ERROR(this->PublishLists(s));
     return ops::DepthRetrievalBackward(
         x_, grads_.data(), grads_.data(), grads + query_[l - 1], grads + norm_[l - 1], dout,
-        s.alpha.data(), inputs_.data(), inputs_.data(), static_cast<int>(inputs_.size()),
+        s.weights.data(), inputs_.data(), inputs_.data(), static_cast<int>(inputs_.size()),
         w.compute + query_[l - 1], w.compute + norm_[l - 1], rows_, d_, eps_);
   }
-  absl::Status Accumulate(int index, const Step& s) {
-    const int count = s.sources + (s.has_partial ? 1 : 0);
-    // Each source's weight summed over the tokens, in B's memory (no wait for a device's
-    // stream).
-    SATDAR_RETURN_IF_ERROR(ops::AccumulateColumns(
-        x_, weight_sum_.data() + index * stats_stride_, nullptr, s.alpha.data(), rows_, count));
-    // Once per pass, at this stage's first retrieval (the last stage alone would leave the
-    // others' statistics without a token count).
-    if (index == first_ - 1) tokens_ += rows_;
-    return absl::OkStatus();
-  }
 
-  // Step l (1..2L+1, the last one the final readout) runs on this pipeline stage.
-  bool Owned(int l) const {
-    return (l >= first_ && l <= last_) || (l == sublayers_ + 1 && last_ == sublayers_);
-  }
-
-  const int sublayers_, block_, d_;
   const double eps_;
-  const typename B::Exec x_;
   std::vector<int64_t> query_, norm_;  // per sublayer 1..2L, then the final readout
-  std::vector<Step> steps_;
-  const int first_, last_;                // this stage's sublayers
-  int rows_ = 0;
-  Vec<T> h0_;
-  std::vector<const T*> sources_;  // completed sources: h0_, or steps' partial buffers
-  std::vector<Vec<T>> dsources_;
-  Vec<T> y_, dpartial_, du_, dy_;
-  // What the retrieval ops read: a step's sources and their gradients.
-  typename B::template PtrList<const T*> inputs_;
-  typename B::template PtrList<T*> grads_;
-  // (sublayer 1..2L and the final readout, source) in B's memory: each depth weight summed
-  // over the tokens since ResetStats; its host copy when read on a device.
-  Vec<double> weight_sum_;
-  mutable std::vector<double> host_sum_;
-  int stats_stride_ = 0;  // sources per sublayer in weight_sum_
-  int64_t tokens_ = 0;
-  bool stats_ = true;  // gather the depth weights' statistics (SetStatsEnabled)
 };
 
 }  // namespace
