@@ -1,5 +1,5 @@
 // model/variants/depth_retrieval_ops.h: the attention over depth of AttnRes and DAR
-// (variants/attnres.cc and variants/dar.cc decide the data flow: the histories of block states,
+// (variants/depth_sources.h with attnres.cc, and dar.cc decide the data flow: the block states,
 // the routes, the mix and the writes), one header for both devices: cpu::
 // (depth_retrieval_ops_cpu.cc, the reference, f32 and f64) and cuda::
 // (depth_retrieval_ops_cuda.cu, f32 and bf16 with fp32 arithmetic). Tested against each other

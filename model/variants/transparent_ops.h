@@ -1,5 +1,5 @@
 // model/variants/transparent_ops.h: the arithmetic Transparent Attention adds to DenseFormer's
-// weighted sum (variants/transparent.cc decides the data flow; the sum and its gradient are
+// weighted sum (variants/depth_sources.h and transparent.cc decide the data flow; the sum and its gradient are
 // denseformer_ops.h's DwaForward/DwaBackward): the softmax of one sublayer's static depth
 // logits and its backward. One header for both devices: cpu:: (transparent_ops_cpu.cc, the
 // readable reference, f32 and f64) and cuda:: (transparent_ops_cuda.cu, fp32: the logits are
