@@ -215,17 +215,13 @@ class Claims:
 
     def less(self, claim, source, metric, a, b, digits=4):
         """Claim: design a's metric is below design b's."""
-        xa, xb = self.get(a, metric), self.get(b, metric)
-        if not self._have(claim, xa, xb):
-            return
-        d, s = diff_se(xa, xb)
-        numbers = "%s %s vs %s %s: diff %s%s" % (
-            a, mean_std(xa, digits), b, mean_std(xb, digits), fmt(d, digits),
-            " (SE %s)" % fmt(s, digits) if s is not None else " (SE n/a, n < 2)")
-        self.rows.append((claim, source, metric, numbers, "diff < 0 by > 2 SE",
-                          verdict_less(d, s)))
+        self._compare(claim, source, metric, a, b, digits, -1)
 
     def greater(self, claim, source, metric, a, b, digits=4):
+        """Claim: design a's metric is above design b's."""
+        self._compare(claim, source, metric, a, b, digits, +1)
+
+    def _compare(self, claim, source, metric, a, b, digits, sign):
         xa, xb = self.get(a, metric), self.get(b, metric)
         if not self._have(claim, xa, xb):
             return
@@ -233,8 +229,8 @@ class Claims:
         numbers = "%s %s vs %s %s: diff %s%s" % (
             a, mean_std(xa, digits), b, mean_std(xb, digits), fmt(d, digits),
             " (SE %s)" % fmt(s, digits) if s is not None else " (SE n/a, n < 2)")
-        self.rows.append((claim, source, metric, numbers, "diff > 0 by > 2 SE",
-                          verdict_less(-d, s)))
+        rule = "diff < 0 by > 2 SE" if sign < 0 else "diff > 0 by > 2 SE"
+        self.rows.append((claim, source, metric, numbers, rule, verdict_less(-sign * d, s)))
 
     def close_loss(self, claim, source, a, b):
         """Claim: a's validation loss is within CLOSE_LOSS (relative) of b's."""

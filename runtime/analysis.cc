@@ -252,6 +252,7 @@ absl::StatusOr<nlohmann::json> RescueTyped(const AnalysisOptions& o) {
     if (o.corruption == Corruption::kSwap && count < 2) continue;  // a last batch of one
     const std::vector<int32_t> bad = Corrupt(tokens, count, e.seq_len, span, o, i);
     scored += static_cast<int64_t>(count) * (e.seq_len - first_scored);
+    double batch_clean = 0, batch_corrupted = 0;
     for (size_t k = 0; k < at_layers.size(); ++k) {
       const int at = 2 * at_layers[k];
       model::Model<T>* m = l.model.get();
@@ -260,6 +261,11 @@ absl::StatusOr<nlohmann::json> RescueTyped(const AnalysisOptions& o) {
       SATDAR_RETURN_IF_ERROR(m->ForwardToState(l.params.data(), bad.data(), count, e.seq_len, at,
                                                &corrupted, &owner_corrupted));
       for (int c = 0; c < conditions; ++c) {
+        // Neither and both are the corrupted and the clean run whatever the depth: run once.
+        if (k > 0 && (c == 0 || c == conditions - 1)) {
+          sums[k * conditions + c] += c == 0 ? batch_corrupted : batch_clean;
+          continue;
+        }
         mixed = corrupted;
         for (size_t t = 0; t < mixed.size(); ++t) {
           const bool restore = c == conditions - 1 || (c > 0 && owner[t] == c - 1);
@@ -271,10 +277,12 @@ absl::StatusOr<nlohmann::json> RescueTyped(const AnalysisOptions& o) {
                                    .status());
         const double s = scored_sum(count);
         sums[k * conditions + c] += s;
-        if (k == 0 && c == 0) corrupted_sum += s;
-        if (k == 0 && c == conditions - 1) clean_sum += s;
+        if (k == 0 && c == 0) batch_corrupted = s;
+        if (k == 0 && c == conditions - 1) batch_clean = s;
       }
     }
+    corrupted_sum += batch_corrupted;
+    clean_sum += batch_clean;
   }
   if (scored == 0) {
     return absl::InvalidArgumentError("batch_size: no batch of 2 or more sequences to swap");
